@@ -1,0 +1,305 @@
+//! The compatibility report: every stream and consumer setting that decides whether
+//! the cut-over can be exact, each judged ok / changed on purpose / unsafe, with
+//! the reason. A plan with any unsafe finding is refused before the first write.
+
+use crate::model::{nanos, ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo};
+use crate::subject;
+use crate::version::ServerVersion;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    Ok,
+    ChangedOnPurpose,
+    Unsafe,
+}
+
+impl Verdict {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::ChangedOnPurpose => "changed-on-purpose",
+            Verdict::Unsafe => "unsafe",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// `stream` or `consumer NAME` or `server`.
+    pub scope: String,
+    pub setting: String,
+    pub from: String,
+    pub to: String,
+    pub verdict: Verdict,
+    pub reason: String,
+}
+
+pub(crate) struct Report {
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    pub fn new() -> Self {
+        Self { findings: vec![] }
+    }
+    pub fn add(&mut self, scope: &str, setting: &str, from: impl ToString, to: impl ToString, verdict: Verdict, reason: impl Into<String>) {
+        self.findings.push(Finding {
+            scope: scope.into(),
+            setting: setting.into(),
+            from: from.to_string(),
+            to: to.to_string(),
+            verdict,
+            reason: reason.into(),
+        });
+    }
+    /// Same value: ok; different: changed on purpose with `why`.
+    fn same_or_changed<T: PartialEq + std::fmt::Debug>(&mut self, scope: &str, setting: &str, a: T, b: T, why: &str) {
+        let show = |v: &T| match format!("{v:?}").trim_matches('"') {
+            "None" => "-".to_string(),
+            s => s.strip_prefix("Some(").and_then(|s| s.strip_suffix(')')).unwrap_or(s).to_string(),
+        };
+        let (from, to) = (show(&a), show(&b));
+        if a == b {
+            self.add(scope, setting, from, to, Verdict::Ok, "unchanged");
+        } else {
+            self.add(scope, setting, from, to, Verdict::ChangedOnPurpose, why);
+        }
+    }
+}
+
+fn limit(v: i64) -> Option<i64> {
+    (v > 0).then_some(v)
+}
+
+fn dur(ns: i64) -> String {
+    if ns <= 0 {
+        "unset".into()
+    } else {
+        format!("{:?}", nanos(ns))
+    }
+}
+
+/// Stream-level rules. `b` is B's configuration as it will be while sourcing;
+/// `b_final_subjects` the subjects B takes at the commit point.
+pub(crate) fn check_streams(
+    r: &mut Report,
+    a: &StreamInfo,
+    b: &StreamConfig,
+    b_final_subjects: &[String],
+    b_exists: bool,
+    retry_horizon: Duration,
+    version: ServerVersion,
+) {
+    let s = "stream";
+    let ac = &a.config;
+    if ac.mirror.is_some() {
+        r.add(s, "mirror", "A is a mirror", "", Verdict::Unsafe, "A is a mirror and takes no publishes; promote it first (mirror promotion needs 2.12) or migrate its origin");
+    }
+    if ac.sealed {
+        r.add(s, "sealed", "true", "", Verdict::Unsafe, "A is sealed: its subjects cannot be released; nothing publishes to it, so move the consumers with a plain new durable instead");
+    }
+    if ac.subject_transform.is_some() {
+        r.add(s, "subject_transform", "set on A", "", Verdict::Unsafe, "A rewrites subjects on ingest; B would have to repeat it for direct publishes after the cut-over, which this version does not plan; remove the transform or migrate by hand");
+    }
+    // Subjects: publishers keep publishing to A's subjects, so B must take all of them.
+    for subj in &ac.subjects {
+        if !b_final_subjects.iter().any(|bs| subject::covers(bs, subj)) {
+            r.add(s, "subjects", subj, b_final_subjects.join(","), Verdict::Unsafe, format!("publishers to {subj} would find no stream after the cut-over: B's subjects must cover every subject of A"));
+        }
+    }
+    if b_final_subjects != ac.subjects.as_slice() {
+        r.add(s, "subjects", ac.subjects.join(","), b_final_subjects.join(","), Verdict::ChangedOnPurpose, "B takes these subjects at the commit point");
+    } else {
+        r.add(s, "subjects", ac.subjects.join(","), b_final_subjects.join(","), Verdict::Ok, "B takes A's subjects at the commit point, after A releases them (two streams cannot share subjects, error 10065)");
+    }
+    if b_exists && !b.subjects.is_empty() {
+        r.add(s, "subjects", "", b.subjects.join(","), Verdict::Unsafe, "B already takes direct publishes: they would interleave with A's history and the checkpoint could not be translated by origin sequence; give B no subjects until the cut-over");
+    }
+    // Sources.
+    let sources_a: Vec<_> = b.sources.iter().filter(|x| x.name == ac.name).collect();
+    if sources_a.len() != 1 || b.sources.len() != 1 || b.mirror.is_some() {
+        r.add(s, "sources", "", b.sources.iter().map(|x| x.name.clone()).collect::<Vec<_>>().join(","), Verdict::Unsafe, format!("B must source exactly one stream, {}, and nothing else, so that every message in B carries an origin sequence of A", ac.name));
+    } else {
+        let src = sources_a[0];
+        if src.opt_start_seq.is_some_and(|x| x > 1) {
+            r.add(s, "sources.opt_start_seq", "", src.opt_start_seq.unwrap(), Verdict::ChangedOnPurpose, "B starts sourcing mid-stream: consumers whose checkpoint lies before it cannot be translated and are refused at run time");
+        } else {
+            r.add(s, "sources", "", ac.name.clone(), Verdict::Ok, "B sources A; every sourced message carries Nats-Stream-Source with its origin sequence");
+        }
+        if src.external.is_some() {
+            r.add(s, "sources.external", "", "set", Verdict::Unsafe, "B sources A from another domain/account; this version translates checkpoints only within one account");
+        }
+    }
+    // Retention.
+    match (ac.retention.as_str(), b.retention.as_str()) {
+        (x, y) if x == y => r.add(s, "retention", x, y, Verdict::Ok, "unchanged"),
+        (_, "interest") => r.add(s, "retention", &ac.retention, &b.retention, Verdict::Unsafe, "an interest stream drops messages nobody is subscribed to; until the new consumer exists on B every sourced message would be dropped; create B with limits retention"),
+        (x, y) => r.add(s, "retention", x, y, Verdict::ChangedOnPurpose, "retention changes with the new stream (the reason to migrate)"),
+    }
+    if b.retention == "interest" && ac.retention == "interest" {
+        r.findings.pop();
+        r.add(s, "retention", "interest", "interest", Verdict::Unsafe, "an interest stream drops messages nobody is subscribed to; until the new consumer exists on B every sourced message would be dropped; create B with limits retention");
+    }
+    // Limits that could drop messages not consumed yet.
+    let held = a.state.messages as i64;
+    for (name, av, bv) in [
+        ("max_msgs", ac.max_msgs, b.max_msgs),
+        ("max_bytes", ac.max_bytes, b.max_bytes),
+        ("max_msgs_per_subject", ac.max_msgs_per_subject, b.max_msgs_per_subject),
+    ] {
+        match (limit(av), limit(bv)) {
+            (_, None) => r.add(s, name, av, bv, if limit(av).is_some() { Verdict::ChangedOnPurpose } else { Verdict::Ok }, if limit(av).is_some() { "B keeps more than A" } else { "unlimited" }),
+            (Some(x), Some(y)) if y >= x => r.add(s, name, av, bv, if x == y { Verdict::Ok } else { Verdict::ChangedOnPurpose }, "B keeps at least as much as A"),
+            (_, Some(y)) => {
+                let now = match name { "max_msgs" => held, "max_bytes" => a.state.bytes as i64, _ => -1 };
+                if now > y || b.discard == "new" {
+                    r.add(s, name, av, bv, Verdict::Unsafe, format!("B keeps less than A ({y} vs {}): with discard {} it would {} messages the consumers may not have processed", if av > 0 { av.to_string() } else { "unlimited".into() }, b.discard, if b.discard == "new" { "refuse sourced" } else { "drop" }));
+                } else {
+                    r.add(s, name, av, bv, Verdict::ChangedOnPurpose, format!("B keeps less than A but more than A holds now ({now}); watch consumer lag"));
+                }
+            }
+        }
+    }
+    match (limit(ac.max_age), limit(b.max_age)) {
+        (x, y) if x == y => r.add(s, "max_age", dur(ac.max_age), dur(b.max_age), Verdict::Ok, "unchanged"),
+        (_, None) => r.add(s, "max_age", dur(ac.max_age), dur(b.max_age), Verdict::ChangedOnPurpose, "B keeps messages longer"),
+        (Some(x), Some(y)) if y >= x => r.add(s, "max_age", dur(ac.max_age), dur(b.max_age), Verdict::ChangedOnPurpose, "B keeps messages longer"),
+        _ => r.add(s, "max_age", dur(ac.max_age), dur(b.max_age), Verdict::ChangedOnPurpose, "B keeps messages for less time: a consumer lagging more than that would lose messages; check lag first"),
+    }
+    if b.discard == "new" && [b.max_msgs, b.max_bytes, b.max_msgs_per_subject].iter().any(|v| *v > 0) {
+        r.add(s, "discard", &ac.discard, &b.discard, Verdict::ChangedOnPurpose, "discard new: when B is full, publishes are refused (publishers see errors, nothing is silently dropped)");
+    } else {
+        r.same_or_changed(s, "discard", ac.discard.clone(), b.discard.clone(), "discard policy changes");
+    }
+    if limit(b.max_msg_size).is_some() && (limit(ac.max_msg_size).is_none() || b.max_msg_size < ac.max_msg_size) {
+        r.add(s, "max_msg_size", ac.max_msg_size, b.max_msg_size, Verdict::Unsafe, "B refuses messages A accepts: sourcing would stall on the first large message; give B at least A's max_msg_size");
+    } else {
+        r.same_or_changed(s, "max_msg_size", ac.max_msg_size, b.max_msg_size, "B accepts larger messages");
+    }
+    // Duplicate window: the publishers' retries across the subject move land in B.
+    let need = retry_horizon.max(nanos(ac.duplicate_window));
+    if nanos(b.duplicate_window) >= need && b.duplicate_window > 0 {
+        r.add(s, "duplicate_window", dur(ac.duplicate_window), dur(b.duplicate_window), Verdict::Ok, format!(
+            "explicit, covers the publishers' retry horizon ({need:?}): a retry with the same Nats-Msg-Id lands once{}",
+            if version.features().sourcing_streams_get_no_default_dedup_window { "; on 2.14+ a sourcing stream gets no window unless set, so it is set explicitly" } else { "" }
+        ));
+    } else {
+        r.add(s, "duplicate_window", dur(ac.duplicate_window), dur(b.duplicate_window), Verdict::Unsafe, format!("B needs an explicit duplicate_window of at least {need:?} (the publishers' retry horizon and A's window) so that retried publishes land once"));
+    }
+    if version.features().duplicate_sourced_msg_id_stalls_source {
+        r.add("server", "sourced msg-id dedup", version, "", Verdict::ChangedOnPurpose, "on 2.10-2.12.5 a duplicate Nats-Msg-Id arriving by source stalls sourcing: publishers must not retry into B a message that also reaches B from A (they do not in strategy source: B takes the subjects only after A released them)");
+    }
+    r.same_or_changed(s, "storage", ac.storage.clone(), b.storage.clone(), "storage changes with the new stream");
+    r.same_or_changed(s, "num_replicas", ac.num_replicas.max(1), b.num_replicas.max(1), "replica count changes with the new stream");
+    r.same_or_changed(s, "placement", ac.placement.clone(), b.placement.clone(), "placement changes with the new stream");
+    r.same_or_changed(s, "deny_delete", ac.deny_delete, b.deny_delete, "deny_delete changes");
+    if b.sealed {
+        r.add(s, "sealed", "", "true", Verdict::Unsafe, "B is sealed and can take nothing");
+    }
+    if !b.allow_direct {
+        r.add(s, "allow_direct", ac.allow_direct, b.allow_direct, Verdict::ChangedOnPurpose, "B has no direct get: translation uses STREAM.MSG.GET (same count of requests, slower each)");
+    }
+    if ac.retention == "workqueue" || b.retention == "workqueue" {
+        r.add(s, "retention", &ac.retention, &b.retention, Verdict::Ok, "work queue: at most one consumer per subject; each moved consumer keeps its filters, so they stay disjoint");
+    }
+}
+
+/// Consumer-level rules. `b_source_transforms` map A's subjects to B's.
+pub(crate) fn check_consumer(
+    r: &mut Report,
+    c: &ConsumerInfo,
+    b: &StreamConfig,
+    version: ServerVersion,
+    publishers_stopped: bool,
+) -> Option<Vec<String>> {
+    let scope = format!("consumer {}", c.name);
+    let s = scope.as_str();
+    let cc: &ConsumerConfig = &c.config;
+    if !cc.is_durable() {
+        r.add(s, "durable_name", "", "", Verdict::Unsafe, "an ephemeral consumer has no durable state to move; its owner recreates it on B");
+    }
+    match cc.ack_policy.as_str() {
+        "none" => r.add(s, "ack_policy", "none", "", Verdict::Unsafe, "ack policy none: the server never learns which messages were processed, so no exact checkpoint exists and exactly-once is impossible; use explicit acks"),
+        "all" => r.add(s, "ack_policy", "all", "all", Verdict::Ok, "cumulative acks: num_ack_pending still tells when everything delivered is settled"),
+        p => r.add(s, "ack_policy", p, p, Verdict::Ok, "explicit acks give an exact settled position"),
+    }
+    r.add(s, "ack_wait", dur(cc.ack_wait), dur(cc.ack_wait), Verdict::Ok, "carried over unchanged");
+    r.add(s, "max_ack_pending", cc.max_ack_pending, cc.max_ack_pending, Verdict::Ok, "carried over unchanged");
+    r.add(s, "max_deliver", cc.max_deliver, cc.max_deliver, Verdict::Ok, if cc.max_deliver > 0 {
+        "carried over; messages exhausted before the checkpoint stay exhausted (they are at or before F)"
+    } else {
+        "carried over (unlimited)"
+    });
+    if !cc.backoff.is_empty() {
+        r.add(s, "backoff", format!("{:?}", cc.backoff.iter().map(|n| nanos(*n)).collect::<Vec<_>>()), "same", Verdict::Ok, "carried over unchanged");
+    }
+    if cc.is_push() {
+        r.add(s, "deliver_subject", cc.deliver_subject.clone().unwrap_or_default(), "same", Verdict::Ok, format!(
+            "push consumer: the new durable on B keeps deliver subject{} so the applications' subscriptions receive from B without a redeploy",
+            if cc.deliver_group.is_some() { " and deliver group" } else { "" }
+        ));
+    } else {
+        r.add(s, "type", "pull", "pull", Verdict::Ok, "pull consumer: instances fetch from the new durable on B once it exists (it appears only when positioned exactly)");
+        r.add(s, "max_waiting", cc.max_waiting, cc.max_waiting, Verdict::Ok, "carried over unchanged");
+    }
+    r.add(s, "deliver_policy", &cc.deliver_policy, "by_start_sequence", Verdict::ChangedOnPurpose, "the new durable starts at the translated checkpoint; the original policy only mattered when the old one was created");
+    if cc.replay_policy == "original" {
+        r.add(s, "replay_policy", "original", "original", Verdict::ChangedOnPurpose, "replay original paces by B's timestamps, which are the sourcing times, not A's publish times");
+    }
+    if cc.inactive_threshold > 0 {
+        r.add(s, "inactive_threshold", dur(cc.inactive_threshold), dur(cc.inactive_threshold), Verdict::ChangedOnPurpose, "the durable is deleted after this long without a pull; redeploy the instances to B within it or the new durable vanishes");
+    }
+    if cc.headers_only {
+        r.add(s, "headers_only", true, true, Verdict::Ok, "carried over unchanged");
+    }
+    if cc.mem_storage || cc.num_replicas > 0 {
+        r.add(s, "mem_storage/num_replicas", format!("{}/{}", cc.mem_storage, cc.num_replicas), "same", Verdict::Ok, "carried over unchanged");
+    }
+    if c.paused {
+        r.add(s, "paused", "true", "", Verdict::ChangedOnPurpose, "the consumer is already paused; the run leaves the old one paused and retires it");
+    }
+    if !version.features().consumer_pause && !publishers_stopped {
+        r.add(s, "pause", version, "", Verdict::Unsafe, format!(
+            "server {version} cannot pause consumers (2.11+), so the old consumer cannot be held at an exact position while publishers run; stop the publishers and pass --publishers-stopped, or upgrade the server"
+        ));
+    }
+    // Filters through B's source transform.
+    let src = b.sources.first();
+    let transforms = src.map(|x| x.subject_transforms.clone()).unwrap_or_default();
+    let src_filter = src.and_then(|x| x.filter_subject.clone()).filter(|f| !f.is_empty());
+    let filters = cc.filters();
+    let mut mapped = vec![];
+    let mut ok = true;
+    let list = if filters.is_empty() { vec![">".to_string()] } else { filters.clone() };
+    for f in &list {
+        if let Some(sf) = &src_filter {
+            if !subject::covers(sf, f) {
+                r.add(s, "filter_subject", f, "", Verdict::Unsafe, format!("B sources only {sf} from A, which does not include every message of filter {f}"));
+                ok = false;
+                continue;
+            }
+        }
+        match subject::map_filter_through(f, &transforms) {
+            Some(m) => mapped.push(m),
+            None => {
+                r.add(s, "filter_subject", f, "", Verdict::Unsafe, format!("filter {f} cannot be mapped exactly through B's source subject transform; use a transform whose source covers it with whole wildcards"));
+                ok = false;
+            }
+        }
+    }
+    if ok {
+        let from = if filters.is_empty() { "(all)".to_string() } else { filters.join(",") };
+        let to = if filters.is_empty() && transforms.is_empty() { "(all)".to_string() } else { mapped.join(",") };
+        let v = if from == to { Verdict::Ok } else { Verdict::ChangedOnPurpose };
+        r.add(s, "filter_subject", from, to, v, "the same messages, with subjects as B stores them");
+        if filters.is_empty() && transforms.is_empty() {
+            mapped.clear();
+        }
+        Some(mapped)
+    } else {
+        None
+    }
+}

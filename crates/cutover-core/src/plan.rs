@@ -1,0 +1,453 @@
+//! The plan: what `plan` prints and `run` executes.
+//!
+//! Built from what the adapter read (stream and consumer infos as the server's raw
+//! JSON) and the operator's options. Pure: the same inputs always give the same
+//! plan, and a plan with an unsafe finding is refused before the first write.
+//!
+//! The plan document (JSON via `--json`, TOML via `--out`) is versioned by
+//! [`PLAN_FORMAT`]; fields are only ever added.
+
+use crate::compat::{self, Finding, Report, Verdict};
+use crate::model::{nanos, ConsumerInfo, StreamConfig, StreamInfo};
+use crate::quiescence::{self, QuiescentBound};
+use crate::version::{Features, ServerVersion, MINIMUM};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use std::time::Duration;
+use thiserror::Error;
+
+pub const PLAN_FORMAT: u32 = 1;
+
+/// Publishers retry a publish that found no stream for up to this long by default;
+/// B's duplicate window must cover it.
+pub const DEFAULT_RETRY_HORIZON: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    #[default]
+    Source,
+    Mirror,
+    DualWrite,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    #[default]
+    Drain,
+    Fence,
+}
+
+impl Strategy {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Strategy::Source => "source",
+            Strategy::Mirror => "mirror",
+            Strategy::DualWrite => "dual-write",
+        }
+    }
+}
+
+impl Mode {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Mode::Drain => "drain",
+            Mode::Fence => "fence",
+        }
+    }
+}
+
+/// What the operator asked for.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanRequest {
+    pub from: String,
+    pub to: String,
+    /// Empty with `all_consumers`: every durable of A.
+    pub consumers: Vec<String>,
+    pub all_consumers: bool,
+    pub strategy: Strategy,
+    pub mode: Mode,
+    /// Settings for B in the server's stream-config JSON shape (`--to-config`).
+    pub to_config: Option<Map<String, Value>>,
+    pub publishers_stopped: bool,
+    pub retry_horizon: Duration,
+}
+
+/// What the adapter read from the server.
+#[derive(Debug, Clone)]
+pub struct ServerFacts {
+    pub version: ServerVersion,
+    pub a_raw: Value,
+    pub b_raw: Option<Value>,
+    /// Raw consumer infos of the consumers asked for (or all of A's).
+    pub consumers_raw: Vec<Value>,
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum PlanError {
+    #[error("--from and --to both name stream {0:?}: the new stream must have another name (pick e.g. {0}_v2)")]
+    SameStream(String),
+    #[error("server {found} is too old: nats-cutover needs nats-server {MINIMUM} or newer (multiple filters and subject transforms); upgrade the server first")]
+    ServerTooOld { found: ServerVersion },
+    #[error("no consumer to move: name one with --consumer NAME or pass --all-consumers")]
+    NoConsumer,
+    #[error("--to-config sets {field:?}, which the cut-over owns ({why}); remove it from the file")]
+    ForbiddenOverride { field: String, why: &'static str },
+    #[error("cannot read the server's {what} info: {why}")]
+    BadServerJson { what: String, why: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsumerPlan {
+    pub name: String,
+    pub push: bool,
+    /// Filters on B (A's filters mapped through B's source transforms); empty: all.
+    pub b_filters: Vec<String>,
+    /// The new durable's configuration on B without the start sequence, which is
+    /// only known at the checkpoint.
+    pub b_config: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub n: u32,
+    pub title: String,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub format: u32,
+    pub from: String,
+    pub to: String,
+    pub strategy: Strategy,
+    pub mode: Mode,
+    pub server_version: ServerVersion,
+    pub features: Features,
+    pub relies_on: Vec<String>,
+    pub b_exists: bool,
+    /// B's configuration while it sources A (no subjects).
+    pub b_config: Value,
+    /// The subjects B takes at the commit point.
+    pub b_final_subjects: Vec<String>,
+    pub consumers: Vec<ConsumerPlan>,
+    pub findings: Vec<Finding>,
+    pub checkpoint_rule: String,
+    pub steps: Vec<Step>,
+    /// Only where a timer is unavoidable (no pause: publishers stopped).
+    pub quiescence: Vec<(String, QuiescentBound)>,
+    pub publishers_stopped: bool,
+    pub retry_horizon_ms: u64,
+    /// No unsafe finding.
+    pub safe: bool,
+}
+
+impl Plan {
+    pub fn unsafe_findings(&self) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(|f| f.verdict == Verdict::Unsafe)
+    }
+}
+
+/// Fields of B's configuration the cut-over sets itself.
+const OWNED: &[(&str, &str)] = &[
+    ("name", "it is --to"),
+    ("sources", "B sources exactly A"),
+    ("mirror", "strategy source never mirrors"),
+    ("sealed", "B must take messages"),
+];
+
+fn parse<T: serde::de::DeserializeOwned>(what: &str, v: &Value) -> Result<T, PlanError> {
+    serde_json::from_value(v.clone()).map_err(|e| PlanError::BadServerJson { what: what.into(), why: e.to_string() })
+}
+
+/// B's configuration while sourcing, from A's raw config and the overrides.
+/// Unknown fields of A's config are carried over untouched.
+pub fn b_config_from(a_config: &Value, to: &str, overrides: Option<&Map<String, Value>>, retry_horizon: Duration) -> Result<(Value, Vec<String>), PlanError> {
+    let mut b = a_config.as_object().cloned().unwrap_or_default();
+    let a_name = b.get("name").and_then(|v| v.as_str()).unwrap_or_default().to_string();
+    let mut final_subjects: Vec<String> = b
+        .get("subjects")
+        .and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    // Sequence-bound or identity fields of A that must not be copied.
+    for k in ["subjects", "mirror", "sources", "sealed", "first_seq", "mirror_direct", "created", "metadata"] {
+        b.remove(k);
+    }
+    let a_dw = b.get("duplicate_window").and_then(|v| v.as_i64()).unwrap_or(0);
+    let dw = (retry_horizon.as_nanos() as i64).max(a_dw);
+    b.insert("duplicate_window".into(), json!(dw));
+    b.insert("allow_direct".into(), json!(true));
+    if let Some(o) = overrides {
+        for (k, v) in o {
+            if let Some((_, why)) = OWNED.iter().find(|(f, _)| f == k) {
+                return Err(PlanError::ForbiddenOverride { field: k.clone(), why });
+            }
+            if k == "subjects" {
+                final_subjects = v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default();
+                continue;
+            }
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    b.insert("name".into(), json!(to));
+    b.insert("subjects".into(), json!([]));
+    b.insert("sources".into(), json!([{ "name": a_name }]));
+    b.insert("metadata".into(), json!({ "nats-cutover.from": a_name }));
+    Ok((Value::Object(b), final_subjects))
+}
+
+/// The new durable on B: the old one's configuration, unknown fields included,
+/// positioned by `opt_start_seq` later and with filters as B stores them.
+pub fn b_consumer_config(old_raw_config: &Value, b_filters: &[String]) -> Value {
+    let mut c = old_raw_config.as_object().cloned().unwrap_or_default();
+    for k in ["pause_until", "opt_start_time", "opt_start_seq", "filter_subject", "filter_subjects"] {
+        c.remove(k);
+    }
+    c.insert("deliver_policy".into(), json!("by_start_sequence"));
+    match b_filters.len() {
+        0 => {}
+        1 => {
+            c.insert("filter_subject".into(), json!(b_filters[0]));
+        }
+        _ => {
+            c.insert("filter_subjects".into(), json!(b_filters));
+        }
+    }
+    Value::Object(c)
+}
+
+pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> {
+    if req.from == req.to {
+        return Err(PlanError::SameStream(req.from.clone()));
+    }
+    if facts.version < MINIMUM {
+        return Err(PlanError::ServerTooOld { found: facts.version });
+    }
+    if facts.consumers_raw.is_empty() {
+        return Err(PlanError::NoConsumer);
+    }
+    let a: StreamInfo = parse("stream", &facts.a_raw)?;
+    let a_cfg_raw = facts.a_raw.get("config").cloned().unwrap_or(Value::Null);
+    let (b_config, b_final_subjects, b_exists) = match &facts.b_raw {
+        Some(b) => {
+            let cfg = b.get("config").cloned().unwrap_or(Value::Null);
+            let subjects = b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), req.retry_horizon)?.1;
+            (cfg, subjects, true)
+        }
+        None => {
+            let (cfg, subjects) = b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), req.retry_horizon)?;
+            (cfg, subjects, false)
+        }
+    };
+    let b_view: StreamConfig = parse("planned stream B", &b_config)?;
+    let mut r = Report::new();
+    compat::check_streams(&mut r, &a, &b_view, &b_final_subjects, b_exists, req.retry_horizon, facts.version);
+    match req.strategy {
+        Strategy::Source => {}
+        other => r.add("plan", "strategy", other.as_str(), "", Verdict::Unsafe, format!(
+            "strategy {} is planned for a later version{}; use --strategy source",
+            other.as_str(),
+            if other == Strategy::Mirror && !facts.version.features().mirror_promotion { " and needs mirror promotion (2.12+)" } else { "" }
+        )),
+    }
+    if req.mode == Mode::Fence {
+        r.add("plan", "mode", "fence", "", Verdict::Unsafe, "fence mode needs applications built on the cutover-app library following the control record; not available in this version; use --mode drain");
+    }
+    let mut consumers = vec![];
+    let mut quiescence = vec![];
+    let mut workqueue_filters: Vec<(String, String)> = vec![];
+    for raw in &facts.consumers_raw {
+        let c: ConsumerInfo = parse("consumer", raw)?;
+        if let Some(b_filters) = compat::check_consumer(&mut r, &c, &b_view, facts.version, req.publishers_stopped) {
+            let old_cfg = raw.get("config").cloned().unwrap_or(Value::Null);
+            consumers.push(ConsumerPlan {
+                name: c.name.clone(),
+                push: c.config.is_push(),
+                b_config: b_consumer_config(&old_cfg, &b_filters),
+                b_filters: b_filters.clone(),
+            });
+            let fs = if b_filters.is_empty() { vec![">".to_string()] } else { b_filters };
+            for f in fs {
+                workqueue_filters.push((c.name.clone(), f));
+            }
+        }
+        if !facts.version.features().consumer_pause && req.publishers_stopped {
+            quiescence.push((c.name.clone(), quiescence::bound(&c.config, c.num_pending, Duration::from_millis(100), 1)));
+        }
+    }
+    if b_view.retention == "workqueue" {
+        for (i, (c1, f1)) in workqueue_filters.iter().enumerate() {
+            for (c2, f2) in &workqueue_filters[i + 1..] {
+                if c1 != c2 && crate::subject::overlaps(f1, f2) {
+                    r.add("stream", "retention", "", "workqueue", Verdict::Unsafe, format!("B is a work queue, which allows one consumer per subject, but consumers {c1} ({f1}) and {c2} ({f2}) overlap"));
+                }
+            }
+        }
+    }
+    let features = facts.version.features();
+    let mut relies_on = vec![];
+    if features.consumer_pause {
+        relies_on.push("consumer pause (2.11+): the old consumer is held at an exact position while publishers keep publishing".into());
+    } else {
+        relies_on.push(format!("no consumer pause on {}: publishers must be stopped (--publishers-stopped)", facts.version));
+    }
+    if features.consumer_reset {
+        relies_on.push("consumer reset (2.14+): not needed by strategy source; rollback resumes the paused consumer where it was".into());
+    }
+    relies_on.push(if features.sourcing_streams_get_no_default_dedup_window {
+        "2.14+: a sourcing stream gets no duplicate window by default, so B's is set explicitly".into()
+    } else {
+        "before 2.14: B's duplicate window is still set explicitly".into()
+    });
+    if features.duplicate_sourced_msg_id_stalls_source {
+        relies_on.push("2.10-2.12.5: a duplicate msg-id arriving by source stalls sourcing; strategy source never sends one".into());
+    }
+    let checkpoint_rule = format!(
+        "pause the old consumer; wait until num_ack_pending = 0 (redelivering messages whose worker died: no ack progress for ack_wait -> resume briefly, pause again); F = delivered.stream_seq (every sequence <= F was delivered and settled, or not selected by the filter; the ack floor is not used: MaxDeliver-exhausted messages keep it below F); the new durable on {} starts at the first sequence whose Nats-Stream-Source origin sequence is > F, found by O(log N) direct gets; it is created only once positioned", req.to
+    );
+    let dw = nanos(b_view.duplicate_window);
+    let mut steps = vec![];
+    let mut add = |title: &str, detail: String| {
+        let n = steps.len() as u32 + 1;
+        steps.push(Step { n, title: title.into(), detail });
+    };
+    add("validate", "check every setting as in this report; refuse before the first write if anything is unsafe".into());
+    add("journal", "record the migration in KV bucket CUTOVER (plan, step, checkpoints), take the lease on the source stream".into());
+    add("create B", if b_exists { format!("{} exists: checked compatible and sourcing {}", req.to, req.from) } else { format!("create {} sourcing {}, no subjects, duplicate_window {dw:?}, allow_direct", req.to, req.from) });
+    add("catch up", format!("wait until {}'s newest Nats-Stream-Source origin sequence reaches {}'s last sequence (sequences compared, not the lag field)", req.to, req.from));
+    for c in &consumers {
+        add(&format!("move consumer {}", c.name), format!(
+            "pause {}/{n}, settle, checkpoint F, translate F to {}, create durable {n} on {} at the next sequence{}; publish the new route in the control record",
+            req.from, req.to, req.to,
+            if c.push { " with the same deliver subject/group (subscribers keep receiving)" } else { "" },
+            n = c.name
+        ));
+    }
+    add("commit point: move publishers", format!(
+        "update {a}: subjects [] then update {b}: subjects {s:?}, back to back; publishes in between get no responders and are retried with the same Nats-Msg-Id, deduplicated by {b}'s window",
+        a = req.from, b = req.to, s = b_final_subjects
+    ));
+    add("seal A and finish sourcing", format!("seal {}, wait until {} sourced its last message, remove the source", req.from, req.to));
+    add("retire", format!("delete the old consumers on {}; keep sealed {} unless --delete-old", req.from, req.from));
+    let safe = !r.findings.iter().any(|f| f.verdict == Verdict::Unsafe);
+    Ok(Plan {
+        format: PLAN_FORMAT,
+        from: req.from.clone(),
+        to: req.to.clone(),
+        strategy: req.strategy,
+        mode: req.mode,
+        server_version: facts.version,
+        features,
+        relies_on,
+        b_exists,
+        b_config,
+        b_final_subjects,
+        consumers,
+        findings: r.findings,
+        checkpoint_rule,
+        steps,
+        quiescence,
+        publishers_stopped: req.publishers_stopped,
+        retry_horizon_ms: req.retry_horizon.as_millis() as u64,
+        safe,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(a_cfg: Value, consumers: Vec<Value>) -> ServerFacts {
+        ServerFacts {
+            version: ServerVersion::new(2, 15, 1),
+            a_raw: json!({"config": a_cfg, "state": {"messages": 10, "bytes": 1000, "first_seq": 1, "last_seq": 10}}),
+            b_raw: None,
+            consumers_raw: consumers,
+        }
+    }
+
+    fn req() -> PlanRequest {
+        PlanRequest {
+            from: "A".into(),
+            to: "B".into(),
+            consumers: vec!["C".into()],
+            all_consumers: false,
+            strategy: Strategy::Source,
+            mode: Mode::Drain,
+            to_config: None,
+            publishers_stopped: false,
+            retry_horizon: DEFAULT_RETRY_HORIZON,
+        }
+    }
+
+    fn consumer(cfg: Value) -> Value {
+        json!({"name": "C", "stream_name": "A", "config": cfg, "delivered": {"stream_seq": 5}, "ack_floor": {"stream_seq": 5}})
+    }
+
+    #[test]
+    fn a_plain_migration_is_safe_and_keeps_unknown_settings() {
+        let a = json!({"name": "A", "subjects": ["orders.>"], "retention": "limits", "storage": "file", "some_future_field": 7, "duplicate_window": 120_000_000_000i64});
+        let p = build(&req(), &facts(a, vec![consumer(json!({"durable_name": "C", "ack_policy": "explicit", "filter_subject": "orders.eu", "future_consumer_field": true}))])).unwrap();
+        assert!(p.safe, "{:#?}", p.unsafe_findings().collect::<Vec<_>>());
+        assert_eq!(p.b_config["some_future_field"], 7);
+        assert_eq!(p.b_config["subjects"], json!([]));
+        assert_eq!(p.b_config["sources"], json!([{"name": "A"}]));
+        assert_eq!(p.b_final_subjects, vec!["orders.>"]);
+        assert_eq!(p.consumers[0].b_config["future_consumer_field"], true);
+        assert_eq!(p.consumers[0].b_config["filter_subject"], "orders.eu");
+        assert_eq!(p.consumers[0].b_config["deliver_policy"], "by_start_sequence");
+    }
+
+    #[test]
+    fn refuses_ack_none_and_interest_b() {
+        let a = json!({"name": "A", "subjects": ["x.>"]});
+        let p = build(&req(), &facts(a.clone(), vec![consumer(json!({"durable_name": "C", "ack_policy": "none"}))])).unwrap();
+        assert!(!p.safe);
+        assert!(p.unsafe_findings().any(|f| f.setting == "ack_policy"));
+        let mut r = req();
+        r.to_config = Some(json!({"retention": "interest"}).as_object().unwrap().clone());
+        let p = build(&r, &facts(a, vec![consumer(json!({"durable_name": "C"}))])).unwrap();
+        assert!(p.unsafe_findings().any(|f| f.setting == "retention"));
+    }
+
+    #[test]
+    fn refuses_subjects_that_lose_publishers_and_owned_overrides() {
+        let a = json!({"name": "A", "subjects": ["x.>", "y"]});
+        let mut r = req();
+        r.to_config = Some(json!({"subjects": ["x.>"]}).as_object().unwrap().clone());
+        let p = build(&r, &facts(a.clone(), vec![consumer(json!({"durable_name": "C"}))])).unwrap();
+        assert!(p.unsafe_findings().any(|f| f.setting == "subjects" && f.from == "y"));
+        r.to_config = Some(json!({"sources": []}).as_object().unwrap().clone());
+        assert!(matches!(build(&r, &facts(a, vec![consumer(json!({"durable_name": "C"}))])), Err(PlanError::ForbiddenOverride { .. })));
+    }
+
+    #[test]
+    fn refuses_same_stream_old_server_and_no_pause_without_stopped_publishers() {
+        let a = json!({"name": "A", "subjects": ["x"]});
+        let mut r = req();
+        r.to = "A".into();
+        assert!(matches!(build(&r, &facts(a.clone(), vec![consumer(json!({"durable_name": "C"}))])), Err(PlanError::SameStream(_))));
+        let mut f = facts(a.clone(), vec![consumer(json!({"durable_name": "C", "max_deliver": 3}))]);
+        f.version = ServerVersion::new(2, 9, 25);
+        assert!(matches!(build(&req(), &f), Err(PlanError::ServerTooOld { .. })));
+        f.version = ServerVersion::new(2, 10, 20);
+        let p = build(&req(), &f).unwrap();
+        assert!(p.unsafe_findings().any(|x| x.setting == "pause"));
+        let mut r = req();
+        r.publishers_stopped = true;
+        let p = build(&r, &f).unwrap();
+        assert!(p.safe, "{:#?}", p.unsafe_findings().collect::<Vec<_>>());
+        assert!(p.quiescence[0].1.interval.is_some());
+    }
+
+    #[test]
+    fn smaller_limits_than_held_are_unsafe() {
+        let a = json!({"name": "A", "subjects": ["x"]});
+        let mut r = req();
+        r.to_config = Some(json!({"max_msgs": 5}).as_object().unwrap().clone());
+        let p = build(&r, &facts(a, vec![consumer(json!({"durable_name": "C"}))])).unwrap();
+        assert!(p.unsafe_findings().any(|f| f.setting == "max_msgs"));
+    }
+}

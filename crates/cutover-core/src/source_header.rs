@@ -1,0 +1,81 @@
+//! The `Nats-Stream-Source` header a sourcing stream adds to every sourced message.
+//!
+//! Seen on 2.15.1: `<stream> <origin-seq> <filter> <dest> <subject>`; older servers
+//! write fewer fields, and a stream sourced from another domain carries a
+//! `<stream>:<hash>` first field. We rely only on the first two fields and refuse
+//! anything we cannot read rather than guessing.
+
+use thiserror::Error;
+
+pub const HEADER: &str = "Nats-Stream-Source";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRef {
+    /// The origin stream's name (any `:<hash>` suffix removed).
+    pub stream: String,
+    /// The message's sequence in the origin stream.
+    pub seq: u64,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("cannot read {HEADER} header {value:?}: {why}")]
+pub struct SourceHeaderError {
+    pub value: String,
+    pub why: &'static str,
+}
+
+pub fn parse(value: &str) -> Result<SourceRef, SourceHeaderError> {
+    let err = |why| SourceHeaderError { value: value.to_string(), why };
+    let mut fields = value.split_ascii_whitespace();
+    let first = fields.next().ok_or_else(|| err("the header is empty"))?;
+    let stream = first.split(':').next().unwrap_or(first);
+    if stream.is_empty() {
+        return Err(err("the stream name is empty"));
+    }
+    let seq = fields
+        .next()
+        .ok_or_else(|| err("there is no origin sequence"))?
+        .parse::<u64>()
+        .map_err(|_| err("the origin sequence is not a number"))?;
+    if seq == 0 {
+        return Err(err("the origin sequence is 0"));
+    }
+    Ok(SourceRef { stream: stream.to_string(), seq })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn reads_the_header_of_each_server_generation() {
+        let r = parse("ORDERS 42 > > orders.eu").unwrap();
+        assert_eq!(r, SourceRef { stream: "ORDERS".into(), seq: 42 });
+        assert_eq!(parse("ORDERS 7").unwrap().seq, 7);
+        assert_eq!(parse("ORDERS:ab12cd 9 orders.* x.> orders.eu").unwrap().stream, "ORDERS");
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_read() {
+        assert!(parse("").is_err());
+        assert!(parse("ORDERS").is_err());
+        assert!(parse("ORDERS x").is_err());
+        assert!(parse("ORDERS 0").is_err());
+        assert!(parse(":abc 3").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips_any_name_and_sequence(name in "[A-Za-z0-9_-]{1,20}", seq in 1u64.., extra in "( [a-z.>*]{1,8}){0,4}") {
+            let r = parse(&format!("{name} {seq}{extra}")).unwrap();
+            prop_assert_eq!(r.stream, name);
+            prop_assert_eq!(r.seq, seq);
+        }
+
+        #[test]
+        fn never_panics(s in ".*") {
+            let _ = parse(&s);
+        }
+    }
+}

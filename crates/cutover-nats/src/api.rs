@@ -1,0 +1,282 @@
+//! The JetStream API, spoken as raw JSON.
+//!
+//! Why not async-nats' typed stream/consumer configs: a migration tool reads a
+//! stream's configuration and writes it back changed. A typed round trip drops
+//! every field the client version does not model (newer servers add fields every
+//! release), silently changing the stream. Here configurations stay
+//! `serde_json::Value`s, edited field by field; the core parses read-only views.
+
+use crate::error::{Error, Result};
+use async_nats::{Client, HeaderMap};
+use base64::Engine;
+use bytes::Bytes;
+use cutover_core::api_error::ApiErrorCode;
+use cutover_core::model::{ConsumerInfo, StreamInfo};
+use cutover_core::source_header;
+use cutover_core::version::ServerVersion;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A stored message as a get returns it.
+#[derive(Debug, Clone)]
+pub struct StoredMsg {
+    pub seq: u64,
+    pub subject: String,
+    pub headers: Vec<(String, String)>,
+    pub payload: Bytes,
+}
+
+impl StoredMsg {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The origin sequence in the stream B sources, from `Nats-Stream-Source`.
+    pub fn origin_seq(&self, origin_stream: &str) -> Result<Option<u64>> {
+        let Some(h) = self.header(source_header::HEADER) else { return Ok(None) };
+        let r = source_header::parse(h).map_err(|e| Error::Decode { what: format!("message {}", self.seq), reason: e.to_string() })?;
+        if r.stream != origin_stream {
+            return Ok(None);
+        }
+        Ok(Some(r.seq))
+    }
+}
+
+#[derive(Clone)]
+pub struct Js {
+    pub client: Client,
+    prefix: String,
+    timeout: Duration,
+    gets: Arc<AtomicU64>,
+}
+
+fn headers_vec(h: &HeaderMap) -> Vec<(String, String)> {
+    let mut v = vec![];
+    for (k, vals) in h.iter() {
+        for val in vals {
+            v.push((k.to_string(), val.as_str().to_string()));
+        }
+    }
+    v
+}
+
+/// Parses a `NATS/1.0\r\nK: V\r\n...` header block (as STREAM.MSG.GET returns it).
+fn parse_header_block(b: &[u8]) -> Vec<(String, String)> {
+    let s = String::from_utf8_lossy(b);
+    s.lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .collect()
+}
+
+impl Js {
+    pub fn new(client: Client, timeout: Duration) -> Self {
+        Self { client, prefix: "$JS.API".into(), timeout, gets: Arc::new(AtomicU64::new(0)) }
+    }
+
+    pub fn server_version(&self) -> Option<ServerVersion> {
+        ServerVersion::parse(&self.client.server_info().version)
+    }
+
+    /// Message gets issued so far (translation is measured in gets, not time).
+    pub fn gets(&self) -> u64 {
+        self.gets.load(Ordering::Relaxed)
+    }
+
+    /// One JetStream API request; an `error` in the answer becomes [`Error::Api`].
+    pub async fn api(&self, what: &str, subject: &str, body: &Value) -> Result<Value> {
+        let payload = if body.is_null() { Bytes::new() } else { Bytes::from(serde_json::to_vec(body).expect("json")) };
+        let subject = format!("{}.{}", self.prefix, subject);
+        let req = async_nats::Request::new().payload(payload).timeout(Some(self.timeout));
+        let msg = self.client.send_request(subject, req).await.map_err(|e| request_error(what, e))?;
+        let v: Value = serde_json::from_slice(&msg.payload).map_err(|e| Error::Decode { what: what.into(), reason: e.to_string() })?;
+        if let Some(err) = v.get("error") {
+            return Err(Error::Api {
+                what: what.into(),
+                code: ApiErrorCode(err.get("err_code").and_then(Value::as_u64).unwrap_or(0)),
+                description: err.get("description").and_then(Value::as_str).unwrap_or("unknown error").to_string(),
+            });
+        }
+        Ok(v)
+    }
+
+    pub async fn account_info(&self) -> Result<Value> {
+        self.api("read account info", "INFO", &Value::Null).await
+    }
+
+    pub async fn stream_info_raw(&self, name: &str) -> Result<Value> {
+        match self.api(&format!("read stream {name}"), &format!("STREAM.INFO.{name}"), &Value::Null).await {
+            Err(e) if e.api_code() == Some(ApiErrorCode::STREAM_NOT_FOUND) => Err(Error::StreamNotFound(name.into())),
+            r => r,
+        }
+    }
+
+    pub async fn stream_info(&self, name: &str) -> Result<(Value, StreamInfo)> {
+        let raw = self.stream_info_raw(name).await?;
+        let view = serde_json::from_value(raw.clone()).map_err(|e| Error::Decode { what: format!("stream {name} info"), reason: e.to_string() })?;
+        Ok((raw, view))
+    }
+
+    /// `None` when the stream does not exist.
+    pub async fn stream_info_opt(&self, name: &str) -> Result<Option<(Value, StreamInfo)>> {
+        match self.stream_info(name).await {
+            Err(Error::StreamNotFound(_)) => Ok(None),
+            r => r.map(Some),
+        }
+    }
+
+    pub async fn stream_create(&self, config: &Value) -> Result<Value> {
+        let name = config["name"].as_str().unwrap_or_default();
+        self.api(&format!("create stream {name}"), &format!("STREAM.CREATE.{name}"), config).await
+    }
+
+    pub async fn stream_update(&self, config: &Value) -> Result<Value> {
+        let name = config["name"].as_str().unwrap_or_default();
+        self.api(&format!("update stream {name}"), &format!("STREAM.UPDATE.{name}"), config).await
+    }
+
+    pub async fn stream_delete(&self, name: &str) -> Result<()> {
+        self.api(&format!("delete stream {name}"), &format!("STREAM.DELETE.{name}"), &Value::Null).await.map(|_| ())
+    }
+
+    pub async fn consumer_info_raw(&self, stream: &str, name: &str) -> Result<Value> {
+        match self.api(&format!("read consumer {stream}/{name}"), &format!("CONSUMER.INFO.{stream}.{name}"), &Value::Null).await {
+            Err(e) if e.api_code() == Some(ApiErrorCode::CONSUMER_NOT_FOUND) => Err(Error::ConsumerNotFound { stream: stream.into(), consumer: name.into() }),
+            Err(e) if e.api_code() == Some(ApiErrorCode::STREAM_NOT_FOUND) => Err(Error::StreamNotFound(stream.into())),
+            r => r,
+        }
+    }
+
+    pub async fn consumer_info(&self, stream: &str, name: &str) -> Result<(Value, ConsumerInfo)> {
+        let raw = self.consumer_info_raw(stream, name).await?;
+        let view = serde_json::from_value(raw.clone()).map_err(|e| Error::Decode { what: format!("consumer {stream}/{name} info"), reason: e.to_string() })?;
+        Ok((raw, view))
+    }
+
+    pub async fn consumer_info_opt(&self, stream: &str, name: &str) -> Result<Option<(Value, ConsumerInfo)>> {
+        match self.consumer_info(stream, name).await {
+            Err(Error::ConsumerNotFound { .. }) => Ok(None),
+            r => r.map(Some),
+        }
+    }
+
+    pub async fn consumer_names(&self, stream: &str) -> Result<Vec<String>> {
+        let mut names = vec![];
+        loop {
+            let v = self
+                .api(&format!("list consumers of {stream}"), &format!("CONSUMER.NAMES.{stream}"), &json!({ "offset": names.len() }))
+                .await
+                .map_err(|e| if e.api_code() == Some(ApiErrorCode::STREAM_NOT_FOUND) { Error::StreamNotFound(stream.into()) } else { e })?;
+            let page: Vec<String> = v["consumers"].as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default();
+            let total = v["total"].as_u64().unwrap_or(0) as usize;
+            let n = page.len();
+            names.extend(page);
+            if n == 0 || names.len() >= total {
+                break;
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Creates a consumer. `action: "create"` fails if one exists with another
+    /// configuration and succeeds if it is identical, which makes the step
+    /// idempotent for resumes.
+    pub async fn consumer_create(&self, stream: &str, name: &str, config: &Value, create_only: bool) -> Result<Value> {
+        let mut body = json!({ "stream_name": stream, "config": config });
+        if create_only {
+            body["action"] = json!("create");
+        }
+        self.api(&format!("create consumer {stream}/{name}"), &format!("CONSUMER.CREATE.{stream}.{name}"), &body).await
+    }
+
+    pub async fn consumer_delete(&self, stream: &str, name: &str) -> Result<()> {
+        match self.api(&format!("delete consumer {stream}/{name}"), &format!("CONSUMER.DELETE.{stream}.{name}"), &Value::Null).await {
+            Err(e) if e.api_code() == Some(ApiErrorCode::CONSUMER_NOT_FOUND) => Ok(()),
+            r => r.map(|_| ()),
+        }
+    }
+
+    /// Pauses until `until` (RFC 3339), or resumes with `None`
+    /// (`$JS.API.CONSUMER.PAUSE`, 2.11+; server jetstream_api.go
+    /// `jsConsumerPauseRequest`: an empty body resumes).
+    pub async fn consumer_pause(&self, stream: &str, name: &str, until: Option<&str>) -> Result<bool> {
+        let body = match until {
+            Some(t) => json!({ "pause_until": t }),
+            None => Value::Null,
+        };
+        let what = format!("{} consumer {stream}/{name}", if until.is_some() { "pause" } else { "resume" });
+        let v = self.api(&what, &format!("CONSUMER.PAUSE.{stream}.{name}"), &body).await.map_err(|e| match e.api_code() {
+            Some(ApiErrorCode::CONSUMER_NOT_FOUND) => Error::ConsumerNotFound { stream: stream.into(), consumer: name.into() },
+            _ => e,
+        })?;
+        Ok(v["paused"].as_bool().unwrap_or(false))
+    }
+
+    /// The first message at or after `seq` (`next_by_subj: ">"`; server
+    /// `LoadNextMsg` semantics), or exactly `seq` when `exact`. `None` when there
+    /// is none. Uses direct get when the stream allows it, STREAM.MSG.GET otherwise.
+    pub async fn get_msg(&self, stream: &str, seq: u64, exact: bool, direct: bool) -> Result<Option<StoredMsg>> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        let mut req = json!({ "seq": seq });
+        if !exact {
+            req["next_by_subj"] = json!(">");
+        }
+        self.get_with(stream, req, direct).await
+    }
+
+    /// The last message of the stream.
+    pub async fn last_msg(&self, stream: &str, direct: bool) -> Result<Option<StoredMsg>> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.get_with(stream, json!({ "last_by_subj": ">" }), direct).await
+    }
+
+    async fn get_with(&self, stream: &str, req: Value, direct: bool) -> Result<Option<StoredMsg>> {
+        let what = format!("get message from {stream}");
+        if direct {
+            let subject = format!("{}.DIRECT.GET.{stream}", self.prefix);
+            let r = async_nats::Request::new().payload(Bytes::from(req.to_string())).timeout(Some(self.timeout));
+            let msg = self.client.send_request(subject, r).await.map_err(|e| request_error(&what, e))?;
+            if let Some(st) = msg.status {
+                if st == async_nats::StatusCode::NOT_FOUND {
+                    return Ok(None);
+                }
+                if st != async_nats::StatusCode::OK {
+                    return Err(Error::Request { what, reason: format!("status {st} {}", msg.description.unwrap_or_default()) });
+                }
+            }
+            let headers = msg.headers.as_ref().map(headers_vec).unwrap_or_default();
+            let seq = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("Nats-Sequence")).and_then(|(_, v)| v.parse().ok());
+            let subject = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("Nats-Subject")).map(|(_, v)| v.clone()).unwrap_or_default();
+            let Some(seq) = seq else { return Err(Error::Decode { what, reason: "direct get answer has no Nats-Sequence header".into() }) };
+            return Ok(Some(StoredMsg { seq, subject, headers, payload: msg.payload }));
+        }
+        match self.api(&what, &format!("STREAM.MSG.GET.{stream}"), &req).await {
+            Err(e) if e.api_code() == Some(ApiErrorCode::NO_MESSAGE_FOUND) => Ok(None),
+            Err(e) => Err(e),
+            Ok(v) => {
+                let m = &v["message"];
+                let b64 = base64::engine::general_purpose::STANDARD;
+                let headers = m["hdrs"].as_str().and_then(|h| b64.decode(h).ok()).map(|b| parse_header_block(&b)).unwrap_or_default();
+                let payload = m["data"].as_str().and_then(|d| b64.decode(d).ok()).unwrap_or_default();
+                Ok(Some(StoredMsg {
+                    seq: m["seq"].as_u64().unwrap_or(0),
+                    subject: m["subject"].as_str().unwrap_or_default().to_string(),
+                    headers,
+                    payload: Bytes::from(payload),
+                }))
+            }
+        }
+    }
+}
+
+pub(crate) fn request_error(what: &str, e: async_nats::RequestError) -> Error {
+    use async_nats::RequestErrorKind as K;
+    match e.kind() {
+        K::NoResponders => Error::NoResponders { what: what.into() },
+        K::TimedOut => Error::Timeout { what: what.into() },
+        _ => Error::Request { what: what.into(), reason: e.to_string() },
+    }
+}

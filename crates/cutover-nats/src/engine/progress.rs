@@ -1,0 +1,47 @@
+//! How far B has sourced A, measured by sequences.
+//!
+//! A source's `lag` in stream info is only refreshed when messages flow, so it
+//! freezes at its last value when A goes quiet: we compare A's last sequence with
+//! the origin sequence in B's newest `Nats-Stream-Source` header instead.
+
+use crate::api::Js;
+use crate::error::Result;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SourceProgress {
+    pub origin: String,
+    pub origin_last_seq: u64,
+    /// The origin sequence of B's newest message from `origin`, if B's newest
+    /// message came from it.
+    pub sourced_origin_seq: Option<u64>,
+    pub b_last_seq: u64,
+    /// No message of `origin` exists after what B sourced.
+    pub caught_up: bool,
+    /// What the server's `lag` field says, for comparison only.
+    pub reported_lag: Option<u64>,
+}
+
+pub async fn source_progress(js: &Js, b: &str, origin: &str) -> Result<SourceProgress> {
+    let (_, b_info) = js.stream_info(b).await?;
+    let (_, a_info) = js.stream_info(origin).await?;
+    let reported_lag = b_info.sources.iter().find(|s| s.name == origin).map(|s| s.lag);
+    let a_last = a_info.state.last_seq;
+    let sourced = if b_info.state.messages == 0 {
+        None
+    } else {
+        match js.last_msg(b, b_info.config.allow_direct).await? {
+            Some(m) => m.origin_seq(origin)?,
+            None => None,
+        }
+    };
+    // Caught up when A holds no message after the newest one B sourced. Comparing
+    // with A's last sequence alone would wait forever if A's tail was deleted
+    // before B sourced it, so a shortfall is confirmed with one get on A.
+    let caught_up = match sourced {
+        Some(s) if s >= a_last => true,
+        _ if a_info.state.messages == 0 => true,
+        s => js.get_msg(origin, s.unwrap_or(0) + 1, false, a_info.config.allow_direct).await?.is_none(),
+    };
+    Ok(SourceProgress { origin: origin.into(), origin_last_seq: a_last, sourced_origin_seq: sourced, b_last_seq: b_info.state.last_seq, caught_up, reported_lag })
+}

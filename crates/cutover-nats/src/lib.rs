@@ -1,0 +1,23 @@
+//! The NATS adapter of nats-cutover: every byte to or from the server goes
+//! through here, on async-nats.
+//!
+//! The pure core (`cutover-core`) decides; this crate reads what it needs
+//! ([`api::Js`]), carries out the steps ([`engine`]), keeps the journal
+//! ([`journal`]), and verifies ([`verify`]).
+//!
+//! # Layout
+//! - [`connect`]: connection options (nats CLI names, contexts) to a client.
+//! - [`api`]: the JetStream API as raw JSON requests, so no setting the client
+//!   library does not model is ever dropped on an update; message gets.
+//! - [`error`]: errors carrying what the operator needs to act.
+//! - [`journal`]: the migration journal and lease in a KV bucket.
+//! - [`engine`]: `run`, `status`, `rollback`: the cut-over, step by step.
+//! - [`verify`]: structural verification of a finished migration.
+
+pub mod api;
+pub mod connect;
+pub mod engine;
+pub mod error;
+
+pub use api::Js;
+pub use error::{Error, Result};

@@ -1,0 +1,275 @@
+//! The test kit: a real, pinned nats-server per test.
+//!
+//! Each [`NatsServer`] runs on a free loopback port (`-a 127.0.0.1 -p -1`) with its
+//! own store directory, is known to be ready when it writes its ports file
+//! (`--ports_file_dir`, not log scraping), is stopped gracefully (SIGTERM, then
+//! SIGKILL after a deadline) when dropped, and leaves no files behind.
+//!
+//! The binary is found through `NATS_SERVER`, then the repository's install folder
+//! (`.nats-server/<version>/nats-server`, written by `scripts/install-nats-server.sh`),
+//! then `PATH`. A missing server is an error naming the install command, never a
+//! silently skipped test.
+//!
+//! # Layout
+//! Everything is in this file: binary lookup, [`NatsServer`], [`Cluster`].
+
+use std::io;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The server version tests and the demo run against unless told otherwise.
+pub const PINNED_VERSION: &str = "2.15.1";
+
+/// The repository root, known at compile time (the kit only runs from the repo).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+}
+
+pub fn install_hint(version: &str) -> String {
+    format!(
+        "nats-server {version} not found: install it with `scripts/install-nats-server.sh {version}` (from the repository root), or point NATS_SERVER at a nats-server binary"
+    )
+}
+
+/// Finds the server binary: `NATS_SERVER`, the repo's install folder, `PATH`.
+pub fn server_binary(version: &str) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("NATS_SERVER") {
+        let p = PathBuf::from(p);
+        return if p.is_file() { Ok(p) } else { Err(format!("NATS_SERVER={} is not a file; {}", p.display(), install_hint(version))) };
+    }
+    let local = repo_root().join(".nats-server").join(version).join("nats-server");
+    if local.is_file() {
+        return Ok(local);
+    }
+    if version == PINNED_VERSION {
+        if let Some(path) = std::env::var_os("PATH") {
+            for dir in std::env::split_paths(&path) {
+                let c = dir.join("nats-server");
+                if c.is_file() {
+                    return Ok(c);
+                }
+            }
+        }
+    }
+    Err(install_hint(version))
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn unique_dir(tag: &str) -> io::Result<PathBuf> {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let d = std::env::temp_dir().join(format!("nats-cutover-{tag}-{}-{}-{nanos}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}
+
+/// A free loopback port (bound and released; the short race is acceptable for
+/// cluster route ports, which `-p -1` cannot choose for us).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free loopback port")
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// Server version to run (default [`PINNED_VERSION`]).
+    pub version: Option<String>,
+    /// Extra configuration file content (accounts, users, TLS, cluster...).
+    pub config: Option<String>,
+    /// Server name (cluster nodes need distinct names).
+    pub name: Option<String>,
+    /// Fixed client port (restart keeps the URL); `None` picks a free one.
+    pub port: Option<u16>,
+}
+
+pub struct NatsServer {
+    child: Option<Child>,
+    dir: PathBuf,
+    url: String,
+    port: u16,
+    binary: PathBuf,
+    opts: ServerOptions,
+    keep_dir: bool,
+}
+
+impl NatsServer {
+    /// Starts the pinned server with JetStream; panics with the install hint if
+    /// the binary is missing (a test must fail, not skip).
+    pub fn start() -> Self {
+        Self::start_with(ServerOptions::default()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn start_with(opts: ServerOptions) -> Result<Self, String> {
+        let version = opts.version.clone().unwrap_or_else(|| PINNED_VERSION.to_string());
+        let binary = server_binary(&version)?;
+        let dir = unique_dir("server").map_err(|e| format!("cannot create a temp dir: {e}"))?;
+        let mut s = Self { child: None, dir, url: String::new(), port: 0, binary, opts, keep_dir: false };
+        s.spawn()?;
+        Ok(s)
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let ports_dir = self.dir.join("ports");
+        let _ = std::fs::remove_dir_all(&ports_dir);
+        std::fs::create_dir_all(&ports_dir).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("-a").arg("127.0.0.1")
+            .arg("-p").arg(self.opts.port.map(|p| p.to_string()).unwrap_or_else(|| "-1".into()))
+            .arg("-js")
+            .arg("-sd").arg(self.dir.join("store"))
+            .arg("--ports_file_dir").arg(&ports_dir)
+            .arg("-l").arg(self.dir.join("server.log"));
+        if let Some(name) = &self.opts.name {
+            cmd.arg("-n").arg(name);
+        }
+        if let Some(conf) = &self.opts.config {
+            let path = self.dir.join("server.conf");
+            std::fs::write(&path, conf).map_err(|e| e.to_string())?;
+            cmd.arg("-c").arg(path);
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", self.binary.display()))?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let url = loop {
+            if let Some(url) = read_ports_file(&ports_dir) {
+                break url;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+                return Err(format!("nats-server exited during start ({status}); log:\n{log}"));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err("nats-server wrote no ports file within 20s".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        self.port = url.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        self.url = url;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// Keep the server's files after drop (for a failing test's post-mortem).
+    pub fn keep_files(&mut self) {
+        self.keep_dir = true;
+    }
+
+    /// Stops gracefully and starts again on the same port with the same store.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.stop();
+        self.opts.port = Some(self.port);
+        self.spawn()
+    }
+
+    /// SIGTERM (the server flushes and exits), SIGKILL after 10s.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.stop();
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn read_ports_file(dir: &Path) -> Option<String> {
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        if e.path().extension().is_some_and(|x| x == "ports") {
+            let text = std::fs::read_to_string(e.path()).ok()?;
+            // {"nats":["nats://127.0.0.1:4222"], ...}; written once complete, but
+            // be tolerant of a half-written file.
+            let start = text.find("\"nats\"")?;
+            let rest = &text[start..];
+            let q1 = rest.find("nats://")?;
+            let tail = &rest[q1..];
+            let end = tail.find('"')?;
+            return Some(tail[..end].to_string());
+        }
+    }
+    None
+}
+
+/// A 3-node (or n-node) JetStream cluster on loopback.
+pub struct Cluster {
+    pub nodes: Vec<NatsServer>,
+}
+
+impl Cluster {
+    pub fn start(n: usize) -> Result<Self, String> {
+        let route_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let routes: Vec<String> = route_ports.iter().map(|p| format!("nats-route://127.0.0.1:{p}")).collect();
+        let mut nodes = vec![];
+        for (i, p) in route_ports.iter().enumerate() {
+            let config = format!(
+                "cluster {{\n  name: cutover\n  listen: 127.0.0.1:{p}\n  routes: [{}]\n}}\n",
+                routes.join(", ")
+            );
+            nodes.push(NatsServer::start_with(ServerOptions { config: Some(config), name: Some(format!("n{i}")), ..Default::default() })?);
+        }
+        Ok(Self { nodes })
+    }
+
+    pub fn urls(&self) -> String {
+        self.nodes.iter().map(|n| n.url().to_string()).collect::<Vec<_>>().join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_file_is_read() {
+        let d = unique_dir("unit").unwrap();
+        std::fs::write(d.join("nats-server_1.ports"), r#"{"nats":["nats://127.0.0.1:4567"],"monitoring":[]}"#).unwrap();
+        assert_eq!(read_ports_file(&d).as_deref(), Some("nats://127.0.0.1:4567"));
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn missing_binary_names_the_install_command() {
+        let e = server_binary("0.0.0-none").unwrap_err();
+        assert!(e.contains("scripts/install-nats-server.sh 0.0.0-none"), "{e}");
+    }
+}

@@ -1,0 +1,39 @@
+//! Parse, dispatch, and turn errors into exit codes: the only place that does.
+
+use crate::cli::{Cli, Command};
+use crate::{cmd, exit};
+use clap::Parser;
+
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("NATS_CUTOVER_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let json = cli.json;
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return exit::FAILED;
+        }
+    };
+    let result = rt.block_on(async move {
+        match cli.command {
+            Command::Inspect(a) => cmd::inspect::run(&cli.conn, json, a).await,
+            Command::Plan(a) => cmd::plan::run(&cli.conn, json, a).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            let code = exit::code_for(&e);
+            let msg = e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
+            if json {
+                println!("{}", serde_json::json!({ "error": msg, "exit_code": code }));
+            }
+            eprintln!("error: {msg}");
+            code
+        }
+    }
+}

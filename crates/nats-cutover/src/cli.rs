@@ -1,0 +1,125 @@
+//! Command-line definitions. Doc comments are the help text.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Move the consumers and publishers of a NATS JetStream stream to a new stream,
+/// live: publishers never stop, nothing is lost, nothing is processed twice.
+#[derive(Debug, Parser)]
+#[command(name = "nats-cutover", version, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Machine-readable output (JSON; one event per line for `run`).
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Connection options, named as in the nats CLI.
+#[derive(Debug, Args, Clone)]
+pub struct ConnArgs {
+    /// NATS server URL(s), comma separated.
+    #[arg(short = 's', long, env = "NATS_URL", global = true)]
+    pub server: Option<String>,
+    /// nats CLI context to use (default: the selected one, if any).
+    #[arg(long, env = "NATS_CONTEXT", global = true)]
+    pub context: Option<String>,
+    /// User credentials file (JWT + seed).
+    #[arg(long, env = "NATS_CREDS", global = true)]
+    pub creds: Option<PathBuf>,
+    /// NKey seed file.
+    #[arg(long, env = "NATS_NKEY", global = true)]
+    pub nkey: Option<PathBuf>,
+    /// Username.
+    #[arg(long, env = "NATS_USER", global = true)]
+    pub user: Option<String>,
+    /// Password.
+    #[arg(long, env = "NATS_PASSWORD", global = true)]
+    pub password: Option<String>,
+    /// Authentication token.
+    #[arg(long, env = "NATS_TOKEN", global = true)]
+    pub token: Option<String>,
+    /// TLS client certificate.
+    #[arg(long, env = "NATS_CERT", global = true)]
+    pub tlscert: Option<PathBuf>,
+    /// TLS client key.
+    #[arg(long, env = "NATS_KEY", global = true)]
+    pub tlskey: Option<PathBuf>,
+    /// TLS CA certificate to verify the server.
+    #[arg(long, env = "NATS_CA", global = true)]
+    pub tlsca: Option<PathBuf>,
+    /// Connection and request timeout (e.g. 5s, 500ms).
+    #[arg(long, env = "NATS_TIMEOUT", value_parser = humantime::parse_duration, global = true)]
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show a stream, its sources' real catch-up and its consumers' settled state.
+    Inspect(InspectArgs),
+    /// Explain, read-only, how consumers would move from one stream to another.
+    Plan(PlanArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The stream to inspect.
+    pub stream: String,
+    /// Only these consumers (default: all).
+    #[arg(long)]
+    pub consumer: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StrategyArg {
+    Source,
+    Mirror,
+    DualWrite,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    Drain,
+    Fence,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct PlanArgs {
+    /// The stream consumers and publishers leave.
+    #[arg(long)]
+    pub from: String,
+    /// The stream they move to (created by `run` if it does not exist).
+    #[arg(long)]
+    pub to: String,
+    /// A durable consumer to move (repeatable).
+    #[arg(long, required_unless_present = "all_consumers")]
+    pub consumer: Vec<String>,
+    /// Move every durable consumer of --from.
+    #[arg(long, conflicts_with = "consumer")]
+    pub all_consumers: bool,
+    /// How B gets A's messages.
+    #[arg(long, value_enum, default_value = "source")]
+    pub strategy: StrategyArg,
+    /// How the consumers' position is handed over.
+    #[arg(long, value_enum, default_value = "drain")]
+    pub mode: ModeArg,
+    /// JSON file with settings for the new stream, in the server's stream-config
+    /// shape (e.g. {"storage":"memory","subjects":["orders.>"]}); durations in ns.
+    #[arg(long)]
+    pub to_config: Option<PathBuf>,
+    /// State that publishers are stopped (needed on servers without consumer
+    /// pause, before 2.11).
+    #[arg(long)]
+    pub publishers_stopped: bool,
+    /// How long publishers keep retrying a publish with the same Nats-Msg-Id;
+    /// the new stream's duplicate window covers at least this.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
+    pub retry_horizon: Duration,
+    /// Also write the plan to this file (TOML, or JSON if it ends in .json) for
+    /// review; `run --plan FILE` executes it.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}

@@ -1,0 +1,99 @@
+//! `nats-cutover inspect STREAM [--consumer C]`.
+
+use crate::cli::{ConnArgs, InspectArgs};
+use crate::exit;
+use crate::render::{nanos, table};
+use cutover_core::checkpoint::assess;
+use cutover_core::names;
+use cutover_nats::engine::source_progress;
+use serde_json::json;
+
+pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> anyhow::Result<i32> {
+    names::stream(&a.stream)?;
+    for c in &a.consumer {
+        names::consumer(c)?;
+    }
+    let js = super::connect(conn).await?;
+    let (raw, info) = js.stream_info(&a.stream).await?;
+    let mut sources = vec![];
+    for s in &info.config.sources {
+        if s.external.is_some() {
+            continue;
+        }
+        sources.push(source_progress(&js, &a.stream, &s.name).await?);
+    }
+    let names = if a.consumer.is_empty() { js.consumer_names(&a.stream).await? } else { a.consumer.clone() };
+    let mut consumers = vec![];
+    for n in &names {
+        let (craw, c) = js.consumer_info(&a.stream, n).await?;
+        consumers.push((craw, c.clone(), assess(&c)));
+    }
+    if json_out {
+        let doc = json!({
+            "server_version": js.server_version().map(|v| v.to_string()),
+            "stream": raw,
+            "sources": sources,
+            "consumers": consumers.iter().map(|(raw, _, a)| json!({ "info": raw, "assessment": a })).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(exit::OK);
+    }
+    let c = &info.config;
+    println!("Stream {} (server {})", c.name, js.server_version().map(|v| v.to_string()).unwrap_or_default());
+    println!(
+        "{}",
+        table(
+            &["setting", "value"],
+            &[
+                vec!["subjects".into(), if c.subjects.is_empty() { "-".into() } else { c.subjects.join(", ") }],
+                vec!["retention / storage / replicas".into(), format!("{} / {} / {}", c.retention, c.storage, c.num_replicas.max(1))],
+                vec!["discard / max_msgs / max_bytes / max_age".into(), format!("{} / {} / {} / {}", c.discard, c.max_msgs, c.max_bytes, nanos(c.max_age))],
+                vec!["duplicate_window".into(), nanos(c.duplicate_window)],
+                vec!["sealed / deny_delete / allow_direct".into(), format!("{} / {} / {}", c.sealed, c.deny_delete, c.allow_direct)],
+                vec!["messages (first..last)".into(), format!("{} ({}..{}), {} deleted", info.state.messages, info.state.first_seq, info.state.last_seq, info.state.num_deleted)],
+                vec!["mirror".into(), c.mirror.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| "-".into())],
+            ]
+        )
+    );
+    for s in &sources {
+        println!();
+        println!(
+            "Source {}: origin last seq {}, newest sourced origin seq {}, {} (the lag field says {}; sequences are compared because lag freezes when nothing flows)",
+            s.origin,
+            s.origin_last_seq,
+            s.sourced_origin_seq.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
+            if s.caught_up { "caught up" } else { "NOT caught up" },
+            s.reported_lag.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
+        );
+    }
+    for (_, c, a) in &consumers {
+        println!();
+        let kind = if c.config.is_push() { "push" } else { "pull" };
+        println!("Consumer {} ({kind}, ack {}, filter {})", c.name, c.config.ack_policy, if c.config.filters().is_empty() { "-".into() } else { c.config.filters().join(",") });
+        println!(
+            "{}",
+            table(
+                &["delivered (stream/consumer)", "ack floor", "pending", "ack pending", "redelivered", "waiting", "paused"],
+                &[vec![
+                    format!("{}/{}", c.delivered.stream_seq, c.delivered.consumer_seq),
+                    format!("{}/{}", c.ack_floor.stream_seq, c.ack_floor.consumer_seq),
+                    c.num_pending.to_string(),
+                    c.num_ack_pending.to_string(),
+                    c.num_redelivered.to_string(),
+                    c.num_waiting.to_string(),
+                    c.paused.to_string(),
+                ]]
+            )
+        );
+        let verdict = match (a.settled, a.stable) {
+            (true, true) => format!("settled and paused: checkpoint F = {} is exact", a.checkpoint.unwrap_or(0)),
+            (true, false) => format!("settled right now at {} (not paused, so it can move)", a.checkpoint.unwrap_or(0)),
+            _ => "not settled".into(),
+        };
+        println!("  {verdict}");
+        for line in &a.reasoning {
+            println!("  - {line}");
+        }
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,121 @@
+//! `nats-cutover plan`: read-only; prints the plan, refuses unsafe ones.
+
+use crate::cli::{ConnArgs, ModeArg, PlanArgs, StrategyArg};
+use crate::exit::{self, Coded};
+use crate::render::table;
+use anyhow::Context;
+use cutover_core::plan::{Mode, Plan, PlanRequest, Strategy};
+use serde_json::{Map, Value};
+
+pub fn request(a: &PlanArgs) -> anyhow::Result<PlanRequest> {
+    let to_config = match &a.to_config {
+        None => None,
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| Coded(exit::BAD_INPUT, format!("cannot read --to-config file {}: {e}", p.display())))?;
+            let v: Value = serde_json::from_str(&text).map_err(|e| Coded(exit::BAD_INPUT, format!("--to-config file {} is not valid JSON: {e}; it holds stream settings such as {{\"storage\": \"memory\"}}", p.display())))?;
+            match v {
+                Value::Object(m) => Some(m),
+                _ => return Err(Coded(exit::BAD_INPUT, format!("--to-config file {} must hold a JSON object of stream settings", p.display())).into()),
+            }
+        }
+    };
+    Ok(PlanRequest {
+        from: a.from.clone(),
+        to: a.to.clone(),
+        consumers: a.consumer.clone(),
+        all_consumers: a.all_consumers,
+        strategy: match a.strategy {
+            StrategyArg::Source => Strategy::Source,
+            StrategyArg::Mirror => Strategy::Mirror,
+            StrategyArg::DualWrite => Strategy::DualWrite,
+        },
+        mode: match a.mode {
+            ModeArg::Drain => Mode::Drain,
+            ModeArg::Fence => Mode::Fence,
+        },
+        to_config: to_config.map(|m: Map<String, Value>| m),
+        publishers_stopped: a.publishers_stopped,
+        retry_horizon: a.retry_horizon,
+    })
+}
+
+/// TOML has no null: drop them before writing a plan file.
+fn strip_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, strip_nulls(v))).collect()),
+        Value::Array(a) => Value::Array(a.into_iter().filter(|v| !v.is_null()).map(strip_nulls).collect()),
+        x => x,
+    }
+}
+
+pub fn write_plan_file(plan: &Plan, path: &std::path::Path) -> anyhow::Result<()> {
+    let v = serde_json::to_value(plan)?;
+    let text = if path.extension().is_some_and(|e| e == "json") {
+        serde_json::to_string_pretty(&v)?
+    } else {
+        toml::to_string_pretty(&strip_nulls(v)).context("cannot write the plan as TOML")?
+    };
+    std::fs::write(path, text).map_err(|e| Coded(exit::BAD_INPUT, format!("cannot write plan file {}: {e}", path.display())))?;
+    Ok(())
+}
+
+pub fn print_plan(plan: &Plan) {
+    println!("Plan: move {} from {} to {} (strategy {}, mode {})", plan.consumers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "), plan.from, plan.to, plan.strategy.as_str(), plan.mode.as_str());
+    println!("Server {}; relies on:", plan.server_version);
+    for r in &plan.relies_on {
+        println!("  - {r}");
+    }
+    println!();
+    println!("Compatibility:");
+    let rows: Vec<Vec<String>> = plan
+        .findings
+        .iter()
+        .map(|f| vec![f.scope.clone(), f.setting.clone(), f.from.clone(), f.to.clone(), f.verdict.as_str().to_string(), f.reason.clone()])
+        .collect();
+    println!("{}", table(&["scope", "setting", "from", "to", "verdict", "reason"], &rows));
+    println!();
+    println!("Checkpoint rule: {}", plan.checkpoint_rule);
+    println!();
+    println!("Steps:");
+    for s in &plan.steps {
+        println!("  {:>2}. {}: {}", s.n, s.title, s.detail);
+    }
+    for (c, q) in &plan.quiescence {
+        println!();
+        println!("Quiescent interval for {c} (no pause on this server; publishers stopped):");
+        match q.interval {
+            Some(d) => println!("  deadline {}", humantime::format_duration(d)),
+            None => println!("  no bound"),
+        }
+        for l in &q.derivation {
+            println!("  - {l}");
+        }
+    }
+    println!();
+    if plan.safe {
+        println!("Verdict: SAFE. `nats-cutover run` with the same options carries it out.");
+    } else {
+        println!("Verdict: UNSAFE, refused:");
+        for f in plan.unsafe_findings() {
+            println!("  - {} {}: {}", f.scope, f.setting, f.reason);
+        }
+    }
+}
+
+pub async fn run(conn: &ConnArgs, json_out: bool, a: PlanArgs) -> anyhow::Result<i32> {
+    let req = request(&a)?;
+    // Names and the obvious refusals are checked before connecting.
+    cutover_core::names::stream(&req.from)?;
+    cutover_core::names::stream(&req.to)?;
+    let js = super::connect(conn).await?;
+    let plan = cutover_nats::engine::prepare_plan(&js, &req).await?;
+    if let Some(out) = &a.out {
+        write_plan_file(&plan, out)?;
+    }
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+    } else {
+        print_plan(&plan);
+    }
+    Ok(if plan.safe { exit::OK } else { exit::INCOMPATIBLE })
+}

@@ -1,0 +1,12 @@
+//! `nats-cutover`: the thin binary. Parsing, dispatch and the one place where
+//! errors become exit codes live in [`app`]; the work lives in the library crates.
+
+mod app;
+mod cli;
+mod cmd;
+mod exit;
+mod render;
+
+fn main() {
+    std::process::exit(app::main());
+}

@@ -1,0 +1,139 @@
+//! Shared helpers: a server per test, a client, the CLI, and server snapshots.
+
+use async_nats::jetstream;
+use cutover_nats::Js;
+use cutover_testkit::NatsServer;
+use serde_json::{json, Value};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+pub struct Env {
+    pub server: NatsServer,
+    pub js: Js,
+    pub ctx: jetstream::Context,
+}
+
+pub async fn env() -> Env {
+    let server = NatsServer::start();
+    let client = async_nats::connect(server.url()).await.expect("connect to test server");
+    let js = Js::new(client.clone(), Duration::from_secs(5));
+    let ctx = jetstream::new(client);
+    Env { server, js, ctx }
+}
+
+impl Env {
+    pub async fn stream(&self, cfg: Value) {
+        self.js.stream_create(&cfg).await.expect("create stream");
+    }
+
+    pub async fn consumer(&self, stream: &str, cfg: Value) {
+        let name = cfg["durable_name"].as_str().unwrap().to_string();
+        self.js.consumer_create(stream, &name, &cfg, false).await.expect("create consumer");
+    }
+
+    /// Publishes n messages to `subject` with msg-ids `{prefix}-{i}`, awaiting acks.
+    pub async fn publish(&self, subject: &str, prefix: &str, n: usize) {
+        for i in 0..n {
+            let mut h = async_nats::HeaderMap::new();
+            h.insert("Nats-Msg-Id", format!("{prefix}-{i}").as_str());
+            self.ctx
+                .publish_with_headers(subject.to_string(), h, format!("{i}").into())
+                .await
+                .expect("publish")
+                .await
+                .expect("publish ack");
+        }
+    }
+
+    pub fn cli(&self, args: &[&str]) -> Out {
+        let mut full = vec!["--server", self.server.url()];
+        full.extend_from_slice(args);
+        cli(&full)
+    }
+
+    /// Every stream and consumer, without the fields that change by themselves
+    /// (timestamps), for "nothing changed on the server" assertions.
+    pub async fn snapshot(&self) -> Value {
+        let names = self.js.api("names", "STREAM.NAMES", &Value::Null).await.unwrap();
+        let mut names: Vec<String> = names["streams"].as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default();
+        names.sort();
+        let mut out = serde_json::Map::new();
+        for n in names {
+            let mut s = self.js.stream_info_raw(&n).await.unwrap();
+            strip(&mut s);
+            let mut consumers = serde_json::Map::new();
+            for c in self.js.consumer_names(&n).await.unwrap() {
+                let mut ci = self.js.consumer_info_raw(&n, &c).await.unwrap();
+                strip(&mut ci);
+                consumers.insert(c, ci);
+            }
+            out.insert(n, json!({ "info": s, "consumers": consumers }));
+        }
+        Value::Object(out)
+    }
+}
+
+fn strip(v: &mut Value) {
+    if let Value::Object(m) = v {
+        for k in ["ts", "cluster", "last_active", "active", "created", "num_waiting", "lag"] {
+            m.remove(k);
+        }
+        for (_, x) in m.iter_mut() {
+            strip(x);
+        }
+    } else if let Value::Array(a) = v {
+        a.iter_mut().for_each(strip);
+    }
+}
+
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
+    }
+}
+
+impl std::fmt::Debug for Out {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}\n--- stdout\n{}\n--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+pub fn cli(args: &[&str]) -> Out {
+    let o = Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .args(args)
+        .env_remove("NATS_URL")
+        .env_remove("NATS_CONTEXT")
+        .env("HOME", std::env::temp_dir().join("nats-cutover-test-home"))
+        .output()
+        .expect("run nats-cutover");
+    Out { code: o.status.code().unwrap_or(-1), stdout: String::from_utf8_lossy(&o.stdout).into(), stderr: String::from_utf8_lossy(&o.stderr).into() }
+}
+
+/// Waits for a condition with a deadline: never a bare sleep.
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The standard fixture: stream A on orders.>, durable C filtered on orders.eu.
+pub async fn orders(e: &Env) {
+    e.stream(json!({"name": "A", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64})).await;
+    e.consumer("A", json!({"durable_name": "C", "ack_policy": "explicit", "filter_subject": "orders.>", "max_ack_pending": 100})).await;
+    e.publish("orders.eu", "m", 10).await;
+}

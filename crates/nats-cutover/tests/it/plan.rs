@@ -1,0 +1,50 @@
+use crate::common::*;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_explains_a_safe_cutover_and_changes_nothing() {
+    let e = env().await;
+    orders(&e).await;
+    let before = e.snapshot().await;
+    let dir = e.server.dir().join("out");
+    std::fs::create_dir_all(&dir).unwrap();
+    let toml_path = dir.join("plan.toml");
+    let out = e.cli(&["plan", "--from", "A", "--to", "B", "--consumer", "C", "--out", toml_path.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("Verdict: SAFE"), "{out:?}");
+    assert!(out.stdout.contains("consumer pause (2.11+)"), "{out:?}");
+    assert!(out.stdout.contains("F = delivered.stream_seq"), "{out:?}");
+    let toml_text = std::fs::read_to_string(&toml_path).unwrap();
+    assert!(toml_text.contains("from = \"A\""), "{toml_text}");
+    let j = e.cli(&["plan", "--json", "--from", "A", "--to", "B", "--consumer", "C"]).json();
+    assert_eq!(j["safe"], true);
+    assert_eq!(j["format"], 1);
+    assert_eq!(j["b_config"]["sources"], json!([{"name": "A"}]));
+    assert_eq!(j["b_final_subjects"], json!(["orders.>"]));
+    assert!(j["b_config"]["duplicate_window"].as_i64().unwrap() >= 120_000_000_000);
+    assert_eq!(j["server_version"], json!({"major": 2, "minor": 15, "patch": 1}));
+    assert_eq!(e.snapshot().await, before, "plan changed the server");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_options_may_come_before_the_subcommand_and_all_consumers_works() {
+    let e = env().await;
+    orders(&e).await;
+    e.consumer("A", json!({"durable_name": "D", "ack_policy": "explicit", "filter_subject": "orders.us"})).await;
+    let out = cli(&["--server", e.server.url(), "--json", "plan", "--from", "A", "--to", "B", "--all-consumers"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let names: Vec<String> = out.json()["consumers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names, vec!["C", "D"]);
+    let out = cli(&["plan", "--from", "A", "--to", "B", "--consumer", "C", "--server", e.server.url()]);
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_maps_filters_through_an_existing_b_source_transform() {
+    let e = env().await;
+    orders(&e).await;
+    e.stream(json!({"name": "B", "duplicate_window": 120_000_000_000i64, "allow_direct": true,
+        "sources": [{"name": "A", "subject_transforms": [{"src": "orders.>", "dest": "v2.orders.>"}]}]})).await;
+    let j = e.cli(&["plan", "--json", "--from", "A", "--to", "B", "--consumer", "C"]).json();
+    assert_eq!(j["consumers"][0]["b_filters"], json!(["v2.orders.>"]), "{j:#}");
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs every test: installs the pinned nats-server if missing, builds, and runs the
+# unit, property and real-server integration tests. Usage: scripts/test.sh [cargo test args]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+command -v cargo >/dev/null || { echo "cargo is needed: install a Rust toolchain (rustup)" >&2; exit 1; }
+scripts/install-nats-server.sh "${NATS_SERVER_VERSION:-2.15.1}"
+# Two cores: build once, then run; tests start one server each.
+cargo build --workspace --all-targets --locked
+cargo test --workspace --locked "$@"
