@@ -1,2 +1,22 @@
-//! The application library of nats-cutover (publishers and workers that follow
-//! a migration). Grows with the engine; see ARCHITECTURE.md.
+//! The application library of nats-cutover: what an application links to keep
+//! working, unchanged, while its stream is replaced under it.
+//!
+//! - A [`publisher::Publisher`] publishes with a `Nats-Msg-Id` and retries with the
+//!   same id while the subjects move from the old stream to the new one (a few
+//!   milliseconds of "no responders"); the new stream's duplicate window makes the
+//!   retry land once.
+//! - A [`follow::Follower`] watches the route record the engine writes in KV once
+//!   the consumer's new durable is positioned exactly, and [`worker::consume`]
+//!   switches fetching to it: no redeploy, no duplicate, no gap. This record is
+//!   the seed of the later zero-pause "fence" handoff.
+//!
+//! # Layout
+//! - [`publisher`]: retrying publisher with stall statistics.
+//! - [`follow`]: the route follower.
+//! - [`worker`]: a pull-consumer loop that follows the route.
+//! - [`load`]: a live workload (publisher + workers) that records what it processed.
+
+pub mod follow;
+pub mod load;
+pub mod publisher;
+pub mod worker;

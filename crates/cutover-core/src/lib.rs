@@ -17,12 +17,14 @@
 //! - [`quiescence`]: the timer bound for the cases where no exact signal exists.
 //! - [`compat`]: the compatibility report (ok / changed on purpose / unsafe).
 //! - [`plan`]: the plan document `plan` prints and `run` executes.
+//! - [`journal`]: the migration journal, lease and route records.
 
 //! - [`api_error`]: JetStream API error codes as named constants.
 
 pub mod api_error;
 pub mod checkpoint;
 pub mod compat;
+pub mod journal;
 pub mod model;
 pub mod names;
 pub mod plan;

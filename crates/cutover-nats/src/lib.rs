@@ -18,6 +18,7 @@ pub mod api;
 pub mod connect;
 pub mod engine;
 pub mod error;
+pub mod journal;
 
 pub use api::Js;
 pub use error::{Error, Result};

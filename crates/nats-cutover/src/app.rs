@@ -22,6 +22,9 @@ pub fn main() -> i32 {
         match cli.command {
             Command::Inspect(a) => cmd::inspect::run(&cli.conn, json, a).await,
             Command::Plan(a) => cmd::plan::run(&cli.conn, json, a).await,
+            Command::Run(a) => cmd::run::run(&cli.conn, json, a).await,
+            Command::Status(a) => cmd::run::status(&cli.conn, json, a).await,
+            Command::Rollback(a) => cmd::run::rollback(&cli.conn, json, a).await,
         }
     });
     match result {

@@ -62,6 +62,55 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Explain, read-only, how consumers would move from one stream to another.
     Plan(PlanArgs),
+    /// Carry out the cut-over, live (resumes an interrupted one).
+    Run(RunArgs),
+    /// Show running and finished migrations.
+    Status(StatusArgs),
+    /// Undo a migration that has not passed its commit point.
+    Rollback(RollbackArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub plan: PlanArgs,
+    /// Execute a plan file written by `plan --out` instead of planning anew.
+    #[arg(long = "plan", value_name = "FILE")]
+    pub plan_file: Option<PathBuf>,
+    /// Resume the interrupted migration with this id (see `status`).
+    #[arg(long, value_name = "ID")]
+    pub resume: Option<String>,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Keep the old stream, sealed (default).
+    #[arg(long, conflicts_with = "delete_old")]
+    pub keep_old: bool,
+    /// Delete the old stream once everything moved.
+    #[arg(long)]
+    pub delete_old: bool,
+    /// How long a runner's lease lasts without renewal (another runner may take
+    /// over a crashed one's migration after this).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub lease_ttl: Duration,
+    /// Give up safely if a consumer has not settled after this long (default:
+    /// 10 × its ack_wait, at least 1 minute).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub settle_timeout: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// A migration id (FROM.TO); all migrations when omitted.
+    pub id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// The migration id (FROM.TO).
+    pub id: String,
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub lease_ttl: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -90,12 +139,12 @@ pub enum ModeArg {
 pub struct PlanArgs {
     /// The stream consumers and publishers leave.
     #[arg(long)]
-    pub from: String,
+    pub from: Option<String>,
     /// The stream they move to (created by `run` if it does not exist).
     #[arg(long)]
-    pub to: String,
+    pub to: Option<String>,
     /// A durable consumer to move (repeatable).
-    #[arg(long, required_unless_present = "all_consumers")]
+    #[arg(long)]
     pub consumer: Vec<String>,
     /// Move every durable consumer of --from.
     #[arg(long, conflicts_with = "consumer")]

@@ -4,9 +4,18 @@
 //! - [`prepare`]: validation and plan building, read-only (`plan`, and `run`'s
 //!   first step).
 //! - [`progress`]: source catch-up measured by sequences, never by `lag`.
+//! - [`run`]: the cut-over itself, journaled and resumable.
+//! - [`rollback`]: undo before the commit point; list journals.
+//! - [`events`]: what the engine reports while it works.
 
+pub mod events;
 pub mod prepare;
 pub mod progress;
+pub mod rollback;
+pub mod run;
 
+pub use events::{Event, Sink};
 pub use prepare::{prepare_plan, PlanInputs};
 pub use progress::{source_progress, SourceProgress};
+pub use rollback::{list, rollback};
+pub use run::{run, RunOptions};

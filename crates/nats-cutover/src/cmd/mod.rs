@@ -2,6 +2,8 @@
 
 pub mod inspect;
 pub mod plan;
+pub mod progress;
+pub mod run;
 
 use crate::cli::ConnArgs;
 use cutover_nats::connect::ConnectOptions;

@@ -19,9 +19,13 @@ pub fn request(a: &PlanArgs) -> anyhow::Result<PlanRequest> {
             }
         }
     };
+    let need = |v: &Option<String>, flag: &str| v.clone().ok_or_else(|| Coded(exit::BAD_INPUT, format!("{flag} is required: name the stream")));
+    if a.consumer.is_empty() && !a.all_consumers {
+        return Err(Coded(exit::BAD_INPUT, "no consumer to move: name one with --consumer NAME or pass --all-consumers".into()).into());
+    }
     Ok(PlanRequest {
-        from: a.from.clone(),
-        to: a.to.clone(),
+        from: need(&a.from, "--from")?,
+        to: need(&a.to, "--to")?,
         consumers: a.consumer.clone(),
         all_consumers: a.all_consumers,
         strategy: match a.strategy {

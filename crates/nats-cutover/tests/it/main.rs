@@ -5,3 +5,4 @@ mod common;
 mod bad_input;
 mod inspect;
 mod plan;
+mod run;

@@ -1,0 +1,275 @@
+//! A live workload: a paced publisher (msg-id, retry) and K workers that follow
+//! their consumer's route, recording every message they process. The end-to-end
+//! tests, the demo and the benchmark all measure a cut-over with it.
+//!
+//! Bounded by construction: at most `max_messages`, for at most `duration`.
+
+use crate::publisher::Publisher;
+use crate::worker::{consume, Outcome, WorkerOptions};
+use bytes::Bytes;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{watch, Semaphore};
+
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    pub stream: String,
+    pub consumer: String,
+    /// Messages go to `{subject_prefix}.{i % 4}`.
+    pub subject_prefix: String,
+    pub rate: u32,
+    pub max_messages: u64,
+    pub duration: Duration,
+    pub workers: usize,
+    pub processing: Duration,
+    pub batch: usize,
+    pub retry_horizon: Duration,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        Self {
+            stream: "ORDERS".into(),
+            consumer: "worker".into(),
+            subject_prefix: "orders".into(),
+            rate: 1000,
+            max_messages: 1_000_000,
+            duration: Duration::from_secs(10),
+            workers: 4,
+            processing: Duration::from_millis(1),
+            batch: 32,
+            retry_horizon: Duration::from_secs(120),
+        }
+    }
+}
+
+/// One sample a tick (for the timeline report).
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    pub t_ms: u64,
+    pub published: u64,
+    pub processed: u64,
+}
+
+#[derive(Default)]
+struct Shared {
+    processed: Mutex<HashMap<u64, u32>>,
+    published: Mutex<Vec<u64>>,
+    publish_failures: AtomicU64,
+    retried: AtomicU64,
+    max_stall_us: AtomicU64,
+    max_gap_us: AtomicU64,
+    last_processed: Mutex<Option<Instant>>,
+    processed_count: AtomicU64,
+    published_count: AtomicU64,
+    publishing: AtomicBool,
+    samples: Mutex<Vec<Sample>>,
+}
+
+pub struct Load {
+    shared: Arc<Shared>,
+    stop_publishing: watch::Sender<bool>,
+    stop_workers: watch::Sender<bool>,
+    publisher: tokio::task::JoinHandle<()>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    sampler: tokio::task::JoinHandle<()>,
+    t0: Instant,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadReport {
+    pub published: u64,
+    pub processed_unique: u64,
+    pub processed_total: u64,
+    /// Published (acknowledged by JetStream) but never processed.
+    pub lost: Vec<u64>,
+    /// Processed more than once: (id, times).
+    pub duplicated: Vec<(u64, u32)>,
+    /// Processed but never acknowledged to the publisher.
+    pub extra: Vec<u64>,
+    pub publish_failures: u64,
+    pub publish_retries: u64,
+    pub max_publish_stall_ms: f64,
+    pub max_consumer_gap_ms: f64,
+    pub samples: Vec<Sample>,
+}
+
+impl Load {
+    pub async fn start(client: async_nats::Client, cfg: LoadConfig) -> Self {
+        let shared = Arc::new(Shared::default());
+        shared.publishing.store(true, Ordering::SeqCst);
+        let (stop_pub_tx, stop_pub_rx) = watch::channel(false);
+        let (stop_w_tx, stop_w_rx) = watch::channel(false);
+        let t0 = Instant::now();
+        let mut workers = vec![];
+        for _ in 0..cfg.workers {
+            let (client, cfg, shared, rx) = (client.clone(), cfg.clone(), shared.clone(), stop_w_rx.clone());
+            workers.push(tokio::spawn(async move {
+                let opts = WorkerOptions { batch: cfg.batch, ..Default::default() };
+                let _ = consume(client, &cfg.stream, &cfg.consumer, opts, rx, |m| {
+                    let shared = shared.clone();
+                    let processing = cfg.processing;
+                    async move {
+                        tokio::time::sleep(processing).await;
+                        if let Some(id) = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).and_then(|v| v.as_str().strip_prefix("m-")).and_then(|s| s.parse::<u64>().ok()) {
+                            *shared.processed.lock().unwrap().entry(id).or_default() += 1;
+                        }
+                        shared.processed_count.fetch_add(1, Ordering::Relaxed);
+                        let now = Instant::now();
+                        let mut last = shared.last_processed.lock().unwrap();
+                        if let Some(l) = *last {
+                            if shared.publishing.load(Ordering::Relaxed) {
+                                shared.max_gap_us.fetch_max(now.duration_since(l).as_micros() as u64, Ordering::Relaxed);
+                            }
+                        }
+                        *last = Some(now);
+                        (Outcome::Ack, m)
+                    }
+                })
+                .await;
+            }));
+        }
+        let publisher = {
+            let (shared, cfg) = (shared.clone(), cfg.clone());
+            let p = Publisher::new(client.clone(), cfg.retry_horizon);
+            tokio::spawn(async move { publish_loop(p, cfg, shared, stop_pub_rx).await })
+        };
+        let sampler = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    tick.tick().await;
+                    let s = Sample { t_ms: t0.elapsed().as_millis() as u64, published: shared.published_count.load(Ordering::Relaxed), processed: shared.processed_count.load(Ordering::Relaxed) };
+                    shared.samples.lock().unwrap().push(s);
+                }
+            })
+        };
+        Self { shared, stop_publishing: stop_pub_tx, stop_workers: stop_w_tx, publisher, workers, sampler, t0 }
+    }
+
+    pub fn published(&self) -> u64 {
+        self.shared.published_count.load(Ordering::Relaxed)
+    }
+
+    pub fn processed(&self) -> u64 {
+        self.shared.processed_count.load(Ordering::Relaxed)
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.t0.elapsed()
+    }
+
+    /// Stops publishing and waits for the publisher (and its retries) to finish.
+    pub async fn finish_publishing(&mut self) {
+        let _ = self.stop_publishing.send(true);
+        (&mut self.publisher).await.ok();
+        self.shared.publishing.store(false, Ordering::SeqCst);
+    }
+
+    /// Waits until every published id was processed, or the deadline passes.
+    pub async fn drain(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let done = {
+                let published = self.shared.published.lock().unwrap();
+                let processed = self.shared.processed.lock().unwrap();
+                published.iter().all(|id| processed.contains_key(id))
+            };
+            if done {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    pub async fn stop(mut self) -> LoadReport {
+        if !self.publisher.is_finished() {
+            self.finish_publishing().await;
+        }
+        let _ = self.stop_workers.send(true);
+        for w in self.workers.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), w).await;
+        }
+        self.sampler.abort();
+        let s = &self.shared;
+        let published = s.published.lock().unwrap().clone();
+        let processed = s.processed.lock().unwrap().clone();
+        let pubset: std::collections::HashSet<u64> = published.iter().copied().collect();
+        let mut lost: Vec<u64> = published.iter().copied().filter(|id| !processed.contains_key(id)).collect();
+        lost.sort();
+        let mut duplicated: Vec<(u64, u32)> = processed.iter().filter(|(_, n)| **n > 1).map(|(k, v)| (*k, *v)).collect();
+        duplicated.sort();
+        let mut extra: Vec<u64> = processed.keys().copied().filter(|id| !pubset.contains(id)).collect();
+        extra.sort();
+        LoadReport {
+            published: published.len() as u64,
+            processed_unique: processed.len() as u64,
+            processed_total: processed.values().map(|n| *n as u64).sum(),
+            lost,
+            duplicated,
+            extra,
+            publish_failures: s.publish_failures.load(Ordering::Relaxed),
+            publish_retries: s.retried.load(Ordering::Relaxed),
+            max_publish_stall_ms: s.max_stall_us.load(Ordering::Relaxed) as f64 / 1000.0,
+            max_consumer_gap_ms: s.max_gap_us.load(Ordering::Relaxed) as f64 / 1000.0,
+            samples: s.samples.lock().unwrap().clone(),
+        }
+    }
+}
+
+async fn publish_loop(p: Publisher, cfg: LoadConfig, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    // Publishes concurrently (bounded in flight) so the rate does not depend on
+    // the round trip; each publish retries on its own.
+    let inflight = Arc::new(Semaphore::new(256));
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut next = 0u64;
+    let mut tasks = tokio::task::JoinSet::new();
+    'outer: loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => break,
+        }
+        let due = ((start.elapsed().as_secs_f64() * cfg.rate as f64) as u64).min(cfg.max_messages);
+        while next < due {
+            if start.elapsed() > cfg.duration || *stop.borrow() {
+                break 'outer;
+            }
+            let permit = inflight.clone().acquire_owned().await.unwrap();
+            let (p, shared, id) = (p.clone(), shared.clone(), next);
+            let subject = format!("{}.{}", cfg.subject_prefix, id % 4);
+            tasks.spawn(async move {
+                let r = p.publish(&subject, &format!("m-{id}"), Bytes::from(id.to_string())).await;
+                drop(permit);
+                match r {
+                    Ok(ok) => {
+                        shared.published.lock().unwrap().push(id);
+                        shared.published_count.fetch_add(1, Ordering::Relaxed);
+                        shared.max_stall_us.fetch_max(ok.latency.as_micros() as u64, Ordering::Relaxed);
+                        if ok.attempts > 1 {
+                            shared.retried.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("{e}");
+                        shared.publish_failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+            next += 1;
+        }
+        while tasks.try_join_next().is_some() {}
+        if next >= cfg.max_messages || start.elapsed() > cfg.duration {
+            break;
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+}

@@ -1,0 +1,207 @@
+//! The migration journal: one record per migration, in a KV bucket on the same
+//! server, written before each step takes effect and after it completes.
+//!
+//! Every step is idempotent and re-checks the server, so the journal only needs
+//! to say how far the migration got: `run` on an interrupted migration resumes
+//! from [`Journal::phase`]. The record is also the control record applications
+//! follow (see [`Route`]): it is designed so that a later "fence" handoff can be
+//! driven from the same bucket without a format change (new fields only).
+
+use crate::plan::Plan;
+use serde::{Deserialize, Serialize};
+
+pub const BUCKET: &str = "CUTOVER";
+pub const JOURNAL_FORMAT: u32 = 1;
+
+pub fn migration_id(from: &str, to: &str) -> String {
+    // Stream names cannot contain '.', so this is unambiguous and a valid key.
+    format!("{from}.{to}")
+}
+
+pub fn journal_key(id: &str) -> String {
+    format!("m.{id}")
+}
+
+pub fn lease_key(from: &str) -> String {
+    format!("lease.{from}")
+}
+
+/// Where applications find the consumer they should read from.
+pub fn route_key(stream: &str, consumer: &str) -> String {
+    format!("route.{stream}.{consumer}")
+}
+
+/// Phases in order. Everything before [`Phase::SubjectsMoved`] can be rolled
+/// back; from it on, publishers write to B and only rolling forward is safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Planned,
+    BReady,
+    CaughtUp,
+    ConsumersMoved,
+    SubjectsReleased,
+    SubjectsMoved,
+    Sealed,
+    SourceRemoved,
+    Done,
+    RolledBack,
+}
+
+impl Phase {
+    pub fn committed(self) -> bool {
+        self >= Phase::SubjectsMoved && self != Phase::RolledBack
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Planned => "planned",
+            Phase::BReady => "b_ready",
+            Phase::CaughtUp => "caught_up",
+            Phase::ConsumersMoved => "consumers_moved",
+            Phase::SubjectsReleased => "subjects_released",
+            Phase::SubjectsMoved => "subjects_moved",
+            Phase::Sealed => "sealed",
+            Phase::SourceRemoved => "source_removed",
+            Phase::Done => "done",
+            Phase::RolledBack => "rolled_back",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsumerPhase {
+    Waiting,
+    /// Paused for good (far-future pause) and settled at `checkpoint`.
+    Settled,
+    /// The new durable exists on B at `b_start`.
+    Created,
+    /// The old durable is deleted.
+    Retired,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsumerProgress {
+    pub name: String,
+    pub phase: ConsumerPhase,
+    /// The old consumer was paused before we started (rollback keeps it paused).
+    pub was_paused: bool,
+    pub checkpoint: Option<u64>,
+    pub b_start: Option<u64>,
+    pub translate_gets: Option<u32>,
+    /// Times a stuck worker's message had to be let through (resume briefly).
+    pub nudges: u32,
+    pub drain_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub step: String,
+    pub started_ms: u64,
+    pub ended_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Journal {
+    pub format: u32,
+    pub id: String,
+    pub from: String,
+    pub to: String,
+    pub plan: Plan,
+    pub phase: Phase,
+    /// The step under way (written before it takes effect).
+    pub in_progress: Option<String>,
+    pub created_b: bool,
+    pub consumers: Vec<ConsumerProgress>,
+    /// A's configuration before the run touched it (rollback restores subjects).
+    pub a_subjects: Vec<String>,
+    /// A's last sequence once it released its subjects.
+    pub a_final_seq: Option<u64>,
+    pub delete_old: bool,
+    pub started_ms: u64,
+    pub updated_ms: u64,
+    pub steps: Vec<StepRecord>,
+    pub error: Option<String>,
+}
+
+impl Journal {
+    pub fn new(plan: Plan, a_subjects: Vec<String>, consumers_paused: &[(String, bool)], delete_old: bool, now_ms: u64) -> Self {
+        Self {
+            format: JOURNAL_FORMAT,
+            id: migration_id(&plan.from, &plan.to),
+            from: plan.from.clone(),
+            to: plan.to.clone(),
+            phase: Phase::Planned,
+            in_progress: None,
+            created_b: false,
+            consumers: consumers_paused
+                .iter()
+                .map(|(n, p)| ConsumerProgress { name: n.clone(), phase: ConsumerPhase::Waiting, was_paused: *p, checkpoint: None, b_start: None, translate_gets: None, nudges: 0, drain_ms: None })
+                .collect(),
+            a_subjects,
+            a_final_seq: None,
+            delete_old,
+            started_ms: now_ms,
+            updated_ms: now_ms,
+            steps: vec![],
+            error: None,
+            plan,
+        }
+    }
+
+    pub fn consumer_mut(&mut self, name: &str) -> Option<&mut ConsumerProgress> {
+        self.consumers.iter_mut().find(|c| c.name == name)
+    }
+
+    pub fn start_step(&mut self, step: &str, now_ms: u64) {
+        self.in_progress = Some(step.to_string());
+        self.steps.push(StepRecord { step: step.into(), started_ms: now_ms, ended_ms: None });
+        self.updated_ms = now_ms;
+    }
+
+    pub fn end_step(&mut self, now_ms: u64) {
+        self.in_progress = None;
+        if let Some(s) = self.steps.iter_mut().rev().find(|s| s.ended_ms.is_none()) {
+            s.ended_ms = Some(now_ms);
+        }
+        self.updated_ms = now_ms;
+    }
+
+    /// Rollback is possible before publishers moved to B.
+    pub fn can_roll_back(&self) -> bool {
+        !self.phase.committed() && self.phase != Phase::RolledBack
+    }
+}
+
+/// The control record at [`route_key`]: which stream/consumer applications of
+/// `consumer` read from now. Written once the new durable is positioned exactly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Route {
+    pub stream: String,
+    pub consumer: String,
+    pub migration: String,
+    pub checkpoint: u64,
+    pub start_seq: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_order_and_commit_point() {
+        assert!(Phase::Planned < Phase::ConsumersMoved);
+        assert!(!Phase::SubjectsReleased.committed());
+        assert!(Phase::SubjectsMoved.committed());
+        assert!(Phase::Done.committed());
+        assert!(!Phase::RolledBack.committed());
+    }
+
+    #[test]
+    fn keys_are_valid_kv_keys() {
+        assert_eq!(journal_key(&migration_id("A", "B")), "m.A.B");
+        assert_eq!(route_key("A", "C"), "route.A.C");
+        assert_eq!(lease_key("A"), "lease.A");
+    }
+}

@@ -1,0 +1,123 @@
+//! `rollback`: undo a migration that has not passed its commit point.
+//!
+//! Before B takes the subjects, publishers still write to A (or are retrying
+//! while A's subjects are released), so the old consumers can take over again:
+//! each new durable on B is paused and settled, and if it processed messages
+//! after the checkpoint, the old durable is reset past them (consumer reset,
+//! 2.14+) so none is processed twice; then the new durable, its route and (if the
+//! run created it) B are deleted, A's subjects restored and the old durables
+//! resumed. After the commit point only rolling forward is safe.
+
+use super::events::{Event, Sink};
+use crate::api::Js;
+use crate::error::{Error, Result};
+use crate::journal::{now_ms, JournalStore, Lease};
+use cutover_core::checkpoint::assess;
+use cutover_core::journal::{ConsumerPhase, Journal, Phase};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+pub async fn load(js: &Js, id: &str) -> Result<(JournalStore, Journal)> {
+    let store = JournalStore::open(js, false)
+        .await?
+        .ok_or_else(|| Error::Journal("no migration journal on this server (KV bucket CUTOVER does not exist); nothing to roll back".into()))?;
+    let j = store.load(id).await?.ok_or_else(|| Error::Journal(format!("no migration {id:?}; list them with `nats-cutover status`")))?;
+    Ok((store, j))
+}
+
+pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -> Result<Journal> {
+    let (store, mut j) = load(js, id).await?;
+    if j.phase == Phase::RolledBack {
+        return Ok(j);
+    }
+    if !j.can_roll_back() {
+        return Err(Error::Unsafe(format!(
+            "migration {id} passed its commit point ({}): publishers write to {} now, so only rolling forward is safe: `nats-cutover run --resume {id}`",
+            j.phase.as_str(),
+            j.to
+        )));
+    }
+    let lease = Lease::acquire(&store, &j.from, id, lease_ttl).await?;
+    let emit = |step: &str, detail: serde_json::Value| sink.emit(Event { ts_ms: now_ms(), migration: id.into(), kind: "step_done", step: step.into(), detail });
+    let version = js.server_version();
+    // Publishers first: A takes its subjects back if it released them.
+    let (a_raw, a) = js.stream_info(&j.from).await?;
+    if a.config.subjects != j.a_subjects {
+        if let Some((b_raw, b)) = js.stream_info_opt(&j.to).await? {
+            if !b.config.subjects.is_empty() {
+                let mut cfg = b_raw["config"].clone();
+                cfg["subjects"] = json!([]);
+                js.stream_update(&cfg).await?;
+            }
+        }
+        let mut cfg = a_raw["config"].clone();
+        cfg["subjects"] = json!(j.a_subjects);
+        js.stream_update(&cfg).await?;
+        emit("restore_subjects", json!({ "subjects": j.a_subjects }));
+    }
+    for i in 0..j.consumers.len() {
+        let c = j.consumers[i].clone();
+        if c.phase >= ConsumerPhase::Created {
+            if let Some((_, bc)) = js.consumer_info_opt(&j.to, &c.name).await? {
+                // Hold the new durable still and learn what it settled.
+                js.consumer_pause(&j.to, &c.name, Some("9999-01-01T00:00:00Z")).await?;
+                let deadline = Instant::now() + Duration::from_secs(60).max(cutover_core::model::nanos(bc.config.ack_wait) * 3);
+                let f_b = loop {
+                    let (_, ci) = js.consumer_info(&j.to, &c.name).await?;
+                    if let Some(f) = assess(&ci).stable.then_some(ci.delivered.stream_seq) {
+                        break f;
+                    }
+                    if Instant::now() > deadline {
+                        let _ = js.consumer_pause(&j.to, &c.name, None).await;
+                        return Err(Error::Stuck(format!("consumer {}/{} did not settle for the rollback; its workers hold messages; try again", j.to, c.name)));
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                };
+                let start = c.b_start.unwrap_or(u64::MAX);
+                if f_b >= start {
+                    // The new durable processed B messages up to f_b: the old one
+                    // must resume after their origin sequence.
+                    let (_, b) = js.stream_info(&j.to).await?;
+                    let m = js.get_msg(&j.to, f_b, true, b.config.allow_direct).await?;
+                    let origin = match m {
+                        Some(m) => m.origin_seq(&j.from)?,
+                        None => None,
+                    };
+                    if let Some(o) = origin.filter(|o| Some(*o) > c.checkpoint) {
+                        if !version.is_some_and(|v| v.features().consumer_reset) {
+                            return Err(Error::Unsafe(format!("consumer {} processed messages on {} up to origin {o}; moving the old durable past them needs consumer reset (2.14+); roll forward instead", c.name, j.to)));
+                        }
+                        js.api(&format!("reset consumer {}/{}", j.from, c.name), &format!("CONSUMER.RESET.{}.{}", j.from, c.name), &json!({ "seq": o + 1 })).await?;
+                        emit(&format!("consumer {}", c.name), json!({ "reset_to": o + 1 }));
+                    }
+                }
+                js.consumer_delete(&j.to, &c.name).await?;
+            }
+            store.delete_route(&j.from, &c.name).await?;
+        }
+        if !c.was_paused {
+            js.consumer_pause(&j.from, &c.name, None).await?;
+        }
+        j.consumers[i].phase = ConsumerPhase::Waiting;
+        j.consumers[i].checkpoint = None;
+        j.consumers[i].b_start = None;
+        emit(&format!("consumer {}", c.name), json!({ "restored": true }));
+    }
+    if j.created_b && js.stream_info_opt(&j.to).await?.is_some() {
+        js.stream_delete(&j.to).await?;
+        emit("delete_b", json!({ "stream": j.to }));
+    }
+    j.phase = Phase::RolledBack;
+    j.in_progress = None;
+    j.updated_ms = now_ms();
+    store.save(&j).await?;
+    lease.release(&store).await?;
+    Ok(j)
+}
+
+pub async fn list(js: &Js) -> Result<Vec<Journal>> {
+    match JournalStore::open(js, false).await? {
+        Some(s) => s.list().await,
+        None => Ok(vec![]),
+    }
+}

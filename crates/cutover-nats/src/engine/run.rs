@@ -1,0 +1,562 @@
+//! `run`: the cut-over, step by step. See ARCHITECTURE.md for the protocol.
+//!
+//! Every step re-reads the server and is idempotent, and the journal is saved
+//! after each one, so `run` on an interrupted migration picks up where it was.
+//! Waits are conditions polled with a deadline, never timers.
+
+use super::events::{Event, Sink};
+use super::progress::source_progress;
+use crate::api::Js;
+use crate::error::{Error, Result};
+use crate::journal::{now_ms, JournalStore, Lease};
+use cutover_core::checkpoint::{assess, TranslateSearch};
+use cutover_core::journal::{migration_id, ConsumerPhase, Journal, Phase, Route};
+use cutover_core::model::{nanos, ConsumerInfo};
+use cutover_core::plan::{ConsumerPlan, Plan};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{watch, Mutex};
+
+pub struct RunOptions {
+    pub delete_old: bool,
+    /// How often conditions are polled (consumer info is cheap on loopback).
+    pub poll: Duration,
+    pub lease_ttl: Duration,
+    /// How long the old consumer is paused at a time while it drains; renewed
+    /// while the runner lives, so a crashed runner stalls nobody for longer.
+    pub drain_pause: Duration,
+    /// Give up (safely: the old consumer resumes) if a consumer has not settled
+    /// after this long; default 10 × its ack_wait, at least a minute.
+    pub settle_timeout: Option<Duration>,
+    /// Called after each journaled step with its name (tests kill the runner here).
+    pub after_step: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            delete_old: false,
+            poll: Duration::from_millis(2),
+            lease_ttl: Duration::from_secs(30),
+            drain_pause: Duration::from_secs(120),
+            settle_timeout: None,
+            after_step: None,
+        }
+    }
+}
+
+/// A pause that outlives any runner: used once the new durable exists, when the
+/// old one must never deliver again.
+const FOREVER: &str = "9999-01-01T00:00:00Z";
+
+fn rfc3339_in(d: Duration) -> String {
+    let t = time::OffsetDateTime::now_utc() + d;
+    t.format(&time::format_description::well_known::Rfc3339).expect("format time")
+}
+
+struct Ctx<'a> {
+    js: &'a Js,
+    store: JournalStore,
+    lease: Mutex<Lease>,
+    journal: Mutex<Journal>,
+    sink: &'a dyn Sink,
+    shutdown: watch::Receiver<bool>,
+    opts: &'a RunOptions,
+    id: String,
+}
+
+impl Ctx<'_> {
+    fn emit(&self, kind: &'static str, step: &str, detail: Value) {
+        self.sink.emit(Event { ts_ms: now_ms(), migration: self.id.clone(), kind, step: step.into(), detail });
+    }
+
+    async fn save(&self) -> Result<()> {
+        let j = self.journal.lock().await.clone();
+        self.store.save(&j).await
+    }
+
+    /// Renews the lease and honours Ctrl-C; called in every wait loop.
+    async fn tick(&self, interruptible: bool) -> Result<()> {
+        self.lease.lock().await.renew_if_due(&self.store).await?;
+        if interruptible && *self.shutdown.borrow() {
+            let j = self.journal.lock().await;
+            return Err(Error::Interrupted { id: j.id.clone(), step: j.in_progress.clone().unwrap_or_else(|| j.phase.as_str().into()) });
+        }
+        Ok(())
+    }
+
+    async fn begin(&self, step: &str) -> Result<Instant> {
+        self.journal.lock().await.start_step(step, now_ms());
+        self.save().await?;
+        self.emit("step_started", step, json!({}));
+        Ok(Instant::now())
+    }
+
+    async fn done(&self, step: &str, started: Instant, phase: Option<Phase>, detail: Value) -> Result<()> {
+        {
+            let mut j = self.journal.lock().await;
+            j.end_step(now_ms());
+            if let Some(p) = phase {
+                j.phase = p;
+            }
+        }
+        self.save().await?;
+        let mut d = detail;
+        d["ms"] = json!(started.elapsed().as_secs_f64() * 1000.0);
+        self.emit("step_done", step, d);
+        if let Some(f) = &self.opts.after_step {
+            f(step);
+        }
+        Ok(())
+    }
+}
+
+/// Runs (or resumes) the migration the plan describes. Returns the final journal.
+pub async fn run(js: &Js, plan: Plan, opts: &RunOptions, sink: &dyn Sink, shutdown: watch::Receiver<bool>) -> Result<Journal> {
+    let id = migration_id(&plan.from, &plan.to);
+    let store = JournalStore::open(js, true).await?.expect("created");
+    let lease = Lease::acquire(&store, &plan.from, &id, opts.lease_ttl).await?;
+    let journal = match store.load(&id).await? {
+        Some(j) if j.phase == Phase::Done => {
+            lease.release(&store).await?;
+            sink.emit(Event { ts_ms: now_ms(), migration: id.clone(), kind: "info", step: "done".into(), detail: json!({"message": "migration already complete"}) });
+            return Ok(j);
+        }
+        Some(j) if j.phase != Phase::RolledBack => {
+            sink.emit(Event { ts_ms: now_ms(), migration: id.clone(), kind: "info", step: "resume".into(), detail: json!({"phase": j.phase.as_str(), "in_progress": j.in_progress}) });
+            j
+        }
+        _ => {
+            if !plan.safe {
+                lease.release(&store).await?;
+                let reasons: Vec<String> = plan.unsafe_findings().map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason)).collect();
+                return Err(Error::Unsafe(reasons.join("; ")));
+            }
+            let (_, a) = js.stream_info(&plan.from).await?;
+            let mut paused = vec![];
+            for c in &plan.consumers {
+                let (_, ci) = js.consumer_info(&plan.from, &c.name).await?;
+                paused.push((c.name.clone(), ci.paused));
+            }
+            Journal::new(plan, a.config.subjects.clone(), &paused, opts.delete_old, now_ms())
+        }
+    };
+    let ctx = Ctx { js, store: store.clone(), lease: Mutex::new(lease), journal: Mutex::new(journal), sink, shutdown, opts, id };
+    ctx.save().await?;
+    let result = drive(&ctx).await;
+    let mut j = ctx.journal.lock().await.clone();
+    if let Err(e) = &result {
+        j.error = Some(e.to_string());
+        let _ = ctx.store.save(&j).await;
+    }
+    let lease = ctx.lease.into_inner();
+    let _ = lease.release(&store).await;
+    result.map(|_| j)
+}
+
+async fn drive(ctx: &Ctx<'_>) -> Result<()> {
+    let phase = || async { ctx.journal.lock().await.phase };
+    if phase().await < Phase::BReady {
+        create_b(ctx).await?;
+    }
+    if phase().await < Phase::CaughtUp {
+        catch_up(ctx).await?;
+    }
+    if phase().await < Phase::ConsumersMoved {
+        move_consumers(ctx).await?;
+    }
+    if phase().await < Phase::SubjectsMoved {
+        move_publishers(ctx).await?;
+    }
+    if phase().await < Phase::Sealed {
+        seal_a(ctx).await?;
+    }
+    if phase().await < Phase::SourceRemoved {
+        remove_source(ctx).await?;
+    }
+    if phase().await < Phase::Done {
+        retire(ctx).await?;
+    }
+    Ok(())
+}
+
+async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
+    let t = ctx.begin("create_b").await?;
+    let (to, from, b_config) = {
+        let j = ctx.journal.lock().await;
+        (j.to.clone(), j.from.clone(), j.plan.b_config.clone())
+    };
+    let created = match ctx.js.stream_info_opt(&to).await? {
+        Some((_, b)) => {
+            if !b.config.sources.iter().any(|s| s.name == from) {
+                return Err(Error::Unsafe(format!("stream {to} exists but does not source {from}; it was changed since the plan was made")));
+            }
+            false
+        }
+        None => {
+            ctx.js.stream_create(&b_config).await?;
+            true
+        }
+    };
+    if created {
+        ctx.journal.lock().await.created_b = true;
+    }
+    ctx.done("create_b", t, Some(Phase::BReady), json!({ "created": created })).await
+}
+
+async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
+    let t = ctx.begin("catch_up").await?;
+    let (from, to) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.to.clone())
+    };
+    // A moves on under load: catching up means sourcing what A held when this
+    // step began; the consumer step waits for exactly what it needs.
+    let (_, a) = ctx.js.stream_info(&from).await?;
+    let target = a.state.last_seq;
+    let mut last_emit = Instant::now();
+    loop {
+        let p = source_progress(ctx.js, &to, &from).await?;
+        if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= target) {
+            break;
+        }
+        if last_emit.elapsed() > Duration::from_millis(250) {
+            ctx.emit("progress", "catch_up", json!({ "remaining": target.saturating_sub(p.sourced_origin_seq.unwrap_or(0)), "reported_lag": p.reported_lag }));
+            last_emit = Instant::now();
+        }
+        ctx.tick(true).await?;
+        tokio::time::sleep(ctx.opts.poll).await;
+    }
+    ctx.done("catch_up", t, Some(Phase::CaughtUp), json!({ "origin_seq": target })).await
+}
+
+async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
+    let t = ctx.begin("move_consumers").await?;
+    let todo: Vec<ConsumerPlan> = {
+        let j = ctx.journal.lock().await;
+        j.plan.consumers.iter().filter(|c| j.consumers.iter().any(|p| p.name == c.name && p.phase < ConsumerPhase::Created)).cloned().collect()
+    };
+    // Concurrently: each consumer drains on its own; no timer stacks up.
+    let results = futures::future::join_all(todo.iter().map(|c| move_consumer(ctx, c))).await;
+    for r in results {
+        r?;
+    }
+    // A runner killed between journaling a consumer as created and writing its
+    // route leaves the route missing: write every moved consumer's route again.
+    let (from, to, moved) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.to.clone(), j.consumers.iter().filter(|c| c.phase >= ConsumerPhase::Created).cloned().collect::<Vec<_>>())
+    };
+    for c in moved {
+        let route = Route { stream: to.clone(), consumer: c.name.clone(), migration: ctx.id.clone(), checkpoint: c.checkpoint.unwrap_or(0), start_seq: c.b_start.unwrap_or(0) };
+        ctx.store.put_route(&from, &c.name, &route).await?;
+    }
+    ctx.done("move_consumers", t, Some(Phase::ConsumersMoved), json!({ "moved": todo.len() })).await
+}
+
+/// Pauses, settles and checkpoints one consumer, then creates it on B.
+async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
+    let (from, to, prior) = {
+        let j = ctx.journal.lock().await;
+        let p = j.consumers.iter().find(|p| p.name == cp.name).cloned().expect("consumer in journal");
+        (j.from.clone(), j.to.clone(), p)
+    };
+    let name = cp.name.as_str();
+    let step = format!("consumer {name}");
+    let started = Instant::now();
+    let f = match (prior.phase, prior.checkpoint) {
+        (ConsumerPhase::Settled, Some(f)) => f,
+        _ => match drain(ctx, &from, name).await {
+            Ok(f) => f,
+            Err(e) => {
+                // Never leave applications stalled on a consumer we paused but
+                // did not move: let it deliver again before reporting.
+                if !prior.was_paused {
+                    let _ = ctx.js.consumer_pause(&from, name, None).await;
+                }
+                return Err(e);
+            }
+        },
+    };
+    let drain_ms = started.elapsed().as_millis() as u64;
+    {
+        let mut j = ctx.journal.lock().await;
+        let p = j.consumer_mut(name).unwrap();
+        p.phase = ConsumerPhase::Settled;
+        p.checkpoint = Some(f);
+        p.drain_ms = Some(drain_ms);
+    }
+    ctx.save().await?;
+    ctx.emit("progress", &step, json!({ "checkpoint": f, "drain_ms": drain_ms }));
+    let (start, gets) = match translate(ctx, &from, &to, f).await {
+        Ok(x) => x,
+        Err(e) => {
+            if !prior.was_paused {
+                let _ = ctx.js.consumer_pause(&from, name, None).await;
+                let mut j = ctx.journal.lock().await;
+                let p = j.consumer_mut(name).unwrap();
+                p.phase = ConsumerPhase::Waiting;
+                p.checkpoint = None;
+                drop(j);
+                let _ = ctx.save().await;
+            }
+            return Err(e);
+        }
+    };
+    let mut cfg = cp.b_config.clone();
+    cfg["opt_start_seq"] = json!(start);
+    ctx.js.consumer_create(&to, name, &cfg, true).await?;
+    {
+        let mut j = ctx.journal.lock().await;
+        let p = j.consumer_mut(name).unwrap();
+        p.phase = ConsumerPhase::Created;
+        p.b_start = Some(start);
+        p.translate_gets = Some(gets);
+    }
+    ctx.save().await?;
+    let route = Route { stream: to.clone(), consumer: name.to_string(), migration: ctx.id.clone(), checkpoint: f, start_seq: start };
+    ctx.store.put_route(&from, name, &route).await?;
+    ctx.emit("progress", &step, json!({ "moved": true, "checkpoint": f, "b_start": start, "translate_gets": gets, "gap_ms": started.elapsed().as_secs_f64() * 1000.0 }));
+    if let Some(h) = &ctx.opts.after_step {
+        h(&format!("consumer_created:{name}"));
+    }
+    Ok(())
+}
+
+/// Pauses the consumer and waits until it is settled; returns F. On return the
+/// consumer is paused for good (it must never deliver once B's durable exists).
+async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<u64> {
+    let step = format!("consumer {name}");
+    ctx.js.consumer_pause(stream, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
+    let mut paused_at = Instant::now();
+    let (_, first) = ctx.js.consumer_info(stream, name).await?;
+    let ack_wait = nanos(first.config.ack_wait).max(Duration::from_millis(1));
+    let deadline = Instant::now() + ctx.opts.settle_timeout.unwrap_or((ack_wait * 10).max(Duration::from_secs(60)));
+    let mut last: Option<ConsumerInfo> = None;
+    let mut last_progress = Instant::now();
+    let mut last_emit = Instant::now();
+    loop {
+        let (_, ci) = ctx.js.consumer_info(stream, name).await?;
+        let a = assess(&ci);
+        if a.stable {
+            // Two consecutive reads that agree: replicated consumers report state
+            // from their store, which may trail the leader by a proposal.
+            if let Some(prev) = &last {
+                if prev.delivered == ci.delivered && prev.ack_floor == ci.ack_floor && prev.num_ack_pending == 0 {
+                    let f = a.checkpoint.expect("stable has a checkpoint");
+                    // From here on the old consumer stays paused whatever happens.
+                    ctx.js.consumer_pause(stream, name, Some(FOREVER)).await?;
+                    let (_, again) = ctx.js.consumer_info(stream, name).await?;
+                    let b = assess(&again);
+                    if b.stable && b.checkpoint == Some(f) {
+                        return Ok(f);
+                    }
+                    last = None;
+                    continue;
+                }
+            }
+        }
+        let progressed = last.as_ref().map(|p| p.ack_floor != ci.ack_floor || p.num_ack_pending != ci.num_ack_pending).unwrap_or(true);
+        if progressed {
+            last_progress = Instant::now();
+        }
+        if last_emit.elapsed() > Duration::from_millis(250) {
+            ctx.emit("progress", &step, json!({ "ack_pending": ci.num_ack_pending, "delivered": ci.delivered.stream_seq, "ack_floor": ci.ack_floor.stream_seq }));
+            last_emit = Instant::now();
+        }
+        // A worker died holding messages: a paused consumer withholds their
+        // redelivery (server consumer.go loopAndGatherMsgs stops before
+        // getNextMsg). Let them through briefly, then pause again.
+        if ci.num_ack_pending > 0 && last_progress.elapsed() > ack_wait + ack_wait / 2 {
+            ctx.emit("warning", &step, json!({ "message": "no ack progress for 1.5 × ack_wait: resuming briefly so the stuck message is redelivered", "ack_pending": ci.num_ack_pending }));
+            ctx.js.consumer_pause(stream, name, None).await?;
+            let before = ci.delivered.consumer_seq;
+            let nudge_deadline = Instant::now() + ack_wait;
+            loop {
+                let (_, n) = ctx.js.consumer_info(stream, name).await?;
+                if n.delivered.consumer_seq > before || n.num_ack_pending < ci.num_ack_pending || Instant::now() > nudge_deadline {
+                    break;
+                }
+                ctx.tick(false).await?;
+                tokio::time::sleep(ctx.opts.poll).await;
+            }
+            ctx.js.consumer_pause(stream, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
+            paused_at = Instant::now();
+            let mut j = ctx.journal.lock().await;
+            j.consumer_mut(name).unwrap().nudges += 1;
+            last_progress = Instant::now();
+        }
+        // Keep the drain pause from lapsing while we wait.
+        if paused_at.elapsed() > ctx.opts.drain_pause / 3 {
+            ctx.js.consumer_pause(stream, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
+            paused_at = Instant::now();
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Stuck(format!(
+                "consumer {stream}/{name} did not settle: {} message(s) still unacknowledged; the consumer was resumed, nothing moved; check its workers and run again",
+                ci.num_ack_pending
+            )));
+        }
+        last = Some(ci);
+        ctx.tick(true).await?;
+        tokio::time::sleep(ctx.opts.poll).await;
+    }
+}
+
+/// The first B sequence after origin sequence F, once B has sourced F.
+async fn translate(ctx: &Ctx<'_>, from: &str, to: &str, f: u64) -> Result<(u64, u32)> {
+    let (_, a) = ctx.js.stream_info(from).await?;
+    let a_direct = a.config.allow_direct;
+    loop {
+        let (_, b) = ctx.js.stream_info(to).await?;
+        let direct = b.config.allow_direct;
+        let last = if b.state.messages == 0 { None } else { ctx.js.last_msg(to, direct).await? };
+        let last_origin = match &last {
+            Some(m) => Some(m.origin_seq(from)?.ok_or_else(|| Error::Unsafe(format!("message {} of {to} did not come from {from}: translation needs every message of {to} to be sourced from {from}", m.seq)))?),
+            None => None,
+        };
+        // B must hold F (or everything A has up to F) before the start is final.
+        let sourced_enough = match last_origin {
+            Some(o) if o >= f => true,
+            _ => {
+                let next = ctx.js.get_msg(from, last_origin.unwrap_or(0) + 1, false, a_direct).await?;
+                // Nothing in A between what B has and F: B holds all it needs.
+                next.is_none_or(|m| m.seq > f)
+            }
+        };
+        if !sourced_enough {
+            ctx.tick(true).await?;
+            tokio::time::sleep(ctx.opts.poll).await;
+            continue;
+        }
+        let gets_before = ctx.js.gets();
+        let mut s = TranslateSearch::new(f, b.state.first_seq, b.state.last_seq, last_origin);
+        while let Some(p) = s.next_probe() {
+            let m = ctx.js.get_msg(to, p, false, direct).await?;
+            let probe = match m {
+                Some(m) if m.seq <= b.state.last_seq => {
+                    let o = m.origin_seq(from)?.ok_or_else(|| Error::Unsafe(format!("message {} of {to} did not come from {from}", m.seq)))?;
+                    Some((m.seq, o))
+                }
+                _ => None,
+            };
+            s.observe(probe);
+        }
+        let start = s.result().expect("search finished");
+        // If B started sourcing mid-stream, A messages after F but before B's
+        // first origin would be skipped: refuse instead.
+        if start == b.state.first_seq.max(1) && b.state.messages > 0 {
+            if let Some(first) = ctx.js.get_msg(to, b.state.first_seq, false, direct).await? {
+                if let Some(o) = first.origin_seq(from)? {
+                    if o > f + 1 {
+                        if let Some(m) = ctx.js.get_msg(from, f + 1, false, a_direct).await? {
+                            if m.seq < o {
+                                return Err(Error::Unsafe(format!("{to} does not hold {from}'s messages from {} on (its first is origin {o}); the consumer's checkpoint is {f}: source {from} from the start", m.seq)));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        return Ok((start, (ctx.js.gets() - gets_before) as u32));
+    }
+}
+
+/// The commit point: A releases its subjects, B sources A's tail, B takes the
+/// subjects. Publishers see "no responders" for this short window and retry
+/// with the same Nats-Msg-Id; because B takes the subjects only after it holds
+/// every message A accepted, a retry of a message A already stored meets its
+/// sourced copy in B's duplicate window, on every server version (2.10-2.12.5
+/// stall sourcing on a duplicate arriving by source; here none can).
+async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
+    let (from, to, final_subjects) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone())
+    };
+    let t = ctx.begin("move_publishers").await?;
+    // No Ctrl-C from here to the end of the step: stopping between the two
+    // updates would leave publishers with no stream.
+    let (a_raw, a) = ctx.js.stream_info(&from).await?;
+    let held: Vec<&String> = a.config.subjects.iter().filter(|s| final_subjects.contains(s)).collect();
+    if !held.is_empty() {
+        let mut cfg = a_raw["config"].clone();
+        cfg["subjects"] = json!([]);
+        ctx.js.stream_update(&cfg).await?;
+    }
+    let released = Instant::now();
+    {
+        let mut j = ctx.journal.lock().await;
+        j.phase = Phase::SubjectsReleased;
+    }
+    let (_, a) = ctx.js.stream_info(&from).await?;
+    ctx.journal.lock().await.a_final_seq = Some(a.state.last_seq);
+    loop {
+        if source_progress(ctx.js, &to, &from).await?.caught_up {
+            break;
+        }
+        ctx.tick(false).await?;
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    }
+    let (b_raw, b) = ctx.js.stream_info(&to).await?;
+    if b.config.subjects != final_subjects {
+        let mut cfg = b_raw["config"].clone();
+        cfg["subjects"] = json!(final_subjects);
+        ctx.js.stream_update(&cfg).await?;
+    }
+    let window_ms = released.elapsed().as_secs_f64() * 1000.0;
+    ctx.done("move_publishers", t, Some(Phase::SubjectsMoved), json!({ "a_final_seq": a.state.last_seq, "no_stream_window_ms": window_ms })).await
+}
+
+async fn seal_a(ctx: &Ctx<'_>) -> Result<()> {
+    let from = ctx.journal.lock().await.from.clone();
+    let t = ctx.begin("seal_a").await?;
+    let (raw, a) = ctx.js.stream_info(&from).await?;
+    if !a.config.sealed {
+        let mut cfg = raw["config"].clone();
+        cfg["sealed"] = json!(true);
+        ctx.js.stream_update(&cfg).await?;
+    }
+    ctx.done("seal_a", t, Some(Phase::Sealed), json!({})).await
+}
+
+async fn remove_source(ctx: &Ctx<'_>) -> Result<()> {
+    let (from, to) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.to.clone())
+    };
+    let t = ctx.begin("remove_source").await?;
+    // No catch-up wait here: B held every message of A before it took the
+    // subjects (move_publishers waits for that), and A could store nothing after
+    // releasing them. (B's newest messages are direct publishes now, without a
+    // source header, so a header-based probe would not even apply.)
+    let (raw, b) = ctx.js.stream_info(&to).await?;
+    if b.config.sources.iter().any(|s| s.name == from) {
+        let mut cfg = raw["config"].clone();
+        let rest: Vec<Value> = cfg["sources"].as_array().cloned().unwrap_or_default().into_iter().filter(|s| s["name"] != json!(from)).collect();
+        if rest.is_empty() {
+            cfg.as_object_mut().unwrap().remove("sources");
+        } else {
+            cfg["sources"] = json!(rest);
+        }
+        ctx.js.stream_update(&cfg).await?;
+    }
+    ctx.done("remove_source", t, Some(Phase::SourceRemoved), json!({})).await
+}
+
+async fn retire(ctx: &Ctx<'_>) -> Result<()> {
+    let (from, names, delete_old) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>(), j.delete_old)
+    };
+    let t = ctx.begin("retire").await?;
+    for n in &names {
+        ctx.js.consumer_delete(&from, n).await?;
+        let mut j = ctx.journal.lock().await;
+        j.consumer_mut(n).unwrap().phase = ConsumerPhase::Retired;
+    }
+    if delete_old && ctx.js.stream_info_opt(&from).await?.is_some() {
+        ctx.js.stream_delete(&from).await?;
+    }
+    ctx.done("retire", t, Some(Phase::Done), json!({ "deleted_old_stream": delete_old })).await
+}

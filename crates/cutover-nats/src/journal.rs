@@ -1,0 +1,179 @@
+//! The journal, lease and route records in the `CUTOVER` KV bucket.
+//!
+//! One runner at a time per source stream: the lease is a KV entry updated by
+//! revision compare-and-set, with an expiry so that a crashed runner's lease can
+//! be taken over once it lapses.
+
+use crate::api::Js;
+use crate::error::{Error, Result};
+use async_nats::jetstream::kv;
+use bytes::Bytes;
+use cutover_core::journal::{journal_key, lease_key, route_key, Journal, Route, BUCKET};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[derive(Clone)]
+pub struct JournalStore {
+    kv: kv::Store,
+}
+
+fn jerr(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Journal(format!("{what} in KV bucket {BUCKET}: {e}"))
+}
+
+impl JournalStore {
+    /// Opens the bucket; creates it when `create` (the first `run`).
+    pub async fn open(js: &Js, create: bool) -> Result<Option<Self>> {
+        let ctx = async_nats::jetstream::new(js.client.clone());
+        // Probe with the raw API so "no bucket" is told apart from real errors.
+        match js.stream_info_opt(&format!("KV_{BUCKET}")).await? {
+            Some(_) => {}
+            None if !create => return Ok(None),
+            None => {
+                ctx.create_key_value(kv::Config {
+                    bucket: BUCKET.into(),
+                    description: "nats-cutover migration journals, leases and routes".into(),
+                    history: 1,
+                    storage: async_nats::jetstream::stream::StorageType::File,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| jerr("cannot create the journal", e))?;
+            }
+        }
+        let kv = ctx.get_key_value(BUCKET).await.map_err(|e| jerr("cannot open the journal", e))?;
+        Ok(Some(Self { kv }))
+    }
+
+    pub async fn load(&self, id: &str) -> Result<Option<Journal>> {
+        let e = self.kv.entry(journal_key(id)).await.map_err(|e| jerr("cannot read the journal", e))?;
+        match e {
+            Some(e) if e.operation == kv::Operation::Put => serde_json::from_slice(&e.value)
+                .map(Some)
+                .map_err(|err| jerr(&format!("journal {id} is unreadable ({err})"), "remove it with `nats kv del CUTOVER m.<id>` only if you know the migration's state")),
+            _ => Ok(None),
+        }
+    }
+
+    pub async fn save(&self, j: &Journal) -> Result<()> {
+        let v = serde_json::to_vec(j).expect("journal serializes");
+        self.kv.put(journal_key(&j.id), Bytes::from(v)).await.map_err(|e| jerr("cannot write the journal", e))?;
+        Ok(())
+    }
+
+    pub async fn list(&self) -> Result<Vec<Journal>> {
+        use futures::StreamExt;
+        let mut keys = self.kv.keys().await.map_err(|e| jerr("cannot list the journal", e))?;
+        let mut out = vec![];
+        while let Some(k) = keys.next().await {
+            let k = k.map_err(|e| jerr("cannot list the journal", e))?;
+            if let Some(id) = k.strip_prefix("m.") {
+                if let Some(j) = self.load(id).await? {
+                    out.push(j);
+                }
+            }
+        }
+        out.sort_by_key(|j| j.started_ms);
+        Ok(out)
+    }
+
+    pub async fn put_route(&self, from: &str, consumer: &str, r: &Route) -> Result<()> {
+        let v = serde_json::to_vec(r).expect("route serializes");
+        self.kv.put(route_key(from, consumer), Bytes::from(v)).await.map_err(|e| jerr("cannot write the route", e))?;
+        Ok(())
+    }
+
+    pub async fn delete_route(&self, from: &str, consumer: &str) -> Result<()> {
+        self.kv.delete(route_key(from, consumer)).await.map_err(|e| jerr("cannot delete the route", e))?;
+        Ok(())
+    }
+
+    pub async fn route(&self, from: &str, consumer: &str) -> Result<Option<Route>> {
+        let e = self.kv.entry(route_key(from, consumer)).await.map_err(|e| jerr("cannot read the route", e))?;
+        Ok(e.filter(|e| e.operation == kv::Operation::Put).and_then(|e| serde_json::from_slice(&e.value).ok()))
+    }
+
+    pub fn kv(&self) -> &kv::Store {
+        &self.kv
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct LeaseRecord {
+    holder: String,
+    migration: String,
+    expires_ms: u64,
+}
+
+/// The runner's hold on a source stream's migration.
+pub struct Lease {
+    key: String,
+    revision: u64,
+    record: LeaseRecord,
+    ttl: Duration,
+    renewed: Instant,
+}
+
+impl Lease {
+    pub async fn acquire(store: &JournalStore, from: &str, migration: &str, ttl: Duration) -> Result<Lease> {
+        let key = lease_key(from);
+        let holder = format!("{}:{}:{}", hostname(), std::process::id(), now_ms());
+        let record = LeaseRecord { holder, migration: migration.into(), expires_ms: now_ms() + ttl.as_millis() as u64 };
+        let value = Bytes::from(serde_json::to_vec(&record).unwrap());
+        let kvs = store.kv();
+        let revision = match kvs.create(&key, value.clone()).await {
+            Ok(rev) => rev,
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                let entry = kvs.entry(&key).await.map_err(|e| jerr("cannot read the lease", e))?;
+                match entry {
+                    Some(en) => {
+                        let cur: Option<LeaseRecord> = serde_json::from_slice(&en.value).ok();
+                        if let Some(cur) = cur.filter(|c| c.expires_ms > now_ms() && en.operation == kv::Operation::Put) {
+                            return Err(Error::Leased { id: cur.migration, holder: cur.holder, until: format!("{} ms from now", cur.expires_ms.saturating_sub(now_ms())) });
+                        }
+                        kvs.update(&key, value, en.revision).await.map_err(|e| match e.kind() {
+                            kv::UpdateErrorKind::WrongLastRevision => Error::Leased { id: migration.into(), holder: "another runner (it took the lease just now)".into(), until: "it finishes".into() },
+                            _ => jerr("cannot take the lease", e),
+                        })?
+                    }
+                    None => kvs.create(&key, value).await.map_err(|e| jerr("cannot take the lease", e))?,
+                }
+            }
+            Err(e) => return Err(jerr("cannot take the lease", e)),
+        };
+        Ok(Lease { key, revision, record, ttl, renewed: Instant::now() })
+    }
+
+    /// Renews when a third of the lease has passed. A failed compare-and-set
+    /// means another runner took over: stop.
+    pub async fn renew_if_due(&mut self, store: &JournalStore) -> Result<()> {
+        if self.renewed.elapsed() < self.ttl / 3 {
+            return Ok(());
+        }
+        self.record.expires_ms = now_ms() + self.ttl.as_millis() as u64;
+        let value = Bytes::from(serde_json::to_vec(&self.record).unwrap());
+        self.revision = store.kv().update(&self.key, value, self.revision).await.map_err(|e| match e.kind() {
+            kv::UpdateErrorKind::WrongLastRevision => Error::Leased { id: self.record.migration.clone(), holder: "another runner (our lease lapsed and was taken)".into(), until: "it finishes".into() },
+            _ => jerr("cannot renew the lease", e),
+        })?;
+        self.renewed = Instant::now();
+        Ok(())
+    }
+
+    /// Releases by writing an expired record (compare-and-set: never clobbers a
+    /// lease someone else took).
+    pub async fn release(mut self, store: &JournalStore) -> Result<()> {
+        self.record.expires_ms = 0;
+        let value = Bytes::from(serde_json::to_vec(&self.record).unwrap());
+        store.kv().update(&self.key, value, self.revision).await.map_err(|e| jerr("cannot release the lease", e))?;
+        Ok(())
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "host".into())
+}
