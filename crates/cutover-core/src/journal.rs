@@ -93,6 +93,23 @@ pub struct ConsumerProgress {
     /// Times a stuck worker's message had to be let through (resume briefly).
     pub nudges: u32,
     pub drain_ms: Option<u64>,
+    /// The paused, settled consumer state the checkpoint was taken from
+    /// (delivered, ack_floor, num_ack_pending, num_pending, paused): the
+    /// evidence `verify` checks.
+    #[serde(default)]
+    pub evidence: Option<Settled>,
+    /// The new durable's filters on B (empty: all).
+    #[serde(default)]
+    pub b_filters: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settled {
+    pub delivered_stream_seq: u64,
+    pub ack_floor_stream_seq: u64,
+    pub num_ack_pending: u64,
+    pub num_pending: u64,
+    pub paused: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -137,7 +154,7 @@ impl Journal {
             created_b: false,
             consumers: consumers_paused
                 .iter()
-                .map(|(n, p)| ConsumerProgress { name: n.clone(), phase: ConsumerPhase::Waiting, was_paused: *p, checkpoint: None, b_start: None, translate_gets: None, nudges: 0, drain_ms: None })
+                .map(|(n, p)| ConsumerProgress { name: n.clone(), phase: ConsumerPhase::Waiting, was_paused: *p, checkpoint: None, b_start: None, translate_gets: None, nudges: 0, drain_ms: None, evidence: None, b_filters: vec![] })
                 .collect(),
             a_subjects,
             a_final_seq: None,

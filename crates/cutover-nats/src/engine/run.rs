@@ -10,7 +10,7 @@ use crate::api::Js;
 use crate::error::{Error, Result};
 use crate::journal::{now_ms, JournalStore, Lease};
 use cutover_core::checkpoint::{assess, TranslateSearch};
-use cutover_core::journal::{migration_id, ConsumerPhase, Journal, Phase, Route};
+use cutover_core::journal::{migration_id, ConsumerPhase, Journal, Phase, Route, Settled};
 use cutover_core::model::{nanos, ConsumerInfo};
 use cutover_core::plan::{ConsumerPlan, Plan};
 use serde_json::{json, Value};
@@ -265,10 +265,19 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
     let name = cp.name.as_str();
     let step = format!("consumer {name}");
     let started = Instant::now();
-    let f = match (prior.phase, prior.checkpoint) {
-        (ConsumerPhase::Settled, Some(f)) => f,
+    let (f, evidence) = match (prior.phase, prior.checkpoint) {
+        (ConsumerPhase::Settled, Some(f)) => (f, prior.evidence.clone()),
         _ => match drain(ctx, &from, name).await {
-            Ok(f) => f,
+            Ok((f, ci)) => (
+                f,
+                Some(Settled {
+                    delivered_stream_seq: ci.delivered.stream_seq,
+                    ack_floor_stream_seq: ci.ack_floor.stream_seq,
+                    num_ack_pending: ci.num_ack_pending,
+                    num_pending: ci.num_pending,
+                    paused: ci.paused,
+                }),
+            ),
             Err(e) => {
                 // Never leave applications stalled on a consumer we paused but
                 // did not move: let it deliver again before reporting.
@@ -286,6 +295,8 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         p.phase = ConsumerPhase::Settled;
         p.checkpoint = Some(f);
         p.drain_ms = Some(drain_ms);
+        p.evidence = evidence;
+        p.b_filters = cp.b_filters.clone();
     }
     ctx.save().await?;
     ctx.emit("progress", &step, json!({ "checkpoint": f, "drain_ms": drain_ms }));
@@ -326,7 +337,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
 
 /// Pauses the consumer and waits until it is settled; returns F. On return the
 /// consumer is paused for good (it must never deliver once B's durable exists).
-async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<u64> {
+async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, ConsumerInfo)> {
     let step = format!("consumer {name}");
     ctx.js.consumer_pause(stream, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
     let mut paused_at = Instant::now();
@@ -350,7 +361,7 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<u64> {
                     let (_, again) = ctx.js.consumer_info(stream, name).await?;
                     let b = assess(&again);
                     if b.stable && b.checkpoint == Some(f) {
-                        return Ok(f);
+                        return Ok((f, again));
                     }
                     last = None;
                     continue;
