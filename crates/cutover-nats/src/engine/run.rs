@@ -502,6 +502,10 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
     }
     let (_, a) = ctx.js.stream_info(&from).await?;
     ctx.journal.lock().await.a_final_seq = Some(a.state.last_seq);
+    if let Some(h) = &ctx.opts.after_step {
+        // The worst moment to die: publishers have no stream until a resume.
+        h("subjects_released");
+    }
     loop {
         if source_progress(ctx.js, &to, &from).await?.caught_up {
             break;

@@ -102,3 +102,277 @@ async fn live_cutover_loses_nothing_and_processes_nothing_twice() {
     let steps: Vec<String> = sink.0.lock().unwrap().iter().filter(|e| e.kind == "step_done").map(|e| e.step.clone()).collect();
     assert_eq!(steps, ["create_b", "catch_up", "move_consumers", "move_publishers", "seal_a", "remove_source", "retire"]);
 }
+
+/// Runs the CLI's `run` as a child process with the test crash hook.
+fn run_cli(e: &Env, args: &[&str], crash_after: Option<&str>) -> Out {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
+    cmd.arg("--server").arg(e.server.url()).args(args).env_remove("NATS_CUTOVER_TEST_CRASH_AFTER");
+    if let Some(s) = crash_after {
+        cmd.env("NATS_CUTOVER_TEST_CRASH_AFTER", s);
+    }
+    let o = cmd.output().expect("run nats-cutover");
+    Out { code: o.status.code().unwrap_or(-1), stdout: String::from_utf8_lossy(&o.stdout).into(), stderr: String::from_utf8_lossy(&o.stderr).into() }
+}
+
+/// Resumes until the crashed runner's lease has lapsed (a condition with a
+/// deadline, not a sleep of the lease's length).
+async fn resume_until_done(e: &Env, id: &str) -> Out {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = run_cli(e, &["--json", "run", "--resume", id, "--lease-ttl", "1s"], None);
+        if out.code == 1 && out.stderr.contains("is held by runner") && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        return out;
+    }
+}
+
+async fn crash_and_resume(crash_after: &str) {
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
+    until_processed(&load, 200).await;
+    let out = run_cli(&e, &["--json", "run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes", "--lease-ttl", "1s"], Some(crash_after));
+    assert_eq!(out.code, 86, "the runner should die after {crash_after}: {out:?}");
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_ne!(j.phase, Phase::Done);
+    let out = resume_until_done(&e, "ORDERS.ORDERS_V2").await;
+    assert_eq!(out.code, 0, "resume after {crash_after}: {out:?}");
+    let last: serde_json::Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["journal"]["phase"], "done", "{out:?}");
+    let after = load.published() + 200;
+    until_published(&load, after).await;
+    let r = finish(load).await;
+    assert_exact(&r);
+    assert_finished(&e, "ORDERS", "ORDERS_V2", "worker", json!(["orders.>"])).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resume_after_crash_at_create_b() {
+    crash_and_resume("create_b").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resume_after_crash_at_catch_up() {
+    crash_and_resume("catch_up").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resume_after_crash_once_the_new_durable_exists() {
+    crash_and_resume("consumer_created:worker").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resume_after_crash_at_move_consumers() {
+    crash_and_resume("move_consumers").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resume_after_crash_between_releasing_and_taking_subjects() {
+    crash_and_resume("subjects_released").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resume_after_crash_at_move_publishers() {
+    crash_and_resume("move_publishers").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resume_after_crash_at_seal_a() {
+    crash_and_resume("seal_a").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resume_after_crash_at_remove_source() {
+    crash_and_resume("remove_source").await;
+}
+
+/// Rollback after the new durable processed messages on B: the old durable is
+/// reset past them (2.14+), the route is removed, workers follow back, and
+/// nothing is lost or processed twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
+    until_processed(&load, 200).await;
+    let out = run_cli(&e, &["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes", "--lease-ttl", "1s"], Some("consumer_created:worker"));
+    assert_eq!(out.code, 86, "{out:?}");
+    // Workers followed the route to ORDERS_V2 and process there.
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let start = j.consumers[0].b_start.unwrap();
+    wait_until("workers to process on ORDERS_V2", Duration::from_secs(20), || async {
+        let (_, c) = e.js.consumer_info("ORDERS_V2", "worker").await.unwrap();
+        c.ack_floor.stream_seq > start + 100
+    })
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let out = loop {
+        let out = run_cli(&e, &["--json", "rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"], None);
+        if out.code == 1 && out.stderr.contains("is held by runner") && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        break out;
+    };
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("reset_to"), "the old durable must be reset past what the new one processed: {out:?}");
+    let after = load.published() + 300;
+    until_published(&load, after).await;
+    let r = finish(load).await;
+    assert_exact(&r);
+    assert!(e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(), "the run created ORDERS_V2, the rollback deletes it");
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused);
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_eq!(j.phase, Phase::RolledBack);
+    // After the commit point a rollback is refused.
+    let e2 = env().await;
+    orders_stream(&e2, 30_000).await;
+    let out = run_cli(&e2, &["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"], None);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = run_cli(&e2, &["rollback", "ORDERS.ORDERS_V2"], None);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.contains("only rolling forward is safe"), "{out:?}");
+}
+
+/// A message held by a dead worker keeps the paused consumer unsettled; the
+/// lease refuses a second runner meanwhile; Ctrl-C stops at a safe point and
+/// hands the consumer back to the applications.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn second_runner_is_refused_and_ctrl_c_stops_safely() {
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    e.publish("orders.1", "x", 5).await;
+    // A worker takes a message and dies without acking it.
+    let c = e.ctx.get_stream("ORDERS").await.unwrap().get_consumer::<async_nats::jetstream::consumer::pull::Config>("worker").await.unwrap();
+    use futures::StreamExt;
+    let mut b = c.fetch().max_messages(1).messages().await.unwrap();
+    let _held = b.next().await.unwrap().unwrap();
+    let mut first = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .args(["--server", e.server.url(), "run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the first runner to pause and drain", Duration::from_secs(20), || async {
+        let paused = e.js.consumer_info("ORDERS", "worker").await.map(|(_, c)| c.paused).unwrap_or(false);
+        let draining = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.map(|(_, j)| j.in_progress.as_deref() == Some("move_consumers")).unwrap_or(false);
+        paused && draining
+    })
+    .await;
+    let second = e.cli(&["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"]);
+    assert_eq!(second.code, 1, "{second:?}");
+    assert!(second.stderr.contains("is held by runner"), "{second:?}");
+    std::process::Command::new("kill").args(["-INT", &first.id().to_string()]).status().unwrap();
+    let o = first.wait_with_output().unwrap();
+    let (code, stderr) = (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).to_string());
+    assert_eq!(code, 5, "Ctrl-C exits INTERRUPTED: {stderr}");
+    assert!(stderr.contains("nats-cutover run --resume ORDERS.ORDERS_V2") && stderr.contains("rollback ORDERS.ORDERS_V2"), "{stderr}");
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused, "the interrupted drain hands the consumer back");
+    assert!(e.js.consumer_info_opt("ORDERS_V2", "worker").await.unwrap().is_none(), "no durable on B before it is positioned");
+}
+
+/// A worker dies mid-message during the drain: the paused consumer withholds
+/// the redelivery, the engine notices no ack progress for 1.5 × ack_wait and
+/// lets it through once; still exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn worker_killed_mid_message_during_the_drain() {
+    let e = env().await;
+    orders_stream(&e, 1_000).await;
+    let load = Load::start(e.js.client.clone(), load_cfg(300, 20_000)).await;
+    until_processed(&load, 100).await;
+    let held = take_one_and_die(&e).await;
+    let plan = engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let j = engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    drop(held);
+    assert_eq!(j.phase, Phase::Done);
+    assert!(j.consumers[0].nudges >= 1, "the stuck message needed a nudge: {:?}", j.consumers[0]);
+    let after = load.published() + 100;
+    until_published(&load, after).await;
+    let r = finish(load).await;
+    assert_exact(&r);
+}
+
+/// Push consumers need no redeploy: the new durable on B keeps the deliver
+/// subject and group, so the same subscriptions receive from B and their acks
+/// go to B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn push_consumer_with_deliver_group_moves_without_redeploy() {
+    use futures::StreamExt;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    let e = env().await;
+    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64})).await;
+    e.consumer("ORDERS", json!({"durable_name": "pusher", "ack_policy": "explicit", "deliver_subject": "deliver.orders", "deliver_group": "g", "max_ack_pending": 1000, "ack_wait": 30_000_000_000i64})).await;
+    let seen: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+    let mut subs = vec![];
+    for _ in 0..2 {
+        let client = async_nats::connect(e.server.url()).await.unwrap();
+        let mut sub = client.queue_subscribe("deliver.orders", "g".into()).await.unwrap();
+        let seen = seen.clone();
+        subs.push(tokio::spawn(async move {
+            while let Some(m) = sub.next().await {
+                let Some(reply) = m.reply.clone() else { continue };
+                let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).and_then(|v| v.as_str().strip_prefix("m-")).and_then(|s| s.parse::<u64>().ok());
+                if let Some(id) = id {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    // Double ack: request on the reply subject, the server answers.
+                    if client.request(reply, "+ACK".into()).await.is_ok() {
+                        *seen.lock().unwrap().entry(id).or_default() += 1;
+                    }
+                }
+            }
+        }));
+    }
+    let mut cfg = load_cfg(500, 20_000);
+    cfg.workers = 0;
+    let load = Load::start(e.js.client.clone(), cfg).await;
+    wait_until("push subscribers to receive", Duration::from_secs(20), || async { seen.lock().unwrap().len() > 200 }).await;
+    let plan = engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["pusher"])).await.unwrap();
+    assert!(plan.safe, "{:?}", plan.unsafe_findings().collect::<Vec<_>>());
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let j = engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    assert_eq!(j.phase, Phase::Done);
+    let (_, bc) = e.js.consumer_info("ORDERS_V2", "pusher").await.unwrap();
+    assert_eq!(bc.config.deliver_subject.as_deref(), Some("deliver.orders"));
+    assert_eq!(bc.config.deliver_group.as_deref(), Some("g"));
+    let after = load.published() + 300;
+    until_published(&load, after).await;
+    let mut load = load;
+    load.finish_publishing().await;
+    let r = load.stop().await;
+    // With no library workers, every published id is in `lost`: that is the published set.
+    let published: Vec<u64> = r.lost.clone();
+    wait_until("push subscribers to process everything", Duration::from_secs(20), || async {
+        let s = seen.lock().unwrap();
+        published.iter().all(|id| s.contains_key(id))
+    })
+    .await;
+    let s = seen.lock().unwrap().clone();
+    let dups: Vec<_> = s.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(dups.is_empty(), "processed twice: {dups:?}");
+    assert_eq!(s.len(), published.len(), "processed exactly the published set");
+    eprintln!("push: published {} processed {} exactly once", published.len(), s.len());
+    for t in subs {
+        t.abort();
+    }
+}
+
+/// A worker that takes one message and dies holding it (never acks). Fetches
+/// until it gets one: live workers may have taken everything available.
+async fn take_one_and_die(e: &Env) -> async_nats::jetstream::Message {
+    use futures::StreamExt;
+    let c = e.ctx.get_stream("ORDERS").await.unwrap().get_consumer::<async_nats::jetstream::consumer::pull::Config>("worker").await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut b = c.fetch().max_messages(1).expires(Duration::from_millis(200)).messages().await.unwrap();
+        if let Some(Ok(m)) = b.next().await {
+            return m;
+        }
+        assert!(std::time::Instant::now() < deadline, "could not take a message");
+    }
+}
