@@ -129,6 +129,15 @@ pub(crate) fn check_streams(
         } else {
             r.add(s, "sources", "", ac.name.clone(), Verdict::Ok, "B sources A; every sourced message carries Nats-Stream-Source with its origin sequence");
         }
+        // Sourced messages get B-side subjects through the source transform; after
+        // the cut-over, direct publishes must get the same ones, or the moved
+        // consumers' mapped filters silently miss them.
+        if !src.subject_transforms.is_empty() {
+            let same = src.subject_transforms.len() == 1 && b.subject_transform.as_ref() == Some(&src.subject_transforms[0]);
+            if !same {
+                r.add(s, "sources.subject_transforms", "", format!("{} -> {}", src.subject_transforms[0].src, src.subject_transforms[0].dest), Verdict::Unsafe, "B's source rewrites subjects but B has no identical stream subject_transform: after the cut-over, direct publishes would keep their original subjects and the moved consumers' filters would miss them; give B the same mapping as its subject_transform");
+            }
+        }
         if src.external.is_some() {
             r.add(s, "sources.external", "", "set", Verdict::Unsafe, "B sources A from another domain/account; this version translates checkpoints only within one account");
         }

@@ -227,6 +227,30 @@ impl Js {
         self.get_with(stream, req, direct).await
     }
 
+    /// The first message at or after `seq` whose subject matches `filter`
+    /// (wildcards allowed).
+    pub async fn next_matching(&self, stream: &str, seq: u64, filter: &str, direct: bool) -> Result<Option<StoredMsg>> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.get_with(stream, json!({ "seq": seq.max(1), "next_by_subj": filter }), direct).await
+    }
+
+    /// The first message of `origin` after `after` that `b_source` selects:
+    /// what B still has to source. Messages the source filters out do not count.
+    pub async fn next_sourced(&self, origin: &StreamInfo, b_source: Option<&cutover_core::model::StreamSource>, after: u64) -> Result<Option<u64>> {
+        let filters: Vec<String> = match b_source {
+            Some(s) if s.filter_subject.as_deref().is_some_and(|f| !f.is_empty()) => vec![s.filter_subject.clone().unwrap()],
+            Some(s) if !s.subject_transforms.is_empty() => s.subject_transforms.iter().map(|t| if t.src.is_empty() { ">".to_string() } else { t.src.clone() }).collect(),
+            _ => vec![">".to_string()],
+        };
+        let mut first: Option<u64> = None;
+        for f in filters {
+            if let Some(m) = self.next_matching(&origin.config.name, after + 1, &f, origin.config.allow_direct).await? {
+                first = Some(first.map_or(m.seq, |x| x.min(m.seq)));
+            }
+        }
+        Ok(first)
+    }
+
     /// The last message of the stream.
     pub async fn last_msg(&self, stream: &str, direct: bool) -> Result<Option<StoredMsg>> {
         self.gets.fetch_add(1, Ordering::Relaxed);

@@ -37,11 +37,12 @@ pub async fn source_progress(js: &Js, b: &str, origin: &str) -> Result<SourcePro
     };
     // Caught up when A holds no message after the newest one B sourced. Comparing
     // with A's last sequence alone would wait forever if A's tail was deleted
-    // before B sourced it, so a shortfall is confirmed with one get on A.
+    // before B sourced it, or if B's source filters A's tail out, so a shortfall
+    // is confirmed with one get on A for the next message B's source selects.
     let caught_up = match sourced {
         Some(s) if s >= a_last => true,
         _ if a_info.state.messages == 0 => true,
-        s => js.get_msg(origin, s.unwrap_or(0) + 1, false, a_info.config.allow_direct).await?.is_none(),
+        s => js.next_sourced(&a_info, b_info.config.sources.iter().find(|x| x.name == origin), s.unwrap_or(0)).await?.is_none(),
     };
     Ok(SourceProgress { origin: origin.into(), origin_last_seq: a_last, sourced_origin_seq: sourced, b_last_seq: b_info.state.last_seq, caught_up, reported_lag })
 }

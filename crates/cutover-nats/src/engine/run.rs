@@ -417,61 +417,72 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
 
 /// The first B sequence after origin sequence F, once B has sourced F.
 async fn translate(ctx: &Ctx<'_>, from: &str, to: &str, f: u64) -> Result<(u64, u32)> {
-    let (_, a) = ctx.js.stream_info(from).await?;
-    let a_direct = a.config.allow_direct;
     loop {
-        let (_, b) = ctx.js.stream_info(to).await?;
-        let direct = b.config.allow_direct;
-        let last = if b.state.messages == 0 { None } else { ctx.js.last_msg(to, direct).await? };
-        let last_origin = match &last {
-            Some(m) => Some(m.origin_seq(from)?.ok_or_else(|| Error::Unsafe(format!("message {} of {to} did not come from {from}: translation needs every message of {to} to be sourced from {from}", m.seq)))?),
-            None => None,
-        };
-        // B must hold F (or everything A has up to F) before the start is final.
-        let sourced_enough = match last_origin {
-            Some(o) if o >= f => true,
-            _ => {
-                let next = ctx.js.get_msg(from, last_origin.unwrap_or(0) + 1, false, a_direct).await?;
-                // Nothing in A between what B has and F: B holds all it needs.
-                next.is_none_or(|m| m.seq > f)
+        if let Some(r) = translate_once(ctx.js, from, to, f).await? {
+            return Ok(r);
+        }
+        ctx.tick(true).await?;
+        tokio::time::sleep(ctx.opts.poll).await;
+    }
+}
+
+/// One attempt at translating checkpoint `F` of `from` into `to`'s sequence
+/// space: `None` while `to` has not yet sourced everything of `from` up to F,
+/// else the start sequence and the number of gets the search used.
+pub async fn translate_once(js: &Js, from: &str, to: &str, f: u64) -> Result<Option<(u64, u32)>> {
+    let (_, a) = js.stream_info(from).await?;
+    let (_, b) = js.stream_info(to).await?;
+    let b_source = b.config.sources.iter().find(|s| s.name == from).cloned();
+    let direct = b.config.allow_direct;
+    let last = if b.state.messages == 0 { None } else { js.last_msg(to, direct).await? };
+    let last_origin = match &last {
+        Some(m) => Some(m.origin_seq(from)?.ok_or_else(|| Error::Unsafe(format!("message {} of {to} did not come from {from}: translation needs every message of {to} to be sourced from {from}", m.seq)))?),
+        None => None,
+    };
+    // B must hold F (or everything A has up to F) before the start is final.
+    let sourced_enough = match last_origin {
+        Some(o) if o >= f => true,
+        _ => {
+            // Nothing in A that B sources between what B has and F: B holds all
+            // it needs (messages B's source filters out do not count).
+            let next = js.next_sourced(&a, b_source.as_ref(), last_origin.unwrap_or(0)).await?;
+            next.is_none_or(|seq| seq > f)
+        }
+    };
+    if !sourced_enough {
+        return Ok(None);
+    }
+    let gets_before = js.gets();
+    let mut s = TranslateSearch::new(f, b.state.first_seq, b.state.last_seq, last_origin);
+    while let Some(p) = s.next_probe() {
+        let m = js.get_msg(to, p, false, direct).await?;
+        let probe = match m {
+            Some(m) if m.seq <= b.state.last_seq => {
+                let o = m.origin_seq(from)?.ok_or_else(|| Error::Unsafe(format!("message {} of {to} did not come from {from}", m.seq)))?;
+                Some((m.seq, o))
             }
+            _ => None,
         };
-        if !sourced_enough {
-            ctx.tick(true).await?;
-            tokio::time::sleep(ctx.opts.poll).await;
-            continue;
-        }
-        let gets_before = ctx.js.gets();
-        let mut s = TranslateSearch::new(f, b.state.first_seq, b.state.last_seq, last_origin);
-        while let Some(p) = s.next_probe() {
-            let m = ctx.js.get_msg(to, p, false, direct).await?;
-            let probe = match m {
-                Some(m) if m.seq <= b.state.last_seq => {
-                    let o = m.origin_seq(from)?.ok_or_else(|| Error::Unsafe(format!("message {} of {to} did not come from {from}", m.seq)))?;
-                    Some((m.seq, o))
-                }
-                _ => None,
-            };
-            s.observe(probe);
-        }
-        let start = s.result().expect("search finished");
-        // If B started sourcing mid-stream, A messages after F but before B's
-        // first origin would be skipped: refuse instead.
-        if start == b.state.first_seq.max(1) && b.state.messages > 0 {
-            if let Some(first) = ctx.js.get_msg(to, b.state.first_seq, false, direct).await? {
-                if let Some(o) = first.origin_seq(from)? {
-                    if o > f + 1 {
-                        if let Some(m) = ctx.js.get_msg(from, f + 1, false, a_direct).await? {
-                            if m.seq < o {
-                                return Err(Error::Unsafe(format!("{to} does not hold {from}'s messages from {} on (its first is origin {o}); the consumer's checkpoint is {f}: source {from} from the start", m.seq)));
-                            }
+        s.observe(probe);
+    }
+    let start = s.result().expect("search finished");
+    let gets = (js.gets() - gets_before) as u32;
+    // If B started sourcing mid-stream, A messages after F but before B's
+    // first origin would be skipped: refuse instead.
+    if start == b.state.first_seq.max(1) && b.state.messages > 0 {
+        if let Some(first) = js.get_msg(to, b.state.first_seq, false, direct).await? {
+            if let Some(o) = first.origin_seq(from)? {
+                if o > f + 1 {
+                    if let Some(seq) = js.next_sourced(&a, b_source.as_ref(), f).await? {
+                        if seq < o {
+                            return Err(Error::Unsafe(format!("{to} does not hold {from}'s messages from {seq} on (its first is origin {o}); the consumer's checkpoint is {f}: source {from} from the start")));
                         }
                     }
                 }
             }
         }
-        return Ok((start, (ctx.js.gets() - gets_before) as u32));
     }
+    Ok(Some((start, gets)))
 }
 
 /// The commit point: A releases its subjects, B sources A's tail, B takes the

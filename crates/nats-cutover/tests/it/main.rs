@@ -6,3 +6,4 @@ mod bad_input;
 mod inspect;
 mod plan;
 mod run;
+mod translate;

@@ -45,6 +45,11 @@ async fn plan_maps_filters_through_an_existing_b_source_transform() {
     orders(&e).await;
     e.stream(json!({"name": "B", "duplicate_window": 120_000_000_000i64, "allow_direct": true,
         "sources": [{"name": "A", "subject_transforms": [{"src": "orders.>", "dest": "v2.orders.>"}]}]})).await;
-    let j = e.cli(&["plan", "--json", "--from", "A", "--to", "B", "--consumer", "C"]).json();
+    let out = e.cli(&["plan", "--json", "--from", "A", "--to", "B", "--consumer", "C"]);
+    let j = out.json();
     assert_eq!(j["consumers"][0]["b_filters"], json!(["v2.orders.>"]), "{j:#}");
+    // Without the same stream-level transform, direct publishes after the cut-over
+    // would keep their original subjects: refused.
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stdout.contains("identical stream subject_transform"), "{out:?}");
 }
