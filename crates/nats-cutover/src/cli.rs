@@ -68,6 +68,62 @@ pub enum Command {
     Status(StatusArgs),
     /// Undo a migration that has not passed its commit point.
     Rollback(RollbackArgs),
+    /// Start a local server, run a live workload, cut it over, and show the proof.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Messages per second the embedded publisher sends.
+    #[arg(long, default_value_t = 1000)]
+    pub rate: u32,
+    /// How long the workload runs (seconds, or a duration such as 10s, 1m).
+    #[arg(long, default_value = "6s", value_parser = parse_secs_or_duration)]
+    pub duration: Duration,
+    /// Worker instances consuming the durable.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Processing time per message in each worker.
+    #[arg(long, default_value = "1ms", value_parser = humantime::parse_duration)]
+    pub processing: Duration,
+    #[arg(long, value_enum, default_value = "source")]
+    pub strategy: StrategyArg,
+    #[arg(long, value_enum, default_value = "drain")]
+    pub mode: ModeArg,
+    /// Write a self-contained HTML report (timeline, steps, verification).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+/// `10` means ten seconds; `10s`, `1m`, `500ms` are humantime durations.
+pub fn parse_secs_or_duration(s: &str) -> Result<Duration, String> {
+    if let Ok(n) = s.trim().parse::<f64>() {
+        if n.is_finite() && n >= 0.0 {
+            return Ok(Duration::from_secs_f64(n));
+        }
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{s:?} is neither seconds nor a duration like 10s or 1m: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_seconds_or_humantime() {
+        assert_eq!(parse_secs_or_duration("10").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_secs_or_duration("1m").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_secs_or_duration("10s").unwrap(), Duration::from_secs(10));
+        assert!(parse_secs_or_duration("soon").is_err());
+    }
+
+    #[test]
+    fn connection_options_go_before_or_after_the_subcommand() {
+        let a = Cli::try_parse_from(["nats-cutover", "--server", "nats://x:1", "plan", "--from", "A", "--to", "B", "--consumer", "C"]).unwrap();
+        let b = Cli::try_parse_from(["nats-cutover", "plan", "--from", "A", "--to", "B", "--consumer", "C", "--server", "nats://x:1", "--json"]).unwrap();
+        assert_eq!(a.conn.server, b.conn.server);
+        assert!(b.json);
+    }
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@ mod cli;
 mod cmd;
 mod exit;
 mod render;
+mod report;
 
 fn main() {
     std::process::exit(app::main());

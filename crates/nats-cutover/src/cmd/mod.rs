@@ -1,5 +1,6 @@
 //! One module per subcommand: parse arguments into library calls, render results.
 
+pub mod demo;
 pub mod inspect;
 pub mod plan;
 pub mod progress;

@@ -3,6 +3,7 @@
 
 mod common;
 mod bad_input;
+mod demo;
 mod inspect;
 mod plan;
 mod run;

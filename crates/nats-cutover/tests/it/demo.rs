@@ -1,0 +1,29 @@
+//! The demo is the README's first command: it must work and prove itself.
+
+use crate::common::cli;
+
+#[test]
+fn demo_moves_a_live_workload_with_nothing_lost_or_duplicated() {
+    let dir = std::env::temp_dir().join(format!("nats-cutover-demo-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let report = dir.join("report.html");
+    let out = cli(&["demo", "--json", "--rate", "400", "--duration", "3", "--workers", "3", "--report", report.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let summary: serde_json::Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["kind"], "demo");
+    assert_eq!(summary["lost"], 0, "{summary:#}");
+    assert_eq!(summary["duplicated"], 0, "{summary:#}");
+    assert_eq!(summary["verified"], true);
+    assert!(summary["published"].as_u64().unwrap() > 500, "{summary:#}");
+    assert_eq!(summary["steps"].as_array().unwrap().len(), 7);
+    assert!(std::fs::metadata(&report).unwrap().len() > 1000);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn demo_refuses_unbounded_or_empty_workloads() {
+    let out = cli(&["demo", "--duration", "1h"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    let out = cli(&["demo", "--rate", "0"]);
+    assert_eq!(out.code, 2, "{out:?}");
+}
