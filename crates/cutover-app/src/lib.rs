@@ -15,8 +15,10 @@
 //! - [`follow`]: the route follower.
 //! - [`worker`]: a pull-consumer loop that follows the route.
 //! - [`load`]: a live workload (publisher + workers) that records what it processed.
+//! - [`scenario`]: the live cut-over scenario the demo, benchmark and report share.
 
 pub mod follow;
 pub mod load;
 pub mod publisher;
+pub mod scenario;
 pub mod worker;

@@ -5,13 +5,13 @@
 use serde::Serialize;
 use serde_json::Value;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Event {
     /// Milliseconds since the Unix epoch.
     pub ts_ms: u64,
     pub migration: String,
     /// `step_started`, `step_done`, `progress`, `info`, `warning`.
-    pub kind: &'static str,
+    pub kind: String,
     pub step: String,
     pub detail: Value,
 }

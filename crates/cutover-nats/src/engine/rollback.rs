@@ -38,7 +38,7 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
         )));
     }
     let lease = Lease::acquire(&store, &j.from, id, lease_ttl).await?;
-    let emit = |step: &str, detail: serde_json::Value| sink.emit(Event { ts_ms: now_ms(), migration: id.into(), kind: "step_done", step: step.into(), detail });
+    let emit = |step: &str, detail: serde_json::Value| sink.emit(Event { ts_ms: now_ms(), migration: id.into(), kind: "step_done".into(), step: step.into(), detail });
     let version = js.server_version();
     // Publishers first: A takes its subjects back if it released them.
     let (a_raw, a) = js.stream_info(&j.from).await?;

@@ -67,8 +67,8 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn emit(&self, kind: &'static str, step: &str, detail: Value) {
-        self.sink.emit(Event { ts_ms: now_ms(), migration: self.id.clone(), kind, step: step.into(), detail });
+    fn emit(&self, kind: &str, step: &str, detail: Value) {
+        self.sink.emit(Event { ts_ms: now_ms(), migration: self.id.clone(), kind: kind.into(), step: step.into(), detail });
     }
 
     async fn save(&self) -> Result<()> {
@@ -120,11 +120,11 @@ pub async fn run(js: &Js, plan: Plan, opts: &RunOptions, sink: &dyn Sink, shutdo
     let journal = match store.load(&id).await? {
         Some(j) if j.phase == Phase::Done => {
             lease.release(&store).await?;
-            sink.emit(Event { ts_ms: now_ms(), migration: id.clone(), kind: "info", step: "done".into(), detail: json!({"message": "migration already complete"}) });
+            sink.emit(Event { ts_ms: now_ms(), migration: id.clone(), kind: "info".into(), step: "done".into(), detail: json!({"message": "migration already complete"}) });
             return Ok(j);
         }
         Some(j) if j.phase != Phase::RolledBack => {
-            sink.emit(Event { ts_ms: now_ms(), migration: id.clone(), kind: "info", step: "resume".into(), detail: json!({"phase": j.phase.as_str(), "in_progress": j.in_progress}) });
+            sink.emit(Event { ts_ms: now_ms(), migration: id.clone(), kind: "info".into(), step: "resume".into(), detail: json!({"phase": j.phase.as_str(), "in_progress": j.in_progress}) });
             j
         }
         _ => {

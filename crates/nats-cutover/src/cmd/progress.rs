@@ -55,7 +55,7 @@ impl Render {
     fn line(&self, e: &Event) -> Option<String> {
         let t = (e.ts_ms.saturating_sub(self.t0)) as f64 / 1000.0;
         let d = &e.detail;
-        let text = match e.kind {
+        let text = match e.kind.as_str() {
             "step_started" => return None,
             "step_done" => format!("{} done in {:.1} ms {}", e.step, d["ms"].as_f64().unwrap_or(0.0), compact(d)),
             _ => format!("{} {} {}", e.step, e.kind, compact(d)),

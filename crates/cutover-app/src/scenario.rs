@@ -1,0 +1,151 @@
+//! A live cut-over scenario: stream and durable on a server, the live workload,
+//! the cut-over in the middle of it, and everything measured. The demo, the
+//! benchmark and the timeline report all run or render this.
+
+use crate::load::{Load, LoadConfig, LoadReport};
+use cutover_core::journal::Journal;
+use cutover_core::plan::{Mode, Plan, PlanRequest, Strategy};
+use cutover_nats::engine::{self, Event, RunOptions, Sink};
+use cutover_nats::journal::now_ms;
+use cutover_nats::Js;
+use serde::Serialize;
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct ScenarioConfig {
+    pub load: LoadConfig,
+    pub new_stream: String,
+    /// When the cut-over starts, from the start of the workload.
+    pub cutover_at: Duration,
+    pub ack_wait: Duration,
+}
+
+/// Consumer state sampled over time for the timeline.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumerSample {
+    pub t_ms: u64,
+    pub stream: String,
+    pub num_pending: u64,
+    pub num_ack_pending: u64,
+}
+
+/// Everything a scenario measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub server_version: String,
+    pub rate: u32,
+    pub workers: usize,
+    pub duration_ms: u64,
+    /// Wall clock (ms since the epoch) when the workload started; event
+    /// timestamps are wall clock too.
+    pub started_ms: u64,
+    pub load: LoadReport,
+    pub consumer_samples: Vec<ConsumerSample>,
+    pub events: Vec<Event>,
+    pub journal: Journal,
+    pub plan: Plan,
+    pub cutover_ms: f64,
+    /// Every published message processed exactly once, nothing extra, no
+    /// publisher error.
+    pub verified: bool,
+}
+
+impl Outcome {
+    pub fn step_durations(&self) -> Vec<(String, f64)> {
+        self.events.iter().filter(|e| e.kind == "step_done").map(|e| (e.step.clone(), e.detail["ms"].as_f64().unwrap_or(0.0))).collect()
+    }
+}
+
+struct Recorder<'a> {
+    inner: &'a dyn Sink,
+    events: Mutex<Vec<Event>>,
+}
+
+impl Sink for Recorder<'_> {
+    fn emit(&self, e: Event) {
+        self.events.lock().unwrap().push(e.clone());
+        self.inner.emit(e);
+    }
+}
+
+/// Creates the stream and durable, runs the workload, cuts over at
+/// `cutover_at`, lets the workload finish on the new stream, and measures.
+pub async fn live_cutover(client: async_nats::Client, cfg: ScenarioConfig, sink: &dyn Sink) -> Result<Outcome, cutover_nats::Error> {
+    let js = Js::new(client.clone(), Duration::from_secs(5));
+    let l = &cfg.load;
+    js.stream_create(&json!({"name": l.stream, "subjects": [format!("{}.>", l.subject_prefix)], "duplicate_window": 120_000_000_000i64, "allow_direct": true})).await?;
+    js.consumer_create(&l.stream, &l.consumer, &json!({"durable_name": l.consumer, "ack_policy": "explicit", "ack_wait": cfg.ack_wait.as_nanos() as u64, "max_ack_pending": 1000, "max_deliver": 5}), true).await?;
+    let started_ms = now_ms();
+    let t0 = Instant::now();
+    let mut load = Load::start(client.clone(), l.clone()).await;
+    let samples: Arc<Mutex<Vec<ConsumerSample>>> = Arc::default();
+    let sampler = {
+        let (js, samples, old, new, c) = (js.clone(), samples.clone(), l.stream.clone(), cfg.new_stream.clone(), l.consumer.clone());
+        tokio::spawn(async move {
+            loop {
+                // Whichever durable is current: the new one once it exists.
+                let cur = match js.consumer_info_opt(&new, &c).await {
+                    Ok(Some((_, ci))) => Some((new.clone(), ci)),
+                    _ => js.consumer_info_opt(&old, &c).await.ok().flatten().map(|(_, ci)| (old.clone(), ci)),
+                };
+                if let Some((s, ci)) = cur {
+                    samples.lock().unwrap().push(ConsumerSample { t_ms: t0.elapsed().as_millis() as u64, stream: s, num_pending: ci.num_pending, num_ack_pending: ci.num_ack_pending });
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    tokio::time::sleep(cfg.cutover_at).await;
+    let req = PlanRequest {
+        from: l.stream.clone(),
+        to: cfg.new_stream.clone(),
+        consumers: vec![l.consumer.clone()],
+        all_consumers: false,
+        strategy: Strategy::Source,
+        mode: Mode::Drain,
+        to_config: None,
+        publishers_stopped: false,
+        retry_horizon: l.retry_horizon,
+    };
+    let rec = Recorder { inner: sink, events: Mutex::new(vec![]) };
+    let result = async {
+        let plan = engine::prepare_plan(&js, &req).await?;
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let cut = Instant::now();
+        let journal = engine::run(&js, plan.clone(), &RunOptions::default(), &rec, rx).await?;
+        Ok::<_, cutover_nats::Error>((plan, journal, cut.elapsed().as_secs_f64() * 1000.0))
+    }
+    .await;
+    let (plan, journal, cutover_ms) = match result {
+        Ok(x) => x,
+        Err(e) => {
+            sampler.abort();
+            let _ = load.stop().await;
+            return Err(e);
+        }
+    };
+    // The workload runs its full course, now against the new stream.
+    tokio::time::sleep(l.duration.saturating_sub(t0.elapsed())).await;
+    load.finish_publishing().await;
+    let drained = load.drain(Duration::from_secs(30)).await;
+    let report = load.stop().await;
+    sampler.abort();
+    let verified = drained && report.lost.is_empty() && report.duplicated.is_empty() && report.extra.is_empty() && report.publish_failures == 0;
+    let consumer_samples = samples.lock().unwrap().clone();
+    Ok(Outcome {
+        server_version: js.server_version().map(|v| v.to_string()).unwrap_or_default(),
+        rate: l.rate,
+        workers: l.workers,
+        duration_ms: t0.elapsed().as_millis() as u64,
+        started_ms,
+        load: report,
+        consumer_samples,
+        events: rec.events.into_inner().unwrap(),
+        journal,
+        plan,
+        cutover_ms,
+        verified,
+    })
+}
