@@ -18,10 +18,13 @@
 //! - [`compat`]: the compatibility report (ok / changed on purpose / unsafe).
 //! - [`plan`]: the plan document `plan` prints and `run` executes.
 //! - [`journal`]: the migration journal, lease and route records.
+//! - [`verify`]: the streaming verification of a migration (sequence sets, not maps).
+//! - [`audit`]: the audit record applications publish per processed message.
 
 //! - [`api_error`]: JetStream API error codes as named constants.
 
 pub mod api_error;
+pub mod audit;
 pub mod checkpoint;
 pub mod compat;
 pub mod journal;
@@ -31,4 +34,5 @@ pub mod plan;
 pub mod quiescence;
 pub mod source_header;
 pub mod subject;
+pub mod verify;
 pub mod version;

@@ -102,6 +102,10 @@ pub enum PlanError {
 pub struct ConsumerPlan {
     pub name: String,
     pub push: bool,
+    /// The old durable's filters on A; empty: all. `None` in plans written
+    /// before this field existed (verify then reads them from the findings).
+    #[serde(default)]
+    pub a_filters: Option<Vec<String>>,
     /// Filters on B (A's filters mapped through B's source transforms); empty: all.
     pub b_filters: Vec<String>,
     /// The new durable's configuration on B without the start sequence, which is
@@ -266,6 +270,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
                 name: c.name.clone(),
                 push: c.config.is_push(),
                 b_config: b_consumer_config(&old_cfg, &b_filters),
+                a_filters: Some(c.config.filters()),
                 b_filters: b_filters.clone(),
             });
             let fs = if b_filters.is_empty() { vec![">".to_string()] } else { b_filters };
@@ -397,6 +402,7 @@ mod tests {
         assert_eq!(p.b_final_subjects, vec!["orders.>"]);
         assert_eq!(p.consumers[0].b_config["future_consumer_field"], true);
         assert_eq!(p.consumers[0].b_config["filter_subject"], "orders.eu");
+        assert_eq!(p.consumers[0].a_filters, Some(vec!["orders.eu".to_string()]));
         assert_eq!(p.consumers[0].b_config["deliver_policy"], "by_start_sequence");
     }
 
