@@ -18,6 +18,8 @@
 //! - [`compat`]: the compatibility report (ok / changed on purpose / unsafe).
 //! - [`plan`]: the plan document `plan` prints and `run` executes.
 //! - [`journal`]: the migration journal, lease and route records.
+//! - [`lag`]: a consumer's status over a window of reads (ok, draining,
+//!   stalled, stopped), Burrow-style.
 //! - [`verify`]: the streaming verification of a migration (sequence sets, not maps).
 //! - [`audit`]: the audit record applications publish per processed message.
 
@@ -28,6 +30,7 @@ pub mod audit;
 pub mod checkpoint;
 pub mod compat;
 pub mod journal;
+pub mod lag;
 pub mod model;
 pub mod names;
 pub mod plan;

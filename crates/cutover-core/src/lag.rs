@@ -1,0 +1,314 @@
+//! A consumer's health from a short history of its state, in the spirit of
+//! Burrow's lag evaluation rules: judged over a sliding window of samples, never
+//! from a single read, because a single read cannot tell "busy" from "stuck".
+//!
+//! `watch` reads consumer info every tick and keeps the last `window` samples;
+//! [`status`] turns them into one of four statuses. The rules, checked in this
+//! order on the samples since the consumer's `paused` flag last changed (pausing
+//! or resuming starts a new regime, so a pause never inherits "no progress" from
+//! before it):
+//!
+//! 1. **ok**: nothing awaits an ack, and either nothing is pending or the consumer
+//!    is paused (a paused, settled consumer's position is stable: the checkpoint
+//!    condition of [`crate::checkpoint`]).
+//! 2. **stalled**: messages awaited an ack in every read of a full window and
+//!    there was no ack progress: the ack floor did not move and no delivery was
+//!    acknowledged (see [`acked_between`]). A worker holds them, or the consumer is at
+//!    `max_ack_pending` and cannot deliver more; only `ack_wait` expiry
+//!    (redelivery) moves it on.
+//! 3. **stopped**: not paused, messages are pending, and across a full window
+//!    nothing was delivered (`delivered.stream_seq` unchanged) while no pull
+//!    request waits (`num_waiting == 0` in the latest read): no worker is pulling.
+//!    Push consumers have no pull requests, so for them this reads "nothing
+//!    delivered although messages are pending".
+//! 4. **draining**: paused with messages still awaiting an ack (being worked
+//!    off), or not paused with nothing left to deliver and the ack-pending count
+//!    falling across the window.
+//! 5. otherwise **ok**: deliveries or acks are moving.
+//!
+//! Until a regime holds a full window of samples, the no-progress rules (2, 3)
+//! do not fire: absence of progress is only evidence over time.
+//!
+//! Like Burrow, the rules use counters, not rates, and no clock: the window is a
+//! number of samples, so the caller's tick interval sets its length in time.
+
+use crate::model::ConsumerInfo;
+use serde::{Deserialize, Serialize};
+
+/// One read of a consumer, as far as the rules need it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LagSample {
+    pub num_pending: u64,
+    pub num_ack_pending: u64,
+    pub num_waiting: u64,
+    pub delivered_stream_seq: u64,
+    /// Counts every delivery, redeliveries included.
+    pub delivered_consumer_seq: u64,
+    pub ack_floor_stream_seq: u64,
+    pub paused: bool,
+}
+
+impl From<&ConsumerInfo> for LagSample {
+    fn from(c: &ConsumerInfo) -> Self {
+        Self {
+            num_pending: c.num_pending,
+            num_ack_pending: c.num_ack_pending,
+            num_waiting: c.num_waiting,
+            delivered_stream_seq: c.delivered.stream_seq,
+            delivered_consumer_seq: c.delivered.consumer_seq,
+            ack_floor_stream_seq: c.ack_floor.stream_seq,
+            paused: c.paused,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    Draining,
+    Stalled,
+    Stopped,
+}
+
+impl Status {
+    pub const ALL: [Status; 4] = [Status::Ok, Status::Draining, Status::Stalled, Status::Stopped];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Draining => "draining",
+            Status::Stalled => "stalled",
+            Status::Stopped => "stopped",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub status: Status,
+    /// Why, in one sentence, for humans.
+    pub reason: String,
+}
+
+/// Deliveries acknowledged (or terminated, or exhausted) between two reads:
+/// every delivery raises `delivered.consumer_seq` and, unless it is a
+/// redelivery, `num_ack_pending`; whatever the second did not keep was settled.
+/// A redelivery counts as progress too, which it is: the held message moves on.
+pub fn acked_between(a: &LagSample, b: &LagSample) -> u64 {
+    let deliveries = b.delivered_consumer_seq.saturating_sub(a.delivered_consumer_seq);
+    (a.num_ack_pending + deliveries).saturating_sub(b.num_ack_pending)
+}
+
+/// The status of a consumer from its recent samples, oldest first; `window` is
+/// how many samples make a full window (at least 2).
+pub fn status(samples: &[LagSample], window: usize) -> Verdict {
+    let window = window.max(2);
+    let Some(last) = samples.last() else {
+        return Verdict { status: Status::Ok, reason: "no read yet".into() };
+    };
+    // The current regime: the samples since `paused` last changed, at most a window.
+    let tail = &samples[samples.len().saturating_sub(window)..];
+    let start = tail.iter().rposition(|s| s.paused != last.paused).map_or(0, |i| i + 1);
+    let w = &tail[start..];
+    let full = w.len() >= window;
+    let first = &w[0];
+    let pairs = || w.windows(2).map(|p| (&p[0], &p[1]));
+    let ack_progress = pairs().any(|(a, b)| b.ack_floor_stream_seq > a.ack_floor_stream_seq || acked_between(a, b) > 0);
+    let ticks = w.len() - 1;
+
+    if last.num_ack_pending == 0 && (last.num_pending == 0 || last.paused) {
+        let reason = if last.paused {
+            format!("paused and nothing awaits an ack: position {} is stable ({} pending stay put)", last.delivered_stream_seq, last.num_pending)
+        } else {
+            "caught up: nothing pending, nothing awaiting an ack".to_string()
+        };
+        return Verdict { status: Status::Ok, reason };
+    }
+    if full && w.iter().all(|s| s.num_ack_pending > 0) && !ack_progress {
+        return Verdict {
+            status: Status::Stalled,
+            reason: format!(
+                "{} message(s) await an ack and none was acknowledged for {ticks} ticks (ack floor stuck at {}): a worker holds them or max_ack_pending is reached; only ack_wait expiry moves them",
+                last.num_ack_pending, last.ack_floor_stream_seq
+            ),
+        };
+    }
+    if !last.paused && last.num_pending > 0 && full && last.delivered_stream_seq == first.delivered_stream_seq && last.num_waiting == 0 {
+        return Verdict {
+            status: Status::Stopped,
+            reason: format!("{} message(s) pending, nothing delivered for {ticks} ticks and no pull request waiting: no worker is pulling", last.num_pending),
+        };
+    }
+    if last.paused {
+        return Verdict { status: Status::Draining, reason: format!("paused: {} message(s) still await an ack, no new deliveries", last.num_ack_pending) };
+    }
+    if last.num_pending == 0 && w.len() >= 2 && last.num_ack_pending < first.num_ack_pending {
+        return Verdict {
+            status: Status::Draining,
+            reason: format!("nothing left to deliver; ack pending fell from {} to {} over {ticks} ticks", first.num_ack_pending, last.num_ack_pending),
+        };
+    }
+    let reason = if !full {
+        format!("{} pending, {} awaiting an ack; watching ({} of {window} samples)", last.num_pending, last.num_ack_pending, w.len())
+    } else {
+        format!(
+            "delivering: {} delivered and {} acknowledged over {ticks} ticks; {} pending, {} awaiting an ack",
+            last.delivered_stream_seq.saturating_sub(first.delivered_stream_seq),
+            pairs().map(|(a, b)| acked_between(a, b)).sum::<u64>(),
+            last.num_pending,
+            last.num_ack_pending
+        )
+    };
+    Verdict { status: Status::Ok, reason }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(pending: u64, ack_pending: u64, delivered: u64, floor: u64) -> LagSample {
+        LagSample { num_pending: pending, num_ack_pending: ack_pending, delivered_stream_seq: delivered, delivered_consumer_seq: delivered, ack_floor_stream_seq: floor, ..Default::default() }
+    }
+
+    fn paused(mut x: LagSample) -> LagSample {
+        x.paused = true;
+        x
+    }
+
+    fn waiting(mut x: LagSample, n: u64) -> LagSample {
+        x.num_waiting = n;
+        x
+    }
+
+    #[test]
+    fn nothing_pending_is_ok_at_once() {
+        assert_eq!(status(&[s(0, 0, 10, 10)], 5).status, Status::Ok);
+    }
+
+    #[test]
+    fn pending_with_nobody_pulling_is_stopped_only_after_a_full_window() {
+        let w = vec![s(20, 0, 0, 0); 4];
+        assert_eq!(status(&w, 5).status, Status::Ok, "four reads are not yet evidence");
+        let w = vec![s(20, 0, 0, 0); 5];
+        let v = status(&w, 5);
+        assert_eq!(v.status, Status::Stopped, "{}", v.reason);
+    }
+
+    #[test]
+    fn a_waiting_pull_request_is_not_stopped() {
+        let w = vec![waiting(s(20, 0, 0, 0), 1); 5];
+        assert_ne!(status(&w, 5).status, Status::Stopped);
+    }
+
+    #[test]
+    fn held_messages_without_ack_progress_are_stalled() {
+        let mut w = vec![s(20, 0, 0, 0); 3];
+        w.extend(vec![s(15, 5, 5, 0); 5]);
+        let v = status(&w, 5);
+        assert_eq!(v.status, Status::Stalled, "{}", v.reason);
+        // While the delivery is still inside the window it is progress of sorts:
+        // not stopped, and not yet stalled either (the ack pending rose, not fell).
+        let v = status(&w[..6], 5);
+        assert_eq!(v.status, Status::Ok, "{}", v.reason);
+    }
+
+    #[test]
+    fn busy_consumer_with_acks_moving_is_ok() {
+        let w: Vec<LagSample> = (0..6).map(|i| s(100, 32, 10 + i * 32, i * 32)).collect();
+        let v = status(&w, 5);
+        assert_eq!(v.status, Status::Ok, "{}", v.reason);
+    }
+
+    #[test]
+    fn a_held_message_among_flowing_acks_is_not_stalled() {
+        // The ack floor stays behind one held message while others are acked.
+        let w: Vec<LagSample> = (0..6).map(|i| LagSample { num_pending: 100, num_ack_pending: 1 + (i % 2) * 10, delivered_stream_seq: 10 + i * 10, delivered_consumer_seq: 10 + i * 10, ack_floor_stream_seq: 3, ..Default::default() }).collect();
+        assert_ne!(status(&w, 5).status, Status::Stalled);
+    }
+
+    #[test]
+    fn pausing_starts_a_new_regime() {
+        let mut w = vec![s(15, 5, 5, 0); 6];
+        assert_eq!(status(&w, 5).status, Status::Stalled);
+        w.push(paused(s(15, 5, 5, 0)));
+        let v = status(&w, 5);
+        assert_eq!(v.status, Status::Draining, "{}", v.reason);
+        // Still held after a full paused window: stalled again (the engine's
+        // nudge exists for exactly this).
+        w.extend(vec![paused(s(15, 5, 5, 0)); 4]);
+        assert_eq!(status(&w, 5).status, Status::Stalled);
+    }
+
+    #[test]
+    fn paused_with_acks_coming_in_is_draining_then_ok_once_settled() {
+        let w = vec![paused(s(15, 5, 5, 0)), paused(s(15, 3, 5, 2)), paused(s(15, 1, 5, 4)), paused(s(15, 1, 5, 4)), paused(s(15, 1, 5, 4))];
+        assert_eq!(status(&w, 5).status, Status::Draining);
+        let mut w = w;
+        w.push(paused(s(15, 0, 5, 5)));
+        let v = status(&w, 5);
+        assert_eq!(v.status, Status::Ok, "{}", v.reason);
+        assert!(v.reason.contains("stable"));
+    }
+
+    #[test]
+    fn finishing_in_flight_work_with_nothing_left_is_draining() {
+        let w = vec![s(0, 30, 100, 70), s(0, 20, 100, 80), s(0, 10, 100, 90)];
+        let v = status(&w, 5);
+        assert_eq!(v.status, Status::Draining, "{}", v.reason);
+    }
+
+    #[test]
+    fn acks_are_counted_from_deliveries_and_ack_pending() {
+        let a = s(10, 5, 5, 0);
+        let mut b = s(5, 3, 10, 0);
+        b.delivered_consumer_seq = 10;
+        // 5 new deliveries, ack pending went from 5 to 3: 7 settled.
+        assert_eq!(acked_between(&a, &b), 7);
+        assert_eq!(acked_between(&a, &a), 0);
+    }
+
+    #[test]
+    fn empty_history_is_ok() {
+        assert_eq!(status(&[], 5).status, Status::Ok);
+    }
+}
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> impl Strategy<Value = LagSample> {
+        (0u64..50, 0u64..10, 0u64..3, 0u64..100, 0u64..100, 0u64..100, any::<bool>()).prop_map(|(p, ap, w, d, dc, f, paused)| LagSample {
+            num_pending: p,
+            num_ack_pending: ap,
+            num_waiting: w,
+            delivered_stream_seq: d,
+            delivered_consumer_seq: dc,
+            ack_floor_stream_seq: f,
+            paused,
+        })
+    }
+
+    proptest! {
+        /// No-progress verdicts need evidence: a full window in the current regime.
+        #[test]
+        fn stalled_and_stopped_need_a_full_window(h in prop::collection::vec(sample(), 1..12), window in 2usize..6) {
+            let v = status(&h, window);
+            if matches!(v.status, Status::Stalled | Status::Stopped) {
+                let last = h.last().unwrap();
+                let regime = h.iter().rev().take_while(|s| s.paused == last.paused).count();
+                prop_assert!(regime >= window, "{:?} after {} read(s) of a {}-read window", v.status, regime, window);
+            }
+        }
+
+        /// Nothing pending and nothing awaiting an ack is ok, whatever came before.
+        #[test]
+        fn caught_up_is_ok(h in prop::collection::vec(sample(), 0..12), window in 2usize..6) {
+            let mut h = h;
+            h.push(LagSample { num_pending: 0, num_ack_pending: 0, ..Default::default() });
+            prop_assert_eq!(status(&h, window).status, Status::Ok);
+        }
+    }
+}
