@@ -61,6 +61,7 @@ struct Shared {
     publish_failures: AtomicU64,
     retried: AtomicU64,
     max_stall_us: AtomicU64,
+    max_retried_us: AtomicU64,
     max_gap_us: AtomicU64,
     last_processed: Mutex<Option<Instant>>,
     processed_count: AtomicU64,
@@ -92,7 +93,12 @@ pub struct LoadReport {
     pub extra: Vec<u64>,
     pub publish_failures: u64,
     pub publish_retries: u64,
+    /// The longest any publish took from first attempt to ack (includes the
+    /// machine's own latency spikes).
     pub max_publish_stall_ms: f64,
+    /// The longest a publish that had to retry took: the stall the subject move
+    /// caused.
+    pub max_retried_publish_ms: f64,
     pub max_consumer_gap_ms: f64,
     pub samples: Vec<Sample>,
 }
@@ -218,6 +224,7 @@ impl Load {
             publish_failures: s.publish_failures.load(Ordering::Relaxed),
             publish_retries: s.retried.load(Ordering::Relaxed),
             max_publish_stall_ms: s.max_stall_us.load(Ordering::Relaxed) as f64 / 1000.0,
+            max_retried_publish_ms: s.max_retried_us.load(Ordering::Relaxed) as f64 / 1000.0,
             max_consumer_gap_ms: s.max_gap_us.load(Ordering::Relaxed) as f64 / 1000.0,
             samples: s.samples.lock().unwrap().clone(),
         }
@@ -256,6 +263,7 @@ async fn publish_loop(p: Publisher, cfg: LoadConfig, shared: Arc<Shared>, mut st
                         shared.max_stall_us.fetch_max(ok.latency.as_micros() as u64, Ordering::Relaxed);
                         if ok.attempts > 1 {
                             shared.retried.fetch_add(1, Ordering::Relaxed);
+                            shared.max_retried_us.fetch_max(ok.latency.as_micros() as u64, Ordering::Relaxed);
                         }
                     }
                     Err(e) => {

@@ -49,7 +49,9 @@ impl Publisher {
     pub async fn publish(&self, subject: &str, msg_id: &str, payload: Bytes) -> Result<Published, PublishFailed> {
         let start = Instant::now();
         let mut attempts = 0u32;
-        let mut backoff = Duration::from_micros(500);
+        // The subject move lasts a few milliseconds: retry soon and often, so a
+        // publish does not oversleep the window by more than a few ms.
+        let mut backoff = Duration::from_micros(250);
         loop {
             attempts += 1;
             let mut h = HeaderMap::new();
@@ -66,7 +68,7 @@ impl Publisher {
                 Err((kind, msg)) if retryable(kind) && start.elapsed() < self.horizon => {
                     tracing::debug!(%msg_id, %msg, "publish retry");
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_millis(20));
+                    backoff = (backoff * 2).min(Duration::from_millis(4));
                 }
                 Err((_, msg)) => return Err(PublishFailed { subject: subject.into(), msg_id: msg_id.into(), attempts, elapsed: start.elapsed(), last: msg }),
             }
