@@ -6,6 +6,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 command -v cargo >/dev/null || { echo "cargo is needed: install a Rust toolchain (rustup)" >&2; exit 1; }
 scripts/install-nats-server.sh "${NATS_SERVER_VERSION:-2.15.1}"
+# The oldest supported server, for the version-dependent tests (no consumer pause).
+scripts/install-nats-server.sh 2.10.26
 # Two cores: build once, then run; tests start one server each.
 cargo build --workspace --all-targets --locked
 cargo test --workspace --locked "$@"

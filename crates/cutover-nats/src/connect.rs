@@ -142,7 +142,9 @@ impl ConnectOptions {
         let timeout = o.timeout.unwrap_or(Duration::from_secs(5));
         opts = opts.connection_timeout(timeout).request_timeout(Some(timeout));
         // Fail fast on the first connect: an operator's typo must not hang.
-        tokio::time::timeout(timeout + Duration::from_secs(1), opts.connect(server.as_str()))
+        // `--server` takes a comma-separated list, as the nats CLI does.
+        let urls: Vec<String> = server.split(',').map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();
+        tokio::time::timeout(timeout + Duration::from_secs(1), opts.connect(urls))
             .await
             .map_err(|_| Error::Connect { server: server.clone(), reason: format!("no answer within {timeout:?}") })?
             .map_err(|e| Error::Connect { server: server.clone(), reason: connect_reason(&e) })

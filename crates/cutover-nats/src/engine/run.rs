@@ -281,7 +281,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
             Err(e) => {
                 // Never leave applications stalled on a consumer we paused but
                 // did not move: let it deliver again before reporting.
-                if !prior.was_paused {
+                if !prior.was_paused && ctx.js.server_version().is_some_and(|v| v.features().consumer_pause) {
                     let _ = ctx.js.consumer_pause(&from, name, None).await;
                 }
                 return Err(e);
@@ -303,7 +303,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
     let (start, gets) = match translate(ctx, &from, &to, f).await {
         Ok(x) => x,
         Err(e) => {
-            if !prior.was_paused {
+            if !prior.was_paused && ctx.js.server_version().is_some_and(|v| v.features().consumer_pause) {
                 let _ = ctx.js.consumer_pause(&from, name, None).await;
                 let mut j = ctx.journal.lock().await;
                 let p = j.consumer_mut(name).unwrap();
@@ -338,6 +338,9 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
 /// Pauses the consumer and waits until it is settled; returns F. On return the
 /// consumer is paused for good (it must never deliver once B's durable exists).
 async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, ConsumerInfo)> {
+    if !ctx.js.server_version().is_some_and(|v| v.features().consumer_pause) {
+        return drain_without_pause(ctx, stream, name).await;
+    }
     let step = format!("consumer {name}");
     ctx.js.consumer_pause(stream, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
     let mut paused_at = Instant::now();
@@ -407,6 +410,56 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
             return Err(Error::Stuck(format!(
                 "consumer {stream}/{name} did not settle: {} message(s) still unacknowledged; the consumer was resumed, nothing moved; check its workers and run again",
                 ci.num_ack_pending
+            )));
+        }
+        last = Some(ci);
+        ctx.tick(true).await?;
+        tokio::time::sleep(ctx.opts.poll).await;
+    }
+}
+
+/// Servers before 2.11 cannot pause a consumer. The plan allows them only when
+/// the operator states that publishers are stopped: then nothing new reaches A,
+/// and `num_pending == 0 && num_ack_pending == 0` (read twice, agreeing) means
+/// every message was delivered and settled, exactly, with no timer. The
+/// quiescent bound derived in the plan is only the deadline for giving up.
+async fn drain_without_pause(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, ConsumerInfo)> {
+    let (stopped, bound) = {
+        let j = ctx.journal.lock().await;
+        (j.plan.publishers_stopped, j.plan.quiescence.iter().find(|(c, _)| c == name).and_then(|(_, q)| q.interval))
+    };
+    if !stopped {
+        return Err(Error::Unsafe(format!("server {} cannot pause consumers: stop the publishers and run with --publishers-stopped, or upgrade to 2.11+", ctx.js.server_version().map(|v| v.to_string()).unwrap_or_default())));
+    }
+    let step = format!("consumer {name}");
+    let deadline = Instant::now() + ctx.opts.settle_timeout.or(bound).unwrap_or(Duration::from_secs(60)).max(Duration::from_secs(5));
+    let mut last: Option<ConsumerInfo> = None;
+    let mut last_emit = Instant::now();
+    loop {
+        let (_, ci) = ctx.js.consumer_info(stream, name).await?;
+        let quiet = ci.num_pending == 0 && ci.num_ack_pending == 0;
+        if quiet {
+            if let Some(prev) = &last {
+                if prev.delivered == ci.delivered && prev.ack_floor == ci.ack_floor && prev.num_pending == 0 && prev.num_ack_pending == 0 {
+                    let (_, a) = ctx.js.stream_info(stream).await?;
+                    let f = ci.delivered.stream_seq;
+                    // Publishers really are stopped only if A did not grow while we looked.
+                    let (_, again) = ctx.js.consumer_info(stream, name).await?;
+                    let (_, a2) = ctx.js.stream_info(stream).await?;
+                    if a2.state.last_seq == a.state.last_seq && again.delivered == ci.delivered && again.num_pending == 0 && again.num_ack_pending == 0 {
+                        return Ok((f, again));
+                    }
+                }
+            }
+        }
+        if last_emit.elapsed() > Duration::from_millis(250) {
+            ctx.emit("progress", &step, json!({ "num_pending": ci.num_pending, "ack_pending": ci.num_ack_pending, "paused": false }));
+            last_emit = Instant::now();
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Stuck(format!(
+                "consumer {stream}/{name} did not drain (pending {}, ack pending {}) within the quiescent bound; are the publishers really stopped? nothing moved",
+                ci.num_pending, ci.num_ack_pending
             )));
         }
         last = Some(ci);

@@ -3,8 +3,10 @@
 
 mod common;
 mod bad_input;
+mod cluster;
 mod demo;
 mod inspect;
 mod plan;
 mod run;
 mod translate;
+mod versions;
