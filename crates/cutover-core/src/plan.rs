@@ -331,10 +331,10 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         ));
     }
     add("commit point: move publishers", format!(
-        "update {a}: subjects [] then update {b}: subjects {s:?}, back to back; publishes in between get no responders and are retried with the same Nats-Msg-Id, deduplicated by {b}'s window",
+        "update {a}: subjects [], wait until {b} holds every message {a} stored, update {b}: subjects {s:?}; publishes in between get no responders and are retried with the same Nats-Msg-Id, and a retry of a message {a} already stored meets its sourced copy in {b}'s duplicate window",
         a = req.from, b = req.to, s = b_final_subjects
     ));
-    add("seal A and finish sourcing", format!("seal {}, wait until {} sourced its last message, remove the source", req.from, req.to));
+    add("seal A and finish sourcing", format!("seal {} (nothing can enter it any more), remove {}'s source", req.from, req.to));
     add("retire", format!("delete the old consumers on {}; keep sealed {} unless --delete-old", req.from, req.from));
     let safe = !r.findings.iter().any(|f| f.verdict == Verdict::Unsafe);
     Ok(Plan {
