@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 pub async fn load(js: &Js, id: &str) -> Result<(JournalStore, Journal)> {
     let store = JournalStore::open(js, false)
         .await?
-        .ok_or_else(|| Error::Journal("no migration journal on this server (KV bucket CUTOVER does not exist); nothing to roll back".into()))?;
+        .ok_or_else(|| Error::Journal("no migration journal on this server (KV bucket CUTOVER does not exist): no migration was started here; start one with `nats-cutover run`".into()))?;
     let j = store.load(id).await?.ok_or_else(|| Error::Journal(format!("no migration {id:?}; list them with `nats-cutover status`")))?;
     Ok((store, j))
 }

@@ -113,3 +113,18 @@ async fn unreadable_context_or_creds_file() {
     let out = cli(&["--context", f.to_str().unwrap(), "inspect", "A"]);
     assert_eq!(out.code, 0, "{out:?}");
 }
+
+/// `run` refuses an unsafe plan before its first write: not even the journal
+/// bucket appears.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_refuses_unsafe_plans_and_missing_confirmation_without_writing() {
+    let e = env().await;
+    orders(&e).await;
+    e.consumer("A", json!({"durable_name": "N", "ack_policy": "none"})).await;
+    refused(&e, &["run", "--from", "A", "--to", "B", "--consumer", "N", "--yes"], INCOMPATIBLE, "the plan is unsafe, nothing was changed").await;
+    // No terminal to confirm on and no --yes: refused, nothing written.
+    refused(&e, &["run", "--from", "A", "--to", "B", "--consumer", "C"], BAD_INPUT, "pass --yes").await;
+    refused(&e, &["run", "--resume", "A.B"], 1, "no migration was started here").await;
+    refused(&e, &["run", "--to", "B", "--consumer", "C", "--yes"], BAD_INPUT, "--from is required").await;
+    refused(&e, &["rollback", "A.B"], 1, "KV bucket CUTOVER does not exist").await;
+}

@@ -235,8 +235,9 @@ async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
     // After the commit point a rollback is refused.
     let e2 = env().await;
     orders_stream(&e2, 30_000).await;
-    let out = run_cli(&e2, &["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"], None);
+    let out = run_cli(&e2, &["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes", "--delete-old"], None);
     assert_eq!(out.code, 0, "{out:?}");
+    assert!(e2.js.stream_info_opt("ORDERS").await.unwrap().is_none(), "--delete-old deletes the old stream");
     let out = run_cli(&e2, &["rollback", "ORDERS.ORDERS_V2"], None);
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stderr.contains("only rolling forward is safe"), "{out:?}");
