@@ -16,7 +16,9 @@
 //! - [`worker`]: a pull-consumer loop that follows the route.
 //! - [`load`]: a live workload (publisher + workers) that records what it processed.
 //! - [`scenario`]: the live cut-over scenario the demo, benchmark and report share.
+//! - [`audit`]: one audit record per processed message, for `verify --audit`.
 
+pub mod audit;
 pub mod follow;
 pub mod load;
 pub mod publisher;

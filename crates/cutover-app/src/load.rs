@@ -105,21 +105,38 @@ pub struct LoadReport {
 
 impl Load {
     pub async fn start(client: async_nats::Client, cfg: LoadConfig) -> Self {
+        Self::start_with_audit(client, cfg, None).await
+    }
+
+    /// Like [`Load::start`]; with `audit_subject`, every worker publishes an
+    /// audit record ([`crate::audit`]) for each message before acknowledging it.
+    pub async fn start_with_audit(client: async_nats::Client, cfg: LoadConfig, audit_subject: Option<String>) -> Self {
         let shared = Arc::new(Shared::default());
         shared.publishing.store(true, Ordering::SeqCst);
         let (stop_pub_tx, stop_pub_rx) = watch::channel(false);
         let (stop_w_tx, stop_w_rx) = watch::channel(false);
         let t0 = Instant::now();
         let mut workers = vec![];
-        for _ in 0..cfg.workers {
+        for i in 0..cfg.workers {
             let (client, cfg, shared, rx) = (client.clone(), cfg.clone(), shared.clone(), stop_w_rx.clone());
+            let audit = audit_subject.clone().map(|subject| (subject, crate::audit::Worker { consumer: cfg.consumer.clone(), instance: format!("load-{i}"), version: env!("CARGO_PKG_VERSION").into() }));
             workers.push(tokio::spawn(async move {
                 let opts = WorkerOptions { batch: cfg.batch, ..Default::default() };
+                let audit_client = client.clone();
                 let _ = consume(client, &cfg.stream, &cfg.consumer, opts, rx, |m| {
                     let shared = shared.clone();
                     let processing = cfg.processing;
+                    let (audit, audit_client) = (audit.clone(), audit_client.clone());
                     async move {
                         tokio::time::sleep(processing).await;
+                        if let Some((subject, worker)) = &audit {
+                            // Recorded before the ack: an acknowledged message always
+                            // has its record. A failed record is a failed processing.
+                            if let Err(e) = crate::audit::record_message(&audit_client, subject, &m, worker).await {
+                                tracing::warn!("{e}");
+                                return (Outcome::Nak, m);
+                            }
+                        }
                         if let Some(id) = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).and_then(|v| v.as_str().strip_prefix("m-")).and_then(|s| s.parse::<u64>().ok()) {
                             *shared.processed.lock().unwrap().entry(id).or_default() += 1;
                         }

@@ -19,6 +19,7 @@ pub mod connect;
 pub mod engine;
 pub mod error;
 pub mod journal;
+pub mod verify;
 
 pub use api::Js;
 pub use error::{Error, Result};

@@ -68,6 +68,9 @@ pub enum Command {
     Status(StatusArgs),
     /// Undo a migration that has not passed its commit point.
     Rollback(RollbackArgs),
+    /// Prove a migration exact: every message once, in order, handed over without
+    /// gap or overlap; optionally against the applications' audit records.
+    Verify(VerifyArgs),
     /// Start a local server, run a live workload, cut it over, and show the proof.
     Demo(DemoArgs),
 }
@@ -167,6 +170,30 @@ pub struct RollbackArgs {
     pub id: String,
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     pub lease_ttl: Duration,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["migration", "from"])))]
+pub struct VerifyArgs {
+    /// The migration id (FROM.TO, see `status`).
+    #[arg(long, value_name = "ID", conflicts_with_all = ["from", "to"])]
+    pub migration: Option<String>,
+    /// The stream the consumers left (with --to: the migration FROM.TO).
+    #[arg(long, requires = "to")]
+    pub from: Option<String>,
+    /// The stream they moved to.
+    #[arg(long, requires = "from")]
+    pub to: Option<String>,
+    /// Only this consumer (repeatable; default: every consumer the migration moved).
+    #[arg(long)]
+    pub consumer: Vec<String>,
+    /// Also check the applications' audit records (docs/audit.md): a stream
+    /// name, or a subject a stream captures.
+    #[arg(long, value_name = "SUBJECT_OR_STREAM")]
+    pub audit: Option<String>,
+    /// How many offending messages to list per kind (all are counted).
+    #[arg(long, default_value_t = 20)]
+    pub first: usize,
 }
 
 #[derive(Debug, Args)]

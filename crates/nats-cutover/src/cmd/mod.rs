@@ -5,6 +5,7 @@ pub mod inspect;
 pub mod plan;
 pub mod progress;
 pub mod run;
+pub mod verify;
 
 use crate::cli::ConnArgs;
 use cutover_nats::connect::ConnectOptions;

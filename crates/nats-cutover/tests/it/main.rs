@@ -10,3 +10,4 @@ mod plan;
 mod run;
 mod translate;
 mod versions;
+mod verify;

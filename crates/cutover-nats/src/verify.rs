@@ -1,0 +1,407 @@
+//! `verify`: reads a migration's streams and feeds the core's streaming checker
+//! (`cutover_core::verify`).
+//!
+//! A and B are read once each, concurrently, by ordered consumers with
+//! `headers_only` (the checks need subjects, `Nats-Stream-Source` and
+//! `Nats-Msg-Id`, never payloads), from their first to their last sequence at the
+//! moment verification begins: publishers may keep publishing into B meanwhile.
+//! Memory is the core's sequence sets plus, when B holds direct publishes, the
+//! hashes of their ids inside the retry window (read first, in a short pre-pass).
+//! The audit stream, if asked for, is read once afterwards.
+//!
+//! Nothing is written but the ephemeral ordered consumers, deleted at the end.
+
+use crate::api::{Js, StoredMsg};
+use crate::engine::rollback::load;
+use crate::error::{Error, Result};
+use async_nats::header::{HeaderName, NATS_MESSAGE_ID};
+use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::DeliverPolicy};
+use cutover_core::audit::AuditRecord;
+use cutover_core::checkpoint::TranslateSearch;
+use cutover_core::journal::Journal;
+use cutover_core::plan::Strategy;
+use cutover_core::source_header;
+use cutover_core::verify::{self, a_filters_of, ASide, AuditSide, BMsg, BSide, ConsumerSpec, Facts, Kind, Origin, ReadStats, Report, SlipWindow};
+use futures::StreamExt;
+use serde_json::json;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    /// Only these consumers of the migration (empty: all of them).
+    pub consumers: Vec<String>,
+    /// Also check the audit records in this stream, or in the stream that
+    /// captures this subject.
+    pub audit: Option<String>,
+    /// Offending messages listed per kind (all are counted).
+    pub first_n: usize,
+    /// Give up if a stream delivers nothing for this long while messages remain.
+    pub stall_timeout: Duration,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        Self { consumers: vec![], audit: None, first_n: 20, stall_timeout: Duration::from_secs(30) }
+    }
+}
+
+/// How far the reads are, for a progress bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerifyProgress {
+    /// `direct window`, `streams` or `audit`.
+    pub phase: &'static str,
+    pub done: u64,
+    pub total: u64,
+}
+
+/// Extra slack around the retry window, for clock differences between the
+/// publishers and the server.
+const SLIP_SLACK_MS: u64 = 1000;
+/// A power of two (tested with a mask).
+const PROGRESS_EVERY: u64 = 8192;
+
+/// Verifies migration `id` (FROM.TO). Errors are for what prevents verifying;
+/// what verification finds is in the report.
+pub async fn verify(js: &Js, id: &str, opts: &VerifyOptions, progress: &(dyn Fn(VerifyProgress) + Sync)) -> Result<Report> {
+    let (_, j) = load(js, id).await?;
+    if !j.phase.committed() {
+        return Err(Error::Config(format!(
+            "migration {id} is at phase {}: verify checks a migration past its commit point (publishers on {}); finish it with `nats-cutover run --resume {id}`{}",
+            j.phase.as_str(),
+            j.to,
+            if j.can_roll_back() { " or undo it with `nats-cutover rollback`" } else { "" }
+        )));
+    }
+    if j.plan.strategy != Strategy::Source {
+        // Without source headers B's messages can only be matched by msg-id.
+        return Err(Error::Config(format!("migration {id} used strategy {}: verify matches messages by their Nats-Stream-Source origin and supports strategy source only", j.plan.strategy.as_str())));
+    }
+    let specs = consumer_specs(js, &j, &opts.consumers).await?;
+    let a = match js.stream_info_opt(&j.from).await? {
+        Some((_, a)) => a,
+        None => {
+            return Err(Error::Config(format!(
+                "stream {} no longer exists (deleted with --delete-old?): verify compares {} with it message by message, so it cannot run without it",
+                j.from, j.to
+            )))
+        }
+    };
+    let (_, b) = js.stream_info(&j.to).await?;
+    for (name, retention) in [(&j.from, &a.config.retention), (&j.to, &b.config.retention)] {
+        if retention == "workqueue" || retention == "interest" {
+            return Err(Error::Config(format!(
+                "stream {name} has {retention} retention: acknowledged messages are removed from it, so a missing message cannot be told from a processed one; verify supports limits retention only"
+            )));
+        }
+    }
+    let first_n = opts.first_n.max(1);
+    let facts = Facts {
+        migration: j.id.clone(),
+        from: j.from.clone(),
+        to: j.to.clone(),
+        a_first_seq: a.state.first_seq,
+        a_last_seq: a.state.last_seq,
+        b_last_seq: b.state.last_seq,
+        audit_source: opts.audit.clone(),
+    };
+    let b_direct_get = b.config.allow_direct;
+    // Direct publishes a retry could have duplicated: their id hashes, first.
+    let slip = slip_window(js, &j, b.state.first_seq, b.state.last_seq, b_direct_get, opts, progress).await?;
+    let mut aside = ASide::new(&specs);
+    let mut bside = BSide::new(&specs, first_n, slip);
+    let total = a.state.messages + b.state.messages;
+    let started = Instant::now();
+    let counter = std::sync::atomic::AtomicU64::new(0);
+    let tick = |n: u64| {
+        let done = counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
+        progress(VerifyProgress { phase: "streams", done, total });
+    };
+    let from = j.from.clone();
+    let src_header = HeaderName::from_str(source_header::HEADER).expect("header name");
+    let read_a = read(js, &j.from, a.state.first_seq, a.state.last_seq, None, true, opts.stall_timeout, |m, seq, _| {
+        aside.message(seq, m.subject.as_str());
+        if aside.read & (PROGRESS_EVERY - 1) == 0 {
+            tick(PROGRESS_EVERY);
+        }
+        true
+    });
+    let read_b = read(js, &j.to, b.state.first_seq, b.state.last_seq, None, true, opts.stall_timeout, |m, seq, ts_ms| {
+        let h = m.headers.as_ref();
+        let src = h.and_then(|h| h.get(src_header.clone())).map(|v| v.as_str());
+        let parsed = src.map(source_header::parse);
+        let origin = match &parsed {
+            None => Origin::Direct,
+            Some(Ok(r)) if r.stream == from => Origin::A(r.seq),
+            Some(Ok(r)) => Origin::Other(r.stream.as_str()),
+            Some(Err(_)) => Origin::Other("(unreadable Nats-Stream-Source header)"),
+        };
+        let msg_id = h.and_then(|h| h.get(NATS_MESSAGE_ID)).map(|v| v.as_str());
+        bside.message(&BMsg { seq, subject: m.subject.as_str(), origin, msg_id, ts_ms });
+        if bside.read & (PROGRESS_EVERY - 1) == 0 {
+            tick(PROGRESS_EVERY);
+        }
+        true
+    });
+    tokio::try_join!(read_a, read_b)?;
+    let read_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let read_msgs = aside.read + bside.read;
+    // Hash matches become findings only with the real ids equal.
+    let candidates = bside.slip_candidates().to_vec();
+    for c in &candidates {
+        let direct = js.get_msg(&j.to, c.direct_b_seq, true, b_direct_get).await?;
+        if direct.as_ref().and_then(|m| m.header("Nats-Msg-Id")) == Some(c.msg_id.as_str()) {
+            bside.confirm_slip(c);
+        }
+    }
+    let audit = match &opts.audit {
+        Some(src) => Some(read_audit(js, src, &specs, &facts, first_n, opts, progress).await?),
+        None => None,
+    };
+    let mut report = verify::finish(aside, bside, audit, &facts, first_n);
+    report.read = Some(ReadStats { ms: read_ms, messages: read_msgs, per_sec: if read_ms > 0.0 { read_msgs as f64 * 1000.0 / read_ms } else { 0.0 } });
+    enrich(js, &mut report, a.config.allow_direct, b_direct_get, b.state.first_seq, b.state.last_seq).await?;
+    Ok(report)
+}
+
+/// What each consumer's check needs: the journal's checkpoint and evidence, the
+/// plan's filters, and the new durable's actual start and filters if it exists.
+async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<ConsumerSpec>> {
+    for n in only {
+        if !j.consumers.iter().any(|c| &c.name == n) {
+            let names: Vec<&str> = j.consumers.iter().map(|c| c.name.as_str()).collect();
+            return Err(Error::Config(format!("migration {} did not move consumer {n:?}; it moved: {}", j.id, names.join(", "))));
+        }
+    }
+    let mut specs = vec![];
+    for c in j.consumers.iter().filter(|c| only.is_empty() || only.contains(&c.name)) {
+        let (Some(f), Some(journal_start)) = (c.checkpoint, c.b_start) else {
+            return Err(Error::Config(format!("consumer {} of migration {} has not moved yet (phase {:?}): nothing to verify for it; finish the migration first", c.name, j.id, c.phase)));
+        };
+        let a_filters = a_filters_of(&j.plan, &c.name).ok_or_else(|| Error::Journal(format!("the journal of {} does not say which subjects consumer {} selected on {}; it cannot be verified", j.id, c.name, j.from)))?;
+        let plan_b = j.plan.consumers.iter().find(|p| p.name == c.name).map(|p| p.b_filters.clone()).unwrap_or_else(|| c.b_filters.clone());
+        // The durable on B is what delivers: check its real start and filters.
+        let (b_start, b_filters, b_ack_floor) = match js.consumer_info_opt(&j.to, &c.name).await? {
+            Some((_, ci)) => {
+                let start = match ci.config.deliver_policy.as_str() {
+                    "by_start_sequence" => ci.config.opt_start_seq.unwrap_or(journal_start),
+                    "all" => 1,
+                    // Other policies cannot be compared with a sequence: the
+                    // journal's start stands, and nothing contradicts it.
+                    _ => journal_start,
+                };
+                (start, ci.config.filters(), Some(ci.ack_floor.stream_seq))
+            }
+            None => (journal_start, plan_b, None),
+        };
+        specs.push(ConsumerSpec { name: c.name.clone(), a_filters, b_filters, checkpoint: f, b_start, journal_b_start: journal_start, evidence: c.evidence.clone(), b_ack_floor });
+    }
+    if specs.is_empty() {
+        return Err(Error::Config(format!("migration {} moved no consumer: nothing to verify", j.id)));
+    }
+    Ok(specs)
+}
+
+/// Reads `stream` from `first` to `last` in order with an ordered consumer,
+/// calling `each(message, stream sequence, timestamp ms)` until it returns false.
+#[allow(clippy::too_many_arguments)]
+async fn read<F>(js: &Js, stream: &str, first: u64, last: u64, filter: Option<&str>, headers_only: bool, stall: Duration, mut each: F) -> Result<u64>
+where
+    F: FnMut(&jetstream::Message, u64, i64) -> bool,
+{
+    if last == 0 || first > last {
+        return Ok(0);
+    }
+    let what = format!("read stream {stream}");
+    let rerr = |e: &dyn std::fmt::Display| Error::Request { what: what.clone(), reason: e.to_string() };
+    let ctx = jetstream::new(js.client.clone());
+    let s = ctx.get_stream(stream).await.map_err(|e| rerr(&e))?;
+    let name = format!("nats-cutover-verify-{}", nuid());
+    let consumer = s
+        .create_consumer(OrderedConfig {
+            name: Some(name.clone()),
+            deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: first.max(1) },
+            filter_subject: filter.unwrap_or_default().to_string(),
+            headers_only,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| rerr(&e))?;
+    let mut messages = consumer.messages().await.map_err(|e| rerr(&e))?;
+    let mut n = 0u64;
+    let result = loop {
+        let next = match tokio::time::timeout(stall, messages.next()).await {
+            Err(_) => break Err(Error::Timeout { what: format!("{what} (nothing delivered for {stall:?})") }),
+            Ok(None) => break Ok(()),
+            Ok(Some(Err(e))) => break Err(rerr(&e)),
+            Ok(Some(Ok(m))) => m,
+        };
+        let (seq, pending, ts_ms) = match next.info() {
+            Ok(i) => (i.stream_sequence, i.pending, (i.published.unix_timestamp_nanos() / 1_000_000) as i64),
+            Err(e) => break Err(rerr(&e)),
+        };
+        // Messages stored after verification began are not judged.
+        if seq > last {
+            break Ok(());
+        }
+        n += 1;
+        if !each(&next, seq, ts_ms) || seq >= last || pending == 0 {
+            break Ok(());
+        }
+    };
+    drop(messages);
+    // The ordered consumer is ephemeral and would expire by itself; delete it now
+    // so verify leaves nothing behind.
+    let _ = js.consumer_delete(stream, &name).await;
+    result.map(|_| n)
+}
+
+fn nuid() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    format!("{:016x}", h.finish())
+}
+
+fn is_direct(m: &StoredMsg) -> bool {
+    m.header(source_header::HEADER).is_none()
+}
+
+/// Finds B's first direct publish (they all come after the sourced messages:
+/// B takes the subjects only once it holds A's tail) by bisection with gets,
+/// then reads the ids of the direct publishes a retry could have produced:
+/// those within the retry window of the first one.
+async fn slip_window(js: &Js, j: &Journal, b_first: u64, b_last: u64, direct: bool, opts: &VerifyOptions, progress: &(dyn Fn(VerifyProgress) + Sync)) -> Result<Option<SlipWindow>> {
+    let Some(last) = js.last_msg(&j.to, direct).await? else { return Ok(None) };
+    if !is_direct(&last) {
+        return Ok(None);
+    }
+    let (mut lo, mut hi, mut cand) = (b_first.max(1), last.seq, last.seq);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        match js.get_msg(&j.to, mid, false, direct).await? {
+            Some(m) if m.seq < hi => {
+                if is_direct(&m) {
+                    cand = m.seq;
+                    hi = mid;
+                } else {
+                    lo = m.seq + 1;
+                }
+            }
+            _ => hi = mid,
+        }
+    }
+    let window_ms = j.plan.retry_horizon_ms.max(j.plan.b_config["duplicate_window"].as_u64().unwrap_or(0) / 1_000_000);
+    let mut w: Option<SlipWindow> = None;
+    let mut until = i64::MAX;
+    read(js, &j.to, cand, b_last, None, true, opts.stall_timeout, |m, seq, ts_ms| {
+        let win = w.get_or_insert_with(|| {
+            until = ts_ms + (window_ms + SLIP_SLACK_MS) as i64;
+            SlipWindow::new(seq, ts_ms - SLIP_SLACK_MS as i64, window_ms)
+        });
+        if ts_ms > until {
+            return false;
+        }
+        let h = m.headers.as_ref();
+        if h.and_then(|h| h.get(source_header::HEADER)).is_none() {
+            if let Some(id) = h.and_then(|h| h.get(NATS_MESSAGE_ID)) {
+                win.add_direct(seq, id.as_str());
+            }
+        }
+        if seq & (PROGRESS_EVERY - 1) == 0 {
+            progress(VerifyProgress { phase: "direct window", done: seq - cand, total: b_last - cand + 1 });
+        }
+        true
+    })
+    .await?;
+    Ok(w.filter(|w| !w.is_empty()))
+}
+
+/// Reads the audit records from a stream, or from the stream capturing a subject.
+async fn read_audit(js: &Js, src: &str, specs: &[ConsumerSpec], facts: &Facts, first_n: usize, opts: &VerifyOptions, progress: &(dyn Fn(VerifyProgress) + Sync)) -> Result<AuditSide> {
+    let by_name = if cutover_core::names::stream(src).is_ok() { js.stream_info_opt(src).await? } else { None };
+    let (stream, filter, info) = match by_name {
+        Some((_, info)) => (src.to_string(), None, info),
+        None => {
+            let v = js.api(&format!("find the stream capturing {src}"), "STREAM.NAMES", &json!({ "subject": src })).await?;
+            let names: Vec<String> = v["streams"].as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default();
+            match names.as_slice() {
+                [one] => {
+                    let (_, info) = js.stream_info(one).await?;
+                    (one.clone(), Some(src.to_string()), info)
+                }
+                [] => return Err(Error::Config(format!("--audit {src}: no stream is named so and none captures that subject; give the audit stream's name or a subject it captures"))),
+                many => return Err(Error::Config(format!("--audit {src}: several streams capture that subject ({}); give the audit stream's name", many.join(", ")))),
+            }
+        }
+    };
+    let mut au = AuditSide::new(specs, &facts.from, &facts.to, facts.b_last_seq, first_n);
+    let total = info.state.messages;
+    read(js, &stream, info.state.first_seq, info.state.last_seq, filter.as_deref(), false, opts.stall_timeout, |m, _, _| {
+        match serde_json::from_slice::<AuditRecord>(&m.payload) {
+            Ok(r) => au.record(&r),
+            Err(_) => au.unreadable(),
+        }
+        if au.records & (PROGRESS_EVERY - 1) == 0 {
+            progress(VerifyProgress { phase: "audit", done: au.records, total });
+        }
+        true
+    })
+    .await?;
+    Ok(au)
+}
+
+/// Fills in ids and subjects of the listed offenders (a get each, at most the
+/// first N per kind) and the B sequence of extra messages.
+async fn enrich(js: &Js, r: &mut Report, a_direct: bool, b_direct: bool, b_first: u64, b_last: u64) -> Result<()> {
+    let (from, to) = (r.from.clone(), r.to.clone());
+    for o in r.offenders.iter_mut() {
+        // Consumer-level findings name no message.
+        if matches!(o.kind, Kind::Unsettled | Kind::StartMismatch) {
+            continue;
+        }
+        if o.kind == Kind::Extra && o.b_seq.is_none() {
+            if let Some(origin) = o.a_seq {
+                o.b_seq = locate(js, &to, &from, origin, b_first, b_last, b_direct).await?;
+            }
+        }
+        if o.msg_id.is_some() && o.subject.is_some() {
+            continue;
+        }
+        let m = match (o.b_seq, o.a_seq) {
+            (Some(b), _) => js.get_msg(&to, b, true, b_direct).await?,
+            (None, Some(a)) if o.kind != Kind::AuditUnknown => js.get_msg(&from, a, true, a_direct).await?,
+            _ => None,
+        };
+        if let Some(m) = m {
+            o.subject.get_or_insert(m.subject.clone());
+            if o.msg_id.is_none() {
+                o.msg_id = m.header("Nats-Msg-Id").map(String::from);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// B's sequence of A's message `origin`, by the translation search (direct
+/// publishes count as after every origin).
+async fn locate(js: &Js, to: &str, from: &str, origin: u64, b_first: u64, b_last: u64, direct: bool) -> Result<Option<u64>> {
+    let origin_of = |m: &StoredMsg| -> Result<u64> { Ok(m.origin_seq(from)?.unwrap_or(u64::MAX)) };
+    let last_origin = match js.get_msg(to, b_last, true, direct).await? {
+        Some(m) => Some(origin_of(&m)?),
+        None => None,
+    };
+    let mut s = TranslateSearch::new(origin - 1, b_first, b_last, last_origin);
+    while let Some(p) = s.next_probe() {
+        let probe = match js.get_msg(to, p, false, direct).await? {
+            Some(m) if m.seq <= b_last => Some((m.seq, origin_of(&m)?)),
+            _ => None,
+        };
+        s.observe(probe);
+    }
+    let Some(at) = s.result() else { return Ok(None) };
+    Ok(match js.get_msg(to, at, false, direct).await? {
+        Some(m) if m.origin_seq(from)? == Some(origin) => Some(m.seq),
+        _ => None,
+    })
+}

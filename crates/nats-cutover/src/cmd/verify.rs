@@ -1,0 +1,127 @@
+//! `nats-cutover verify`: parse, call `cutover_nats::verify`, render. Exit 0
+//! only when everything holds, 6 (NOT_VERIFIED) when something does not.
+
+use super::progress::{detect, Mode};
+use crate::cli::{ConnArgs, VerifyArgs};
+use crate::exit::{self, Coded};
+use crate::render::table;
+use cutover_core::journal::migration_id;
+use cutover_core::names;
+use cutover_core::verify::{Counts, Report};
+use cutover_nats::engine;
+use cutover_nats::verify::{verify, VerifyOptions, VerifyProgress};
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> anyhow::Result<i32> {
+    let id = match (&a.migration, &a.from, &a.to) {
+        (Some(id), _, _) => id.clone(),
+        (None, Some(from), Some(to)) => {
+            names::stream(from)?;
+            names::stream(to)?;
+            migration_id(from, to)
+        }
+        _ => return Err(Coded(exit::BAD_INPUT, "name the migration: --migration FROM.TO, or --from A --to B".into()).into()),
+    };
+    for c in &a.consumer {
+        names::consumer(c)?;
+    }
+    let js = super::connect(conn).await?;
+    if !engine::list(&js).await?.iter().any(|j| j.id == id) {
+        return Err(Coded(exit::BAD_INPUT, format!("no migration {id:?} on this server; `nats-cutover status` lists them")).into());
+    }
+    let opts = VerifyOptions { consumers: a.consumer.clone(), audit: a.audit.clone(), first_n: a.first, ..Default::default() };
+    let bar = (detect(json_out) == Mode::Spinner).then(|| {
+        let b = ProgressBar::new(0);
+        b.set_style(ProgressStyle::with_template("{msg:>14} {bar:30} {pos}/{len} {per_sec} eta {eta}").unwrap());
+        b
+    });
+    let on_progress = |p: VerifyProgress| {
+        if let Some(b) = &bar {
+            b.set_message(p.phase);
+            b.set_length(p.total.max(p.done));
+            b.set_position(p.done);
+        }
+    };
+    let report = verify(&js, &id, &opts, &on_progress).await;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let report = report?;
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(if report.holds { exit::OK } else { exit::NOT_VERIFIED })
+}
+
+fn n(v: u64) -> String {
+    v.to_string()
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
+}
+
+pub fn print_report(r: &Report) {
+    let verdict = if r.holds { "HOLDS" } else { "DOES NOT HOLD" };
+    println!("Verification of {} ({} -> {}): {verdict}", r.migration, r.from, r.to);
+    if let Some(rs) = &r.read {
+        println!("read {} messages of {} and {} in {:.0} ms ({:.0} msg/s)", rs.messages, r.from, r.to, rs.ms, rs.per_sec);
+    }
+    let b = &r.streams.b;
+    println!("{}: {} sourced from {}, {} published directly, {} from elsewhere", r.to, b.sourced, r.from, b.direct, b.other);
+    let rows: Vec<Vec<String>> = r
+        .consumers
+        .iter()
+        .map(|c| {
+            let k = &c.counts;
+            vec![
+                c.name.clone(),
+                n(k.checked),
+                n(k.lost),
+                n(k.duplicated),
+                n(k.extra),
+                n(k.out_of_order),
+                n(k.gaps),
+                n(k.overlaps),
+                if k.unsettled == 0 { "yes".into() } else { "NO".into() },
+                n(c.checkpoint),
+                if c.b_start == c.journal_b_start { n(c.b_start) } else { format!("{} (journal {})", c.b_start, c.journal_b_start) },
+            ]
+        })
+        .collect();
+    println!();
+    println!("{}", table(&["consumer", "checked", "lost", "duplicated", "extra", "out of order", "gaps", "overlaps", "settled", "F (old)", "start (new)"], &rows));
+    match &r.streams.slip {
+        Some(s) => println!(
+            "\nslipped duplicates: {} (direct publishes {}..{} within {} ms of the first: {} ids compared with {} sourced messages)",
+            r.streams.slipped_duplicates, s.first_direct_seq, s.last_direct_seq, s.window_ms, s.direct_ids, s.sourced_compared
+        ),
+        None => println!("\nslipped duplicates: 0 (no direct publish with a Nats-Msg-Id)"),
+    }
+    if let Some(au) = &r.audit {
+        let sum = |f: fn(&Counts) -> u64| r.consumers.iter().map(|c| f(&c.counts)).sum::<u64>();
+        let pending: u64 = r.consumers.iter().filter_map(|c| c.audit_pending).sum();
+        println!(
+            "audit {}: {} records; lost {}, processed more than once {}, unknown {}; {} still in processing not judged; {} of other consumers, {} unreadable",
+            au.source,
+            au.records,
+            sum(|c| c.audit_lost),
+            sum(|c| c.audit_duplicated),
+            sum(|c| c.audit_unknown),
+            pending,
+            au.other_consumers,
+            au.unreadable
+        );
+    }
+    if !r.offenders.is_empty() {
+        println!("\noffending messages (the first of each kind; all are counted above):");
+        let rows: Vec<Vec<String>> = r
+            .offenders
+            .iter()
+            .map(|o| vec![o.kind.as_str().into(), o.consumer.clone().unwrap_or_else(|| "-".into()), opt(o.a_seq), opt(o.b_seq), o.msg_id.clone().unwrap_or_else(|| "-".into()), o.subject.clone().unwrap_or_else(|| "-".into()), o.detail.clone()])
+            .collect();
+        println!("{}", table(&["kind", "consumer", "A seq", "B seq", "msg id", "subject", "what"], &rows));
+    }
+}
