@@ -4,7 +4,7 @@
 
 use crate::load::{Load, LoadConfig, LoadReport};
 use cutover_core::journal::Journal;
-use cutover_core::plan::{Mode, Plan, PlanRequest, Strategy};
+use cutover_core::plan::{Plan, PlanRequest};
 use cutover_nats::engine::{self, Event, RunOptions, Sink};
 use cutover_nats::journal::now_ms;
 use cutover_nats::Js;
@@ -98,17 +98,8 @@ pub async fn live_cutover(client: async_nats::Client, cfg: ScenarioConfig, sink:
         })
     };
     tokio::time::sleep(cfg.cutover_at).await;
-    let req = PlanRequest {
-        from: l.stream.clone(),
-        to: cfg.new_stream.clone(),
-        consumers: vec![l.consumer.clone()],
-        all_consumers: false,
-        strategy: Strategy::Source,
-        mode: Mode::Drain,
-        to_config: None,
-        publishers_stopped: false,
-        retry_horizon: l.retry_horizon,
-    };
+    let mut req = PlanRequest::source(&l.stream, &cfg.new_stream, &[&l.consumer]);
+    req.retry_horizon = l.retry_horizon;
     let rec = Recorder { inner: sink, events: Mutex::new(vec![]) };
     let result = async {
         let plan = engine::prepare_plan(&js, &req).await?;

@@ -74,6 +74,24 @@ pub struct PlanRequest {
     pub retry_horizon: Duration,
 }
 
+impl PlanRequest {
+    /// Strategy source, mode drain, publishers running, the default retry
+    /// horizon: the common request.
+    pub fn source(from: &str, to: &str, consumers: &[&str]) -> Self {
+        Self {
+            from: from.into(),
+            to: to.into(),
+            consumers: consumers.iter().map(|c| c.to_string()).collect(),
+            all_consumers: false,
+            strategy: Strategy::Source,
+            mode: Mode::Drain,
+            to_config: None,
+            publishers_stopped: false,
+            retry_horizon: DEFAULT_RETRY_HORIZON,
+        }
+    }
+}
+
 /// What the adapter read from the server.
 #[derive(Debug, Clone)]
 pub struct ServerFacts {
@@ -374,17 +392,7 @@ mod tests {
     }
 
     fn req() -> PlanRequest {
-        PlanRequest {
-            from: "A".into(),
-            to: "B".into(),
-            consumers: vec!["C".into()],
-            all_consumers: false,
-            strategy: Strategy::Source,
-            mode: Mode::Drain,
-            to_config: None,
-            publishers_stopped: false,
-            retry_horizon: DEFAULT_RETRY_HORIZON,
-        }
+        PlanRequest::source("A", "B", &["C"])
     }
 
     fn consumer(cfg: Value) -> Value {

@@ -3,23 +3,13 @@
 use crate::common::*;
 use cutover_app::load::{Load, LoadConfig, LoadReport};
 use cutover_core::journal::{ConsumerPhase, Phase};
-use cutover_core::plan::{Mode, PlanRequest, Strategy, DEFAULT_RETRY_HORIZON};
+use cutover_core::plan::PlanRequest;
 use cutover_nats::engine::{self, events::Collect, RunOptions};
 use serde_json::json;
 use std::time::Duration;
 
 pub fn request(from: &str, to: &str, consumers: &[&str]) -> PlanRequest {
-    PlanRequest {
-        from: from.into(),
-        to: to.into(),
-        consumers: consumers.iter().map(|s| s.to_string()).collect(),
-        all_consumers: false,
-        strategy: Strategy::Source,
-        mode: Mode::Drain,
-        to_config: None,
-        publishers_stopped: false,
-        retry_horizon: DEFAULT_RETRY_HORIZON,
-    }
+    PlanRequest::source(from, to, consumers)
 }
 
 pub async fn orders_stream(e: &Env, ack_wait_ms: i64) {
@@ -31,20 +21,21 @@ pub fn load_cfg(rate: u32, max: u64) -> LoadConfig {
     LoadConfig { rate, max_messages: max, duration: Duration::from_secs(30), workers: 4, ..Default::default() }
 }
 
-pub async fn until_processed(load: &Load, n: u64) {
+/// Waits (with a deadline) until the workload's counter reaches `n`.
+async fn until(load: &Load, what: &str, n: u64, count: fn(&Load) -> u64) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while load.processed() < n {
-        assert!(std::time::Instant::now() < deadline, "workers processed only {} of {n}", load.processed());
+    while count(load) < n {
+        assert!(std::time::Instant::now() < deadline, "{what}: only {} of {n}", count(load));
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
+pub async fn until_processed(load: &Load, n: u64) {
+    until(load, "processed", n, Load::processed).await
+}
+
 pub async fn until_published(load: &Load, n: u64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while load.published() < n {
-        assert!(std::time::Instant::now() < deadline, "publisher published only {} of {n}", load.published());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until(load, "published", n, Load::published).await
 }
 
 pub async fn finish(mut load: Load) -> LoadReport {
@@ -256,7 +247,7 @@ async fn second_runner_is_refused_and_ctrl_c_stops_safely() {
     use futures::StreamExt;
     let mut b = c.fetch().max_messages(1).messages().await.unwrap();
     let _held = b.next().await.unwrap().unwrap();
-    let mut first = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+    let first = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
         .args(["--server", e.server.url(), "run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
