@@ -8,6 +8,14 @@ command -v cargo >/dev/null || { echo "cargo is needed: install a Rust toolchain
 scripts/install-nats-server.sh "${NATS_SERVER_VERSION:-2.15.1}"
 # The oldest supported server, for the version-dependent tests (no consumer pause).
 scripts/install-nats-server.sh 2.10.26
+# Headless Chromium (Debian's package) renders the HTML report in its test.
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  else
+    echo "chromium is needed for the report test: sudo apt-get install -y --no-install-recommends chromium" >&2
+  fi
+fi
 # Two cores: build once, then run; tests start one server each.
 cargo build --workspace --all-targets --locked
 cargo test --workspace --locked "$@"

@@ -156,6 +156,14 @@ pub struct RunArgs {
     /// 10 × its ack_wait, at least 1 minute).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub settle_timeout: Option<Duration>,
+    /// Write a self-contained HTML report (timeline of the consumers' state with
+    /// every step and checkpoint, the journal, the plan), also when the run fails.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics while the run lasts
+    /// (e.g. 127.0.0.1:9477); nothing is served without it.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]

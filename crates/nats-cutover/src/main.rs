@@ -5,6 +5,7 @@ mod app;
 mod cli;
 mod cmd;
 mod exit;
+mod metrics;
 mod render;
 mod report;
 

@@ -64,7 +64,11 @@ pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
     };
     render.finish();
     if let Some(path) = &a.report {
-        crate::report::write(path, &outcome).map_err(|e| Coded(exit::BAD_INPUT, format!("cannot write report {}: {e}", path.display())))?;
+        let mut data = crate::report::ReportData::from_outcome(&outcome);
+        // The report also carries the streams' own proof (cheap here: a few
+        // thousand headers on a local server).
+        data.verify = Some(verify_streams(server.url()).await);
+        crate::report::write(path, &data).map_err(|e| Coded(exit::BAD_INPUT, format!("cannot write report {}: {e}", path.display())))?;
         if !json_out {
             println!("report: {}", path.display());
         }
@@ -75,6 +79,13 @@ pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
         print_summary(&outcome);
     }
     Ok(if outcome.verified { exit::OK } else { exit::NOT_VERIFIED })
+}
+
+async fn verify_streams(url: &str) -> Result<cutover_core::verify::Report, String> {
+    let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
+    let js = cutover_nats::Js::new(client, Duration::from_secs(5));
+    let id = cutover_core::journal::migration_id(STREAM, NEW_STREAM);
+    cutover_nats::verify::verify(&js, &id, &cutover_nats::verify::VerifyOptions::default(), &|_| {}).await.map_err(|e| e.to_string())
 }
 
 pub fn summary_json(o: &Outcome) -> serde_json::Value {

@@ -7,6 +7,7 @@ mod cluster;
 mod demo;
 mod inspect;
 mod plan;
+mod report;
 mod run;
 mod translate;
 mod versions;
