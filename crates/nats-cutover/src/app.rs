@@ -27,6 +27,7 @@ pub fn main() -> i32 {
             Command::Rollback(a) => cmd::run::rollback(&cli.conn, json, a).await,
             Command::Verify(a) => cmd::verify::run(&cli.conn, json, a).await,
             Command::Demo(a) => cmd::demo::run(json, a).await,
+            Command::Watch(a) => cmd::watch::run(&cli.conn, json, a).await,
         }
     });
     match result {

@@ -73,6 +73,18 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Start a local server, run a live workload, cut it over, and show the proof.
     Demo(DemoArgs),
+    /// Watch a consumer drain: its lag, the settled/checkpoint condition and a
+    /// status (ok, draining, stalled, stopped) every tick.
+    ///
+    /// Statuses are judged over the last --window reads; pausing or resuming
+    /// starts afresh. ok: nothing awaits an ack and nothing is pending or the
+    /// consumer is paused (its position is stable), or deliveries and acks move.
+    /// draining: paused while acks come in, or nothing left to deliver and ack
+    /// pending falling. stalled: messages awaited an ack in every read and none
+    /// was acknowledged (a worker holds them, or max_ack_pending is reached).
+    /// stopped: not paused, messages pending, nothing delivered and no pull
+    /// request waiting (no worker is pulling). Read-only.
+    Watch(WatchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -161,6 +173,28 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics while the run lasts
+    /// (e.g. 127.0.0.1:9477); nothing is served without it.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The stream the consumer reads.
+    pub stream: String,
+    /// The durable consumer to watch.
+    #[arg(long)]
+    pub consumer: String,
+    /// Time between reads (e.g. 1s, 250ms).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub interval: Duration,
+    /// Reads the stalled and stopped rules look back over.
+    #[arg(long, default_value_t = 5)]
+    pub window: usize,
+    /// Stop after this many reads (default: until Ctrl-C).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics while watching
     /// (e.g. 127.0.0.1:9477); nothing is served without it.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,

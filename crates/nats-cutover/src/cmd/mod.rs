@@ -6,6 +6,7 @@ pub mod plan;
 pub mod progress;
 pub mod run;
 pub mod verify;
+pub mod watch;
 
 use crate::cli::ConnArgs;
 use cutover_nats::connect::ConnectOptions;

@@ -1,0 +1,147 @@
+//! `nats-cutover watch STREAM --consumer C`: a live view of a consumer's drain.
+//!
+//! Every tick reads the consumer once and evaluates two things: the settled /
+//! checkpoint condition (`cutover_core::checkpoint::assess`, the rule the cut-over
+//! itself waits on) and a Burrow-style status over the last `--window` reads
+//! (`cutover_core::lag::status`: ok, draining, stalled, stopped). One line per
+//! tick, or one JSON object per line with `--json`; Prometheus metrics with
+//! `--metrics-addr`. Read-only: it never changes the consumer.
+
+use crate::cli::{ConnArgs, WatchArgs};
+use crate::exit::{self, Coded};
+use crate::metrics::{self, Registry};
+use cutover_core::checkpoint::assess;
+use cutover_core::lag::{self, LagSample, Status};
+use cutover_core::model::ConsumerInfo;
+use cutover_core::names;
+use cutover_nats::journal::now_ms;
+use serde_json::json;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> anyhow::Result<i32> {
+    names::stream(&a.stream)?;
+    names::consumer(&a.consumer)?;
+    if a.interval < Duration::from_millis(10) || a.interval > Duration::from_secs(3600) {
+        return Err(Coded(exit::BAD_INPUT, "--interval must be between 10ms and 1h".into()).into());
+    }
+    if a.window < 2 {
+        return Err(Coded(exit::BAD_INPUT, "--window must be at least 2 reads (no progress is only evidence over time)".into()).into());
+    }
+    if a.count == Some(0) {
+        return Err(Coded(exit::BAD_INPUT, "--count must be at least 1 (omit it to watch until Ctrl-C)".into()).into());
+    }
+    let js = super::connect(conn).await?;
+    // The first read is checked: a wrong stream or consumer name is bad input,
+    // not something to retry every tick.
+    js.consumer_info(&a.stream, &a.consumer).await?;
+    let reg = Registry::new(metrics::WATCH);
+    let _server = match a.metrics_addr {
+        Some(addr) => {
+            let s = metrics::serve(addr, reg.clone()).await?;
+            eprintln!("metrics: http://{}/metrics", s.addr);
+            Some(s)
+        }
+        None => None,
+    };
+    let labels = [("stream_name", a.stream.as_str()), ("consumer_name", a.consumer.as_str())];
+    let mut history: VecDeque<LagSample> = VecDeque::with_capacity(a.window + 1);
+    let mut tick = tokio::time::interval(a.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    while a.count.is_none_or(|c| n < c) {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = &mut ctrl_c => break,
+        }
+        n += 1;
+        reg.add(&metrics::TICKS, &[], 1.0);
+        let ci = match js.consumer_info(&a.stream, &a.consumer).await {
+            Ok((_, ci)) => ci,
+            Err(e) => {
+                // Keep watching: a leader election or a slow reply is exactly
+                // what one watches through.
+                reg.add(&metrics::ERRORS, &[], 1.0);
+                if json_out {
+                    println!("{}", json!({ "kind": "error", "n": n, "t_ms": t0.elapsed().as_millis() as u64, "message": e.to_string() }));
+                } else {
+                    eprintln!("[{:>7.1}s] cannot read {}/{}: {e}", t0.elapsed().as_secs_f64(), a.stream, a.consumer);
+                }
+                continue;
+            }
+        };
+        if history.len() == a.window {
+            history.pop_front();
+        }
+        history.push_back(LagSample::from(&ci));
+        let verdict = lag::status(history.make_contiguous(), a.window);
+        let check = assess(&ci);
+        update(&reg, &labels, &ci, check.checkpoint, verdict.status);
+        if json_out {
+            println!(
+                "{}",
+                json!({
+                    "kind": "tick",
+                    "n": n,
+                    "t_ms": t0.elapsed().as_millis() as u64,
+                    "ts_ms": now_ms(),
+                    "stream": a.stream,
+                    "consumer": a.consumer,
+                    "status": verdict.status.as_str(),
+                    "reason": verdict.reason,
+                    "num_pending": ci.num_pending,
+                    "num_ack_pending": ci.num_ack_pending,
+                    "num_waiting": ci.num_waiting,
+                    "delivered_stream_seq": ci.delivered.stream_seq,
+                    "ack_floor_stream_seq": ci.ack_floor.stream_seq,
+                    "paused": ci.paused,
+                    "settled": check.settled,
+                    "stable": check.stable,
+                    "checkpoint": check.checkpoint,
+                })
+            );
+        } else {
+            let settled = match (check.stable, check.checkpoint) {
+                (true, Some(f)) => format!("checkpoint F={f} (paused, settled)"),
+                (false, Some(f)) => format!("settled at {f} (not paused)"),
+                _ => "not settled".into(),
+            };
+            println!(
+                "[{:>7.1}s] {}/{} {:<8} pending {} ack pending {} waiting {} delivered {} ack floor {}{}; {settled}: {}",
+                t0.elapsed().as_secs_f64(),
+                a.stream,
+                a.consumer,
+                verdict.status.as_str(),
+                ci.num_pending,
+                ci.num_ack_pending,
+                ci.num_waiting,
+                ci.delivered.stream_seq,
+                ci.ack_floor.stream_seq,
+                if ci.paused { " paused" } else { "" },
+                verdict.reason
+            );
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn update(reg: &Registry, l: &[(&str, &str)], ci: &ConsumerInfo, checkpoint: Option<u64>, status: Status) {
+    reg.set(&metrics::NUM_PENDING, l, ci.num_pending as f64);
+    reg.set(&metrics::NUM_ACK_PENDING, l, ci.num_ack_pending as f64);
+    reg.set(&metrics::NUM_WAITING, l, ci.num_waiting as f64);
+    reg.set(&metrics::DELIVERED, l, ci.delivered.stream_seq as f64);
+    reg.set(&metrics::ACK_FLOOR, l, ci.ack_floor.stream_seq as f64);
+    reg.set(&metrics::PAUSED, l, if ci.paused { 1.0 } else { 0.0 });
+    reg.set(&metrics::SETTLED, l, if checkpoint.is_some() { 1.0 } else { 0.0 });
+    if let Some(f) = checkpoint {
+        reg.set(&metrics::CHECKPOINT, l, f as f64);
+    }
+    for s in Status::ALL {
+        let mut with_status = l.to_vec();
+        with_status.push(("status", s.as_str()));
+        reg.set(&metrics::STATUS, &with_status, if s == status { 1.0 } else { 0.0 });
+    }
+}
