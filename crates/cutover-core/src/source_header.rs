@@ -43,6 +43,28 @@ pub fn parse(value: &str) -> Result<SourceRef, SourceHeaderError> {
     Ok(SourceRef { stream: stream.to_string(), seq })
 }
 
+/// The origin sequence when the header names `stream` (`None` when it names
+/// another), by the same rules as [`parse`] but without allocating: `verify`
+/// runs this for every message it reads.
+pub fn seq_from(value: &str, stream: &str) -> Result<Option<u64>, SourceHeaderError> {
+    let err = |why| SourceHeaderError { value: value.to_string(), why };
+    let mut fields = value.split_ascii_whitespace();
+    let first = fields.next().ok_or_else(|| err("the header is empty"))?;
+    let name = first.split(':').next().unwrap_or(first);
+    if name.is_empty() {
+        return Err(err("the stream name is empty"));
+    }
+    let seq = fields
+        .next()
+        .ok_or_else(|| err("there is no origin sequence"))?
+        .parse::<u64>()
+        .map_err(|_| err("the origin sequence is not a number"))?;
+    if seq == 0 {
+        return Err(err("the origin sequence is 0"));
+    }
+    Ok((name == stream).then_some(seq))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +93,12 @@ mod tests {
             let r = parse(&format!("{name} {seq}{extra}")).unwrap();
             prop_assert_eq!(r.stream, name);
             prop_assert_eq!(r.seq, seq);
+        }
+
+        #[test]
+        fn seq_from_agrees_with_parse(s in "[A-Z:]{0,4}( [0-9a-z]{0,3}){0,3}", stream in "[A-Z]{1,2}") {
+            let want = parse(&s).map(|r| (r.stream == stream).then_some(r.seq));
+            prop_assert_eq!(seq_from(&s, &stream), want);
         }
 
         #[test]

@@ -288,6 +288,37 @@ impl ASide {
         }
     }
 
+    /// Does any consumer select by subject? If none does, A's selected
+    /// messages are simply the ones it holds ([`ASide::holds`]): no read needed.
+    pub fn needs_subjects(&self) -> bool {
+        self.filters.iter().any(|f| !f.is_empty())
+    }
+
+    /// The subjects to read A with: every consumer's filters, or everything
+    /// (`None`) when one consumer selects everything.
+    pub fn read_filters(&self) -> Option<Vec<String>> {
+        if self.filters.iter().any(|f| f.is_empty()) {
+            return None;
+        }
+        let mut all: Vec<String> = self.filters.iter().flatten().cloned().collect();
+        all.sort();
+        all.dedup();
+        Some(all)
+    }
+
+    /// A holds every sequence from `first` to `last` but `deleted`: what each
+    /// consumer that selects everything selects. Only for such consumers.
+    pub fn holds(&mut self, first: u64, last: u64, deleted: &[u64]) {
+        for (f, set) in self.filters.iter().zip(self.selected.iter_mut()) {
+            if f.is_empty() && first >= 1 && first <= last {
+                set.insert_range(first..=last);
+                for d in deleted {
+                    set.remove(*d);
+                }
+            }
+        }
+    }
+
     /// Bytes the sets take serialized (a close measure of their heap size).
     pub fn set_bytes(&self) -> u64 {
         self.selected.iter().map(|s| s.serialized_size() as u64).sum()
@@ -958,6 +989,21 @@ mod tests {
         // any start between its last selected and next selected message is exact.
         let (r, _) = run(&[spec("eu", &["s.1"], 38, 40)], &a, &b_copy(&a), None);
         assert!(r.holds, "{:#?}", r.offenders);
+    }
+
+    #[test]
+    fn a_stream_read_and_a_stream_known_from_its_state_give_the_same_sets() {
+        let specs = [spec("all", &[], 3, 4)];
+        let a: Vec<(u64, String)> = a_msgs(20).into_iter().filter(|(s, _)| ![1, 7, 20].contains(s)).collect();
+        let mut read = ASide::new(&specs);
+        a.iter().for_each(|(s, subj)| read.message(*s, subj));
+        let mut known = ASide::new(&specs);
+        assert!(!known.needs_subjects());
+        known.holds(2, 20, &[7, 20]);
+        assert_eq!(read.selected, known.selected);
+        let f = ASide::new(&[spec("a", &["s.1", "s.2"], 0, 1), spec("b", &["s.1"], 0, 1)]);
+        assert_eq!(f.read_filters(), Some(vec!["s.1".to_string(), "s.2".to_string()]));
+        assert!(ASide::new(&[spec("a", &["s.1"], 0, 1), spec("b", &[], 0, 1)]).read_filters().is_none());
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! `verify`: reads a migration's streams and feeds the core's streaming checker
 //! (`cutover_core::verify`).
 //!
-//! A and B are read once each, concurrently, by ordered consumers with
-//! `headers_only` (the checks need subjects, `Nats-Stream-Source` and
-//! `Nats-Msg-Id`, never payloads), from their first to their last sequence at the
-//! moment verification begins: publishers may keep publishing into B meanwhile.
+//! B is read once, by an ordered consumer with `headers_only` (the checks need
+//! subjects, `Nats-Stream-Source` and `Nats-Msg-Id`, never payloads), from its
+//! first to its last sequence at the moment verification begins: publishers may
+//! keep publishing into B meanwhile. A is read the same way, concurrently, only
+//! when a consumer filters, and then only the subjects the consumers select;
+//! when none filters, A's state (with its deleted sequences) says exactly which
+//! messages it holds.
 //! Memory is the core's sequence sets plus, when B holds direct publishes, the
 //! hashes of their ids inside the retry window (read first, in a short pre-pass).
 //! The audit stream, if asked for, is read once afterwards.
@@ -25,6 +28,8 @@ use cutover_core::verify::{self, a_filters_of, ASide, AuditSide, BMsg, BSide, Co
 use futures::StreamExt;
 use serde_json::json;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
@@ -58,6 +63,8 @@ pub struct VerifyProgress {
 /// Extra slack around the retry window, for clock differences between the
 /// publishers and the server.
 const SLIP_SLACK_MS: u64 = 1000;
+/// Beyond this many interior deletions A is read rather than described.
+const MAX_DELETED_DETAILS: u64 = 100_000;
 /// A power of two (tested with a mask).
 const PROGRESS_EVERY: u64 = 8192;
 
@@ -112,38 +119,60 @@ pub async fn verify(js: &Js, id: &str, opts: &VerifyOptions, progress: &(dyn Fn(
     let mut bside = BSide::new(&specs, first_n, slip);
     let total = a.state.messages + b.state.messages;
     let started = Instant::now();
-    let counter = std::sync::atomic::AtomicU64::new(0);
-    let tick = |n: u64| {
-        let done = counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
-        progress(VerifyProgress { phase: "streams", done, total });
-    };
     let from = j.from.clone();
     let src_header = HeaderName::from_str(source_header::HEADER).expect("header name");
-    let read_a = read(js, &j.from, a.state.first_seq, a.state.last_seq, None, true, opts.stall_timeout, |m, seq, _| {
-        aside.message(seq, m.subject.as_str());
-        if aside.read & (PROGRESS_EVERY - 1) == 0 {
-            tick(PROGRESS_EVERY);
+    // When no consumer filters, A's selected messages are exactly the ones it
+    // holds: its state says which, and A need not be read at all.
+    let (a_first, a_last, a_filters) = if !aside.needs_subjects() && a.state.num_deleted <= MAX_DELETED_DETAILS {
+        let v = js.api(&format!("read stream {}'s deleted sequences", j.from), &format!("STREAM.INFO.{}", j.from), &json!({ "deleted_details": true })).await?;
+        let st = &v["state"];
+        let deleted: Vec<u64> = st["deleted"].as_array().map(|d| d.iter().filter_map(|x| x.as_u64()).collect()).unwrap_or_default();
+        let (first, last) = (st["first_seq"].as_u64().unwrap_or(0), st["last_seq"].as_u64().unwrap_or(0));
+        if st["messages"].as_u64() != Some(a.state.messages) || deleted.len() as u64 != st["num_deleted"].as_u64().unwrap_or(0) {
+            return Err(Error::Config(format!("stream {} changed while verify read it (its messages are expiring or being deleted?): verify needs a stable old stream", j.from)));
         }
-        true
-    });
-    let read_b = read(js, &j.to, b.state.first_seq, b.state.last_seq, None, true, opts.stall_timeout, |m, seq, ts_ms| {
+        aside.holds(first, last, &deleted);
+        (1, 0, vec![])
+    } else {
+        (a.state.first_seq, a.state.last_seq, aside.read_filters().unwrap_or_default())
+    };
+    // A is read on a task of its own, so that its messages are handled on
+    // another thread than B's; the set owns it (dropping verify stops it).
+    let a_read = Arc::new(AtomicU64::new(0));
+    let mut a_task = tokio::task::JoinSet::new();
+    {
+        let (js, name, stall, a_read) = (js.clone(), j.from.clone(), opts.stall_timeout, a_read.clone());
+        let mut aside = aside;
+        a_task.spawn(async move {
+            read(&js, &name, a_first, a_last, &a_filters, true, stall, |m, seq, _| {
+                aside.message(seq, m.subject.as_str());
+                if aside.read & (PROGRESS_EVERY - 1) == 0 {
+                    a_read.store(aside.read, Ordering::Relaxed);
+                }
+                true
+            })
+            .await
+            .map(|_| aside)
+        });
+    }
+    let read_b = read(js, &j.to, b.state.first_seq, b.state.last_seq, &[], true, opts.stall_timeout, |m, seq, ts_ms| {
         let h = m.headers.as_ref();
         let src = h.and_then(|h| h.get(src_header.clone())).map(|v| v.as_str());
-        let parsed = src.map(source_header::parse);
-        let origin = match &parsed {
+        let origin = match src.map(|v| (v, source_header::seq_from(v, &from))) {
             None => Origin::Direct,
-            Some(Ok(r)) if r.stream == from => Origin::A(r.seq),
-            Some(Ok(r)) => Origin::Other(r.stream.as_str()),
-            Some(Err(_)) => Origin::Other("(unreadable Nats-Stream-Source header)"),
+            Some((_, Ok(Some(o)))) => Origin::A(o),
+            Some((v, Ok(None))) => Origin::Other(v.split([' ', ':']).next().unwrap_or(v)),
+            Some((_, Err(_))) => Origin::Other("(unreadable Nats-Stream-Source header)"),
         };
         let msg_id = h.and_then(|h| h.get(NATS_MESSAGE_ID)).map(|v| v.as_str());
         bside.message(&BMsg { seq, subject: m.subject.as_str(), origin, msg_id, ts_ms });
         if bside.read & (PROGRESS_EVERY - 1) == 0 {
-            tick(PROGRESS_EVERY);
+            progress(VerifyProgress { phase: "streams", done: bside.read + a_read.load(Ordering::Relaxed), total });
         }
         true
     });
-    tokio::try_join!(read_a, read_b)?;
+    read_b.await?;
+    let aside = a_task.join_next().await.expect("the read of A").map_err(|e| Error::Request { what: format!("read stream {}", j.from), reason: e.to_string() })??;
     let read_ms = started.elapsed().as_secs_f64() * 1000.0;
     let read_msgs = aside.read + bside.read;
     // Hash matches become findings only with the real ids equal.
@@ -205,7 +234,7 @@ async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<Con
 /// Reads `stream` from `first` to `last` in order with an ordered consumer,
 /// calling `each(message, stream sequence, timestamp ms)` until it returns false.
 #[allow(clippy::too_many_arguments)]
-async fn read<F>(js: &Js, stream: &str, first: u64, last: u64, filter: Option<&str>, headers_only: bool, stall: Duration, mut each: F) -> Result<u64>
+async fn read<F>(js: &Js, stream: &str, first: u64, last: u64, filters: &[String], headers_only: bool, stall: Duration, mut each: F) -> Result<u64>
 where
     F: FnMut(&jetstream::Message, u64, i64) -> bool,
 {
@@ -221,7 +250,8 @@ where
         .create_consumer(OrderedConfig {
             name: Some(name.clone()),
             deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: first.max(1) },
-            filter_subject: filter.unwrap_or_default().to_string(),
+            filter_subject: if filters.len() == 1 { filters[0].clone() } else { String::new() },
+            filter_subjects: if filters.len() > 1 { filters.to_vec() } else { vec![] },
             headers_only,
             ..Default::default()
         })
@@ -294,7 +324,7 @@ async fn slip_window(js: &Js, j: &Journal, b_first: u64, b_last: u64, direct: bo
     let window_ms = j.plan.retry_horizon_ms.max(j.plan.b_config["duplicate_window"].as_u64().unwrap_or(0) / 1_000_000);
     let mut w: Option<SlipWindow> = None;
     let mut until = i64::MAX;
-    read(js, &j.to, cand, b_last, None, true, opts.stall_timeout, |m, seq, ts_ms| {
+    read(js, &j.to, cand, b_last, &[], true, opts.stall_timeout, |m, seq, ts_ms| {
         let win = w.get_or_insert_with(|| {
             until = ts_ms + (window_ms + SLIP_SLACK_MS) as i64;
             SlipWindow::new(seq, ts_ms - SLIP_SLACK_MS as i64, window_ms)
@@ -337,7 +367,7 @@ async fn read_audit(js: &Js, src: &str, specs: &[ConsumerSpec], facts: &Facts, f
     };
     let mut au = AuditSide::new(specs, &facts.from, &facts.to, facts.b_last_seq, first_n);
     let total = info.state.messages;
-    read(js, &stream, info.state.first_seq, info.state.last_seq, filter.as_deref(), false, opts.stall_timeout, |m, _, _| {
+    read(js, &stream, info.state.first_seq, info.state.last_seq, &filter.into_iter().collect::<Vec<_>>(), false, opts.stall_timeout, |m, _, _| {
         match serde_json::from_slice::<AuditRecord>(&m.payload) {
             Ok(r) => au.record(&r),
             Err(_) => au.unreadable(),

@@ -100,6 +100,8 @@ async fn a_correct_migration_verifies_clean_and_the_cli_exits_0() {
     assert_eq!((eu.a_filters.clone(), eu.a_selected, eu.b_direct), (vec!["orders.1".to_string()], 5, 2));
     assert_eq!(r.streams.slip.as_ref().map(|s| s.direct_ids), Some(8));
     assert_eq!((r.streams.b.sourced, r.streams.b.direct), (21, 8));
+    // `eu` filters, so A is read (all of it: `worker` selects everything).
+    assert_eq!(r.streams.a.read, 21);
     // Nothing left behind: the ordered consumers are gone.
     assert_eq!(e.js.consumer_names("ORDERS").await.unwrap(), Vec::<String>::new());
     assert_eq!(e.js.consumer_names("ORDERS_V2").await.unwrap(), vec!["eu".to_string(), "worker".to_string()]);
@@ -245,6 +247,8 @@ async fn live_migration_with_audit_verifies_clean_and_names_a_missing_and_a_doub
     assert!(w.b_direct > 0, "publishers moved to B during the run");
     assert_eq!(r.audit.as_ref().unwrap().records, lr.processed_total);
     assert_eq!(w.audit_pending, Some(0));
+    // No consumer filters: A's state says which messages it holds, A is not read.
+    assert_eq!((r.streams.a.read, w.a_selected), (0, r.streams.a.last_seq));
 
     // One record lost, one doubled.
     let rec = |seq: u64| {
@@ -268,4 +272,21 @@ async fn live_migration_with_audit_verifies_clean_and_names_a_missing_and_a_doub
     let out = e.cli(&["verify", "--migration", ID, "--audit", "AUDIT"]);
     assert_eq!(out.code, 6, "{out:?}");
     assert!(out.stdout.contains("audit_lost") && out.stdout.contains("audit_duplicated"), "{out:?}");
+}
+
+/// A message deleted from A before the migration was never sourced: no consumer
+/// filters here, so A is not read and its deleted sequences come from its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn messages_deleted_from_a_before_the_migration_are_not_expected_in_b() {
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "m", 10).await;
+    e.js.api("delete a message", "STREAM.MSG.DELETE.ORDERS", &json!({"seq": 3})).await.unwrap();
+    ack_first(&e, "worker", 4).await;
+    let plan = engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let r = check(&e, &VerifyOptions::default()).await;
+    assert!(r.holds, "{:#?}", r.offenders);
+    assert_eq!((r.streams.a.read, r.consumers[0].a_selected, r.consumers[0].b_sourced), (0, 9, 9));
 }
