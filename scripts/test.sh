@@ -18,4 +18,15 @@ if ! command -v chromium >/dev/null; then
 fi
 # Two cores: build once, then run; tests start one server each.
 cargo build --workspace --all-targets --locked
-cargo test --workspace --locked "$@"
+# Unit, property and integration tests; no doc tests (there are none) and no
+# benchmarks (they run only with `cargo bench`).
+log="$(mktemp)"
+set +e
+cargo test --workspace --locked --lib --bins --tests "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+passed=$(sed -nE 's/^test result: .* ([0-9]+) passed; ([0-9]+) failed.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+failed=$(sed -nE 's/^test result: .* ([0-9]+) passed; ([0-9]+) failed.*/\2/p' "$log" | awk '{s+=$1} END {print s+0}')
+rm -f "$log"
+echo "tests: $passed passed, $failed failed"
+exit "$status"
