@@ -505,12 +505,17 @@ pub async fn translate_once(js: &Js, from: &str, to: &str, f: u64) -> Result<Opt
     if !sourced_enough {
         return Ok(None);
     }
+    // The search's upper end is the last message we read, not the stream
+    // info's last_seq: B keeps sourcing between the two reads, and pairing a
+    // stale last_seq with a newer message's origin would place the start too
+    // early (every message up to the stale end would look <= F).
+    let b_last = last.as_ref().map(|m| m.seq).unwrap_or(b.state.last_seq);
     let gets_before = js.gets();
-    let mut s = TranslateSearch::new(f, b.state.first_seq, b.state.last_seq, last_origin);
+    let mut s = TranslateSearch::new(f, b.state.first_seq, b_last, last_origin);
     while let Some(p) = s.next_probe() {
         let m = js.get_msg(to, p, false, direct).await?;
         let probe = match m {
-            Some(m) if m.seq <= b.state.last_seq => {
+            Some(m) if m.seq <= b_last => {
                 let o = m.origin_seq(from)?.ok_or_else(|| Error::Unsafe(format!("message {} of {to} did not come from {from}", m.seq)))?;
                 Some((m.seq, o))
             }
