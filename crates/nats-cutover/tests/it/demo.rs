@@ -14,6 +14,8 @@ fn demo_moves_a_live_workload_with_nothing_lost_or_duplicated() {
     assert_eq!(summary["lost"], 0, "{summary:#}");
     assert_eq!(summary["duplicated"], 0, "{summary:#}");
     assert_eq!(summary["verified"], true);
+    assert_eq!(summary["verify"]["holds"], true, "{summary:#}");
+    assert!(summary["verify"]["summary"]["checked"].as_u64().unwrap() > 0, "{summary:#}");
     assert!(summary["published"].as_u64().unwrap() > 500, "{summary:#}");
     assert_eq!(summary["steps"].as_array().unwrap().len(), 7);
     assert!(std::fs::metadata(&report).unwrap().len() > 1000);
