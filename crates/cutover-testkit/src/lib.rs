@@ -221,7 +221,8 @@ fn read_ports_file(dir: &Path) -> Option<String> {
             // be tolerant of a half-written file.
             let start = text.find("\"nats\"")?;
             let rest = &text[start..];
-            let q1 = rest.find("nats://")?;
+            // A TLS-only server lists tls:// URLs.
+            let q1 = rest.find("nats://").or_else(|| rest.find("tls://"))?;
             let tail = &rest[q1..];
             let end = tail.find('"')?;
             return Some(tail[..end].to_string());
@@ -264,6 +265,8 @@ mod tests {
         let d = unique_dir("unit").unwrap();
         std::fs::write(d.join("nats-server_1.ports"), r#"{"nats":["nats://127.0.0.1:4567"],"monitoring":[]}"#).unwrap();
         assert_eq!(read_ports_file(&d).as_deref(), Some("nats://127.0.0.1:4567"));
+        std::fs::write(d.join("nats-server_1.ports"), r#"{"nats":["tls://127.0.0.1:4568"]}"#).unwrap();
+        assert_eq!(read_ports_file(&d).as_deref(), Some("tls://127.0.0.1:4568"));
         std::fs::remove_dir_all(d).unwrap();
     }
 

@@ -10,6 +10,7 @@ mod metrics;
 mod plan;
 mod report;
 mod run;
+mod tls;
 mod translate;
 mod versions;
 mod verify;
