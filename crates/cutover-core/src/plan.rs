@@ -156,6 +156,9 @@ pub struct Plan {
     pub consumers: Vec<ConsumerPlan>,
     pub findings: Vec<Finding>,
     pub checkpoint_rule: String,
+    /// Why no timer is needed (or, with `quiescence`, where one is).
+    #[serde(default)]
+    pub timer_note: String,
     pub steps: Vec<Step>,
     /// Only where a timer is unavoidable (no pause: publishers stopped).
     pub quiescence: Vec<(String, QuiescentBound)>,
@@ -327,6 +330,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
     if features.duplicate_sourced_msg_id_stalls_source {
         relies_on.push("2.10-2.12.5: a duplicate msg-id arriving by source stalls sourcing; strategy source never sends one".into());
     }
+    let timer_note = "no quiescent interval is waited for: the exact signal is num_ack_pending = 0 on a paused consumer. The seed's ack_wait × (max_pending + 1) is not a bound of anything: redelivery timers run per message and in parallel (max_ack_pending limits how many are in flight, not how many ack_waits pass one after another), it ignores backoff and max_deliver, and no timer can prove that a slow worker has finished".to_string();
     let checkpoint_rule = format!(
         "pause the old consumer; wait until num_ack_pending = 0 (redelivering messages whose worker died: no ack progress for ack_wait -> resume briefly, pause again); F = delivered.stream_seq (every sequence <= F was delivered and settled, or not selected by the filter; the ack floor is not used: MaxDeliver-exhausted messages keep it below F); the new durable on {} starts at the first sequence whose Nats-Stream-Source origin sequence is > F, found by O(log N) direct gets; it is created only once positioned", req.to
     );
@@ -370,6 +374,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         consumers,
         findings: r.findings,
         checkpoint_rule,
+        timer_note,
         steps,
         quiescence,
         publishers_stopped: req.publishers_stopped,

@@ -202,6 +202,16 @@ async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
     if created {
         ctx.journal.lock().await.created_b = true;
     }
+    // The retry guarantee rests on B's duplicate window as the server applies it
+    // (2.14+ gives a sourcing stream none unless set): check what it reports.
+    let (_, b) = ctx.js.stream_info(&to).await?;
+    let wanted = ctx.journal.lock().await.plan.retry_horizon_ms as i64 * 1_000_000;
+    if b.config.duplicate_window < wanted {
+        return Err(Error::Unsafe(format!(
+            "{to} reports duplicate_window {} ns, less than the publishers' retry horizon {wanted} ns: retried publishes could land twice; set it on {to} (nats stream edit {to} --dupe-window) and run again",
+            b.config.duplicate_window
+        )));
+    }
     ctx.done("create_b", t, Some(Phase::BReady), json!({ "created": created })).await
 }
 

@@ -80,6 +80,8 @@ pub fn print_plan(plan: &Plan) {
     println!();
     println!("Checkpoint rule: {}", plan.checkpoint_rule);
     println!();
+    println!("Timers: {}", plan.timer_note);
+    println!();
     println!("Steps:");
     for s in &plan.steps {
         println!("  {:>2}. {}: {}", s.n, s.title, s.detail);

@@ -14,6 +14,7 @@ async fn plan_explains_a_safe_cutover_and_changes_nothing() {
     assert!(out.stdout.contains("Verdict: SAFE"), "{out:?}");
     assert!(out.stdout.contains("consumer pause (2.11+)"), "{out:?}");
     assert!(out.stdout.contains("F = delivered.stream_seq"), "{out:?}");
+    assert!(out.stdout.contains("ack_wait × (max_pending + 1) is not a bound"), "{out:?}");
     let toml_text = std::fs::read_to_string(&toml_path).unwrap();
     assert!(toml_text.contains("from = \"A\""), "{toml_text}");
     let j = e.cli(&["plan", "--json", "--from", "A", "--to", "B", "--consumer", "C"]).json();
@@ -52,4 +53,26 @@ async fn plan_maps_filters_through_an_existing_b_source_transform() {
     // would keep their original subjects: refused.
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stdout.contains("identical stream subject_transform"), "{out:?}");
+}
+
+/// A reviewed plan file is what `run --plan` executes.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_executes_a_reviewed_plan_file() {
+    let e = env().await;
+    orders(&e).await;
+    let dir = e.server.dir().join("out");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("plan.toml");
+    let out = e.cli(&["plan", "--from", "A", "--to", "B", "--consumer", "C", "--out", path.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = e.cli(&["--json", "run", "--plan", path.to_str().unwrap(), "--yes"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let last: serde_json::Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["journal"]["phase"], "done");
+    assert_eq!(last["journal"]["plan"]["from"], "A");
+    let (_, b) = e.js.consumer_info("B", "C").await.unwrap();
+    assert_eq!(b.num_pending, 10, "the durable on B starts before the 10 unconsumed messages");
+    std::fs::write(&path, "not a plan").unwrap();
+    let out = e.cli(&["run", "--plan", path.to_str().unwrap(), "--yes"]);
+    assert_eq!(out.code, 2, "{out:?}");
 }

@@ -48,3 +48,24 @@ fn tls_with_ca_and_token_auth() {
     drop(s);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn nkey_seed_file_authenticates() {
+    let kp = nkeys::KeyPair::new_user();
+    let conf = format!("authorization {{ users: [ {{ nkey: {} }} ] }}\n", kp.public_key());
+    let s = NatsServer::start_with(ServerOptions { config: Some(conf), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
+    let dir = s.dir().join("keys");
+    std::fs::create_dir_all(&dir).unwrap();
+    let seed = dir.join("user.nk");
+    std::fs::write(&seed, format!("{}\n", kp.seed().unwrap())).unwrap();
+    let out = cli(&["--server", s.url(), "--nkey", seed.to_str().unwrap(), "inspect", "NOPE"]);
+    assert_eq!(out.code, 2, "authenticated, only the stream is missing: {out:?}");
+    let other = dir.join("other.nk");
+    std::fs::write(&other, format!("{}\n", nkeys::KeyPair::new_user().seed().unwrap())).unwrap();
+    let out = cli(&["--server", s.url(), "--nkey", other.to_str().unwrap(), "inspect", "NOPE"]);
+    assert_eq!(out.code, 4, "an unknown key is refused: {out:?}");
+    std::fs::write(&other, "not a seed\n").unwrap();
+    let out = cli(&["--server", s.url(), "--nkey", other.to_str().unwrap(), "inspect", "NOPE"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("holds no seed"), "{out:?}");
+}
