@@ -100,6 +100,10 @@ pub struct ServerFacts {
     pub b_raw: Option<Value>,
     /// Raw consumer infos of the consumers asked for (or all of A's).
     pub consumers_raw: Vec<Value>,
+    /// A's other consumers, not asked for: (name, durable).
+    pub other_consumers: Vec<(String, bool)>,
+    /// Other streams that source or mirror A.
+    pub downstream: Vec<String>,
 }
 
 #[derive(Debug, Error, PartialEq)]
@@ -303,6 +307,23 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
             quiescence.push((c.name.clone(), quiescence::bound(&c.config, c.num_pending, Duration::from_millis(100), 1)));
         }
     }
+    // After the commit point A is sealed and takes nothing new: whatever else reads
+    // A would silently stop receiving. Durables must move too (or be deleted
+    // first); ephemeral ones are their owners' to recreate on B.
+    for (name, durable) in &facts.other_consumers {
+        if *durable {
+            r.add("stream", "consumers", name, "", Verdict::Unsafe, format!(
+                "durable {name} on {} is not being moved: after the cut-over it would receive no new message; move it too (--consumer {name} or --all-consumers) or delete it first if it is no longer needed", req.from
+            ));
+        } else {
+            r.add("stream", "consumers", name, "", Verdict::ChangedOnPurpose, format!("ephemeral consumer {name} on {} stops receiving new messages at the cut-over; its owner must subscribe to {} instead", req.from, req.to));
+        }
+    }
+    for d in &facts.downstream {
+        r.add("stream", "downstream", d, "", Verdict::Unsafe, format!(
+            "stream {d} sources or mirrors {}: after the cut-over it would receive nothing new; point it at {} first (or migrate it too)", req.from, req.to
+        ));
+    }
     if b_view.retention == "workqueue" {
         for (i, (c1, f1)) in workqueue_filters.iter().enumerate() {
             for (c2, f2) in &workqueue_filters[i + 1..] {
@@ -393,6 +414,8 @@ mod tests {
             a_raw: json!({"config": a_cfg, "state": {"messages": 10, "bytes": 1000, "first_seq": 1, "last_seq": 10}}),
             b_raw: None,
             consumers_raw: consumers,
+            other_consumers: vec![],
+            downstream: vec![],
         }
     }
 
@@ -459,6 +482,18 @@ mod tests {
         let p = build(&r, &f).unwrap();
         assert!(p.safe, "{:#?}", p.unsafe_findings().collect::<Vec<_>>());
         assert!(p.quiescence[0].1.interval.is_some());
+    }
+
+    #[test]
+    fn consumers_and_streams_left_behind_are_unsafe() {
+        let a = json!({"name": "A", "subjects": ["x"]});
+        let mut f = facts(a, vec![consumer(json!({"durable_name": "C"}))]);
+        f.other_consumers = vec![("D".into(), true), ("eph".into(), false)];
+        f.downstream = vec!["MIRROR_OF_A".into()];
+        let p = build(&req(), &f).unwrap();
+        let unsafe_: Vec<_> = p.unsafe_findings().map(|x| x.from.clone()).collect();
+        assert_eq!(unsafe_, vec!["D".to_string(), "MIRROR_OF_A".to_string()]);
+        assert!(p.findings.iter().any(|x| x.from == "eph" && x.verdict == Verdict::ChangedOnPurpose));
     }
 
     #[test]

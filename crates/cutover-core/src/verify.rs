@@ -954,6 +954,8 @@ mod tests {
                 serde_json::json!({"name": "C", "config": {"durable_name": "C", "filter_subjects": ["o.a", "o.b"]}}),
                 serde_json::json!({"name": "D", "config": {"durable_name": "D"}}),
             ],
+            other_consumers: vec![],
+            downstream: vec![],
         };
         let req = PlanRequest { from: "A".into(), to: "B".into(), consumers: vec!["C".into(), "D".into()], all_consumers: false, strategy: Default::default(), mode: Default::default(), to_config: None, publishers_stopped: false, retry_horizon: crate::plan::DEFAULT_RETRY_HORIZON };
         let mut p = build(&req, &facts).unwrap();

@@ -122,6 +122,9 @@ async fn run_refuses_unsafe_plans_and_missing_confirmation_without_writing() {
     orders(&e).await;
     e.consumer("A", json!({"durable_name": "N", "ack_policy": "none"})).await;
     refused(&e, &["run", "--from", "A", "--to", "B", "--consumer", "N", "--yes"], INCOMPATIBLE, "the plan is unsafe, nothing was changed").await;
+    // Leaving a durable behind on A is refused too (it would starve after the cut-over).
+    refused(&e, &["run", "--from", "A", "--to", "B", "--consumer", "C", "--yes"], INCOMPATIBLE, "durable N on A is not being moved").await;
+    e.js.consumer_delete("A", "N").await.unwrap();
     // No terminal to confirm on and no --yes: refused, nothing written.
     refused(&e, &["run", "--from", "A", "--to", "B", "--consumer", "C"], BAD_INPUT, "pass --yes").await;
     refused(&e, &["run", "--resume", "A.B"], 1, "no migration was started here").await;

@@ -36,8 +36,17 @@ async fn plan_options_may_come_before_the_subcommand_and_all_consumers_works() {
     assert_eq!(out.code, 0, "{out:?}");
     let names: Vec<String> = out.json()["consumers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_string()).collect();
     assert_eq!(names, vec!["C", "D"]);
-    let out = cli(&["plan", "--from", "A", "--to", "B", "--consumer", "C", "--server", e.server.url()]);
+    let out = cli(&["plan", "--from", "A", "--to", "B", "--all-consumers", "--server", e.server.url()]);
     assert_eq!(out.code, 0, "{out:?}");
+    // Moving only C would leave durable D on a stream that receives nothing new.
+    let out = cli(&["plan", "--from", "A", "--to", "B", "--consumer", "C", "--server", e.server.url()]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stdout.contains("durable D on A is not being moved"), "{out:?}");
+    // So would a stream that sources A.
+    e.stream(json!({"name": "DOWN", "sources": [{"name": "A"}]})).await;
+    let out = cli(&["plan", "--from", "A", "--to", "B", "--all-consumers", "--server", e.server.url()]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stdout.contains("stream DOWN sources or mirrors A"), "{out:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
