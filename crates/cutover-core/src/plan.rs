@@ -104,6 +104,8 @@ pub struct ServerFacts {
     pub other_consumers: Vec<(String, bool)>,
     /// Other streams that source or mirror A.
     pub downstream: Vec<String>,
+    /// The account's JetStream info (`$JS.API.INFO`): usage and limits.
+    pub account: Option<Value>,
 }
 
 #[derive(Debug, Error, PartialEq)]
@@ -307,6 +309,20 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
             quiescence.push((c.name.clone(), quiescence::bound(&c.config, c.num_pending, Duration::from_millis(100), 1)));
         }
     }
+    // B holds a copy of A while it sources it: the account must have room.
+    if let Some(acc) = &facts.account {
+        let (used_key, limit_key) = if b_view.storage == "memory" { ("memory", "max_memory") } else { ("storage", "max_storage") };
+        let used = acc[used_key].as_i64().unwrap_or(0);
+        let limit = acc["limits"][limit_key].as_i64().unwrap_or(-1);
+        let need = a.state.bytes as i64;
+        if limit > 0 && used + need > limit {
+            r.add("stream", "account storage", format!("{used} of {limit} bytes used"), format!("+{need} bytes"), Verdict::Unsafe, format!(
+                "B copies A's {need} bytes while it sources A, but the account has {} of {limit} {used_key} bytes left: B would stop sourcing; raise the account's JetStream limit or make room first", limit - used
+            ));
+        } else {
+            r.add("stream", "account storage", format!("{used} bytes used"), format!("+{need} bytes"), Verdict::Ok, if limit > 0 { format!("B's copy of A fits the account's {used_key} limit ({limit} bytes)") } else { format!("B holds a copy of A ({need} bytes) until A is deleted; the account has no {used_key} limit") });
+        }
+    }
     // After the commit point A is sealed and takes nothing new: whatever else reads
     // A would silently stop receiving. Durables must move too (or be deleted
     // first); ephemeral ones are their owners' to recreate on B.
@@ -416,6 +432,7 @@ mod tests {
             consumers_raw: consumers,
             other_consumers: vec![],
             downstream: vec![],
+            account: None,
         }
     }
 
@@ -494,6 +511,18 @@ mod tests {
         let unsafe_: Vec<_> = p.unsafe_findings().map(|x| x.from.clone()).collect();
         assert_eq!(unsafe_, vec!["D".to_string(), "MIRROR_OF_A".to_string()]);
         assert!(p.findings.iter().any(|x| x.from == "eph" && x.verdict == Verdict::ChangedOnPurpose));
+    }
+
+    #[test]
+    fn b_must_fit_in_the_account() {
+        let a = json!({"name": "A", "subjects": ["x"]});
+        let mut f = facts(a, vec![consumer(json!({"durable_name": "C"}))]);
+        // A holds 1000 bytes: 500 used + 1000 > 1200.
+        f.account = Some(json!({"storage": 500, "memory": 0, "limits": {"max_storage": 1200, "max_memory": -1}}));
+        let p = build(&req(), &f).unwrap();
+        assert!(p.unsafe_findings().any(|x| x.setting == "account storage"), "{:#?}", p.findings);
+        f.account = Some(json!({"storage": 500, "memory": 0, "limits": {"max_storage": 1500, "max_memory": -1}}));
+        assert!(build(&req(), &f).unwrap().safe);
     }
 
     #[test]

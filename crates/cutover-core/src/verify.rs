@@ -956,6 +956,7 @@ mod tests {
             ],
             other_consumers: vec![],
             downstream: vec![],
+            account: None,
         };
         let req = PlanRequest { from: "A".into(), to: "B".into(), consumers: vec!["C".into(), "D".into()], all_consumers: false, strategy: Default::default(), mode: Default::default(), to_config: None, publishers_stopped: false, retry_horizon: crate::plan::DEFAULT_RETRY_HORIZON };
         let mut p = build(&req, &facts).unwrap();

@@ -54,7 +54,8 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
         }
     }
     let downstream = downstream_of(js, &req.from, &req.to).await?;
-    let facts = ServerFacts { version, a_raw, b_raw, consumers_raw, other_consumers, downstream };
+    let account = Some(js.account_info().await?);
+    let facts = ServerFacts { version, a_raw, b_raw, consumers_raw, other_consumers, downstream, account };
     Ok(plan::build(req, &facts)?)
 }
 
