@@ -131,3 +131,23 @@ async fn run_refuses_unsafe_plans_and_missing_confirmation_without_writing() {
     refused(&e, &["run", "--to", "B", "--consumer", "C", "--yes"], BAD_INPUT, "--from is required").await;
     refused(&e, &["rollback", "A.B"], 1, "KV bucket CUTOVER does not exist").await;
 }
+
+/// B copies A while it sources it: an account without room for the copy is
+/// refused before anything is created.
+#[tokio::test(flavor = "multi_thread")]
+async fn account_without_room_for_b_is_refused() {
+    let conf = "accounts { APP { jetstream { max_file: 20000, max_mem: 0 }, users: [ { user: app, password: app } ] } }\n";
+    let s = NatsServer::start_with(ServerOptions { config: Some(conf.into()), ..Default::default() }).unwrap();
+    let client = async_nats::ConnectOptions::with_user_and_password("app".into(), "app".into()).connect(s.url()).await.unwrap();
+    let js = cutover_nats::Js::new(client.clone(), std::time::Duration::from_secs(5));
+    js.stream_create(&json!({"name": "A", "subjects": ["x.>"], "max_bytes": 15000})).await.unwrap();
+    js.consumer_create("A", "C", &json!({"durable_name": "C", "ack_policy": "explicit"}), false).await.unwrap();
+    let ctx = async_nats::jetstream::new(client);
+    for i in 0..12 {
+        ctx.publish("x.1", vec![b'x'; 1000].into()).await.unwrap().await.unwrap_or_else(|e| panic!("publish {i}: {e}"));
+    }
+    let out = cli(&["--server", s.url(), "--user", "app", "--password", "app", "plan", "--from", "A", "--to", "B", "--consumer", "C"]);
+    assert_eq!(out.code, INCOMPATIBLE, "{out:?}");
+    assert!(out.stdout.contains("raise the account's JetStream limit"), "{out:?}");
+    assert!(js.stream_info_opt("B").await.unwrap().is_none());
+}
