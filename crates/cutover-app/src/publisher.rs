@@ -43,7 +43,11 @@ fn retryable(k: PublishErrorKind) -> bool {
 
 impl Publisher {
     pub fn new(client: async_nats::Client, horizon: Duration) -> Self {
-        Self { ctx: jetstream::new(client), horizon, ack_timeout: Duration::from_secs(2) }
+        // A short ack timeout: in a cluster, a publish sent while the subjects
+        // move between streams can be forwarded by stale interest to a stream
+        // that no longer takes it and is dropped without "no responders"; only
+        // the timeout notices. Retrying is safe (same msg-id, deduplicated).
+        Self { ctx: jetstream::new(client), horizon, ack_timeout: Duration::from_millis(500) }
     }
 
     pub async fn publish(&self, subject: &str, msg_id: &str, payload: Bytes) -> Result<Published, PublishFailed> {
