@@ -17,9 +17,19 @@ fn make_certs(dir: &Path) {
     run(&["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "1", "-extfile", "san.ext"]);
 }
 
+/// Removes the certificates' directory even when an assertion fails.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[test]
 fn tls_with_ca_and_token_auth() {
-    let dir = std::env::temp_dir().join(format!("nats-cutover-tls-{}", std::process::id()));
+    let guard = TempDir(std::env::temp_dir().join(format!("nats-cutover-tls-{}", std::process::id())));
+    let dir = guard.0.clone();
     std::fs::create_dir_all(&dir).unwrap();
     make_certs(&dir);
     let conf = format!(
@@ -46,7 +56,6 @@ fn tls_with_ca_and_token_auth() {
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("--tlscert and --tlskey go together"), "{out:?}");
     drop(s);
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
