@@ -137,3 +137,20 @@ pub async fn orders(e: &Env) {
     e.consumer("A", json!({"durable_name": "C", "ack_policy": "explicit", "filter_subject": "orders.>", "max_ack_pending": 100})).await;
     e.publish("orders.eu", "m", 10).await;
 }
+
+/// A directory under the temp dir, removed on drop even when a test fails.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let d = std::env::temp_dir().join(format!("nats-cutover-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Self(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

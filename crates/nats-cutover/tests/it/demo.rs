@@ -4,9 +4,8 @@ use crate::common::cli;
 
 #[test]
 fn demo_moves_a_live_workload_with_nothing_lost_or_duplicated() {
-    let dir = std::env::temp_dir().join(format!("nats-cutover-demo-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let report = dir.join("report.html");
+    let dir = crate::common::TempDir::new("demo-test");
+    let report = dir.0.join("report.html");
     let out = cli(&["demo", "--json", "--rate", "400", "--duration", "3", "--workers", "3", "--report", report.to_str().unwrap()]);
     assert_eq!(out.code, 0, "{out:?}");
     let summary: serde_json::Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
@@ -19,7 +18,6 @@ fn demo_moves_a_live_workload_with_nothing_lost_or_duplicated() {
     assert!(summary["published"].as_u64().unwrap() > 500, "{summary:#}");
     assert_eq!(summary["steps"].as_array().unwrap().len(), 7);
     assert!(std::fs::metadata(&report).unwrap().len() > 1000);
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! TLS and token connection options against a real server configured for them.
 
-use crate::common::cli;
+use crate::common::{cli, TempDir};
 use cutover_testkit::{NatsServer, ServerOptions};
 use std::path::Path;
 use std::process::Command;
@@ -17,20 +17,10 @@ fn make_certs(dir: &Path) {
     run(&["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "1", "-extfile", "san.ext"]);
 }
 
-/// Removes the certificates' directory even when an assertion fails.
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn tls_with_ca_and_token_auth() {
-    let guard = TempDir(std::env::temp_dir().join(format!("nats-cutover-tls-{}", std::process::id())));
+    let guard = TempDir::new("tls");
     let dir = guard.0.clone();
-    std::fs::create_dir_all(&dir).unwrap();
     make_certs(&dir);
     let conf = format!(
         "tls {{\n  cert_file: \"{d}/server.pem\"\n  key_file: \"{d}/server.key\"\n}}\nauthorization {{ token: s3cret }}\n",
