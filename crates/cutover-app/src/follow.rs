@@ -31,30 +31,12 @@ impl Follower {
         let store = cutover_nats::journal::JournalStore::open(&js, true).await?.expect("bucket");
         let kv: kv::Store = store.kv().clone();
         let key = route_key(stream, consumer);
-        // Watch first, then read: an update between the two is not missed.
-        let mut watch = kv.watch(&key).await?;
-        let initial = match kv.entry(&key).await? {
-            Some(e) if e.operation == Operation::Put => serde_json::from_slice::<Route>(&e.value).ok(),
-            _ => None,
-        };
         let original = Binding { stream: stream.into(), consumer: consumer.into() };
-        let first = initial.map(|r| Binding { stream: r.stream, consumer: r.consumer }).unwrap_or_else(|| original.clone());
+        // Watch first, then read: an update between the two is not missed.
+        let watch = kv.watch(&key).await?;
+        let first = read_binding(&kv, &key).await?.unwrap_or_else(|| original.clone());
         let (tx, rx) = watch::channel(first);
-        let task = tokio::spawn(async move {
-            while let Some(Ok(e)) = watch.next().await {
-                let b = match e.operation {
-                    Operation::Put => match serde_json::from_slice::<Route>(&e.value) {
-                        Ok(r) => Binding { stream: r.stream, consumer: r.consumer },
-                        Err(_) => continue,
-                    },
-                    // A rollback deletes the route: back to the original.
-                    _ => original.clone(),
-                };
-                if tx.send(b).is_err() {
-                    break;
-                }
-            }
-        });
+        let task = tokio::spawn(follow(kv, key, original, tx, watch));
         Ok(Self { rx, task })
     }
 
@@ -65,5 +47,48 @@ impl Follower {
     /// A receiver that wakes when the binding changes.
     pub fn subscribe(&self) -> watch::Receiver<Binding> {
         self.rx.clone()
+    }
+}
+
+async fn read_binding(kv: &kv::Store, key: &str) -> Result<Option<Binding>, async_nats::Error> {
+    Ok(match kv.entry(key).await? {
+        Some(e) if e.operation == Operation::Put => serde_json::from_slice::<Route>(&e.value).ok().map(|r| Binding { stream: r.stream, consumer: r.consumer }),
+        _ => None,
+    })
+}
+
+/// Applies route updates for as long as the follower lives. A watch ends when
+/// the server restarts or the connection drops: it is set up again (and the
+/// current value re-read, since updates may have been missed meanwhile), never
+/// abandoned; dropping `tx` would tell the workers the route is gone.
+async fn follow(kv: kv::Store, key: String, original: Binding, tx: watch::Sender<Binding>, mut w: kv::Watch) {
+    loop {
+        while let Some(Ok(e)) = w.next().await {
+            let b = match e.operation {
+                Operation::Put => match serde_json::from_slice::<Route>(&e.value) {
+                    Ok(r) => Binding { stream: r.stream, consumer: r.consumer },
+                    Err(_) => continue,
+                },
+                // A rollback deletes the route: back to the original.
+                _ => original.clone(),
+            };
+            tx.send_if_modified(|cur| if *cur != b { *cur = b; true } else { false });
+        }
+        loop {
+            if tx.is_closed() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            let Ok(nw) = kv.watch(&key).await else { continue };
+            match read_binding(&kv, &key).await {
+                Ok(b) => {
+                    let b = b.unwrap_or_else(|| original.clone());
+                    tx.send_if_modified(|cur| if *cur != b { *cur = b; true } else { false });
+                    w = nw;
+                    break;
+                }
+                Err(_) => continue,
+            }
+        }
     }
 }

@@ -49,6 +49,8 @@ where
     let follower = Follower::start(client, stream, consumer).await?;
     let mut route = follower.subscribe();
     let mut acked = 0u64;
+    let mut route_open = true;
+    let mut shutdown_open = true;
     'outer: loop {
         if *shutdown.borrow() {
             break;
@@ -57,8 +59,8 @@ where
         let Some(pull) = bind(&ctx, &binding).await else {
             // Not there (yet, or any more): wait for a route change or retry soon.
             tokio::select! {
-                _ = route.changed() => {}
-                _ = shutdown.changed() => {}
+                _ = route.changed(), if route_open => {}
+                _ = shutdown.changed(), if shutdown_open => {}
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {}
             }
             continue;
@@ -90,9 +92,17 @@ where
                     }
                 }
                 // The route moved: nothing is in flight on the old consumer (the
-                // engine moves it only once settled), so switch now.
-                _ = route.changed() => break,
-                _ = shutdown.changed() => if *shutdown.borrow() { break 'outer },
+                // engine moves it only once settled), so switch now. A closed
+                // channel means no more changes, not a change: keep consuming.
+                changed = route.changed(), if route_open => match changed {
+                    Ok(()) => break,
+                    Err(_) => route_open = false,
+                },
+                // A dropped sender means nobody can ask to stop any more.
+                res = shutdown.changed(), if shutdown_open => match res {
+                    Ok(()) => if *shutdown.borrow() { break 'outer },
+                    Err(_) => shutdown_open = false,
+                },
             }
         }
     }

@@ -412,3 +412,53 @@ async fn several_consumers_move_in_one_run() {
     assert_eq!(b.extra.len() as u64, r.published, "billing processed exactly the published set");
     assert_eq!(b.extra, published);
 }
+
+/// The server itself restarts in the middle of the drain: the runner stops with
+/// an error, publishers retry through the outage with the same msg-ids, workers
+/// reconnect, and `run --resume` finishes the migration exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn server_restart_during_the_drain_then_resume() {
+    let mut e = env().await;
+    orders_stream(&e, 2_000).await;
+    let load = Load::start(e.js.client.clone(), load_cfg(300, 20_000)).await;
+    until_processed(&load, 100).await;
+    let held = take_one_and_die(&e).await;
+    let url = e.server.url().to_string();
+    let runner = tokio::spawn(async move {
+        // Its own connection, so the test's client is not involved.
+        let client = async_nats::connect(url).await.unwrap();
+        let js = cutover_nats::Js::new(client, Duration::from_secs(2));
+        let plan = engine::prepare_plan(&js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let opts = RunOptions { lease_ttl: Duration::from_secs(1), ..Default::default() };
+        engine::run(&js, plan, &opts, &Collect::default(), rx).await
+    });
+    wait_until("the runner to pause the consumer", Duration::from_secs(20), || async {
+        e.js.consumer_info("ORDERS", "worker").await.map(|(_, c)| c.paused).unwrap_or(false)
+    })
+    .await;
+    e.server.restart().unwrap();
+    let first = runner.await.unwrap();
+    // Workers reconnect and keep processing after the restart.
+    let before = load.processed();
+    until_processed(&load, before + 100).await;
+    assert!(first.is_err(), "the runner cannot finish across a server restart: {first:?}");
+    drop(held);
+    wait_until("the server to answer again", Duration::from_secs(20), || async { e.js.stream_info("ORDERS").await.is_ok() }).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let out = loop {
+        let out = run_cli(&e, &["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"], None);
+        if out.code != 0 && std::time::Instant::now() < deadline && (out.stderr.contains("is held by runner") || out.stderr.contains("did not answer")) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        break out;
+    };
+    assert_eq!(out.code, 0, "{out:?}");
+    let after = load.published() + 200;
+    until_published(&load, after).await;
+    let r = finish(load).await;
+    assert_exact(&r);
+    let v = cutover_nats::verify::verify(&e.js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {}).await.unwrap();
+    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
+}
