@@ -462,3 +462,29 @@ async fn server_restart_during_the_drain_then_resume() {
     let v = cutover_nats::verify::verify(&e.js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {}).await.unwrap();
     assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
 }
+
+/// The runner dies once the new durable exists, then the server restarts too:
+/// workers keep following the route (their watch comes back), and the resume
+/// finishes exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn runner_crash_then_server_restart_after_the_new_durable_exists() {
+    let mut e = env().await;
+    orders_stream(&e, 30_000).await;
+    let load = Load::start(e.js.client.clone(), load_cfg(300, 20_000)).await;
+    until_processed(&load, 100).await;
+    let out = run_cli(&e, &["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes", "--lease-ttl", "1s"], Some("consumer_created:worker"));
+    assert_eq!(out.code, 86, "{out:?}");
+    e.server.restart().unwrap();
+    wait_until("the server to answer again", Duration::from_secs(20), || async { e.js.stream_info("ORDERS_V2").await.is_ok() }).await;
+    // Workers process on the new stream after the restart.
+    let before = load.processed();
+    until_processed(&load, before + 100).await;
+    let out = resume_until_done(&e, "ORDERS.ORDERS_V2").await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let after = load.published() + 200;
+    until_published(&load, after).await;
+    let r = finish(load).await;
+    assert_exact(&r);
+    let v = cutover_nats::verify::verify(&e.js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {}).await.unwrap();
+    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
+}
