@@ -25,6 +25,21 @@ pub struct SourceHeaderError {
 }
 
 pub fn parse(value: &str) -> Result<SourceRef, SourceHeaderError> {
+    let (stream, seq) = fields(value)?;
+    Ok(SourceRef { stream: stream.to_string(), seq })
+}
+
+/// The origin sequence when the header names `stream` (`None` when it names
+/// another), by the same rules as [`parse`] but without allocating: `verify`
+/// runs this for every message it reads.
+pub fn seq_from(value: &str, stream: &str) -> Result<Option<u64>, SourceHeaderError> {
+    let (name, seq) = fields(value)?;
+    Ok((name == stream).then_some(seq))
+}
+
+/// The one reading of the header: the first field's stream name (any `:<hash>`
+/// suffix removed) and the origin sequence, borrowed from `value`.
+fn fields(value: &str) -> Result<(&str, u64), SourceHeaderError> {
     let err = |why| SourceHeaderError { value: value.to_string(), why };
     let mut fields = value.split_ascii_whitespace();
     let first = fields.next().ok_or_else(|| err("the header is empty"))?;
@@ -40,29 +55,7 @@ pub fn parse(value: &str) -> Result<SourceRef, SourceHeaderError> {
     if seq == 0 {
         return Err(err("the origin sequence is 0"));
     }
-    Ok(SourceRef { stream: stream.to_string(), seq })
-}
-
-/// The origin sequence when the header names `stream` (`None` when it names
-/// another), by the same rules as [`parse`] but without allocating: `verify`
-/// runs this for every message it reads.
-pub fn seq_from(value: &str, stream: &str) -> Result<Option<u64>, SourceHeaderError> {
-    let err = |why| SourceHeaderError { value: value.to_string(), why };
-    let mut fields = value.split_ascii_whitespace();
-    let first = fields.next().ok_or_else(|| err("the header is empty"))?;
-    let name = first.split(':').next().unwrap_or(first);
-    if name.is_empty() {
-        return Err(err("the stream name is empty"));
-    }
-    let seq = fields
-        .next()
-        .ok_or_else(|| err("there is no origin sequence"))?
-        .parse::<u64>()
-        .map_err(|_| err("the origin sequence is not a number"))?;
-    if seq == 0 {
-        return Err(err("the origin sequence is 0"));
-    }
-    Ok((name == stream).then_some(seq))
+    Ok((stream, seq))
 }
 
 #[cfg(test)]
