@@ -4,10 +4,14 @@
 //! B is read once, by an ordered consumer with `headers_only` (the checks need
 //! subjects, `Nats-Stream-Source` and `Nats-Msg-Id`, never payloads), from its
 //! first to its last sequence at the moment verification begins: publishers may
-//! keep publishing into B meanwhile. A is read the same way, concurrently, only
-//! when a consumer filters, and then only the subjects the consumers select;
-//! when none filters, A's state (with its deleted sequences) says exactly which
-//! messages it holds.
+//! keep publishing into B meanwhile. A's state (with its deleted sequences)
+//! says exactly which messages it holds: all a consumer without a filter
+//! selects. A filtered consumer's selected messages are counted on A (a
+//! consumer's pending count) when no subject transform applies: B's origins the
+//! filter selects are then among them, so with as many they are all of them
+//! (`ASide::counted`). Only when the counts differ, or counting cannot be
+//! exact (a transform, too many deletions, A changing), is A read, with the
+//! ordered consumer too, and only the subjects those consumers select.
 //! Memory is the core's sequence sets plus, when B holds direct publishes, the
 //! hashes of their ids inside the retry window (read first, in a short pre-pass).
 //! The audit stream, if asked for, is read once afterwards.
@@ -94,7 +98,7 @@ pub async fn verify(js: &Js, id: &str, opts: &VerifyOptions, progress: &(dyn Fn(
             )))
         }
     };
-    let (_, b) = js.stream_info(&j.to).await?;
+    let (b_raw, b) = js.stream_info(&j.to).await?;
     for (name, retention) in [(&j.from, &a.config.retention), (&j.to, &b.config.retention)] {
         if retention == "workqueue" || retention == "interest" {
             return Err(Error::Config(format!(
@@ -121,21 +125,52 @@ pub async fn verify(js: &Js, id: &str, opts: &VerifyOptions, progress: &(dyn Fn(
     let started = Instant::now();
     let from = j.from.clone();
     let src_header = HeaderName::from_str(source_header::HEADER).expect("header name");
-    // When no consumer filters, A's selected messages are exactly the ones it
-    // holds: its state says which, and A need not be read at all.
-    let (a_first, a_last, a_filters) = if !aside.needs_subjects() && a.state.num_deleted <= MAX_DELETED_DETAILS {
+    // A's state: which sequences it holds (its deleted ones listed), when it
+    // has few enough deletions to list. With it, consumers that select
+    // everything need no read of A, and filtered ones may be counted instead.
+    let countable: Vec<usize> = if no_transform(&j.plan.b_config) && no_transform(&b_raw["config"]) {
+        (0..specs.len()).filter(|i| verify::countable(&specs[*i])).collect()
+    } else {
+        // A transform may give B's copy another subject than A's message: a B
+        // message the filter selects need not be one A's filter selects, so
+        // counts prove nothing. A is read.
+        vec![]
+    };
+    let filtered = specs.iter().any(|s| !s.a_filters.is_empty());
+    let mut counts: Vec<(usize, u64)> = vec![];
+    let mut held: Option<(u64, u64, Vec<u64>)> = None;
+    if a.state.num_deleted <= MAX_DELETED_DETAILS && (!filtered || !countable.is_empty()) {
+        // Counted first, then A's state checked unchanged since its first
+        // look (no sequence added: same last; none removed: same count).
+        for &i in &countable {
+            match count_selected(js, &j.from, &specs[i].a_filters).await {
+                Some(n) => counts.push((i, n)),
+                None => break,
+            }
+        }
         let v = js.api(&format!("read stream {}'s deleted sequences", j.from), &format!("STREAM.INFO.{}", j.from), &json!({ "deleted_details": true })).await?;
         let st = &v["state"];
         let deleted: Vec<u64> = st["deleted"].as_array().map(|d| d.iter().filter_map(|x| x.as_u64()).collect()).unwrap_or_default();
         let (first, last) = (st["first_seq"].as_u64().unwrap_or(0), st["last_seq"].as_u64().unwrap_or(0));
-        if st["messages"].as_u64() != Some(a.state.messages) || deleted.len() as u64 != st["num_deleted"].as_u64().unwrap_or(0) {
+        let stable = st["messages"].as_u64() == Some(a.state.messages) && deleted.len() as u64 == st["num_deleted"].as_u64().unwrap_or(0);
+        // The counts hold for this state only if A did not change since.
+        let counted_here = (first, last) == (a.state.first_seq, a.state.last_seq) && counts.len() == countable.len();
+        if stable && (!filtered || counted_here) {
+            held = Some((first, last, deleted));
+        } else if !filtered {
             return Err(Error::Config(format!("stream {} changed while verify read it (its messages are expiring or being deleted?): verify needs a stable old stream", j.from)));
+        } else {
+            // A changed while it was counted: read it, as for any filter.
+            counts.clear();
         }
-        aside.holds(first, last, &deleted);
-        (1, 0, vec![])
-    } else {
-        (a.state.first_seq, a.state.last_seq, aside.read_filters().unwrap_or_default())
-    };
+    }
+    if let Some((first, last, deleted)) = &held {
+        aside.holds(*first, *last, deleted);
+        for &(i, _) in &counts {
+            aside.defer(i);
+        }
+    }
+    let (a_first, a_last) = (a.state.first_seq, a.state.last_seq);
     // A is read on a task of its own, so that its messages are handled on
     // another thread than B's; the set owns it (dropping verify stops it).
     let a_read = Arc::new(AtomicU64::new(0));
@@ -144,15 +179,7 @@ pub async fn verify(js: &Js, id: &str, opts: &VerifyOptions, progress: &(dyn Fn(
         let (js, name, stall, a_read) = (js.clone(), j.from.clone(), opts.stall_timeout, a_read.clone());
         let mut aside = aside;
         a_task.spawn(async move {
-            read(&js, &name, a_first, a_last, &a_filters, true, stall, |m, seq, _| {
-                aside.message(seq, m.subject.as_str());
-                if aside.read & (PROGRESS_EVERY - 1) == 0 {
-                    a_read.store(aside.read, Ordering::Relaxed);
-                }
-                true
-            })
-            .await
-            .map(|_| aside)
+            read_a(&js, &name, a_first, a_last, &mut aside, stall, &a_read).await.map(|_| aside)
         });
     }
     let read_b = read(js, &j.to, b.state.first_seq, b.state.last_seq, &[], true, opts.stall_timeout, |m, seq, ts_ms| {
@@ -172,7 +199,16 @@ pub async fn verify(js: &Js, id: &str, opts: &VerifyOptions, progress: &(dyn Fn(
         true
     });
     read_b.await?;
-    let aside = a_task.join_next().await.expect("the read of A").map_err(|e| Error::Request { what: format!("read stream {}", j.from), reason: e.to_string() })??;
+    let mut aside = a_task.join_next().await.expect("the read of A").map_err(|e| Error::Request { what: format!("read stream {}", j.from), reason: e.to_string() })??;
+    // The counted consumers: B's origins must be exactly as many as A's count,
+    // else A is read for them after all, to name what differs.
+    if let Some((first, last, deleted)) = &held {
+        let unequal: Vec<usize> = counts.iter().filter(|(i, n)| !aside.counted(*i, &bside, *first, *last, deleted, *n)).map(|x| x.0).collect();
+        if !unequal.is_empty() {
+            aside.feed_only(&unequal);
+            read_a(js, &j.from, a_first, a_last, &mut aside, opts.stall_timeout, &a_read).await?;
+        }
+    }
     let read_ms = started.elapsed().as_secs_f64() * 1000.0;
     let read_msgs = aside.read + bside.read;
     // Hash matches become findings only with the real ids equal.
@@ -284,6 +320,47 @@ where
     // so verify leaves nothing behind.
     let _ = js.consumer_delete(stream, &name).await;
     result.map(|_| n)
+}
+
+/// Reads A for the consumers whose sets a read fills (none: nothing is read).
+async fn read_a(js: &Js, name: &str, first: u64, last: u64, aside: &mut ASide, stall: Duration, a_read: &AtomicU64) -> Result<u64> {
+    if !aside.reads() {
+        return Ok(0);
+    }
+    let filters = aside.read_filters().unwrap_or_default();
+    read(js, name, first, last, &filters, true, stall, |m, seq, _| {
+        aside.message(seq, m.subject.as_str());
+        if aside.read & (PROGRESS_EVERY - 1) == 0 {
+            a_read.store(aside.read, Ordering::Relaxed);
+        }
+        true
+    })
+    .await
+}
+
+/// Does no subject transform apply to what B sources (in B's configuration as
+/// planned, or as it is now)?
+fn no_transform(cfg: &serde_json::Value) -> bool {
+    let set = |v: &serde_json::Value| !(v.is_null() || v.as_array().is_some_and(|a| a.is_empty()) || v.as_object().is_some_and(|o| o.is_empty()) || v.as_str() == Some(""));
+    let stream = cfg.as_object().is_none_or(|o| o.iter().all(|(k, v)| !k.contains("transform") || !set(v)));
+    let sources = cfg["sources"].as_array().is_none_or(|a| a.iter().all(|s| s.as_object().is_none_or(|o| o.iter().all(|(k, v)| !k.contains("transform") || !set(v)))));
+    stream && sources
+}
+
+/// How many messages A holds that `filters` select: the pending count of a
+/// consumer created for the purpose (delivering nothing; deleted at once).
+/// None if it cannot be had (A is then read).
+async fn count_selected(js: &Js, stream: &str, filters: &[String]) -> Option<u64> {
+    let name = format!("nats-cutover-verify-count-{}", nuid());
+    let mut cfg = json!({ "name": name, "deliver_policy": "all", "ack_policy": "none", "inactive_threshold": 60_000_000_000u64, "mem_storage": true, "num_replicas": 1 });
+    if filters.len() == 1 {
+        cfg["filter_subject"] = json!(filters[0]);
+    } else {
+        cfg["filter_subjects"] = json!(filters);
+    }
+    let v = js.consumer_create(stream, &name, &cfg, true).await;
+    let _ = js.consumer_delete(stream, &name).await;
+    v.ok()?["num_pending"].as_u64()
 }
 
 fn nuid() -> String {

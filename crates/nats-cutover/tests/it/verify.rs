@@ -7,7 +7,7 @@ use crate::run::{finish, load_cfg, orders_stream, request, until_processed, unti
 use async_nats::jetstream::consumer::pull;
 use cutover_app::load::Load;
 use cutover_core::journal::{Journal, Phase};
-use cutover_core::verify::{Counts, Kind, Report};
+use cutover_core::verify::{AKnown, Counts, Kind, Report};
 use cutover_nats::engine::{self, events::Collect, RunOptions};
 use cutover_nats::journal::JournalStore;
 use cutover_nats::verify::{verify, VerifyOptions};
@@ -100,8 +100,10 @@ async fn a_correct_migration_verifies_clean_and_the_cli_exits_0() {
     assert_eq!((eu.a_filters.clone(), eu.a_selected, eu.b_direct), (vec!["orders.1".to_string()], 5, 2));
     assert_eq!(r.streams.slip.as_ref().map(|s| s.direct_ids), Some(8));
     assert_eq!((r.streams.b.sourced, r.streams.b.direct), (21, 8));
-    // `eu` filters, so A is read (all of it: `worker` selects everything).
-    assert_eq!(r.streams.a.read, 21);
+    // A is not read: `worker` selects everything (A's state says what it
+    // holds), `eu`'s selected messages are counted on A and match B's.
+    assert_eq!(r.streams.a.read, 0);
+    assert_eq!((w.a_known, eu.a_known), (AKnown::State, AKnown::Counted));
     // Nothing left behind: the ordered consumers are gone.
     assert_eq!(e.js.consumer_names("ORDERS").await.unwrap(), Vec::<String>::new());
     assert_eq!(e.js.consumer_names("ORDERS_V2").await.unwrap(), vec!["eu".to_string(), "worker".to_string()]);
@@ -131,6 +133,23 @@ async fn a_message_deleted_from_b_is_lost() {
     let out = e.cli(&["verify", "--migration", ID, "--json"]);
     assert_eq!(out.code, 6, "NOT_VERIFIED: {out:?}");
     assert_eq!(out.json()["summary"]["lost"], 1);
+}
+
+/// A filtered consumer is counted on A, not read: a message of its filter
+/// missing from B makes the counts differ, and then A is read to name it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_message_of_a_filtered_consumer_deleted_from_b_is_lost() {
+    let e = env().await;
+    migrated(&e).await;
+    // B's 14 is A's 14: m-13 on orders.1, selected by `eu`.
+    e.js.api("delete a message", "STREAM.MSG.DELETE.ORDERS_V2", &json!({"seq": 14})).await.unwrap();
+    let r = check(&e, &VerifyOptions { consumers: vec!["eu".into()], ..Default::default() }).await;
+    only(&r, Kind::Lost, 1);
+    let o = r.offenders.iter().find(|o| o.kind == Kind::Lost).unwrap();
+    assert_eq!((o.consumer.as_deref(), o.a_seq, o.msg_id.as_deref(), o.subject.as_deref()), (Some("eu"), Some(14), Some("m-13"), Some("orders.1")));
+    assert_eq!(r.consumers[0].a_known, AKnown::Read, "the counts differed, so A was read");
+    assert_eq!(r.streams.a.read, 5, "only eu's subject");
+    assert_eq!(e.js.consumer_names("ORDERS").await.unwrap(), Vec::<String>::new(), "the counting consumers are gone");
 }
 
 /// nats-server refuses client publishes carrying `Nats-Stream-Source` (10227),
