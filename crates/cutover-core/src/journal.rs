@@ -136,6 +136,10 @@ pub struct Journal {
     /// A's last sequence once it released its subjects.
     pub a_final_seq: Option<u64>,
     pub delete_old: bool,
+    /// Leave the old durables in place (paused for good) instead of deleting
+    /// them, for applications that are redeployed after the run.
+    #[serde(default)]
+    pub keep_old_consumers: bool,
     pub started_ms: u64,
     pub updated_ms: u64,
     pub steps: Vec<StepRecord>,
@@ -159,6 +163,7 @@ impl Journal {
             a_subjects,
             a_final_seq: None,
             delete_old,
+            keep_old_consumers: false,
             started_ms: now_ms,
             updated_ms: now_ms,
             steps: vec![],

@@ -160,6 +160,10 @@ pub struct RunArgs {
     /// Delete the old stream once everything moved.
     #[arg(long)]
     pub delete_old: bool,
+    /// Keep the old durables, paused for good, instead of deleting them: plain
+    /// applications still bound to them wait without errors until redeployed.
+    #[arg(long, conflicts_with = "delete_old")]
+    pub keep_old_consumers: bool,
     /// How long a runner's lease lasts without renewal (another runner may take
     /// over a crashed one's migration after this).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]

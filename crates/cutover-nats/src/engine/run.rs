@@ -20,6 +20,8 @@ use tokio::sync::{watch, Mutex};
 
 pub struct RunOptions {
     pub delete_old: bool,
+    /// Keep the old durables (paused for good) instead of deleting them.
+    pub keep_old_consumers: bool,
     /// How often conditions are polled (consumer info is cheap on loopback).
     pub poll: Duration,
     pub lease_ttl: Duration,
@@ -37,6 +39,7 @@ impl Default for RunOptions {
     fn default() -> Self {
         Self {
             delete_old: false,
+            keep_old_consumers: false,
             poll: Duration::from_millis(2),
             lease_ttl: Duration::from_secs(30),
             drain_pause: Duration::from_secs(120),
@@ -139,7 +142,9 @@ pub async fn run(js: &Js, plan: Plan, opts: &RunOptions, sink: &dyn Sink, shutdo
                 let (_, ci) = js.consumer_info(&plan.from, &c.name).await?;
                 paused.push((c.name.clone(), ci.paused));
             }
-            Journal::new(plan, a.config.subjects.clone(), &paused, opts.delete_old, now_ms())
+            let mut j = Journal::new(plan, a.config.subjects.clone(), &paused, opts.delete_old, now_ms());
+            j.keep_old_consumers = opts.keep_old_consumers && !opts.delete_old;
+            j
         }
     };
     let ctx = Ctx { js, store: store.clone(), lease: Mutex::new(lease), journal: Mutex::new(journal), sink, shutdown, opts, id };
@@ -639,18 +644,23 @@ async fn remove_source(ctx: &Ctx<'_>) -> Result<()> {
 }
 
 async fn retire(ctx: &Ctx<'_>) -> Result<()> {
-    let (from, names, delete_old) = {
+    let (from, names, delete_old, keep) = {
         let j = ctx.journal.lock().await;
-        (j.from.clone(), j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>(), j.delete_old)
+        (j.from.clone(), j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>(), j.delete_old, j.keep_old_consumers)
     };
     let t = ctx.begin("retire").await?;
-    for n in &names {
-        ctx.js.consumer_delete(&from, n).await?;
-        let mut j = ctx.journal.lock().await;
-        j.consumer_mut(n).unwrap().phase = ConsumerPhase::Retired;
+    // Kept durables stay paused until year 9999 and A is sealed: they can never
+    // deliver again, so applications still bound to them wait (no error) until
+    // they are redeployed to the new stream.
+    if !keep {
+        for n in &names {
+            ctx.js.consumer_delete(&from, n).await?;
+            let mut j = ctx.journal.lock().await;
+            j.consumer_mut(n).unwrap().phase = ConsumerPhase::Retired;
+        }
     }
     if delete_old && ctx.js.stream_info_opt(&from).await?.is_some() {
         ctx.js.stream_delete(&from).await?;
     }
-    ctx.done("retire", t, Some(Phase::Done), json!({ "deleted_old_stream": delete_old })).await
+    ctx.done("retire", t, Some(Phase::Done), json!({ "deleted_old_stream": delete_old, "kept_old_consumers": keep })).await
 }

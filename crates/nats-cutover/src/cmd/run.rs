@@ -196,6 +196,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
     let crash_after = std::env::var("NATS_CUTOVER_TEST_CRASH_AFTER").ok();
     let opts = RunOptions {
         delete_old: a.delete_old,
+        keep_old_consumers: a.keep_old_consumers,
         lease_ttl: a.lease_ttl,
         settle_timeout: a.settle_timeout,
         // Test hook: die like a killed process right after the named step was

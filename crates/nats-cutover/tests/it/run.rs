@@ -488,3 +488,29 @@ async fn runner_crash_then_server_restart_after_the_new_durable_exists() {
     let v = cutover_nats::verify::verify(&e.js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {}).await.unwrap();
     assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
 }
+
+/// `--keep-old-consumers`: the old durable stays, paused for good on a sealed
+/// stream, for applications redeployed after the run; still exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keep_old_consumers_leaves_them_paused_for_good() {
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
+    until_processed(&load, 200).await;
+    let out = run_cli(&e, &["--json", "run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes", "--keep-old-consumers"], None);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, old) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(old.paused, "the kept durable stays paused");
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert!(a.config.sealed);
+    let after = load.published() + 300;
+    until_published(&load, after).await;
+    let r = finish(load).await;
+    assert_exact(&r);
+    let (_, again) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert_eq!(again.delivered, old.delivered, "the kept durable delivered nothing more");
+    let v = cutover_nats::verify::verify(&e.js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {}).await.unwrap();
+    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
+    let out = run_cli(&e, &["run", "--from", "ORDERS", "--to", "X", "--consumer", "worker", "--keep-old-consumers", "--delete-old"], None);
+    assert_eq!(out.code, 2, "the two options contradict each other: {out:?}");
+}
