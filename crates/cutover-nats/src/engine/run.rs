@@ -49,6 +49,12 @@ impl Default for RunOptions {
     }
 }
 
+/// Consumer pause exists from 2.11; without it drain takes the
+/// publishers-stopped path and nothing is paused or resumed.
+fn can_pause(js: &Js) -> bool {
+    js.server_version().is_some_and(|v| v.features().consumer_pause)
+}
+
 /// A pause that outlives any runner: used once the new durable exists, when the
 /// old one must never deliver again.
 const FOREVER: &str = "9999-01-01T00:00:00Z";
@@ -296,7 +302,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
             Err(e) => {
                 // Never leave applications stalled on a consumer we paused but
                 // did not move: let it deliver again before reporting.
-                if !prior.was_paused && ctx.js.server_version().is_some_and(|v| v.features().consumer_pause) {
+                if !prior.was_paused && can_pause(ctx.js) {
                     let _ = ctx.js.consumer_pause(&from, name, None).await;
                 }
                 return Err(e);
@@ -318,7 +324,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
     let (start, gets) = match translate(ctx, &from, &to, f).await {
         Ok(x) => x,
         Err(e) => {
-            if !prior.was_paused && ctx.js.server_version().is_some_and(|v| v.features().consumer_pause) {
+            if !prior.was_paused && can_pause(ctx.js) {
                 let _ = ctx.js.consumer_pause(&from, name, None).await;
                 let mut j = ctx.journal.lock().await;
                 let p = j.consumer_mut(name).unwrap();
@@ -353,7 +359,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
 /// Pauses the consumer and waits until it is settled; returns F. On return the
 /// consumer is paused for good (it must never deliver once B's durable exists).
 async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, ConsumerInfo)> {
-    if !ctx.js.server_version().is_some_and(|v| v.features().consumer_pause) {
+    if !can_pause(ctx.js) {
         return drain_without_pause(ctx, stream, name).await;
     }
     let step = format!("consumer {name}");
