@@ -94,8 +94,7 @@ async fn live_cutover_loses_nothing_and_processes_nothing_twice() {
     assert_eq!(steps, ["create_b", "catch_up", "move_consumers", "move_publishers", "seal_a", "remove_source", "retire"]);
     // The final check, from the streams alone: every message once, in order,
     // handed over without gap or overlap, no retry slipped into B twice.
-    let v = cutover_nats::verify::verify(&e.js, &j.id, &Default::default(), &|_| {}).await.unwrap();
-    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
+    let v = assert_verified(&e, &j.id).await;
     assert_eq!(v.consumers[0].counts.checked, r.published, "each published message checked once");
 }
 
@@ -110,18 +109,31 @@ fn run_cli(e: &Env, args: &[&str], crash_after: Option<&str>) -> Out {
     Out { code: o.status.code().unwrap_or(-1), stdout: String::from_utf8_lossy(&o.stdout).into(), stderr: String::from_utf8_lossy(&o.stderr).into() }
 }
 
-/// Resumes until the crashed runner's lease has lapsed (a condition with a
-/// deadline, not a sleep of the lease's length).
-async fn resume_until_done(e: &Env, id: &str) -> Out {
+/// Runs the CLI until it stops saying "try again" (`retriable` texts in its
+/// stderr: a crashed runner's lease not yet lapsed, a server just restarted),
+/// with a deadline rather than a sleep of the lease's length.
+async fn retry_cli(e: &Env, args: &[&str], retriable: &[&str]) -> Out {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let out = run_cli(e, &["--json", "run", "--resume", id, "--lease-ttl", "1s"], None);
-        if out.code == 1 && out.stderr.contains("is held by runner") && std::time::Instant::now() < deadline {
+        let out = run_cli(e, args, None);
+        if out.code != 0 && std::time::Instant::now() < deadline && retriable.iter().any(|r| out.stderr.contains(r)) {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         }
         return out;
     }
+}
+
+/// Resumes once the crashed runner's lease has lapsed.
+async fn resume_until_done(e: &Env, id: &str) -> Out {
+    retry_cli(e, &["--json", "run", "--resume", id, "--lease-ttl", "1s"], &["is held by runner"]).await
+}
+
+/// The streams and the journal alone prove the migration exact.
+async fn assert_verified(e: &Env, id: &str) -> cutover_core::verify::Report {
+    let v = cutover_nats::verify::verify(&e.js, id, &Default::default(), &|_| {}).await.unwrap();
+    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
+    v
 }
 
 async fn crash_and_resume(crash_after: &str) {
@@ -203,15 +215,7 @@ async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
         c.ack_floor.stream_seq > start + 100
     })
     .await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let out = loop {
-        let out = run_cli(&e, &["--json", "rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"], None);
-        if out.code == 1 && out.stderr.contains("is held by runner") && std::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        }
-        break out;
-    };
+    let out = retry_cli(&e, &["--json", "rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"], &["is held by runner"]).await;
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("reset_to"), "the old durable must be reset past what the new one processed: {out:?}");
     let after = load.published() + 300;
@@ -445,22 +449,13 @@ async fn server_restart_during_the_drain_then_resume() {
     assert!(first.is_err(), "the runner cannot finish across a server restart: {first:?}");
     drop(held);
     wait_until("the server to answer again", Duration::from_secs(20), || async { e.js.stream_info("ORDERS").await.is_ok() }).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let out = loop {
-        let out = run_cli(&e, &["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"], None);
-        if out.code != 0 && std::time::Instant::now() < deadline && (out.stderr.contains("is held by runner") || out.stderr.contains("did not answer")) {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        }
-        break out;
-    };
+    let out = retry_cli(&e, &["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"], &["is held by runner", "did not answer"]).await;
     assert_eq!(out.code, 0, "{out:?}");
     let after = load.published() + 200;
     until_published(&load, after).await;
     let r = finish(load).await;
     assert_exact(&r);
-    let v = cutover_nats::verify::verify(&e.js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {}).await.unwrap();
-    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
+    assert_verified(&e, "ORDERS.ORDERS_V2").await;
 }
 
 /// The runner dies once the new durable exists, then the server restarts too:
@@ -485,8 +480,7 @@ async fn runner_crash_then_server_restart_after_the_new_durable_exists() {
     until_published(&load, after).await;
     let r = finish(load).await;
     assert_exact(&r);
-    let v = cutover_nats::verify::verify(&e.js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {}).await.unwrap();
-    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
+    assert_verified(&e, "ORDERS.ORDERS_V2").await;
 }
 
 /// `--keep-old-consumers`: the old durable stays, paused for good on a sealed
@@ -509,8 +503,7 @@ async fn keep_old_consumers_leaves_them_paused_for_good() {
     assert_exact(&r);
     let (_, again) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert_eq!(again.delivered, old.delivered, "the kept durable delivered nothing more");
-    let v = cutover_nats::verify::verify(&e.js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {}).await.unwrap();
-    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
+    assert_verified(&e, "ORDERS.ORDERS_V2").await;
     let out = run_cli(&e, &["run", "--from", "ORDERS", "--to", "X", "--consumer", "worker", "--keep-old-consumers", "--delete-old"], None);
     assert_eq!(out.code, 2, "the two options contradict each other: {out:?}");
 }
