@@ -75,14 +75,46 @@ fn main() {
     row("published", outcomes.iter().map(|o| o.load.published as f64).collect(), "");
     row("lost", outcomes.iter().map(|o| o.load.lost.len() as f64).collect(), "");
     row("duplicated", outcomes.iter().map(|o| o.load.duplicated.len() as f64).collect(), "");
-    row("max publisher stall", outcomes.iter().map(|o| o.load.max_publish_stall_ms).collect(), " ms");
-    row("max stall of a retried publish (subject move)", outcomes.iter().map(|o| o.load.max_retried_publish_ms).collect(), " ms");
+    row(
+        "max publisher stall",
+        outcomes.iter().map(|o| o.load.max_publish_stall_ms).collect(),
+        " ms",
+    );
+    row(
+        "max stall of a retried publish (subject move)",
+        outcomes.iter().map(|o| o.load.max_retried_publish_ms).collect(),
+        " ms",
+    );
     row("max consumer gap", outcomes.iter().map(|o| o.load.max_consumer_gap_ms).collect(), " ms");
-    row("translation gets", outcomes.iter().map(|o| o.journal.consumers[0].translate_gets.unwrap_or(0) as f64).collect(), "");
-    row("consumer drain", outcomes.iter().map(|o| o.journal.consumers[0].drain_ms.unwrap_or(0) as f64).collect(), " ms");
+    row(
+        "translation gets",
+        outcomes
+            .iter()
+            .map(|o| o.journal.consumers[0].translate_gets.unwrap_or(0) as f64)
+            .collect(),
+        "",
+    );
+    row(
+        "consumer drain",
+        outcomes.iter().map(|o| o.journal.consumers[0].drain_ms.unwrap_or(0) as f64).collect(),
+        " ms",
+    );
     row("whole cut-over", outcomes.iter().map(|o| o.cutover_ms).collect(), " ms");
     for s in &steps {
-        row(&format!("step {s}"), outcomes.iter().map(|o| o.step_durations().into_iter().find(|(n, _)| n == s).map(|(_, ms)| ms).unwrap_or(0.0)).collect(), " ms");
+        row(
+            &format!("step {s}"),
+            outcomes
+                .iter()
+                .map(|o| {
+                    o.step_durations()
+                        .into_iter()
+                        .find(|(n, _)| n == s)
+                        .map(|(_, ms)| ms)
+                        .unwrap_or(0.0)
+                })
+                .collect(),
+            " ms",
+        );
     }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
     std::fs::create_dir_all(&dir).unwrap();
@@ -94,7 +126,14 @@ fn main() {
             "cutover_ms": o.cutover_ms, "steps": o.step_durations(), "consumers": o.journal.consumers,
         }))
         .collect();
-    std::fs::write(dir.join("cutover.json"), serde_json::to_string_pretty(&serde_json::json!({"rate": rate, "workers": workers, "runs": summary})).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("cutover.json"),
+        serde_json::to_string_pretty(
+            &serde_json::json!({"rate": rate, "workers": workers, "runs": summary}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
     let bad = outcomes.iter().any(|o| !o.verified);
     if bad {
         eprintln!("NOT VERIFIED in at least one run");

@@ -35,23 +35,44 @@ pub fn record_of(msg: &jetstream::Message, worker: &Worker) -> Result<AuditRecor
     let h = msg.headers.as_ref();
     let source = h.and_then(|h| h.get(source_header::HEADER)).map(|v| v.as_str());
     let msg_id = h.and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID)).map(|v| v.as_str());
-    let via = Via { stream: info.stream.to_string(), seq: info.stream_sequence, delivered: info.delivered.max(1) as u64 };
+    let via = Via {
+        stream: info.stream.to_string(),
+        seq: info.stream_sequence,
+        delivered: info.delivered.max(1) as u64,
+    };
     Ok(AuditRecord::new(via, source, msg_id, worker))
 }
 
 /// Publishes `rec` to `subject` and waits until JetStream stored it. Published
 /// with a `Nats-Msg-Id` of its delivery, so a retried record is stored once.
-pub async fn record(client: &async_nats::Client, subject: &str, rec: &AuditRecord) -> Result<(), AuditError> {
-    let err = |reason: String| AuditError::Publish { stream: rec.stream.clone(), seq: rec.seq, subject: subject.to_string(), reason };
+pub async fn record(
+    client: &async_nats::Client,
+    subject: &str,
+    rec: &AuditRecord,
+) -> Result<(), AuditError> {
+    let err = |reason: String| AuditError::Publish {
+        stream: rec.stream.clone(),
+        seq: rec.seq,
+        subject: subject.to_string(),
+        reason,
+    };
     let payload = Bytes::from(serde_json::to_vec(rec).expect("audit record serializes"));
     let mut h = HeaderMap::new();
     h.insert("Nats-Msg-Id", rec.publish_id().as_str());
-    let ack = jetstream::new(client.clone()).publish_with_headers(subject.to_string(), h, payload).await.map_err(|e| err(e.to_string()))?;
+    let ack = jetstream::new(client.clone())
+        .publish_with_headers(subject.to_string(), h, payload)
+        .await
+        .map_err(|e| err(e.to_string()))?;
     ack.await.map_err(|e| err(e.to_string()))?;
     Ok(())
 }
 
 /// The one call a handler makes: the record of `msg`, published to `subject`.
-pub async fn record_message(client: &async_nats::Client, subject: &str, msg: &jetstream::Message, worker: &Worker) -> Result<(), AuditError> {
+pub async fn record_message(
+    client: &async_nats::Client,
+    subject: &str,
+    msg: &jetstream::Message,
+    worker: &Worker,
+) -> Result<(), AuditError> {
     record(client, subject, &record_of(msg, worker)?).await
 }

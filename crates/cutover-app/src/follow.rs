@@ -26,7 +26,11 @@ impl Drop for Follower {
 impl Follower {
     /// Starts following `stream`/`consumer`; until a route exists the binding is
     /// the original one. Creates the bucket if the engine has not yet.
-    pub async fn start(client: async_nats::Client, stream: &str, consumer: &str) -> Result<Self, async_nats::Error> {
+    pub async fn start(
+        client: async_nats::Client,
+        stream: &str,
+        consumer: &str,
+    ) -> Result<Self, async_nats::Error> {
         let js = cutover_nats::Js::new(client, std::time::Duration::from_secs(5));
         let store = cutover_nats::journal::JournalStore::open(&js, true).await?.expect("bucket");
         let kv: kv::Store = store.kv().clone();
@@ -52,7 +56,9 @@ impl Follower {
 
 async fn read_binding(kv: &kv::Store, key: &str) -> Result<Option<Binding>, async_nats::Error> {
     Ok(match kv.entry(key).await? {
-        Some(e) if e.operation == Operation::Put => serde_json::from_slice::<Route>(&e.value).ok().map(|r| Binding { stream: r.stream, consumer: r.consumer }),
+        Some(e) if e.operation == Operation::Put => serde_json::from_slice::<Route>(&e.value)
+            .ok()
+            .map(|r| Binding { stream: r.stream, consumer: r.consumer }),
         _ => None,
     })
 }
@@ -61,7 +67,13 @@ async fn read_binding(kv: &kv::Store, key: &str) -> Result<Option<Binding>, asyn
 /// the server restarts or the connection drops: it is set up again (and the
 /// current value re-read, since updates may have been missed meanwhile), never
 /// abandoned; dropping `tx` would tell the workers the route is gone.
-async fn follow(kv: kv::Store, key: String, original: Binding, tx: watch::Sender<Binding>, mut w: kv::Watch) {
+async fn follow(
+    kv: kv::Store,
+    key: String,
+    original: Binding,
+    tx: watch::Sender<Binding>,
+    mut w: kv::Watch,
+) {
     loop {
         while let Some(Ok(e)) = w.next().await {
             let b = match e.operation {
@@ -72,7 +84,14 @@ async fn follow(kv: kv::Store, key: String, original: Binding, tx: watch::Sender
                 // A rollback deletes the route: back to the original.
                 _ => original.clone(),
             };
-            tx.send_if_modified(|cur| if *cur != b { *cur = b; true } else { false });
+            tx.send_if_modified(|cur| {
+                if *cur != b {
+                    *cur = b;
+                    true
+                } else {
+                    false
+                }
+            });
         }
         loop {
             if tx.is_closed() {
@@ -83,7 +102,14 @@ async fn follow(kv: kv::Store, key: String, original: Binding, tx: watch::Sender
             match read_binding(&kv, &key).await {
                 Ok(b) => {
                     let b = b.unwrap_or_else(|| original.clone());
-                    tx.send_if_modified(|cur| if *cur != b { *cur = b; true } else { false });
+                    tx.send_if_modified(|cur| {
+                        if *cur != b {
+                            *cur = b;
+                            true
+                        } else {
+                            false
+                        }
+                    });
                     w = nw;
                     break;
                 }

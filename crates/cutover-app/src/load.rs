@@ -110,7 +110,11 @@ impl Load {
 
     /// Like [`Load::start`]; with `audit_subject`, every worker publishes an
     /// audit record ([`crate::audit`]) for each message before acknowledging it.
-    pub async fn start_with_audit(client: async_nats::Client, cfg: LoadConfig, audit_subject: Option<String>) -> Self {
+    pub async fn start_with_audit(
+        client: async_nats::Client,
+        cfg: LoadConfig,
+        audit_subject: Option<String>,
+    ) -> Self {
         let shared = Arc::new(Shared::default());
         shared.publishing.store(true, Ordering::SeqCst);
         let (stop_pub_tx, stop_pub_rx) = watch::channel(false);
@@ -118,8 +122,18 @@ impl Load {
         let t0 = Instant::now();
         let mut workers = vec![];
         for i in 0..cfg.workers {
-            let (client, cfg, shared, rx) = (client.clone(), cfg.clone(), shared.clone(), stop_w_rx.clone());
-            let audit = audit_subject.clone().map(|subject| (subject, crate::audit::Worker { consumer: cfg.consumer.clone(), instance: format!("load-{i}"), version: env!("CARGO_PKG_VERSION").into() }));
+            let (client, cfg, shared, rx) =
+                (client.clone(), cfg.clone(), shared.clone(), stop_w_rx.clone());
+            let audit = audit_subject.clone().map(|subject| {
+                (
+                    subject,
+                    crate::audit::Worker {
+                        consumer: cfg.consumer.clone(),
+                        instance: format!("load-{i}"),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                    },
+                )
+            });
             workers.push(tokio::spawn(async move {
                 let opts = WorkerOptions { batch: cfg.batch, ..Default::default() };
                 let audit_client = client.clone();
@@ -132,12 +146,21 @@ impl Load {
                         if let Some((subject, worker)) = &audit {
                             // Recorded before the ack: an acknowledged message always
                             // has its record. A failed record is a failed processing.
-                            if let Err(e) = crate::audit::record_message(&audit_client, subject, &m, worker).await {
+                            if let Err(e) =
+                                crate::audit::record_message(&audit_client, subject, &m, worker)
+                                    .await
+                            {
                                 tracing::warn!("{e}");
                                 return (Outcome::Nak, m);
                             }
                         }
-                        if let Some(id) = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).and_then(|v| v.as_str().strip_prefix("m-")).and_then(|s| s.parse::<u64>().ok()) {
+                        if let Some(id) = m
+                            .headers
+                            .as_ref()
+                            .and_then(|h| h.get("Nats-Msg-Id"))
+                            .and_then(|v| v.as_str().strip_prefix("m-"))
+                            .and_then(|s| s.parse::<u64>().ok())
+                        {
                             *shared.processed.lock().unwrap().entry(id).or_default() += 1;
                         }
                         shared.processed_count.fetch_add(1, Ordering::Relaxed);
@@ -145,7 +168,10 @@ impl Load {
                         let mut last = shared.last_processed.lock().unwrap();
                         if let Some(l) = *last {
                             if shared.publishing.load(Ordering::Relaxed) {
-                                shared.max_gap_us.fetch_max(now.duration_since(l).as_micros() as u64, Ordering::Relaxed);
+                                shared.max_gap_us.fetch_max(
+                                    now.duration_since(l).as_micros() as u64,
+                                    Ordering::Relaxed,
+                                );
                             }
                         }
                         *last = Some(now);
@@ -166,12 +192,24 @@ impl Load {
                 let mut tick = tokio::time::interval(Duration::from_millis(100));
                 loop {
                     tick.tick().await;
-                    let s = Sample { t_ms: t0.elapsed().as_millis() as u64, published: shared.published_count.load(Ordering::Relaxed), processed: shared.processed_count.load(Ordering::Relaxed) };
+                    let s = Sample {
+                        t_ms: t0.elapsed().as_millis() as u64,
+                        published: shared.published_count.load(Ordering::Relaxed),
+                        processed: shared.processed_count.load(Ordering::Relaxed),
+                    };
                     shared.samples.lock().unwrap().push(s);
                 }
             })
         };
-        Self { shared, stop_publishing: stop_pub_tx, stop_workers: stop_w_tx, publisher, workers, sampler, t0 }
+        Self {
+            shared,
+            stop_publishing: stop_pub_tx,
+            stop_workers: stop_w_tx,
+            publisher,
+            workers,
+            sampler,
+            t0,
+        }
     }
 
     pub fn published(&self) -> u64 {
@@ -225,11 +263,14 @@ impl Load {
         let published = s.published.lock().unwrap().clone();
         let processed = s.processed.lock().unwrap().clone();
         let pubset: std::collections::HashSet<u64> = published.iter().copied().collect();
-        let mut lost: Vec<u64> = published.iter().copied().filter(|id| !processed.contains_key(id)).collect();
+        let mut lost: Vec<u64> =
+            published.iter().copied().filter(|id| !processed.contains_key(id)).collect();
         lost.sort();
-        let mut duplicated: Vec<(u64, u32)> = processed.iter().filter(|(_, n)| **n > 1).map(|(k, v)| (*k, *v)).collect();
+        let mut duplicated: Vec<(u64, u32)> =
+            processed.iter().filter(|(_, n)| **n > 1).map(|(k, v)| (*k, *v)).collect();
         duplicated.sort();
-        let mut extra: Vec<u64> = processed.keys().copied().filter(|id| !pubset.contains(id)).collect();
+        let mut extra: Vec<u64> =
+            processed.keys().copied().filter(|id| !pubset.contains(id)).collect();
         extra.sort();
         LoadReport {
             published: published.len() as u64,
@@ -248,7 +289,12 @@ impl Load {
     }
 }
 
-async fn publish_loop(p: Publisher, cfg: LoadConfig, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+async fn publish_loop(
+    p: Publisher,
+    cfg: LoadConfig,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
     // Publishes concurrently (bounded in flight) so the rate does not depend on
     // the round trip; each publish retries on its own.
     let inflight = Arc::new(Semaphore::new(256));
@@ -277,10 +323,14 @@ async fn publish_loop(p: Publisher, cfg: LoadConfig, shared: Arc<Shared>, mut st
                     Ok(ok) => {
                         shared.published.lock().unwrap().push(id);
                         shared.published_count.fetch_add(1, Ordering::Relaxed);
-                        shared.max_stall_us.fetch_max(ok.latency.as_micros() as u64, Ordering::Relaxed);
+                        shared
+                            .max_stall_us
+                            .fetch_max(ok.latency.as_micros() as u64, Ordering::Relaxed);
                         if ok.attempts > 1 {
                             shared.retried.fetch_add(1, Ordering::Relaxed);
-                            shared.max_retried_us.fetch_max(ok.latency.as_micros() as u64, Ordering::Relaxed);
+                            shared
+                                .max_retried_us
+                                .fetch_max(ok.latency.as_micros() as u64, Ordering::Relaxed);
                         }
                     }
                     Err(e) => {

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
-#[error("publish of {msg_id} to {subject} failed after {attempts} attempt(s) over {elapsed:?}: {last}")]
+#[error(
+    "publish of {msg_id} to {subject} failed after {attempts} attempt(s) over {elapsed:?}: {last}"
+)]
 pub struct PublishFailed {
     pub subject: String,
     pub msg_id: String,
@@ -38,7 +40,13 @@ pub struct Publisher {
 /// move is under way), or no ack came back (the message may or may not be
 /// stored; the duplicate window decides).
 fn retryable(k: PublishErrorKind) -> bool {
-    matches!(k, PublishErrorKind::StreamNotFound | PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe | PublishErrorKind::Other)
+    matches!(
+        k,
+        PublishErrorKind::StreamNotFound
+            | PublishErrorKind::TimedOut
+            | PublishErrorKind::BrokenPipe
+            | PublishErrorKind::Other
+    )
 }
 
 impl Publisher {
@@ -50,7 +58,12 @@ impl Publisher {
         Self { ctx: jetstream::new(client), horizon, ack_timeout: Duration::from_millis(500) }
     }
 
-    pub async fn publish(&self, subject: &str, msg_id: &str, payload: Bytes) -> Result<Published, PublishFailed> {
+    pub async fn publish(
+        &self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+    ) -> Result<Published, PublishFailed> {
         let start = Instant::now();
         let mut attempts = 0u32;
         // The subject move lasts a few milliseconds: retry soon and often, so a
@@ -60,7 +73,11 @@ impl Publisher {
             attempts += 1;
             let mut h = HeaderMap::new();
             h.insert("Nats-Msg-Id", msg_id);
-            let r = match self.ctx.publish_with_headers(subject.to_string(), h, payload.clone()).await {
+            let r = match self
+                .ctx
+                .publish_with_headers(subject.to_string(), h, payload.clone())
+                .await
+            {
                 Ok(fut) => match tokio::time::timeout(self.ack_timeout, fut).await {
                     Ok(r) => r.map_err(|e| (e.kind(), e.to_string())),
                     Err(_) => Err((PublishErrorKind::TimedOut, "no ack".into())),
@@ -68,13 +85,29 @@ impl Publisher {
                 Err(e) => Err((e.kind(), e.to_string())),
             };
             match r {
-                Ok(ack) => return Ok(Published { stream: ack.stream, seq: ack.sequence, duplicate: ack.duplicate, attempts, latency: start.elapsed() }),
+                Ok(ack) => {
+                    return Ok(Published {
+                        stream: ack.stream,
+                        seq: ack.sequence,
+                        duplicate: ack.duplicate,
+                        attempts,
+                        latency: start.elapsed(),
+                    })
+                }
                 Err((kind, msg)) if retryable(kind) && start.elapsed() < self.horizon => {
                     tracing::debug!(%msg_id, %msg, "publish retry");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(4));
                 }
-                Err((_, msg)) => return Err(PublishFailed { subject: subject.into(), msg_id: msg_id.into(), attempts, elapsed: start.elapsed(), last: msg }),
+                Err((_, msg)) => {
+                    return Err(PublishFailed {
+                        subject: subject.into(),
+                        msg_id: msg_id.into(),
+                        attempts,
+                        elapsed: start.elapsed(),
+                        last: msg,
+                    })
+                }
             }
         }
     }

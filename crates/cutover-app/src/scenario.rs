@@ -54,7 +54,11 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn step_durations(&self) -> Vec<(String, f64)> {
-        self.events.iter().filter(|e| e.kind == "step_done").map(|e| (e.step.clone(), e.detail["ms"].as_f64().unwrap_or(0.0))).collect()
+        self.events
+            .iter()
+            .filter(|e| e.kind == "step_done")
+            .map(|e| (e.step.clone(), e.detail["ms"].as_f64().unwrap_or(0.0)))
+            .collect()
     }
 }
 
@@ -72,7 +76,11 @@ impl Sink for Recorder<'_> {
 
 /// Creates the stream and durable, runs the workload, cuts over at
 /// `cutover_at`, lets the workload finish on the new stream, and measures.
-pub async fn live_cutover(client: async_nats::Client, cfg: ScenarioConfig, sink: &dyn Sink) -> Result<Outcome, cutover_nats::Error> {
+pub async fn live_cutover(
+    client: async_nats::Client,
+    cfg: ScenarioConfig,
+    sink: &dyn Sink,
+) -> Result<Outcome, cutover_nats::Error> {
     let js = Js::new(client.clone(), Duration::from_secs(5));
     let l = &cfg.load;
     js.stream_create(&json!({"name": l.stream, "subjects": [format!("{}.>", l.subject_prefix)], "duplicate_window": 120_000_000_000i64, "allow_direct": true})).await?;
@@ -82,16 +90,32 @@ pub async fn live_cutover(client: async_nats::Client, cfg: ScenarioConfig, sink:
     let mut load = Load::start(client.clone(), l.clone()).await;
     let samples: Arc<Mutex<Vec<ConsumerSample>>> = Arc::default();
     let sampler = {
-        let (js, samples, old, new, c) = (js.clone(), samples.clone(), l.stream.clone(), cfg.new_stream.clone(), l.consumer.clone());
+        let (js, samples, old, new, c) = (
+            js.clone(),
+            samples.clone(),
+            l.stream.clone(),
+            cfg.new_stream.clone(),
+            l.consumer.clone(),
+        );
         tokio::spawn(async move {
             loop {
                 // Whichever durable is current: the new one once it exists.
                 let cur = match js.consumer_info_opt(&new, &c).await {
                     Ok(Some((_, ci))) => Some((new.clone(), ci)),
-                    _ => js.consumer_info_opt(&old, &c).await.ok().flatten().map(|(_, ci)| (old.clone(), ci)),
+                    _ => js
+                        .consumer_info_opt(&old, &c)
+                        .await
+                        .ok()
+                        .flatten()
+                        .map(|(_, ci)| (old.clone(), ci)),
                 };
                 if let Some((s, ci)) = cur {
-                    samples.lock().unwrap().push(ConsumerSample { t_ms: t0.elapsed().as_millis() as u64, stream: s, num_pending: ci.num_pending, num_ack_pending: ci.num_ack_pending });
+                    samples.lock().unwrap().push(ConsumerSample {
+                        t_ms: t0.elapsed().as_millis() as u64,
+                        stream: s,
+                        num_pending: ci.num_pending,
+                        num_ack_pending: ci.num_ack_pending,
+                    });
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -123,7 +147,11 @@ pub async fn live_cutover(client: async_nats::Client, cfg: ScenarioConfig, sink:
     let drained = load.drain(Duration::from_secs(30)).await;
     let report = load.stop().await;
     sampler.abort();
-    let verified = drained && report.lost.is_empty() && report.duplicated.is_empty() && report.extra.is_empty() && report.publish_failures == 0;
+    let verified = drained
+        && report.lost.is_empty()
+        && report.duplicated.is_empty()
+        && report.extra.is_empty()
+        && report.publish_failures == 0;
     let consumer_samples = samples.lock().unwrap().clone();
     Ok(Outcome {
         server_version: js.server_version().map(|v| v.to_string()).unwrap_or_default(),

@@ -40,7 +40,14 @@ async fn bind(ctx: &jetstream::Context, b: &Binding) -> Option<PullConsumer> {
 /// Consumes `stream`/`consumer` (following its route) until `shutdown` turns
 /// true or the handler returns [`Outcome::Die`]. Returns how many messages were
 /// acknowledged.
-pub async fn consume<F, Fut>(client: async_nats::Client, stream: &str, consumer: &str, opts: WorkerOptions, mut shutdown: watch::Receiver<bool>, mut handler: F) -> Result<u64, async_nats::Error>
+pub async fn consume<F, Fut>(
+    client: async_nats::Client,
+    stream: &str,
+    consumer: &str,
+    opts: WorkerOptions,
+    mut shutdown: watch::Receiver<bool>,
+    mut handler: F,
+) -> Result<u64, async_nats::Error>
 where
     F: FnMut(jetstream::Message) -> Fut,
     Fut: Future<Output = (Outcome, jetstream::Message)>,
@@ -65,13 +72,14 @@ where
             }
             continue;
         };
-        let mut batch = match pull.fetch().max_messages(opts.batch).expires(opts.expires).messages().await {
-            Ok(b) => b,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                continue;
-            }
-        };
+        let mut batch =
+            match pull.fetch().max_messages(opts.batch).expires(opts.expires).messages().await {
+                Ok(b) => b,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+            };
         loop {
             tokio::select! {
                 biased;

@@ -66,7 +66,12 @@ fn format_default() -> u32 {
 impl AuditRecord {
     /// The record for a message delivered as `via`, with its `Nats-Stream-Source`
     /// header (if any) deciding its identity.
-    pub fn new(via: Via, source_header: Option<&str>, msg_id: Option<&str>, worker: &Worker) -> Self {
+    pub fn new(
+        via: Via,
+        source_header: Option<&str>,
+        msg_id: Option<&str>,
+        worker: &Worker,
+    ) -> Self {
         // An unreadable source header cannot name an origin: the delivery is the
         // best identity there is, and verify reports it as unknown if it is wrong.
         let (stream, seq) = match source_header.map(source_header::parse) {
@@ -130,7 +135,10 @@ mod tests {
         let r = AuditRecord::new(via("B", 7, 1), Some("A 42"), Some("m-41"), &w());
         let back: AuditRecord = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);
-        let min: AuditRecord = serde_json::from_str(r#"{"stream":"A","seq":1,"consumer":"c","instance":"i","version":"v"}"#).unwrap();
+        let min: AuditRecord = serde_json::from_str(
+            r#"{"stream":"A","seq":1,"consumer":"c","instance":"i","version":"v"}"#,
+        )
+        .unwrap();
         assert_eq!(min.format, AUDIT_FORMAT);
         assert!(min.via.is_none() && min.msg_id.is_none());
     }

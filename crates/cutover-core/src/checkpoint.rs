@@ -50,7 +50,13 @@ pub fn assess(c: &ConsumerInfo) -> Assessment {
     let ack_none = c.config.ack_policy == "none";
     if ack_none {
         why.push("ack policy is none: the server does not know which messages were processed, so no position is settled".into());
-        return Assessment { settled: false, checkpoint: None, stable: false, floor_gap: 0, reasoning: why };
+        return Assessment {
+            settled: false,
+            checkpoint: None,
+            stable: false,
+            floor_gap: 0,
+            reasoning: why,
+        };
     }
     why.push(format!(
         "delivered.stream_seq = {d}: the consumer has passed over every sequence up to {d} (delivered or not selected by its filter)"
@@ -75,7 +81,9 @@ pub fn assess(c: &ConsumerInfo) -> Assessment {
         if c.paused {
             why.push(format!("paused: no delivery can move the position, so F = {d} is exact"));
         } else {
-            why.push("not paused: this is a snapshot; a new delivery may move it at any moment".into());
+            why.push(
+                "not paused: this is a snapshot; a new delivery may move it at any moment".into(),
+            );
         }
     }
     Assessment { settled, checkpoint: settled.then_some(d), stable, floor_gap, reasoning: why }
@@ -107,7 +115,15 @@ impl TranslateSearch {
     /// B's last message (the caller has read it to know B caught up to `F`).
     pub fn new(f: u64, first: u64, last: u64, last_origin: Option<u64>) -> Self {
         let first = first.max(1);
-        let mut s = Self { f, lo: first, hi: last.max(first - 1) + 1, lo_anchor: None, hi_anchor: None, probes: 0, pending: None };
+        let mut s = Self {
+            f,
+            lo: first,
+            hi: last.max(first - 1) + 1,
+            lo_anchor: None,
+            hi_anchor: None,
+            probes: 0,
+            pending: None,
+        };
         if let Some(o) = last_origin {
             if o <= f {
                 s.lo = s.hi; // everything in B is at or before F

@@ -45,7 +45,15 @@ impl Report {
     pub fn new() -> Self {
         Self { findings: vec![] }
     }
-    pub fn add(&mut self, scope: &str, setting: &str, from: impl ToString, to: impl ToString, verdict: Verdict, reason: impl Into<String>) {
+    pub fn add(
+        &mut self,
+        scope: &str,
+        setting: &str,
+        from: impl ToString,
+        to: impl ToString,
+        verdict: Verdict,
+        reason: impl Into<String>,
+    ) {
         self.findings.push(Finding {
             scope: scope.into(),
             setting: setting.into(),
@@ -56,7 +64,14 @@ impl Report {
         });
     }
     /// Same value: ok; different: changed on purpose with `why`.
-    fn same_or_changed<T: PartialEq + std::fmt::Debug>(&mut self, scope: &str, setting: &str, a: T, b: T, why: &str) {
+    fn same_or_changed<T: PartialEq + std::fmt::Debug>(
+        &mut self,
+        scope: &str,
+        setting: &str,
+        a: T,
+        b: T,
+        why: &str,
+    ) {
         let show = |v: &T| match format!("{v:?}").trim_matches('"') {
             "None" => "-".to_string(),
             s => s.strip_prefix("Some(").and_then(|s| s.strip_suffix(')')).unwrap_or(s).to_string(),
@@ -111,7 +126,14 @@ pub(crate) fn check_streams(
         }
     }
     if b_final_subjects != ac.subjects.as_slice() {
-        r.add(s, "subjects", ac.subjects.join(","), b_final_subjects.join(","), Verdict::ChangedOnPurpose, "B takes these subjects at the commit point");
+        r.add(
+            s,
+            "subjects",
+            ac.subjects.join(","),
+            b_final_subjects.join(","),
+            Verdict::ChangedOnPurpose,
+            "B takes these subjects at the commit point",
+        );
     } else {
         r.add(s, "subjects", ac.subjects.join(","), b_final_subjects.join(","), Verdict::Ok, "B takes A's subjects at the commit point, after A releases them (two streams cannot share subjects, error 10065)");
     }
@@ -133,7 +155,8 @@ pub(crate) fn check_streams(
         // the cut-over, direct publishes must get the same ones, or the moved
         // consumers' mapped filters silently miss them.
         if !src.subject_transforms.is_empty() {
-            let same = src.subject_transforms.len() == 1 && b.subject_transform.as_ref() == Some(&src.subject_transforms[0]);
+            let same = src.subject_transforms.len() == 1
+                && b.subject_transform.as_ref() == Some(&src.subject_transforms[0]);
             if !same {
                 r.add(s, "sources.subject_transforms", "", format!("{} -> {}", src.subject_transforms[0].src, src.subject_transforms[0].dest), Verdict::Unsafe, "B's source rewrites subjects but B has no identical stream subject_transform: after the cut-over, direct publishes would keep their original subjects and the moved consumers' filters would miss them; give B the same mapping as its subject_transform");
             }
@@ -160,10 +183,28 @@ pub(crate) fn check_streams(
         ("max_msgs_per_subject", ac.max_msgs_per_subject, b.max_msgs_per_subject),
     ] {
         match (limit(av), limit(bv)) {
-            (_, None) => r.add(s, name, av, bv, if limit(av).is_some() { Verdict::ChangedOnPurpose } else { Verdict::Ok }, if limit(av).is_some() { "B keeps more than A" } else { "unlimited" }),
-            (Some(x), Some(y)) if y >= x => r.add(s, name, av, bv, if x == y { Verdict::Ok } else { Verdict::ChangedOnPurpose }, "B keeps at least as much as A"),
+            (_, None) => r.add(
+                s,
+                name,
+                av,
+                bv,
+                if limit(av).is_some() { Verdict::ChangedOnPurpose } else { Verdict::Ok },
+                if limit(av).is_some() { "B keeps more than A" } else { "unlimited" },
+            ),
+            (Some(x), Some(y)) if y >= x => r.add(
+                s,
+                name,
+                av,
+                bv,
+                if x == y { Verdict::Ok } else { Verdict::ChangedOnPurpose },
+                "B keeps at least as much as A",
+            ),
             (_, Some(y)) => {
-                let now = match name { "max_msgs" => held, "max_bytes" => a.state.bytes as i64, _ => -1 };
+                let now = match name {
+                    "max_msgs" => held,
+                    "max_bytes" => a.state.bytes as i64,
+                    _ => -1,
+                };
                 if now > y || b.discard == "new" {
                     r.add(s, name, av, bv, Verdict::Unsafe, format!("B keeps less than A ({y} vs {}): with discard {} it would {} messages the consumers may not have processed", if av > 0 { av.to_string() } else { "unlimited".into() }, b.discard, if b.discard == "new" { "refuse sourced" } else { "drop" }));
                 } else {
@@ -178,15 +219,31 @@ pub(crate) fn check_streams(
         (Some(x), Some(y)) if y >= x => r.add(s, "max_age", dur(ac.max_age), dur(b.max_age), Verdict::ChangedOnPurpose, "B keeps messages longer"),
         _ => r.add(s, "max_age", dur(ac.max_age), dur(b.max_age), Verdict::ChangedOnPurpose, "B keeps messages for less time: a consumer lagging more than that would lose messages; check lag first"),
     }
-    if b.discard == "new" && [b.max_msgs, b.max_bytes, b.max_msgs_per_subject].iter().any(|v| *v > 0) {
+    if b.discard == "new"
+        && [b.max_msgs, b.max_bytes, b.max_msgs_per_subject].iter().any(|v| *v > 0)
+    {
         r.add(s, "discard", &ac.discard, &b.discard, Verdict::ChangedOnPurpose, "discard new: when B is full, publishes are refused (publishers see errors, nothing is silently dropped)");
     } else {
-        r.same_or_changed(s, "discard", ac.discard.clone(), b.discard.clone(), "discard policy changes");
+        r.same_or_changed(
+            s,
+            "discard",
+            ac.discard.clone(),
+            b.discard.clone(),
+            "discard policy changes",
+        );
     }
-    if limit(b.max_msg_size).is_some() && (limit(ac.max_msg_size).is_none() || b.max_msg_size < ac.max_msg_size) {
+    if limit(b.max_msg_size).is_some()
+        && (limit(ac.max_msg_size).is_none() || b.max_msg_size < ac.max_msg_size)
+    {
         r.add(s, "max_msg_size", ac.max_msg_size, b.max_msg_size, Verdict::Unsafe, "B refuses messages A accepts: sourcing would stall on the first large message; give B at least A's max_msg_size");
     } else {
-        r.same_or_changed(s, "max_msg_size", ac.max_msg_size, b.max_msg_size, "B accepts larger messages");
+        r.same_or_changed(
+            s,
+            "max_msg_size",
+            ac.max_msg_size,
+            b.max_msg_size,
+            "B accepts larger messages",
+        );
     }
     // Duplicate window: the publishers' retries across the subject move land in B.
     let need = retry_horizon.max(nanos(ac.duplicate_window));
@@ -201,9 +258,27 @@ pub(crate) fn check_streams(
     if version.features().duplicate_sourced_msg_id_stalls_source {
         r.add("server", "sourced msg-id dedup", version, "", Verdict::ChangedOnPurpose, "on 2.10-2.12.5 a duplicate Nats-Msg-Id arriving by source stalls sourcing: publishers must not retry into B a message that also reaches B from A (they do not in strategy source: B takes the subjects only after A released them)");
     }
-    r.same_or_changed(s, "storage", ac.storage.clone(), b.storage.clone(), "storage changes with the new stream");
-    r.same_or_changed(s, "num_replicas", ac.num_replicas.max(1), b.num_replicas.max(1), "replica count changes with the new stream");
-    r.same_or_changed(s, "placement", ac.placement.clone(), b.placement.clone(), "placement changes with the new stream");
+    r.same_or_changed(
+        s,
+        "storage",
+        ac.storage.clone(),
+        b.storage.clone(),
+        "storage changes with the new stream",
+    );
+    r.same_or_changed(
+        s,
+        "num_replicas",
+        ac.num_replicas.max(1),
+        b.num_replicas.max(1),
+        "replica count changes with the new stream",
+    );
+    r.same_or_changed(
+        s,
+        "placement",
+        ac.placement.clone(),
+        b.placement.clone(),
+        "placement changes with the new stream",
+    );
     r.same_or_changed(s, "deny_delete", ac.deny_delete, b.deny_delete, "deny_delete changes");
     if b.sealed {
         r.add(s, "sealed", "", "true", Verdict::Unsafe, "B is sealed and can take nothing");
@@ -228,7 +303,14 @@ pub(crate) fn check_consumer(
     let s = scope.as_str();
     let cc: &ConsumerConfig = &c.config;
     if !cc.is_durable() {
-        r.add(s, "durable_name", "", "", Verdict::Unsafe, "an ephemeral consumer has no durable state to move; its owner recreates it on B");
+        r.add(
+            s,
+            "durable_name",
+            "",
+            "",
+            Verdict::Unsafe,
+            "an ephemeral consumer has no durable state to move; its owner recreates it on B",
+        );
     }
     match cc.ack_policy.as_str() {
         "none" => r.add(s, "ack_policy", "none", "", Verdict::Unsafe, "ack policy none: the server never learns which messages were processed, so no exact checkpoint exists and exactly-once is impossible; use explicit acks"),
@@ -236,14 +318,28 @@ pub(crate) fn check_consumer(
         p => r.add(s, "ack_policy", p, p, Verdict::Ok, "explicit acks give an exact settled position"),
     }
     r.add(s, "ack_wait", dur(cc.ack_wait), dur(cc.ack_wait), Verdict::Ok, "carried over unchanged");
-    r.add(s, "max_ack_pending", cc.max_ack_pending, cc.max_ack_pending, Verdict::Ok, "carried over unchanged");
+    r.add(
+        s,
+        "max_ack_pending",
+        cc.max_ack_pending,
+        cc.max_ack_pending,
+        Verdict::Ok,
+        "carried over unchanged",
+    );
     r.add(s, "max_deliver", cc.max_deliver, cc.max_deliver, Verdict::Ok, if cc.max_deliver > 0 {
         "carried over; messages exhausted before the checkpoint stay exhausted (they are at or before F)"
     } else {
         "carried over (unlimited)"
     });
     if !cc.backoff.is_empty() {
-        r.add(s, "backoff", format!("{:?}", cc.backoff.iter().map(|n| nanos(*n)).collect::<Vec<_>>()), "same", Verdict::Ok, "carried over unchanged");
+        r.add(
+            s,
+            "backoff",
+            format!("{:?}", cc.backoff.iter().map(|n| nanos(*n)).collect::<Vec<_>>()),
+            "same",
+            Verdict::Ok,
+            "carried over unchanged",
+        );
     }
     if cc.is_push() {
         r.add(s, "deliver_subject", cc.deliver_subject.clone().unwrap_or_default(), "same", Verdict::Ok, format!(
@@ -252,7 +348,14 @@ pub(crate) fn check_consumer(
         ));
     } else {
         r.add(s, "type", "pull", "pull", Verdict::Ok, "pull consumer: instances fetch from the new durable on B once it exists (it appears only when positioned exactly)");
-        r.add(s, "max_waiting", cc.max_waiting, cc.max_waiting, Verdict::Ok, "carried over unchanged");
+        r.add(
+            s,
+            "max_waiting",
+            cc.max_waiting,
+            cc.max_waiting,
+            Verdict::Ok,
+            "carried over unchanged",
+        );
     }
     r.add(s, "deliver_policy", &cc.deliver_policy, "by_start_sequence", Verdict::ChangedOnPurpose, "the new durable starts at the translated checkpoint; the original policy only mattered when the old one was created");
     if cc.replay_policy == "original" {
@@ -265,10 +368,24 @@ pub(crate) fn check_consumer(
         r.add(s, "headers_only", true, true, Verdict::Ok, "carried over unchanged");
     }
     if cc.mem_storage || cc.num_replicas > 0 {
-        r.add(s, "mem_storage/num_replicas", format!("{}/{}", cc.mem_storage, cc.num_replicas), "same", Verdict::Ok, "carried over unchanged");
+        r.add(
+            s,
+            "mem_storage/num_replicas",
+            format!("{}/{}", cc.mem_storage, cc.num_replicas),
+            "same",
+            Verdict::Ok,
+            "carried over unchanged",
+        );
     }
     if c.paused {
-        r.add(s, "paused", "true", "", Verdict::ChangedOnPurpose, "the consumer is already paused; the run leaves the old one paused and retires it");
+        r.add(
+            s,
+            "paused",
+            "true",
+            "",
+            Verdict::ChangedOnPurpose,
+            "the consumer is already paused; the run leaves the old one paused and retires it",
+        );
     }
     if !version.features().consumer_pause && !publishers_stopped {
         r.add(s, "pause", version, "", Verdict::Unsafe, format!(
@@ -301,9 +418,20 @@ pub(crate) fn check_consumer(
     }
     if ok {
         let from = if filters.is_empty() { "(all)".to_string() } else { filters.join(",") };
-        let to = if filters.is_empty() && transforms.is_empty() { "(all)".to_string() } else { mapped.join(",") };
+        let to = if filters.is_empty() && transforms.is_empty() {
+            "(all)".to_string()
+        } else {
+            mapped.join(",")
+        };
         let v = if from == to { Verdict::Ok } else { Verdict::ChangedOnPurpose };
-        r.add(s, "filter_subject", from, to, v, "the same messages, with subjects as B stores them");
+        r.add(
+            s,
+            "filter_subject",
+            from,
+            to,
+            v,
+            "the same messages, with subjects as B stores them",
+        );
         if filters.is_empty() && transforms.is_empty() {
             mapped.clear();
         }

@@ -147,7 +147,13 @@ pub struct Journal {
 }
 
 impl Journal {
-    pub fn new(plan: Plan, a_subjects: Vec<String>, consumers_paused: &[(String, bool)], delete_old: bool, now_ms: u64) -> Self {
+    pub fn new(
+        plan: Plan,
+        a_subjects: Vec<String>,
+        consumers_paused: &[(String, bool)],
+        delete_old: bool,
+        now_ms: u64,
+    ) -> Self {
         Self {
             format: JOURNAL_FORMAT,
             id: migration_id(&plan.from, &plan.to),
@@ -158,7 +164,18 @@ impl Journal {
             created_b: false,
             consumers: consumers_paused
                 .iter()
-                .map(|(n, p)| ConsumerProgress { name: n.clone(), phase: ConsumerPhase::Waiting, was_paused: *p, checkpoint: None, b_start: None, translate_gets: None, nudges: 0, drain_ms: None, evidence: None, b_filters: vec![] })
+                .map(|(n, p)| ConsumerProgress {
+                    name: n.clone(),
+                    phase: ConsumerPhase::Waiting,
+                    was_paused: *p,
+                    checkpoint: None,
+                    b_start: None,
+                    translate_gets: None,
+                    nudges: 0,
+                    drain_ms: None,
+                    evidence: None,
+                    b_filters: vec![],
+                })
                 .collect(),
             a_subjects,
             a_final_seq: None,

@@ -114,12 +114,16 @@ pub fn status(samples: &[LagSample], window: usize) -> Verdict {
     let full = w.len() >= window;
     let first = &w[0];
     let pairs = || w.windows(2).map(|p| (&p[0], &p[1]));
-    let ack_progress = pairs().any(|(a, b)| b.ack_floor_stream_seq > a.ack_floor_stream_seq || acked_between(a, b) > 0);
+    let ack_progress = pairs()
+        .any(|(a, b)| b.ack_floor_stream_seq > a.ack_floor_stream_seq || acked_between(a, b) > 0);
     let ticks = w.len() - 1;
 
     if last.num_ack_pending == 0 && (last.num_pending == 0 || last.paused) {
         let reason = if last.paused {
-            format!("paused and nothing awaits an ack: position {} is stable ({} pending stay put)", last.delivered_stream_seq, last.num_pending)
+            format!(
+                "paused and nothing awaits an ack: position {} is stable ({} pending stay put)",
+                last.delivered_stream_seq, last.num_pending
+            )
         } else {
             "caught up: nothing pending, nothing awaiting an ack".to_string()
         };
@@ -134,23 +138,42 @@ pub fn status(samples: &[LagSample], window: usize) -> Verdict {
             ),
         };
     }
-    if !last.paused && last.num_pending > 0 && full && last.delivered_stream_seq == first.delivered_stream_seq && last.num_waiting == 0 {
+    if !last.paused
+        && last.num_pending > 0
+        && full
+        && last.delivered_stream_seq == first.delivered_stream_seq
+        && last.num_waiting == 0
+    {
         return Verdict {
             status: Status::Stopped,
             reason: format!("{} message(s) pending, nothing delivered for {ticks} ticks and no pull request waiting: no worker is pulling", last.num_pending),
         };
     }
     if last.paused {
-        return Verdict { status: Status::Draining, reason: format!("paused: {} message(s) still await an ack, no new deliveries", last.num_ack_pending) };
+        return Verdict {
+            status: Status::Draining,
+            reason: format!(
+                "paused: {} message(s) still await an ack, no new deliveries",
+                last.num_ack_pending
+            ),
+        };
     }
     if last.num_pending == 0 && w.len() >= 2 && last.num_ack_pending < first.num_ack_pending {
         return Verdict {
             status: Status::Draining,
-            reason: format!("nothing left to deliver; ack pending fell from {} to {} over {ticks} ticks", first.num_ack_pending, last.num_ack_pending),
+            reason: format!(
+                "nothing left to deliver; ack pending fell from {} to {} over {ticks} ticks",
+                first.num_ack_pending, last.num_ack_pending
+            ),
         };
     }
     let reason = if !full {
-        format!("{} pending, {} awaiting an ack; watching ({} of {window} samples)", last.num_pending, last.num_ack_pending, w.len())
+        format!(
+            "{} pending, {} awaiting an ack; watching ({} of {window} samples)",
+            last.num_pending,
+            last.num_ack_pending,
+            w.len()
+        )
     } else {
         format!(
             "delivering: {} delivered and {} acknowledged over {ticks} ticks; {} pending, {} awaiting an ack",
@@ -168,7 +191,14 @@ mod tests {
     use super::*;
 
     fn s(pending: u64, ack_pending: u64, delivered: u64, floor: u64) -> LagSample {
-        LagSample { num_pending: pending, num_ack_pending: ack_pending, delivered_stream_seq: delivered, delivered_consumer_seq: delivered, ack_floor_stream_seq: floor, ..Default::default() }
+        LagSample {
+            num_pending: pending,
+            num_ack_pending: ack_pending,
+            delivered_stream_seq: delivered,
+            delivered_consumer_seq: delivered,
+            ack_floor_stream_seq: floor,
+            ..Default::default()
+        }
     }
 
     fn paused(mut x: LagSample) -> LagSample {
@@ -223,7 +253,16 @@ mod tests {
     #[test]
     fn a_held_message_among_flowing_acks_is_not_stalled() {
         // The ack floor stays behind one held message while others are acked.
-        let w: Vec<LagSample> = (0..6).map(|i| LagSample { num_pending: 100, num_ack_pending: 1 + (i % 2) * 10, delivered_stream_seq: 10 + i * 10, delivered_consumer_seq: 10 + i * 10, ack_floor_stream_seq: 3, ..Default::default() }).collect();
+        let w: Vec<LagSample> = (0..6)
+            .map(|i| LagSample {
+                num_pending: 100,
+                num_ack_pending: 1 + (i % 2) * 10,
+                delivered_stream_seq: 10 + i * 10,
+                delivered_consumer_seq: 10 + i * 10,
+                ack_floor_stream_seq: 3,
+                ..Default::default()
+            })
+            .collect();
         assert_ne!(status(&w, 5).status, Status::Stalled);
     }
 
@@ -242,7 +281,13 @@ mod tests {
 
     #[test]
     fn paused_with_acks_coming_in_is_draining_then_ok_once_settled() {
-        let w = vec![paused(s(15, 5, 5, 0)), paused(s(15, 3, 5, 2)), paused(s(15, 1, 5, 4)), paused(s(15, 1, 5, 4)), paused(s(15, 1, 5, 4))];
+        let w = vec![
+            paused(s(15, 5, 5, 0)),
+            paused(s(15, 3, 5, 2)),
+            paused(s(15, 1, 5, 4)),
+            paused(s(15, 1, 5, 4)),
+            paused(s(15, 1, 5, 4)),
+        ];
         assert_eq!(status(&w, 5).status, Status::Draining);
         let mut w = w;
         w.push(paused(s(15, 0, 5, 5)));
@@ -280,15 +325,17 @@ mod props {
     use proptest::prelude::*;
 
     fn sample() -> impl Strategy<Value = LagSample> {
-        (0u64..50, 0u64..10, 0u64..3, 0u64..100, 0u64..100, 0u64..100, any::<bool>()).prop_map(|(p, ap, w, d, dc, f, paused)| LagSample {
-            num_pending: p,
-            num_ack_pending: ap,
-            num_waiting: w,
-            delivered_stream_seq: d,
-            delivered_consumer_seq: dc,
-            ack_floor_stream_seq: f,
-            paused,
-        })
+        (0u64..50, 0u64..10, 0u64..3, 0u64..100, 0u64..100, 0u64..100, any::<bool>()).prop_map(
+            |(p, ap, w, d, dc, f, paused)| LagSample {
+                num_pending: p,
+                num_ack_pending: ap,
+                num_waiting: w,
+                delivered_stream_seq: d,
+                delivered_consumer_seq: dc,
+                ack_floor_stream_seq: f,
+                paused,
+            },
+        )
     }
 
     proptest! {

@@ -116,7 +116,9 @@ pub enum PlanError {
     ServerTooOld { found: ServerVersion },
     #[error("no consumer to move: name one with --consumer NAME or pass --all-consumers")]
     NoConsumer,
-    #[error("--to-config sets {field:?}, which the cut-over owns ({why}); remove it from the file")]
+    #[error(
+        "--to-config sets {field:?}, which the cut-over owns ({why}); remove it from the file"
+    )]
     ForbiddenOverride { field: String, why: &'static str },
     #[error("cannot read the server's {what} info: {why}")]
     BadServerJson { what: String, why: String },
@@ -189,12 +191,18 @@ const OWNED: &[(&str, &str)] = &[
 ];
 
 fn parse<T: serde::de::DeserializeOwned>(what: &str, v: &Value) -> Result<T, PlanError> {
-    serde_json::from_value(v.clone()).map_err(|e| PlanError::BadServerJson { what: what.into(), why: e.to_string() })
+    serde_json::from_value(v.clone())
+        .map_err(|e| PlanError::BadServerJson { what: what.into(), why: e.to_string() })
 }
 
 /// B's configuration while sourcing, from A's raw config and the overrides.
 /// Unknown fields of A's config are carried over untouched.
-pub fn b_config_from(a_config: &Value, to: &str, overrides: Option<&Map<String, Value>>, retry_horizon: Duration) -> Result<(Value, Vec<String>), PlanError> {
+pub fn b_config_from(
+    a_config: &Value,
+    to: &str,
+    overrides: Option<&Map<String, Value>>,
+    retry_horizon: Duration,
+) -> Result<(Value, Vec<String>), PlanError> {
     let mut b = a_config.as_object().cloned().unwrap_or_default();
     let a_name = b.get("name").and_then(|v| v.as_str()).unwrap_or_default().to_string();
     let mut final_subjects: Vec<String> = b
@@ -203,7 +211,16 @@ pub fn b_config_from(a_config: &Value, to: &str, overrides: Option<&Map<String, 
         .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
         .unwrap_or_default();
     // Sequence-bound or identity fields of A that must not be copied.
-    for k in ["subjects", "mirror", "sources", "sealed", "first_seq", "mirror_direct", "created", "metadata"] {
+    for k in [
+        "subjects",
+        "mirror",
+        "sources",
+        "sealed",
+        "first_seq",
+        "mirror_direct",
+        "created",
+        "metadata",
+    ] {
         b.remove(k);
     }
     let a_dw = b.get("duplicate_window").and_then(|v| v.as_i64()).unwrap_or(0);
@@ -216,7 +233,10 @@ pub fn b_config_from(a_config: &Value, to: &str, overrides: Option<&Map<String, 
                 return Err(PlanError::ForbiddenOverride { field: k.clone(), why });
             }
             if k == "subjects" {
-                final_subjects = v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default();
+                final_subjects = v
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+                    .unwrap_or_default();
                 continue;
             }
             b.insert(k.clone(), v.clone());
@@ -233,7 +253,8 @@ pub fn b_config_from(a_config: &Value, to: &str, overrides: Option<&Map<String, 
 /// positioned by `opt_start_seq` later and with filters as B stores them.
 pub fn b_consumer_config(old_raw_config: &Value, b_filters: &[String]) -> Value {
     let mut c = old_raw_config.as_object().cloned().unwrap_or_default();
-    for k in ["pause_until", "opt_start_time", "opt_start_seq", "filter_subject", "filter_subjects"] {
+    for k in ["pause_until", "opt_start_time", "opt_start_seq", "filter_subject", "filter_subjects"]
+    {
         c.remove(k);
     }
     c.insert("deliver_policy".into(), json!("by_start_sequence"));
@@ -264,24 +285,45 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
     let (b_config, b_final_subjects, b_exists) = match &facts.b_raw {
         Some(b) => {
             let cfg = b.get("config").cloned().unwrap_or(Value::Null);
-            let subjects = b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), req.retry_horizon)?.1;
+            let subjects =
+                b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), req.retry_horizon)?.1;
             (cfg, subjects, true)
         }
         None => {
-            let (cfg, subjects) = b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), req.retry_horizon)?;
+            let (cfg, subjects) =
+                b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), req.retry_horizon)?;
             (cfg, subjects, false)
         }
     };
     let b_view: StreamConfig = parse("planned stream B", &b_config)?;
     let mut r = Report::new();
-    compat::check_streams(&mut r, &a, &b_view, &b_final_subjects, b_exists, req.retry_horizon, facts.version);
+    compat::check_streams(
+        &mut r,
+        &a,
+        &b_view,
+        &b_final_subjects,
+        b_exists,
+        req.retry_horizon,
+        facts.version,
+    );
     match req.strategy {
         Strategy::Source => {}
-        other => r.add("plan", "strategy", other.as_str(), "", Verdict::Unsafe, format!(
-            "strategy {} is planned for a later version{}; use --strategy source",
+        other => r.add(
+            "plan",
+            "strategy",
             other.as_str(),
-            if other == Strategy::Mirror && !facts.version.features().mirror_promotion { " and needs mirror promotion (2.12+)" } else { "" }
-        )),
+            "",
+            Verdict::Unsafe,
+            format!(
+                "strategy {} is planned for a later version{}; use --strategy source",
+                other.as_str(),
+                if other == Strategy::Mirror && !facts.version.features().mirror_promotion {
+                    " and needs mirror promotion (2.12+)"
+                } else {
+                    ""
+                }
+            ),
+        ),
     }
     if req.mode == Mode::Fence {
         r.add("plan", "mode", "fence", "", Verdict::Unsafe, "fence mode needs applications built on the cutover-app library following the control record; not available in this version; use --mode drain");
@@ -291,7 +333,9 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
     let mut workqueue_filters: Vec<(String, String)> = vec![];
     for raw in &facts.consumers_raw {
         let c: ConsumerInfo = parse("consumer", raw)?;
-        if let Some(b_filters) = compat::check_consumer(&mut r, &c, &b_view, facts.version, req.publishers_stopped) {
+        if let Some(b_filters) =
+            compat::check_consumer(&mut r, &c, &b_view, facts.version, req.publishers_stopped)
+        {
             let old_cfg = raw.get("config").cloned().unwrap_or(Value::Null);
             consumers.push(ConsumerPlan {
                 name: c.name.clone(),
@@ -306,12 +350,19 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
             }
         }
         if !facts.version.features().consumer_pause && req.publishers_stopped {
-            quiescence.push((c.name.clone(), quiescence::bound(&c.config, c.num_pending, Duration::from_millis(100), 1)));
+            quiescence.push((
+                c.name.clone(),
+                quiescence::bound(&c.config, c.num_pending, Duration::from_millis(100), 1),
+            ));
         }
     }
     // B holds a copy of A while it sources it: the account must have room.
     if let Some(acc) = &facts.account {
-        let (used_key, limit_key) = if b_view.storage == "memory" { ("memory", "max_memory") } else { ("storage", "max_storage") };
+        let (used_key, limit_key) = if b_view.storage == "memory" {
+            ("memory", "max_memory")
+        } else {
+            ("storage", "max_storage")
+        };
         let used = acc[used_key].as_i64().unwrap_or(0);
         let limit = acc["limits"][limit_key].as_i64().unwrap_or(-1);
         let need = a.state.bytes as i64;
@@ -354,13 +405,17 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
     if features.consumer_pause {
         relies_on.push("consumer pause (2.11+): the old consumer is held at an exact position while publishers keep publishing".into());
     } else {
-        relies_on.push(format!("no consumer pause on {}: publishers must be stopped (--publishers-stopped)", facts.version));
+        relies_on.push(format!(
+            "no consumer pause on {}: publishers must be stopped (--publishers-stopped)",
+            facts.version
+        ));
     }
     if features.consumer_reset {
         relies_on.push("consumer reset (2.14+): not needed by strategy source; rollback resumes the paused consumer where it was".into());
     }
     relies_on.push(if features.sourcing_streams_get_no_default_dedup_window {
-        "2.14+: a sourcing stream gets no duplicate window by default, so B's is set explicitly".into()
+        "2.14+: a sourcing stream gets no duplicate window by default, so B's is set explicitly"
+            .into()
     } else {
         "before 2.14: B's duplicate window is still set explicitly".into()
     });
@@ -379,7 +434,17 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
     };
     add("validate", "check every setting as in this report; refuse before the first write if anything is unsafe".into());
     add("journal", "record the migration in KV bucket CUTOVER (plan, step, checkpoints), take the lease on the source stream".into());
-    add("create B", if b_exists { format!("{} exists: checked compatible and sourcing {}", req.to, req.from) } else { format!("create {} sourcing {}, no subjects, duplicate_window {dw:?}, allow_direct", req.to, req.from) });
+    add(
+        "create B",
+        if b_exists {
+            format!("{} exists: checked compatible and sourcing {}", req.to, req.from)
+        } else {
+            format!(
+                "create {} sourcing {}, no subjects, duplicate_window {dw:?}, allow_direct",
+                req.to, req.from
+            )
+        },
+    );
     add("catch up", format!("wait until {}'s newest Nats-Stream-Source origin sequence reaches {}'s last sequence (sequences compared, not the lag field)", req.to, req.from));
     for c in &consumers {
         add(&format!("move consumer {}", c.name), format!(
@@ -393,8 +458,17 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         "update {a}: subjects [], wait until {b} holds every message {a} stored, update {b}: subjects {s:?}; publishes in between get no responders and are retried with the same Nats-Msg-Id, and a retry of a message {a} already stored meets its sourced copy in {b}'s duplicate window",
         a = req.from, b = req.to, s = b_final_subjects
     ));
-    add("seal A and finish sourcing", format!("seal {} (nothing can enter it any more), remove {}'s source", req.from, req.to));
-    add("retire", format!("delete the old consumers on {}; keep sealed {} unless --delete-old", req.from, req.from));
+    add(
+        "seal A and finish sourcing",
+        format!("seal {} (nothing can enter it any more), remove {}'s source", req.from, req.to),
+    );
+    add(
+        "retire",
+        format!(
+            "delete the old consumers on {}; keep sealed {} unless --delete-old",
+            req.from, req.from
+        ),
+    );
     let safe = !r.findings.iter().any(|f| f.verdict == Verdict::Unsafe);
     Ok(Plan {
         format: PLAN_FORMAT,
@@ -462,7 +536,11 @@ mod tests {
     #[test]
     fn refuses_ack_none_and_interest_b() {
         let a = json!({"name": "A", "subjects": ["x.>"]});
-        let p = build(&req(), &facts(a.clone(), vec![consumer(json!({"durable_name": "C", "ack_policy": "none"}))])).unwrap();
+        let p = build(
+            &req(),
+            &facts(a.clone(), vec![consumer(json!({"durable_name": "C", "ack_policy": "none"}))]),
+        )
+        .unwrap();
         assert!(!p.safe);
         assert!(p.unsafe_findings().any(|f| f.setting == "ack_policy"));
         let mut r = req();
@@ -479,7 +557,10 @@ mod tests {
         let p = build(&r, &facts(a.clone(), vec![consumer(json!({"durable_name": "C"}))])).unwrap();
         assert!(p.unsafe_findings().any(|f| f.setting == "subjects" && f.from == "y"));
         r.to_config = Some(json!({"sources": []}).as_object().unwrap().clone());
-        assert!(matches!(build(&r, &facts(a, vec![consumer(json!({"durable_name": "C"}))])), Err(PlanError::ForbiddenOverride { .. })));
+        assert!(matches!(
+            build(&r, &facts(a, vec![consumer(json!({"durable_name": "C"}))])),
+            Err(PlanError::ForbiddenOverride { .. })
+        ));
     }
 
     #[test]
@@ -487,8 +568,12 @@ mod tests {
         let a = json!({"name": "A", "subjects": ["x"]});
         let mut r = req();
         r.to = "A".into();
-        assert!(matches!(build(&r, &facts(a.clone(), vec![consumer(json!({"durable_name": "C"}))])), Err(PlanError::SameStream(_))));
-        let mut f = facts(a.clone(), vec![consumer(json!({"durable_name": "C", "max_deliver": 3}))]);
+        assert!(matches!(
+            build(&r, &facts(a.clone(), vec![consumer(json!({"durable_name": "C"}))])),
+            Err(PlanError::SameStream(_))
+        ));
+        let mut f =
+            facts(a.clone(), vec![consumer(json!({"durable_name": "C", "max_deliver": 3}))]);
         f.version = ServerVersion::new(2, 9, 25);
         assert!(matches!(build(&req(), &f), Err(PlanError::ServerTooOld { .. })));
         f.version = ServerVersion::new(2, 10, 20);
@@ -510,7 +595,10 @@ mod tests {
         let p = build(&req(), &f).unwrap();
         let unsafe_: Vec<_> = p.unsafe_findings().map(|x| x.from.clone()).collect();
         assert_eq!(unsafe_, vec!["D".to_string(), "MIRROR_OF_A".to_string()]);
-        assert!(p.findings.iter().any(|x| x.from == "eph" && x.verdict == Verdict::ChangedOnPurpose));
+        assert!(p
+            .findings
+            .iter()
+            .any(|x| x.from == "eph" && x.verdict == Verdict::ChangedOnPurpose));
     }
 
     #[test]
@@ -518,10 +606,14 @@ mod tests {
         let a = json!({"name": "A", "subjects": ["x"]});
         let mut f = facts(a, vec![consumer(json!({"durable_name": "C"}))]);
         // A holds 1000 bytes: 500 used + 1000 > 1200.
-        f.account = Some(json!({"storage": 500, "memory": 0, "limits": {"max_storage": 1200, "max_memory": -1}}));
+        f.account = Some(
+            json!({"storage": 500, "memory": 0, "limits": {"max_storage": 1200, "max_memory": -1}}),
+        );
         let p = build(&req(), &f).unwrap();
         assert!(p.unsafe_findings().any(|x| x.setting == "account storage"), "{:#?}", p.findings);
-        f.account = Some(json!({"storage": 500, "memory": 0, "limits": {"max_storage": 1500, "max_memory": -1}}));
+        f.account = Some(
+            json!({"storage": 500, "memory": 0, "limits": {"max_storage": 1500, "max_memory": -1}}),
+        );
         assert!(build(&req(), &f).unwrap().safe);
     }
 

@@ -27,7 +27,12 @@ pub struct QuiescentBound {
 
 /// `backlog`: messages still pending when deliveries stop; `processing`: time a
 /// worker takes per message; `workers`: concurrent workers.
-pub fn bound(c: &ConsumerConfig, backlog: u64, processing: Duration, workers: u32) -> QuiescentBound {
+pub fn bound(
+    c: &ConsumerConfig,
+    backlog: u64,
+    processing: Duration,
+    workers: u32,
+) -> QuiescentBound {
     let mut d = vec![];
     let ack_wait = nanos(c.ack_wait);
     let concurrency = {
@@ -97,7 +102,12 @@ mod tests {
 
     #[test]
     fn backlog_is_spread_over_workers() {
-        let c = ConsumerConfig { ack_wait: 5_000_000_000, max_deliver: 1, max_ack_pending: 2, ..Default::default() };
+        let c = ConsumerConfig {
+            ack_wait: 5_000_000_000,
+            max_deliver: 1,
+            max_ack_pending: 2,
+            ..Default::default()
+        };
         let b = bound(&c, 10, Duration::from_millis(10), 8);
         // concurrency min(8, 2) = 2 -> 5 rounds of 10ms; chain = last wait 5s; + 10ms.
         assert_eq!(b.interval, Some(Duration::from_millis(50 + 5_000 + 10)));

@@ -90,7 +90,9 @@ pub fn map_filter(filter: &str, t: &SubjectTransform) -> Option<String> {
             Some(positional)
         } else if let Some(n) = dt.strip_prefix('$') {
             Some(n.parse::<usize>().ok()?)
-        } else if let Some(inner) = lower.strip_prefix("{{wildcard(").and_then(|r| r.strip_suffix(")}}")) {
+        } else if let Some(inner) =
+            lower.strip_prefix("{{wildcard(").and_then(|r| r.strip_suffix(")}}"))
+        {
             Some(inner.trim().parse::<usize>().ok()?)
         } else if dt.contains("{{") {
             return None;
@@ -154,8 +156,14 @@ mod tests {
 
     #[test]
     fn mapping_filters() {
-        assert_eq!(map_filter("orders.*", &t("orders.*", "new.orders.{{wildcard(1)}}")).as_deref(), Some("new.orders.*"));
-        assert_eq!(map_filter("orders.eu.*", &t("orders.>", "v2.orders.>")).as_deref(), Some("v2.orders.eu.*"));
+        assert_eq!(
+            map_filter("orders.*", &t("orders.*", "new.orders.{{wildcard(1)}}")).as_deref(),
+            Some("new.orders.*")
+        );
+        assert_eq!(
+            map_filter("orders.eu.*", &t("orders.>", "v2.orders.>")).as_deref(),
+            Some("v2.orders.eu.*")
+        );
         assert_eq!(map_filter("a.x.y", &t("a.*.*", "b.$2.$1")).as_deref(), Some("b.y.x"));
         assert_eq!(map_filter("orders.eu", &t("", "")).as_deref(), Some("orders.eu"));
         // Not inside src.

@@ -197,8 +197,23 @@ impl Offenders {
     }
 }
 
-fn offender(kind: Kind, consumer: &str, a_seq: Option<u64>, b_seq: Option<u64>, msg_id: Option<&str>, detail: String) -> Offender {
-    Offender { kind, consumer: Some(consumer.to_string()), a_seq, b_seq, msg_id: msg_id.map(String::from), subject: None, detail }
+fn offender(
+    kind: Kind,
+    consumer: &str,
+    a_seq: Option<u64>,
+    b_seq: Option<u64>,
+    msg_id: Option<&str>,
+    detail: String,
+) -> Offender {
+    Offender {
+        kind,
+        consumer: Some(consumer.to_string()),
+        a_seq,
+        b_seq,
+        msg_id: msg_id.map(String::from),
+        subject: None,
+        detail,
+    }
 }
 
 /// Does a literal subject match a filter? Allocation-free: this runs for every
@@ -239,7 +254,9 @@ pub fn a_filters_of(plan: &Plan, consumer: &str) -> Option<Vec<String>> {
         return Some(f.clone());
     }
     let scope = format!("consumer {consumer}");
-    let f = plan.findings.iter().find(|f| f.scope == scope && f.setting == "filter_subject" && f.verdict != Verdict::Unsafe)?;
+    let f = plan.findings.iter().find(|f| {
+        f.scope == scope && f.setting == "filter_subject" && f.verdict != Verdict::Unsafe
+    })?;
     Some(if f.from == "(all)" { vec![] } else { f.from.split(',').map(String::from).collect() })
 }
 
@@ -296,13 +313,24 @@ pub struct ASide {
 /// message it selects (B keeps A's subject; the adapter also requires that no
 /// subject transform applies) is one A's filter selects, if A holds it.
 pub fn countable(spec: &ConsumerSpec) -> bool {
-    !spec.a_filters.is_empty() && !spec.b_filters.is_empty() && spec.b_filters.iter().all(|b| spec.a_filters.iter().any(|a| crate::subject::covers(a, b)))
+    !spec.a_filters.is_empty()
+        && !spec.b_filters.is_empty()
+        && spec
+            .b_filters
+            .iter()
+            .all(|b| spec.a_filters.iter().any(|a| crate::subject::covers(a, b)))
 }
 
 impl ASide {
     pub fn new(specs: &[ConsumerSpec]) -> Self {
         let n = specs.len();
-        Self { filters: specs.iter().map(|s| s.a_filters.clone()).collect(), selected: vec![RoaringTreemap::new(); n], known: vec![AKnown::Read; n], feed: vec![true; n], read: 0 }
+        Self {
+            filters: specs.iter().map(|s| s.a_filters.clone()).collect(),
+            selected: vec![RoaringTreemap::new(); n],
+            known: vec![AKnown::Read; n],
+            feed: vec![true; n],
+            read: 0,
+        }
     }
 
     /// One message of A, in sequence order.
@@ -372,7 +400,15 @@ impl ASide {
     /// Then A's set is exactly them and true is returned. Otherwise (something
     /// is lost, or B holds more than A selects) false: A must be read for this
     /// consumer (fed only with [`ASide::feed_only`]) to name the offenders.
-    pub fn counted(&mut self, i: usize, b: &BSide, first: u64, last: u64, deleted: &[u64], count: u64) -> bool {
+    pub fn counted(
+        &mut self,
+        i: usize,
+        b: &BSide,
+        first: u64,
+        last: u64,
+        deleted: &[u64],
+        count: u64,
+    ) -> bool {
         let mut held = b.cons[i].origins.clone();
         if first > last || first == 0 {
             held.clear();
@@ -442,7 +478,13 @@ pub struct SlipWindow {
 
 impl SlipWindow {
     pub fn new(first_direct_seq: u64, first_direct_ms: i64, window_ms: u64) -> Self {
-        Self { direct: HashMap::new(), sourced_from_ms: first_direct_ms - window_ms as i64, window_ms, first_direct_seq, last_direct_seq: first_direct_seq }
+        Self {
+            direct: HashMap::new(),
+            sourced_from_ms: first_direct_ms - window_ms as i64,
+            window_ms,
+            first_direct_seq,
+            last_direct_seq: first_direct_seq,
+        }
     }
 
     pub fn add_direct(&mut self, b_seq: u64, msg_id: &str) {
@@ -538,7 +580,12 @@ impl BSide {
                         self.sourced_compared += 1;
                         if let Some(&d) = w.direct.get(&id_hash(id)) {
                             if self.slip_candidates.len() < MAX_SLIP_CANDIDATES {
-                                self.slip_candidates.push(SlipCandidate { sourced_b_seq: m.seq, origin: o, msg_id: id.to_string(), direct_b_seq: d });
+                                self.slip_candidates.push(SlipCandidate {
+                                    sourced_b_seq: m.seq,
+                                    origin: o,
+                                    msg_id: id.to_string(),
+                                    direct_b_seq: d,
+                                });
                             }
                         }
                     }
@@ -562,9 +609,20 @@ impl BSide {
             match m.origin {
                 Origin::A(o) => {
                     if !c.origins.insert(o) {
-                        report(Kind::Duplicated, Some(o), format!("A's message {o} is in B more than once (again at {})", m.seq));
+                        report(
+                            Kind::Duplicated,
+                            Some(o),
+                            format!("A's message {o} is in B more than once (again at {})", m.seq),
+                        );
                     } else if o < c.max_origin {
-                        report(Kind::OutOfOrder, Some(o), format!("A's message {o} comes after A's message {} in B", c.max_origin));
+                        report(
+                            Kind::OutOfOrder,
+                            Some(o),
+                            format!(
+                                "A's message {o} comes after A's message {} in B",
+                                c.max_origin
+                            ),
+                        );
                     }
                     c.max_origin = c.max_origin.max(o);
                     c.sourced += 1;
@@ -625,7 +683,15 @@ impl BSide {
     }
 
     pub fn set_bytes(&self) -> u64 {
-        self.cons.iter().map(|c| (c.origins.serialized_size() + c.direct.serialized_size() + c.pending_a.serialized_size() + c.pending_b.serialized_size()) as u64).sum::<u64>()
+        self.cons
+            .iter()
+            .map(|c| {
+                (c.origins.serialized_size()
+                    + c.direct.serialized_size()
+                    + c.pending_a.serialized_size()
+                    + c.pending_b.serialized_size()) as u64
+            })
+            .sum::<u64>()
             + self.slip.as_ref().map(|w| (w.direct.capacity() * 17) as u64).unwrap_or(0)
     }
 }
@@ -650,7 +716,13 @@ pub struct AuditSide {
 impl AuditSide {
     /// `b_last_seq`: B's last sequence when verification began; records of later
     /// messages are not judged.
-    pub fn new(specs: &[ConsumerSpec], from: &str, to: &str, b_last_seq: u64, first_n: usize) -> Self {
+    pub fn new(
+        specs: &[ConsumerSpec],
+        from: &str,
+        to: &str,
+        b_last_seq: u64,
+        first_n: usize,
+    ) -> Self {
         Self {
             names: specs.iter().map(|s| s.name.clone()).collect(),
             from: from.into(),
@@ -696,7 +768,10 @@ impl AuditSide {
                 b_seq: None,
                 msg_id: r.msg_id.clone(),
                 subject: None,
-                detail: format!("processed by {} a message of stream {:?} {}, which is neither {} nor {}", r.instance, r.stream, r.seq, self.from, self.to),
+                detail: format!(
+                    "processed by {} a message of stream {:?} {}, which is neither {} nor {}",
+                    r.instance, r.stream, r.seq, self.from, self.to
+                ),
             });
             return;
         };
@@ -709,7 +784,15 @@ impl AuditSide {
                 b_seq,
                 msg_id: r.msg_id.clone(),
                 subject: None,
-                detail: format!("processed more than once (again by {} version {}{})", r.instance, r.version, r.via.as_ref().map(|v| format!(", read from {} {}", v.stream, v.seq)).unwrap_or_default()),
+                detail: format!(
+                    "processed more than once (again by {} version {}{})",
+                    r.instance,
+                    r.version,
+                    r.via
+                        .as_ref()
+                        .map(|v| format!(", read from {} {}", v.stream, v.seq))
+                        .unwrap_or_default()
+                ),
             });
         }
     }
@@ -849,7 +932,13 @@ fn settled_ok(spec: &ConsumerSpec) -> Result<(), String> {
 }
 
 /// Puts the halves together. `first_n` bounds the offenders listed per kind.
-pub fn finish(a: ASide, b: BSide, audit: Option<AuditSide>, facts: &Facts, first_n: usize) -> Report {
+pub fn finish(
+    a: ASide,
+    b: BSide,
+    audit: Option<AuditSide>,
+    facts: &Facts,
+    first_n: usize,
+) -> Report {
     let mut offenders = Offenders::new(first_n);
     let mut consumers = vec![];
     let mut summary = Counts::default();
@@ -863,7 +952,14 @@ pub fn finish(a: ASide, b: BSide, audit: Option<AuditSide>, facts: &Facts, first
         let lost = selected - &c.origins;
         counts.lost = lost.len();
         for s in lost.iter().take(first_n) {
-            offenders.push(offender(Kind::Lost, name, Some(s), None, None, format!("A's message {s} is not in B")));
+            offenders.push(offender(
+                Kind::Lost,
+                name,
+                Some(s),
+                None,
+                None,
+                format!("A's message {s} is not in B"),
+            ));
         }
         // Extra: seen in B, not selected in A; origins A no longer holds are not judged.
         let extra = &c.origins - selected;
@@ -878,7 +974,17 @@ pub fn finish(a: ASide, b: BSide, audit: Option<AuditSide>, facts: &Facts, first
         }
         if spec.b_start != spec.journal_b_start {
             counts.start_mismatches = 1;
-            offenders.push(offender(Kind::StartMismatch, name, None, Some(spec.b_start), None, format!("the new durable starts at {} but the journal recorded {}", spec.b_start, spec.journal_b_start)));
+            offenders.push(offender(
+                Kind::StartMismatch,
+                name,
+                None,
+                Some(spec.b_start),
+                None,
+                format!(
+                    "the new durable starts at {} but the journal recorded {}",
+                    spec.b_start, spec.journal_b_start
+                ),
+            ));
         }
         let mut audit_pending = None;
         if let Some(au) = &audit {
@@ -925,7 +1031,10 @@ pub fn finish(a: ASide, b: BSide, audit: Option<AuditSide>, facts: &Facts, first
             b_direct: c.direct.len(),
             before_a_first,
             a_known: a.known[i],
-            adjacency: Adjacency { last_before_start: c.last_before_start, first_at_start: c.first_at_start },
+            adjacency: Adjacency {
+                last_before_start: c.last_before_start,
+                first_at_start: c.first_at_start,
+            },
             audit_pending,
         });
     }
@@ -946,13 +1055,37 @@ pub fn finish(a: ASide, b: BSide, audit: Option<AuditSide>, facts: &Facts, first
         holds: summary.failures() == 0,
         summary,
         streams: StreamsReport {
-            a: AStats { name: facts.from.clone(), first_seq: facts.a_first_seq, last_seq: facts.a_last_seq, read: a.read },
-            b: BStats { name: facts.to.clone(), last_seq: facts.b_last_seq, read: b.read, sourced: b.sourced, direct: b.direct, other: b.other },
-            slip: b.slip.as_ref().map(|w| SlipReport { window_ms: w.window_ms, first_direct_seq: w.first_direct_seq, last_direct_seq: w.last_direct_seq, direct_ids: w.len() as u64, sourced_compared: b.sourced_compared }),
+            a: AStats {
+                name: facts.from.clone(),
+                first_seq: facts.a_first_seq,
+                last_seq: facts.a_last_seq,
+                read: a.read,
+            },
+            b: BStats {
+                name: facts.to.clone(),
+                last_seq: facts.b_last_seq,
+                read: b.read,
+                sourced: b.sourced,
+                direct: b.direct,
+                other: b.other,
+            },
+            slip: b.slip.as_ref().map(|w| SlipReport {
+                window_ms: w.window_ms,
+                first_direct_seq: w.first_direct_seq,
+                last_direct_seq: w.last_direct_seq,
+                direct_ids: w.len() as u64,
+                sourced_compared: b.sourced_compared,
+            }),
             slipped_duplicates: b.slipped,
         },
         consumers,
-        audit: audit.map(|au| AuditReport { source: facts.audit_source.clone().unwrap_or_default(), records: au.records, other_consumers: au.other_consumers, unreadable: au.unreadable, after_snapshot: au.after_snapshot }),
+        audit: audit.map(|au| AuditReport {
+            source: facts.audit_source.clone().unwrap_or_default(),
+            records: au.records,
+            other_consumers: au.other_consumers,
+            unreadable: au.unreadable,
+            after_snapshot: au.after_snapshot,
+        }),
         offenders: list,
         read: None,
     }
@@ -965,7 +1098,13 @@ mod tests {
     use proptest::prelude::*;
 
     fn settled(f: u64) -> Option<Settled> {
-        Some(Settled { delivered_stream_seq: f, ack_floor_stream_seq: f, num_ack_pending: 0, num_pending: 0, paused: true })
+        Some(Settled {
+            delivered_stream_seq: f,
+            ack_floor_stream_seq: f,
+            num_ack_pending: 0,
+            num_pending: 0,
+            paused: true,
+        })
     }
 
     fn spec(name: &str, a_filters: &[&str], f: u64, start: u64) -> ConsumerSpec {
@@ -996,10 +1135,23 @@ mod tests {
     }
 
     fn b_copy(a: &[(u64, String)]) -> Vec<B> {
-        a.iter().map(|(s, subj)| B { seq: *s, subject: subj.clone(), origin: Some(*s), id: Some(format!("m-{s}")), ts: 100 + *s as i64 }).collect()
+        a.iter()
+            .map(|(s, subj)| B {
+                seq: *s,
+                subject: subj.clone(),
+                origin: Some(*s),
+                id: Some(format!("m-{s}")),
+                ts: 100 + *s as i64,
+            })
+            .collect()
     }
 
-    fn run(specs: &[ConsumerSpec], a: &[(u64, String)], b: &[B], slip: Option<SlipWindow>) -> (Report, Vec<SlipCandidate>) {
+    fn run(
+        specs: &[ConsumerSpec],
+        a: &[(u64, String)],
+        b: &[B],
+        slip: Option<SlipWindow>,
+    ) -> (Report, Vec<SlipCandidate>) {
         let mut asd = ASide::new(specs);
         for (s, subj) in a {
             asd.message(*s, subj);
@@ -1010,13 +1162,27 @@ mod tests {
                 Some(o) => Origin::A(o),
                 None => Origin::Direct,
             };
-            bsd.message(&BMsg { seq: m.seq, subject: &m.subject, origin, msg_id: m.id.as_deref(), ts_ms: m.ts });
+            bsd.message(&BMsg {
+                seq: m.seq,
+                subject: &m.subject,
+                origin,
+                msg_id: m.id.as_deref(),
+                ts_ms: m.ts,
+            });
         }
         let cands = bsd.slip_candidates().to_vec();
         for c in &cands {
             bsd.confirm_slip(c);
         }
-        let facts = Facts { migration: "A.B".into(), from: "A".into(), to: "B".into(), a_first_seq: a.first().map(|x| x.0).unwrap_or(1), a_last_seq: a.last().map(|x| x.0).unwrap_or(0), b_last_seq: b.last().map(|x| x.seq).unwrap_or(0), audit_source: None };
+        let facts = Facts {
+            migration: "A.B".into(),
+            from: "A".into(),
+            to: "B".into(),
+            a_first_seq: a.first().map(|x| x.0).unwrap_or(1),
+            a_last_seq: a.last().map(|x| x.0).unwrap_or(0),
+            b_last_seq: b.last().map(|x| x.seq).unwrap_or(0),
+            audit_source: None,
+        };
         (finish(asd, bsd, None, &facts, 5), cands)
     }
 
@@ -1044,7 +1210,17 @@ mod tests {
             downstream: vec![],
             account: None,
         };
-        let req = PlanRequest { from: "A".into(), to: "B".into(), consumers: vec!["C".into(), "D".into()], all_consumers: false, strategy: Default::default(), mode: Default::default(), to_config: None, publishers_stopped: false, retry_horizon: crate::plan::DEFAULT_RETRY_HORIZON };
+        let req = PlanRequest {
+            from: "A".into(),
+            to: "B".into(),
+            consumers: vec!["C".into(), "D".into()],
+            all_consumers: false,
+            strategy: Default::default(),
+            mode: Default::default(),
+            to_config: None,
+            publishers_stopped: false,
+            retry_horizon: crate::plan::DEFAULT_RETRY_HORIZON,
+        };
         let mut p = build(&req, &facts).unwrap();
         assert_eq!(a_filters_of(&p, "C"), Some(vec!["o.a".to_string(), "o.b".to_string()]));
         p.consumers.iter_mut().for_each(|c| c.a_filters = None);
@@ -1072,8 +1248,14 @@ mod tests {
         assert!(r.holds, "{:#?}", r.offenders);
         assert_eq!(r.consumers[0].counts.checked, 100);
         assert_eq!(r.consumers[1].a_selected, 25);
-        assert_eq!(r.consumers[0].adjacency.last_before_start, Some(Pos { b_seq: 40, origin: Some(40) }));
-        assert_eq!(r.consumers[0].adjacency.first_at_start, Some(Pos { b_seq: 41, origin: Some(41) }));
+        assert_eq!(
+            r.consumers[0].adjacency.last_before_start,
+            Some(Pos { b_seq: 40, origin: Some(40) })
+        );
+        assert_eq!(
+            r.consumers[0].adjacency.first_at_start,
+            Some(Pos { b_seq: 41, origin: Some(41) })
+        );
         // A filtered consumer whose checkpoint lies on an unselected message:
         // any start between its last selected and next selected message is exact.
         let (r, _) = run(&[spec("eu", &["s.1"], 38, 40)], &a, &b_copy(&a), None);
@@ -1083,7 +1265,8 @@ mod tests {
     #[test]
     fn a_stream_read_and_a_stream_known_from_its_state_give_the_same_sets() {
         let specs = [spec("all", &[], 3, 4)];
-        let a: Vec<(u64, String)> = a_msgs(20).into_iter().filter(|(s, _)| ![1, 7, 20].contains(s)).collect();
+        let a: Vec<(u64, String)> =
+            a_msgs(20).into_iter().filter(|(s, _)| ![1, 7, 20].contains(s)).collect();
         let mut read = ASide::new(&specs);
         a.iter().for_each(|(s, subj)| read.message(*s, subj));
         let mut known = ASide::new(&specs);
@@ -1092,36 +1275,75 @@ mod tests {
         assert_eq!(read.selected, known.selected);
         let f = ASide::new(&[spec("a", &["s.1", "s.2"], 0, 1), spec("b", &["s.1"], 0, 1)]);
         assert_eq!(f.read_filters(), Some(vec!["s.1".to_string(), "s.2".to_string()]));
-        assert!(ASide::new(&[spec("a", &["s.1"], 0, 1), spec("b", &[], 0, 1)]).read_filters().is_none());
+        assert!(ASide::new(&[spec("a", &["s.1"], 0, 1), spec("b", &[], 0, 1)])
+            .read_filters()
+            .is_none());
     }
 
     /// The counted path: A's selected set taken from B's origins when their
     /// number equals A's count, as `run` does it but without reading A.
-    fn run_counted(specs: &[ConsumerSpec], a: &[(u64, String)], a_range: (u64, u64), b: &[B]) -> (Report, Vec<AKnown>) {
+    fn run_counted(
+        specs: &[ConsumerSpec],
+        a: &[(u64, String)],
+        a_range: (u64, u64),
+        b: &[B],
+    ) -> (Report, Vec<AKnown>) {
         let mut asd = ASide::new(specs);
-        let deleted: Vec<u64> = (a_range.0..=a_range.1).filter(|s| !a.iter().any(|x| x.0 == *s)).collect();
+        let deleted: Vec<u64> =
+            (a_range.0..=a_range.1).filter(|s| !a.iter().any(|x| x.0 == *s)).collect();
         asd.holds(a_range.0, a_range.1, &deleted);
         let idx: Vec<usize> = (0..specs.len()).filter(|i| countable(&specs[*i])).collect();
         idx.iter().for_each(|i| asd.defer(*i));
         let mut bsd = BSide::new(specs, 5, None);
         for m in b {
             let origin = m.origin.map(Origin::A).unwrap_or(Origin::Direct);
-            bsd.message(&BMsg { seq: m.seq, subject: &m.subject, origin, msg_id: m.id.as_deref(), ts_ms: m.ts });
+            bsd.message(&BMsg {
+                seq: m.seq,
+                subject: &m.subject,
+                origin,
+                msg_id: m.id.as_deref(),
+                ts_ms: m.ts,
+            });
         }
-        let unequal: Vec<usize> = idx.iter().copied().filter(|i| !asd.counted(*i, &bsd, a_range.0, a_range.1, &deleted, a.iter().filter(|x| selects(&specs[*i].a_filters, &x.1)).count() as u64)).collect();
+        let unequal: Vec<usize> = idx
+            .iter()
+            .copied()
+            .filter(|i| {
+                !asd.counted(
+                    *i,
+                    &bsd,
+                    a_range.0,
+                    a_range.1,
+                    &deleted,
+                    a.iter().filter(|x| selects(&specs[*i].a_filters, &x.1)).count() as u64,
+                )
+            })
+            .collect();
         if !unequal.is_empty() {
             asd.feed_only(&unequal);
             a.iter().for_each(|(s, subj)| asd.message(*s, subj));
         }
         let known = asd.known.clone();
-        let facts = Facts { migration: "A.B".into(), from: "A".into(), to: "B".into(), a_first_seq: a_range.0, a_last_seq: a_range.1, b_last_seq: b.last().map(|x| x.seq).unwrap_or(0), audit_source: None };
+        let facts = Facts {
+            migration: "A.B".into(),
+            from: "A".into(),
+            to: "B".into(),
+            a_first_seq: a_range.0,
+            a_last_seq: a_range.1,
+            b_last_seq: b.last().map(|x| x.seq).unwrap_or(0),
+            audit_source: None,
+        };
         (finish(asd, bsd, None, &facts, 5), known)
     }
 
     #[test]
     fn a_counted_filter_finds_what_a_read_one_finds() {
         let a = a_msgs(40);
-        let specs = [spec("eu", &["s.1"], 9, 10), spec("two", &["s.0", "s.3"], 8, 9), spec("all", &[], 9, 10)];
+        let specs = [
+            spec("eu", &["s.1"], 9, 10),
+            spec("two", &["s.0", "s.3"], 8, 9),
+            spec("all", &[], 9, 10),
+        ];
         let (r, known) = run_counted(&specs, &a, (1, 40), &b_copy(&a));
         assert!(r.holds, "{:#?}", r.offenders);
         assert_eq!(known, vec![AKnown::Counted, AKnown::Counted, AKnown::State]);
@@ -1139,7 +1361,12 @@ mod tests {
         let a2: Vec<(u64, String)> = a.iter().filter(|x| x.0 != 17).cloned().collect();
         let (r, known) = run_counted(&specs[..1], &a2, (1, 40), &b);
         assert_eq!(known[0], AKnown::Read);
-        assert_eq!((r.consumers[0].counts.lost, r.consumers[0].counts.extra), (1, 1), "{:#?}", r.offenders);
+        assert_eq!(
+            (r.consumers[0].counts.lost, r.consumers[0].counts.extra),
+            (1, 1),
+            "{:#?}",
+            r.offenders
+        );
         // A duplicate and an origin beyond A's last: the set of origins A
         // holds still equals A's, the duplicate is found on B's side and the
         // unknown origin is extra, as when A is read.
@@ -1150,7 +1377,16 @@ mod tests {
         b.push(B { seq: 42, subject: "s.1".into(), origin: Some(77), id: None, ts: 0 });
         let (r, known) = run_counted(&specs[..1], &a, (1, 40), &b);
         assert_eq!(known[0], AKnown::Counted);
-        assert_eq!((r.consumers[0].counts.duplicated, r.consumers[0].counts.extra, r.consumers[0].counts.lost), (1, 1, 0), "{:#?}", r.offenders);
+        assert_eq!(
+            (
+                r.consumers[0].counts.duplicated,
+                r.consumers[0].counts.extra,
+                r.consumers[0].counts.lost
+            ),
+            (1, 1, 0),
+            "{:#?}",
+            r.offenders
+        );
         // A B filter wider than A's: not countable.
         let mut s = spec("eu", &["s.1"], 9, 10);
         s.b_filters = vec!["s.*".into()];
@@ -1207,7 +1443,13 @@ mod tests {
         let specs = [spec("all", &[], 20, 21)];
         let mut b = b_copy(&a);
         for (i, id) in [(51, "new-1"), (52, "m-48"), (53, "new-2")] {
-            b.push(B { seq: i, subject: "s.1".into(), origin: None, id: Some(id.into()), ts: 100 + i as i64 });
+            b.push(B {
+                seq: i,
+                subject: "s.1".into(),
+                origin: None,
+                id: Some(id.into()),
+                ts: 100 + i as i64,
+            });
         }
         let mut w = SlipWindow::new(51, 151, 60);
         for m in &b[50..] {
@@ -1215,7 +1457,15 @@ mod tests {
         }
         let (r, cands) = run(&specs, &a, &b, Some(w.clone()));
         only(&r, Kind::SlippedDuplicate, 1);
-        assert_eq!(cands, vec![SlipCandidate { sourced_b_seq: 48, origin: 48, msg_id: "m-48".into(), direct_b_seq: 52 }]);
+        assert_eq!(
+            cands,
+            vec![SlipCandidate {
+                sourced_b_seq: 48,
+                origin: 48,
+                msg_id: "m-48".into(),
+                direct_b_seq: 52
+            }]
+        );
         assert_eq!(r.streams.slip.as_ref().unwrap().sourced_compared, 50);
         // Outside the window (sourced long before the first direct publish): a
         // reused id, not a retry.
@@ -1241,7 +1491,12 @@ mod tests {
     fn rec(consumer: &str, stream: &str, seq: u64, via: (&str, u64)) -> AuditRecord {
         let w = Worker { consumer: consumer.into(), instance: "i".into(), version: "v".into() };
         let h = (stream == "A" && via.0 == "B").then(|| format!("A {seq}"));
-        AuditRecord::new(Via { stream: via.0.into(), seq: via.1, delivered: 1 }, h.as_deref(), None, &w)
+        AuditRecord::new(
+            Via { stream: via.0.into(), seq: via.1, delivered: 1 },
+            h.as_deref(),
+            None,
+            &w,
+        )
     }
 
     #[test]
@@ -1259,12 +1514,32 @@ mod tests {
             let mut bsd = BSide::new(&specs, 5, None);
             for m in &b {
                 let origin = m.origin.map(Origin::A).unwrap_or(Origin::Direct);
-                bsd.message(&BMsg { seq: m.seq, subject: &m.subject, origin, msg_id: None, ts_ms: 0 });
+                bsd.message(&BMsg {
+                    seq: m.seq,
+                    subject: &m.subject,
+                    origin,
+                    msg_id: None,
+                    ts_ms: 0,
+                });
             }
             let mut au = AuditSide::new(&specs, "A", "B", 12, 5);
             records.iter().for_each(|r| au.record(r));
             au.record(&rec("someone-else", "A", 1, ("A", 1)));
-            finish(asd, bsd, Some(au), &Facts { migration: "A.B".into(), from: "A".into(), to: "B".into(), a_first_seq: 1, a_last_seq: 10, b_last_seq: 12, audit_source: Some("AUDIT".into()) }, 5)
+            finish(
+                asd,
+                bsd,
+                Some(au),
+                &Facts {
+                    migration: "A.B".into(),
+                    from: "A".into(),
+                    to: "B".into(),
+                    a_first_seq: 1,
+                    a_last_seq: 10,
+                    b_last_seq: 12,
+                    audit_source: Some("AUDIT".into()),
+                },
+                5,
+            )
         };
         let mut good: Vec<AuditRecord> = (1..=5).map(|i| rec("all", "A", i, ("A", i))).collect();
         good.extend((6..=10).map(|i| rec("all", "A", i, ("B", i))));
@@ -1279,7 +1554,12 @@ mod tests {
         bad.push(rec("all", "A", 5, ("B", 5))); // A's 5 processed again, from B
         bad.push(rec("all", "B", 3, ("B", 3))); // a B sequence that is no direct publish
         let r = feed(&bad);
-        assert_eq!((r.summary.audit_lost, r.summary.audit_duplicated, r.summary.audit_unknown), (1, 1, 1), "{:#?}", r.offenders);
+        assert_eq!(
+            (r.summary.audit_lost, r.summary.audit_duplicated, r.summary.audit_unknown),
+            (1, 1, 1),
+            "{:#?}",
+            r.offenders
+        );
         let lost = r.offenders.iter().find(|o| o.kind == Kind::AuditLost).unwrap();
         assert_eq!(lost.a_seq, Some(7));
         let dup = r.offenders.iter().find(|o| o.kind == Kind::AuditDuplicated).unwrap();
@@ -1288,7 +1568,8 @@ mod tests {
 
     /// The streaming checker, against the definitions computed naively.
     fn naive(spec: &ConsumerSpec, a: &[(u64, String)], b: &[B]) -> Counts {
-        let sel: Vec<u64> = a.iter().filter(|(_, s)| selects(&spec.a_filters, s)).map(|x| x.0).collect();
+        let sel: Vec<u64> =
+            a.iter().filter(|(_, s)| selects(&spec.a_filters, s)).map(|x| x.0).collect();
         let bs: Vec<&B> = b.iter().filter(|m| selects(&spec.b_filters, &m.subject)).collect();
         let mut c = Counts::default();
         let mut seen: Vec<u64> = vec![];

@@ -78,7 +78,9 @@ mod tests {
     #[test]
     fn feature_gates() {
         let f = ServerVersion::new(2, 10, 22).features();
-        assert!(!f.consumer_pause && !f.mirror_promotion && f.duplicate_sourced_msg_id_stalls_source);
+        assert!(
+            !f.consumer_pause && !f.mirror_promotion && f.duplicate_sourced_msg_id_stalls_source
+        );
         let f = ServerVersion::new(2, 15, 1).features();
         assert!(f.consumer_pause && f.mirror_promotion && f.consumer_reset);
         assert!(!f.duplicate_sourced_msg_id_stalls_source);

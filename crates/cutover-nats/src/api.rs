@@ -36,7 +36,10 @@ impl StoredMsg {
     /// The origin sequence in the stream B sources, from `Nats-Stream-Source`.
     pub fn origin_seq(&self, origin_stream: &str) -> Result<Option<u64>> {
         let Some(h) = self.header(source_header::HEADER) else { return Ok(None) };
-        let r = source_header::parse(h).map_err(|e| Error::Decode { what: format!("message {}", self.seq), reason: e.to_string() })?;
+        let r = source_header::parse(h).map_err(|e| Error::Decode {
+            what: format!("message {}", self.seq),
+            reason: e.to_string(),
+        })?;
         if r.stream != origin_stream {
             return Ok(None);
         }
@@ -67,7 +70,9 @@ fn parse_header_block(b: &[u8]) -> Vec<(String, String)> {
     let s = String::from_utf8_lossy(b);
     s.lines()
         .skip(1)
-        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .filter_map(|l| {
+            l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        })
         .collect()
 }
 
@@ -87,16 +92,26 @@ impl Js {
 
     /// One JetStream API request; an `error` in the answer becomes [`Error::Api`].
     pub async fn api(&self, what: &str, subject: &str, body: &Value) -> Result<Value> {
-        let payload = if body.is_null() { Bytes::new() } else { Bytes::from(serde_json::to_vec(body).expect("json")) };
+        let payload = if body.is_null() {
+            Bytes::new()
+        } else {
+            Bytes::from(serde_json::to_vec(body).expect("json"))
+        };
         let subject = format!("{}.{}", self.prefix, subject);
         let req = async_nats::Request::new().payload(payload).timeout(Some(self.timeout));
-        let msg = self.client.send_request(subject, req).await.map_err(|e| request_error(what, e))?;
-        let v: Value = serde_json::from_slice(&msg.payload).map_err(|e| Error::Decode { what: what.into(), reason: e.to_string() })?;
+        let msg =
+            self.client.send_request(subject, req).await.map_err(|e| request_error(what, e))?;
+        let v: Value = serde_json::from_slice(&msg.payload)
+            .map_err(|e| Error::Decode { what: what.into(), reason: e.to_string() })?;
         if let Some(err) = v.get("error") {
             return Err(Error::Api {
                 what: what.into(),
                 code: ApiErrorCode(err.get("err_code").and_then(Value::as_u64).unwrap_or(0)),
-                description: err.get("description").and_then(Value::as_str).unwrap_or("unknown error").to_string(),
+                description: err
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown error")
+                    .to_string(),
             });
         }
         Ok(v)
@@ -107,15 +122,23 @@ impl Js {
     }
 
     pub async fn stream_info_raw(&self, name: &str) -> Result<Value> {
-        match self.api(&format!("read stream {name}"), &format!("STREAM.INFO.{name}"), &Value::Null).await {
-            Err(e) if e.api_code() == Some(ApiErrorCode::STREAM_NOT_FOUND) => Err(Error::StreamNotFound(name.into())),
+        match self
+            .api(&format!("read stream {name}"), &format!("STREAM.INFO.{name}"), &Value::Null)
+            .await
+        {
+            Err(e) if e.api_code() == Some(ApiErrorCode::STREAM_NOT_FOUND) => {
+                Err(Error::StreamNotFound(name.into()))
+            }
             r => r,
         }
     }
 
     pub async fn stream_info(&self, name: &str) -> Result<(Value, StreamInfo)> {
         let raw = self.stream_info_raw(name).await?;
-        let view = serde_json::from_value(raw.clone()).map_err(|e| Error::Decode { what: format!("stream {name} info"), reason: e.to_string() })?;
+        let view = serde_json::from_value(raw.clone()).map_err(|e| Error::Decode {
+            what: format!("stream {name} info"),
+            reason: e.to_string(),
+        })?;
         Ok((raw, view))
     }
 
@@ -138,24 +161,44 @@ impl Js {
     }
 
     pub async fn stream_delete(&self, name: &str) -> Result<()> {
-        self.api(&format!("delete stream {name}"), &format!("STREAM.DELETE.{name}"), &Value::Null).await.map(|_| ())
+        self.api(&format!("delete stream {name}"), &format!("STREAM.DELETE.{name}"), &Value::Null)
+            .await
+            .map(|_| ())
     }
 
     pub async fn consumer_info_raw(&self, stream: &str, name: &str) -> Result<Value> {
-        match self.api(&format!("read consumer {stream}/{name}"), &format!("CONSUMER.INFO.{stream}.{name}"), &Value::Null).await {
-            Err(e) if e.api_code() == Some(ApiErrorCode::CONSUMER_NOT_FOUND) => Err(Error::ConsumerNotFound { stream: stream.into(), consumer: name.into() }),
-            Err(e) if e.api_code() == Some(ApiErrorCode::STREAM_NOT_FOUND) => Err(Error::StreamNotFound(stream.into())),
+        match self
+            .api(
+                &format!("read consumer {stream}/{name}"),
+                &format!("CONSUMER.INFO.{stream}.{name}"),
+                &Value::Null,
+            )
+            .await
+        {
+            Err(e) if e.api_code() == Some(ApiErrorCode::CONSUMER_NOT_FOUND) => {
+                Err(Error::ConsumerNotFound { stream: stream.into(), consumer: name.into() })
+            }
+            Err(e) if e.api_code() == Some(ApiErrorCode::STREAM_NOT_FOUND) => {
+                Err(Error::StreamNotFound(stream.into()))
+            }
             r => r,
         }
     }
 
     pub async fn consumer_info(&self, stream: &str, name: &str) -> Result<(Value, ConsumerInfo)> {
         let raw = self.consumer_info_raw(stream, name).await?;
-        let view = serde_json::from_value(raw.clone()).map_err(|e| Error::Decode { what: format!("consumer {stream}/{name} info"), reason: e.to_string() })?;
+        let view = serde_json::from_value(raw.clone()).map_err(|e| Error::Decode {
+            what: format!("consumer {stream}/{name} info"),
+            reason: e.to_string(),
+        })?;
         Ok((raw, view))
     }
 
-    pub async fn consumer_info_opt(&self, stream: &str, name: &str) -> Result<Option<(Value, ConsumerInfo)>> {
+    pub async fn consumer_info_opt(
+        &self,
+        stream: &str,
+        name: &str,
+    ) -> Result<Option<(Value, ConsumerInfo)>> {
         match self.consumer_info(stream, name).await {
             Err(Error::ConsumerNotFound { .. }) => Ok(None),
             r => r.map(Some),
@@ -166,10 +209,23 @@ impl Js {
         let mut names = vec![];
         loop {
             let v = self
-                .api(&format!("list consumers of {stream}"), &format!("CONSUMER.NAMES.{stream}"), &json!({ "offset": names.len() }))
+                .api(
+                    &format!("list consumers of {stream}"),
+                    &format!("CONSUMER.NAMES.{stream}"),
+                    &json!({ "offset": names.len() }),
+                )
                 .await
-                .map_err(|e| if e.api_code() == Some(ApiErrorCode::STREAM_NOT_FOUND) { Error::StreamNotFound(stream.into()) } else { e })?;
-            let page: Vec<String> = v["consumers"].as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default();
+                .map_err(|e| {
+                    if e.api_code() == Some(ApiErrorCode::STREAM_NOT_FOUND) {
+                        Error::StreamNotFound(stream.into())
+                    } else {
+                        e
+                    }
+                })?;
+            let page: Vec<String> = v["consumers"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+                .unwrap_or_default();
             let total = v["total"].as_u64().unwrap_or(0) as usize;
             let n = page.len();
             names.extend(page);
@@ -184,16 +240,34 @@ impl Js {
     /// Creates a consumer. `action: "create"` fails if one exists with another
     /// configuration and succeeds if it is identical, which makes the step
     /// idempotent for resumes.
-    pub async fn consumer_create(&self, stream: &str, name: &str, config: &Value, create_only: bool) -> Result<Value> {
+    pub async fn consumer_create(
+        &self,
+        stream: &str,
+        name: &str,
+        config: &Value,
+        create_only: bool,
+    ) -> Result<Value> {
         let mut body = json!({ "stream_name": stream, "config": config });
         if create_only {
             body["action"] = json!("create");
         }
-        self.api(&format!("create consumer {stream}/{name}"), &format!("CONSUMER.CREATE.{stream}.{name}"), &body).await
+        self.api(
+            &format!("create consumer {stream}/{name}"),
+            &format!("CONSUMER.CREATE.{stream}.{name}"),
+            &body,
+        )
+        .await
     }
 
     pub async fn consumer_delete(&self, stream: &str, name: &str) -> Result<()> {
-        match self.api(&format!("delete consumer {stream}/{name}"), &format!("CONSUMER.DELETE.{stream}.{name}"), &Value::Null).await {
+        match self
+            .api(
+                &format!("delete consumer {stream}/{name}"),
+                &format!("CONSUMER.DELETE.{stream}.{name}"),
+                &Value::Null,
+            )
+            .await
+        {
             Err(e) if e.api_code() == Some(ApiErrorCode::CONSUMER_NOT_FOUND) => Ok(()),
             r => r.map(|_| ()),
         }
@@ -202,23 +276,41 @@ impl Js {
     /// Pauses until `until` (RFC 3339), or resumes with `None`
     /// (`$JS.API.CONSUMER.PAUSE`, 2.11+; server jetstream_api.go
     /// `jsConsumerPauseRequest`: an empty body resumes).
-    pub async fn consumer_pause(&self, stream: &str, name: &str, until: Option<&str>) -> Result<bool> {
+    pub async fn consumer_pause(
+        &self,
+        stream: &str,
+        name: &str,
+        until: Option<&str>,
+    ) -> Result<bool> {
         let body = match until {
             Some(t) => json!({ "pause_until": t }),
             None => Value::Null,
         };
-        let what = format!("{} consumer {stream}/{name}", if until.is_some() { "pause" } else { "resume" });
-        let v = self.api(&what, &format!("CONSUMER.PAUSE.{stream}.{name}"), &body).await.map_err(|e| match e.api_code() {
-            Some(ApiErrorCode::CONSUMER_NOT_FOUND) => Error::ConsumerNotFound { stream: stream.into(), consumer: name.into() },
-            _ => e,
-        })?;
+        let what = format!(
+            "{} consumer {stream}/{name}",
+            if until.is_some() { "pause" } else { "resume" }
+        );
+        let v = self.api(&what, &format!("CONSUMER.PAUSE.{stream}.{name}"), &body).await.map_err(
+            |e| match e.api_code() {
+                Some(ApiErrorCode::CONSUMER_NOT_FOUND) => {
+                    Error::ConsumerNotFound { stream: stream.into(), consumer: name.into() }
+                }
+                _ => e,
+            },
+        )?;
         Ok(v["paused"].as_bool().unwrap_or(false))
     }
 
     /// The first message at or after `seq` (`next_by_subj: ">"`; server
     /// `LoadNextMsg` semantics), or exactly `seq` when `exact`. `None` when there
     /// is none. Uses direct get when the stream allows it, STREAM.MSG.GET otherwise.
-    pub async fn get_msg(&self, stream: &str, seq: u64, exact: bool, direct: bool) -> Result<Option<StoredMsg>> {
+    pub async fn get_msg(
+        &self,
+        stream: &str,
+        seq: u64,
+        exact: bool,
+        direct: bool,
+    ) -> Result<Option<StoredMsg>> {
         self.gets.fetch_add(1, Ordering::Relaxed);
         let mut req = json!({ "seq": seq });
         if !exact {
@@ -229,22 +321,42 @@ impl Js {
 
     /// The first message at or after `seq` whose subject matches `filter`
     /// (wildcards allowed).
-    pub async fn next_matching(&self, stream: &str, seq: u64, filter: &str, direct: bool) -> Result<Option<StoredMsg>> {
+    pub async fn next_matching(
+        &self,
+        stream: &str,
+        seq: u64,
+        filter: &str,
+        direct: bool,
+    ) -> Result<Option<StoredMsg>> {
         self.gets.fetch_add(1, Ordering::Relaxed);
         self.get_with(stream, json!({ "seq": seq.max(1), "next_by_subj": filter }), direct).await
     }
 
     /// The first message of `origin` after `after` that `b_source` selects:
     /// what B still has to source. Messages the source filters out do not count.
-    pub async fn next_sourced(&self, origin: &StreamInfo, b_source: Option<&cutover_core::model::StreamSource>, after: u64) -> Result<Option<u64>> {
+    pub async fn next_sourced(
+        &self,
+        origin: &StreamInfo,
+        b_source: Option<&cutover_core::model::StreamSource>,
+        after: u64,
+    ) -> Result<Option<u64>> {
         let filters: Vec<String> = match b_source {
-            Some(s) if s.filter_subject.as_deref().is_some_and(|f| !f.is_empty()) => vec![s.filter_subject.clone().unwrap()],
-            Some(s) if !s.subject_transforms.is_empty() => s.subject_transforms.iter().map(|t| if t.src.is_empty() { ">".to_string() } else { t.src.clone() }).collect(),
+            Some(s) if s.filter_subject.as_deref().is_some_and(|f| !f.is_empty()) => {
+                vec![s.filter_subject.clone().unwrap()]
+            }
+            Some(s) if !s.subject_transforms.is_empty() => s
+                .subject_transforms
+                .iter()
+                .map(|t| if t.src.is_empty() { ">".to_string() } else { t.src.clone() })
+                .collect(),
             _ => vec![">".to_string()],
         };
         let mut first: Option<u64> = None;
         for f in filters {
-            if let Some(m) = self.next_matching(&origin.config.name, after + 1, &f, origin.config.allow_direct).await? {
+            if let Some(m) = self
+                .next_matching(&origin.config.name, after + 1, &f, origin.config.allow_direct)
+                .await?
+            {
                 first = Some(first.map_or(m.seq, |x| x.min(m.seq)));
             }
         }
@@ -261,20 +373,38 @@ impl Js {
         let what = format!("get message from {stream}");
         if direct {
             let subject = format!("{}.DIRECT.GET.{stream}", self.prefix);
-            let r = async_nats::Request::new().payload(Bytes::from(req.to_string())).timeout(Some(self.timeout));
-            let msg = self.client.send_request(subject, r).await.map_err(|e| request_error(&what, e))?;
+            let r = async_nats::Request::new()
+                .payload(Bytes::from(req.to_string()))
+                .timeout(Some(self.timeout));
+            let msg =
+                self.client.send_request(subject, r).await.map_err(|e| request_error(&what, e))?;
             if let Some(st) = msg.status {
                 if st == async_nats::StatusCode::NOT_FOUND {
                     return Ok(None);
                 }
                 if st != async_nats::StatusCode::OK {
-                    return Err(Error::Request { what, reason: format!("status {st} {}", msg.description.unwrap_or_default()) });
+                    return Err(Error::Request {
+                        what,
+                        reason: format!("status {st} {}", msg.description.unwrap_or_default()),
+                    });
                 }
             }
             let headers = msg.headers.as_ref().map(headers_vec).unwrap_or_default();
-            let seq = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("Nats-Sequence")).and_then(|(_, v)| v.parse().ok());
-            let subject = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("Nats-Subject")).map(|(_, v)| v.clone()).unwrap_or_default();
-            let Some(seq) = seq else { return Err(Error::Decode { what, reason: "direct get answer has no Nats-Sequence header".into() }) };
+            let seq = headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("Nats-Sequence"))
+                .and_then(|(_, v)| v.parse().ok());
+            let subject = headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("Nats-Subject"))
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            let Some(seq) = seq else {
+                return Err(Error::Decode {
+                    what,
+                    reason: "direct get answer has no Nats-Sequence header".into(),
+                });
+            };
             return Ok(Some(StoredMsg { seq, subject, headers, payload: msg.payload }));
         }
         match self.api(&what, &format!("STREAM.MSG.GET.{stream}"), &req).await {
@@ -283,8 +413,13 @@ impl Js {
             Ok(v) => {
                 let m = &v["message"];
                 let b64 = base64::engine::general_purpose::STANDARD;
-                let headers = m["hdrs"].as_str().and_then(|h| b64.decode(h).ok()).map(|b| parse_header_block(&b)).unwrap_or_default();
-                let payload = m["data"].as_str().and_then(|d| b64.decode(d).ok()).unwrap_or_default();
+                let headers = m["hdrs"]
+                    .as_str()
+                    .and_then(|h| b64.decode(h).ok())
+                    .map(|b| parse_header_block(&b))
+                    .unwrap_or_default();
+                let payload =
+                    m["data"].as_str().and_then(|d| b64.decode(d).ok()).unwrap_or_default();
                 Ok(Some(StoredMsg {
                     seq: m["seq"].as_u64().unwrap_or(0),
                     subject: m["subject"].as_str().unwrap_or_default().to_string(),

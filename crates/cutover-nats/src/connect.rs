@@ -59,13 +59,17 @@ pub fn load_context(name: Option<&str>) -> Result<Option<NatsContext>> {
             _ => return Ok(None),
         },
     };
-    let path = if name.ends_with(".json") || name.contains('/') { PathBuf::from(&name) } else { dir.join("context").join(format!("{name}.json")) };
+    let path = if name.ends_with(".json") || name.contains('/') {
+        PathBuf::from(&name)
+    } else {
+        dir.join("context").join(format!("{name}.json"))
+    };
     let text = std::fs::read_to_string(&path).map_err(|e| {
         Error::Config(format!("cannot read nats context {name:?} at {}: {e}; list contexts with `nats context ls` or pass --server", path.display()))
     })?;
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|e| Error::Config(format!("nats context file {} is not valid JSON: {e}", path.display())))
+    serde_json::from_str(&text).map(Some).map_err(|e| {
+        Error::Config(format!("nats context file {} is not valid JSON: {e}", path.display()))
+    })
 }
 
 fn nonempty(s: &str) -> Option<String> {
@@ -73,7 +77,12 @@ fn nonempty(s: &str) -> Option<String> {
 }
 
 fn readable(flag: &str, p: &Path) -> Result<()> {
-    std::fs::metadata(p).map(|_| ()).map_err(|e| Error::Config(format!("cannot read {flag} file {}: {e}; check the path and its permissions", p.display())))
+    std::fs::metadata(p).map(|_| ()).map_err(|e| {
+        Error::Config(format!(
+            "cannot read {flag} file {}: {e}; check the path and its permissions",
+            p.display()
+        ))
+    })
 }
 
 impl ConnectOptions {
@@ -104,17 +113,22 @@ impl ConnectOptions {
         let mut opts = async_nats::ConnectOptions::new().name("nats-cutover");
         if let Some(p) = &o.creds {
             readable("--creds", p)?;
-            opts = opts
-                .credentials_file(p)
-                .await
-                .map_err(|e| Error::Config(format!("cannot use --creds file {}: {e}", p.display())))?;
+            opts = opts.credentials_file(p).await.map_err(|e| {
+                Error::Config(format!("cannot use --creds file {}: {e}", p.display()))
+            })?;
         }
         if let Some(p) = &o.nkey {
             readable("--nkey", p)?;
-            let seed = std::fs::read_to_string(p).map_err(|e| Error::Config(format!("cannot read --nkey file {}: {e}", p.display())))?;
-            let seed = seed.lines().map(str::trim).find(|l| l.starts_with('S')).unwrap_or("").to_string();
+            let seed = std::fs::read_to_string(p).map_err(|e| {
+                Error::Config(format!("cannot read --nkey file {}: {e}", p.display()))
+            })?;
+            let seed =
+                seed.lines().map(str::trim).find(|l| l.starts_with('S')).unwrap_or("").to_string();
             if seed.is_empty() {
-                return Err(Error::Config(format!("--nkey file {} holds no seed (a line starting with S)", p.display())));
+                return Err(Error::Config(format!(
+                    "--nkey file {} holds no seed (a line starting with S)",
+                    p.display()
+                )));
             }
             opts = opts.nkey(seed);
         }
@@ -143,10 +157,14 @@ impl ConnectOptions {
         opts = opts.connection_timeout(timeout).request_timeout(Some(timeout));
         // Fail fast on the first connect: an operator's typo must not hang.
         // `--server` takes a comma-separated list, as the nats CLI does.
-        let urls: Vec<String> = server.split(',').map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();
+        let urls: Vec<String> =
+            server.split(',').map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();
         tokio::time::timeout(timeout + Duration::from_secs(1), opts.connect(urls))
             .await
-            .map_err(|_| Error::Connect { server: server.clone(), reason: format!("no answer within {timeout:?}") })?
+            .map_err(|_| Error::Connect {
+                server: server.clone(),
+                reason: format!("no answer within {timeout:?}"),
+            })?
             .map_err(|e| Error::Connect { server: server.clone(), reason: connect_reason(&e) })
     }
 }
@@ -154,7 +172,9 @@ impl ConnectOptions {
 fn connect_reason(e: &async_nats::ConnectError) -> String {
     use async_nats::ConnectErrorKind as K;
     match e.kind() {
-        K::AuthorizationViolation => "authorization violation: check --user/--password, --token, --creds or --nkey".into(),
+        K::AuthorizationViolation => {
+            "authorization violation: check --user/--password, --token, --creds or --nkey".into()
+        }
         K::Authentication => format!("authentication failed: {e}"),
         K::Io => format!("connection refused or unreachable ({e}); is nats-server running there?"),
         K::Tls => format!("TLS failed: {e}; check --tlsca/--tlscert/--tlskey"),

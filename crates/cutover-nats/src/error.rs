@@ -53,6 +53,13 @@ impl Error {
     /// Errors that mean the server could not be reached or misbehaved, as opposed
     /// to input the operator must change.
     pub fn is_server(&self) -> bool {
-        matches!(self, Error::Connect { .. } | Error::NoResponders { .. } | Error::Timeout { .. } | Error::Request { .. } | Error::Decode { .. })
+        matches!(
+            self,
+            Error::Connect { .. }
+                | Error::NoResponders { .. }
+                | Error::Timeout { .. }
+                | Error::Request { .. }
+                | Error::Decode { .. }
+        )
     }
 }

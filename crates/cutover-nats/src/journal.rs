@@ -50,7 +50,8 @@ impl JournalStore {
     }
 
     pub async fn load(&self, id: &str) -> Result<Option<Journal>> {
-        let e = self.kv.entry(journal_key(id)).await.map_err(|e| jerr("cannot read the journal", e))?;
+        let e =
+            self.kv.entry(journal_key(id)).await.map_err(|e| jerr("cannot read the journal", e))?;
         match e {
             Some(e) if e.operation == kv::Operation::Put => serde_json::from_slice(&e.value)
                 .map(Some)
@@ -61,7 +62,10 @@ impl JournalStore {
 
     pub async fn save(&self, j: &Journal) -> Result<()> {
         let v = serde_json::to_vec(j).expect("journal serializes");
-        self.kv.put(journal_key(&j.id), Bytes::from(v)).await.map_err(|e| jerr("cannot write the journal", e))?;
+        self.kv
+            .put(journal_key(&j.id), Bytes::from(v))
+            .await
+            .map_err(|e| jerr("cannot write the journal", e))?;
         Ok(())
     }
 
@@ -83,18 +87,29 @@ impl JournalStore {
 
     pub async fn put_route(&self, from: &str, consumer: &str, r: &Route) -> Result<()> {
         let v = serde_json::to_vec(r).expect("route serializes");
-        self.kv.put(route_key(from, consumer), Bytes::from(v)).await.map_err(|e| jerr("cannot write the route", e))?;
+        self.kv
+            .put(route_key(from, consumer), Bytes::from(v))
+            .await
+            .map_err(|e| jerr("cannot write the route", e))?;
         Ok(())
     }
 
     pub async fn delete_route(&self, from: &str, consumer: &str) -> Result<()> {
-        self.kv.delete(route_key(from, consumer)).await.map_err(|e| jerr("cannot delete the route", e))?;
+        self.kv
+            .delete(route_key(from, consumer))
+            .await
+            .map_err(|e| jerr("cannot delete the route", e))?;
         Ok(())
     }
 
     pub async fn route(&self, from: &str, consumer: &str) -> Result<Option<Route>> {
-        let e = self.kv.entry(route_key(from, consumer)).await.map_err(|e| jerr("cannot read the route", e))?;
-        Ok(e.filter(|e| e.operation == kv::Operation::Put).and_then(|e| serde_json::from_slice(&e.value).ok()))
+        let e = self
+            .kv
+            .entry(route_key(from, consumer))
+            .await
+            .map_err(|e| jerr("cannot read the route", e))?;
+        Ok(e.filter(|e| e.operation == kv::Operation::Put)
+            .and_then(|e| serde_json::from_slice(&e.value).ok()))
     }
 
     pub fn kv(&self) -> &kv::Store {
@@ -119,10 +134,19 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub async fn acquire(store: &JournalStore, from: &str, migration: &str, ttl: Duration) -> Result<Lease> {
+    pub async fn acquire(
+        store: &JournalStore,
+        from: &str,
+        migration: &str,
+        ttl: Duration,
+    ) -> Result<Lease> {
         let key = lease_key(from);
         let holder = format!("{}:{}:{}", hostname(), std::process::id(), now_ms());
-        let record = LeaseRecord { holder, migration: migration.into(), expires_ms: now_ms() + ttl.as_millis() as u64 };
+        let record = LeaseRecord {
+            holder,
+            migration: migration.into(),
+            expires_ms: now_ms() + ttl.as_millis() as u64,
+        };
         let value = Bytes::from(serde_json::to_vec(&record).unwrap());
         let kvs = store.kv();
         let revision = match kvs.create(&key, value.clone()).await {
@@ -132,15 +156,31 @@ impl Lease {
                 match entry {
                     Some(en) => {
                         let cur: Option<LeaseRecord> = serde_json::from_slice(&en.value).ok();
-                        if let Some(cur) = cur.filter(|c| c.expires_ms > now_ms() && en.operation == kv::Operation::Put) {
-                            return Err(Error::Leased { id: cur.migration, holder: cur.holder, until: format!("{} ms from now", cur.expires_ms.saturating_sub(now_ms())) });
+                        if let Some(cur) = cur.filter(|c| {
+                            c.expires_ms > now_ms() && en.operation == kv::Operation::Put
+                        }) {
+                            return Err(Error::Leased {
+                                id: cur.migration,
+                                holder: cur.holder,
+                                until: format!(
+                                    "{} ms from now",
+                                    cur.expires_ms.saturating_sub(now_ms())
+                                ),
+                            });
                         }
                         kvs.update(&key, value, en.revision).await.map_err(|e| match e.kind() {
-                            kv::UpdateErrorKind::WrongLastRevision => Error::Leased { id: migration.into(), holder: "another runner (it took the lease just now)".into(), until: "it finishes".into() },
+                            kv::UpdateErrorKind::WrongLastRevision => Error::Leased {
+                                id: migration.into(),
+                                holder: "another runner (it took the lease just now)".into(),
+                                until: "it finishes".into(),
+                            },
                             _ => jerr("cannot take the lease", e),
                         })?
                     }
-                    None => kvs.create(&key, value).await.map_err(|e| jerr("cannot take the lease", e))?,
+                    None => kvs
+                        .create(&key, value)
+                        .await
+                        .map_err(|e| jerr("cannot take the lease", e))?,
                 }
             }
             Err(e) => return Err(jerr("cannot take the lease", e)),
@@ -156,9 +196,15 @@ impl Lease {
         }
         self.record.expires_ms = now_ms() + self.ttl.as_millis() as u64;
         let value = Bytes::from(serde_json::to_vec(&self.record).unwrap());
-        self.revision = store.kv().update(&self.key, value, self.revision).await.map_err(|e| match e.kind() {
-            kv::UpdateErrorKind::WrongLastRevision => Error::Leased { id: self.record.migration.clone(), holder: "another runner (our lease lapsed and was taken)".into(), until: "it finishes".into() },
-            _ => jerr("cannot renew the lease", e),
+        self.revision = store.kv().update(&self.key, value, self.revision).await.map_err(|e| {
+            match e.kind() {
+                kv::UpdateErrorKind::WrongLastRevision => Error::Leased {
+                    id: self.record.migration.clone(),
+                    holder: "another runner (our lease lapsed and was taken)".into(),
+                    until: "it finishes".into(),
+                },
+                _ => jerr("cannot renew the lease", e),
+            }
         })?;
         self.renewed = Instant::now();
         Ok(())
@@ -169,11 +215,17 @@ impl Lease {
     pub async fn release(mut self, store: &JournalStore) -> Result<()> {
         self.record.expires_ms = 0;
         let value = Bytes::from(serde_json::to_vec(&self.record).unwrap());
-        store.kv().update(&self.key, value, self.revision).await.map_err(|e| jerr("cannot release the lease", e))?;
+        store
+            .kv()
+            .update(&self.key, value, self.revision)
+            .await
+            .map_err(|e| jerr("cannot release the lease", e))?;
         Ok(())
     }
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "host".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "host".into())
 }

@@ -28,7 +28,10 @@ use cutover_core::checkpoint::TranslateSearch;
 use cutover_core::journal::Journal;
 use cutover_core::plan::Strategy;
 use cutover_core::source_header;
-use cutover_core::verify::{self, a_filters_of, ASide, AuditSide, BMsg, BSide, ConsumerSpec, Facts, Kind, Origin, ReadStats, Report, SlipWindow};
+use cutover_core::verify::{
+    self, a_filters_of, ASide, AuditSide, BMsg, BSide, ConsumerSpec, Facts, Kind, Origin,
+    ReadStats, Report, SlipWindow,
+};
 use futures::StreamExt;
 use serde_json::json;
 use std::str::FromStr;
@@ -74,7 +77,12 @@ const PROGRESS_EVERY: u64 = 8192;
 
 /// Verifies migration `id` (FROM.TO). Errors are for what prevents verifying;
 /// what verification finds is in the report.
-pub async fn verify(js: &Js, id: &str, opts: &VerifyOptions, progress: &(dyn Fn(VerifyProgress) + Sync)) -> Result<Report> {
+pub async fn verify(
+    js: &Js,
+    id: &str,
+    opts: &VerifyOptions,
+    progress: &(dyn Fn(VerifyProgress) + Sync),
+) -> Result<Report> {
     let (_, j) = load(js, id).await?;
     if !j.phase.committed() {
         return Err(Error::Config(format!(
@@ -118,7 +126,9 @@ pub async fn verify(js: &Js, id: &str, opts: &VerifyOptions, progress: &(dyn Fn(
     };
     let b_direct_get = b.config.allow_direct;
     // Direct publishes a retry could have duplicated: their id hashes, first.
-    let slip = slip_window(js, &j, b.state.first_seq, b.state.last_seq, b_direct_get, opts, progress).await?;
+    let slip =
+        slip_window(js, &j, b.state.first_seq, b.state.last_seq, b_direct_get, opts, progress)
+            .await?;
     let mut aside = ASide::new(&specs);
     let mut bside = BSide::new(&specs, first_n, slip);
     let total = a.state.messages + b.state.messages;
@@ -128,7 +138,8 @@ pub async fn verify(js: &Js, id: &str, opts: &VerifyOptions, progress: &(dyn Fn(
     // A's state: which sequences it holds (its deleted ones listed), when it
     // has few enough deletions to list. With it, consumers that select
     // everything need no read of A, and filtered ones may be counted instead.
-    let countable: Vec<usize> = if no_transform(&j.plan.b_config) && no_transform(&b_raw["config"]) {
+    let countable: Vec<usize> = if no_transform(&j.plan.b_config) && no_transform(&b_raw["config"])
+    {
         (0..specs.len()).filter(|i| verify::countable(&specs[*i])).collect()
     } else {
         // A transform may give B's copy another subject than A's message: a B
@@ -148,13 +159,25 @@ pub async fn verify(js: &Js, id: &str, opts: &VerifyOptions, progress: &(dyn Fn(
                 None => break,
             }
         }
-        let v = js.api(&format!("read stream {}'s deleted sequences", j.from), &format!("STREAM.INFO.{}", j.from), &json!({ "deleted_details": true })).await?;
+        let v = js
+            .api(
+                &format!("read stream {}'s deleted sequences", j.from),
+                &format!("STREAM.INFO.{}", j.from),
+                &json!({ "deleted_details": true }),
+            )
+            .await?;
         let st = &v["state"];
-        let deleted: Vec<u64> = st["deleted"].as_array().map(|d| d.iter().filter_map(|x| x.as_u64()).collect()).unwrap_or_default();
-        let (first, last) = (st["first_seq"].as_u64().unwrap_or(0), st["last_seq"].as_u64().unwrap_or(0));
-        let stable = st["messages"].as_u64() == Some(a.state.messages) && deleted.len() as u64 == st["num_deleted"].as_u64().unwrap_or(0);
+        let deleted: Vec<u64> = st["deleted"]
+            .as_array()
+            .map(|d| d.iter().filter_map(|x| x.as_u64()).collect())
+            .unwrap_or_default();
+        let (first, last) =
+            (st["first_seq"].as_u64().unwrap_or(0), st["last_seq"].as_u64().unwrap_or(0));
+        let stable = st["messages"].as_u64() == Some(a.state.messages)
+            && deleted.len() as u64 == st["num_deleted"].as_u64().unwrap_or(0);
         // The counts hold for this state only if A did not change since.
-        let counted_here = (first, last) == (a.state.first_seq, a.state.last_seq) && counts.len() == countable.len();
+        let counted_here = (first, last) == (a.state.first_seq, a.state.last_seq)
+            && counts.len() == countable.len();
         if stable && (!filtered || counted_here) {
             held = Some((first, last, deleted));
         } else if !filtered {
@@ -176,34 +199,54 @@ pub async fn verify(js: &Js, id: &str, opts: &VerifyOptions, progress: &(dyn Fn(
     let a_read = Arc::new(AtomicU64::new(0));
     let mut a_task = tokio::task::JoinSet::new();
     {
-        let (js, name, stall, a_read) = (js.clone(), j.from.clone(), opts.stall_timeout, a_read.clone());
+        let (js, name, stall, a_read) =
+            (js.clone(), j.from.clone(), opts.stall_timeout, a_read.clone());
         let mut aside = aside;
         a_task.spawn(async move {
             read_a(&js, &name, a_first, a_last, &mut aside, stall, &a_read).await.map(|_| aside)
         });
     }
-    let read_b = read(js, &j.to, b.state.first_seq, b.state.last_seq, &[], true, opts.stall_timeout, |m, seq, ts_ms| {
-        let h = m.headers.as_ref();
-        let src = h.and_then(|h| h.get(src_header.clone())).map(|v| v.as_str());
-        let origin = match src.map(|v| (v, source_header::seq_from(v, &from))) {
-            None => Origin::Direct,
-            Some((_, Ok(Some(o)))) => Origin::A(o),
-            Some((v, Ok(None))) => Origin::Other(v.split([' ', ':']).next().unwrap_or(v)),
-            Some((_, Err(_))) => Origin::Other("(unreadable Nats-Stream-Source header)"),
-        };
-        let msg_id = h.and_then(|h| h.get(NATS_MESSAGE_ID)).map(|v| v.as_str());
-        bside.message(&BMsg { seq, subject: m.subject.as_str(), origin, msg_id, ts_ms });
-        if bside.read & (PROGRESS_EVERY - 1) == 0 {
-            progress(VerifyProgress { phase: "streams", done: bside.read + a_read.load(Ordering::Relaxed), total });
-        }
-        true
-    });
+    let read_b = read(
+        js,
+        &j.to,
+        b.state.first_seq,
+        b.state.last_seq,
+        &[],
+        true,
+        opts.stall_timeout,
+        |m, seq, ts_ms| {
+            let h = m.headers.as_ref();
+            let src = h.and_then(|h| h.get(src_header.clone())).map(|v| v.as_str());
+            let origin = match src.map(|v| (v, source_header::seq_from(v, &from))) {
+                None => Origin::Direct,
+                Some((_, Ok(Some(o)))) => Origin::A(o),
+                Some((v, Ok(None))) => Origin::Other(v.split([' ', ':']).next().unwrap_or(v)),
+                Some((_, Err(_))) => Origin::Other("(unreadable Nats-Stream-Source header)"),
+            };
+            let msg_id = h.and_then(|h| h.get(NATS_MESSAGE_ID)).map(|v| v.as_str());
+            bside.message(&BMsg { seq, subject: m.subject.as_str(), origin, msg_id, ts_ms });
+            if bside.read & (PROGRESS_EVERY - 1) == 0 {
+                progress(VerifyProgress {
+                    phase: "streams",
+                    done: bside.read + a_read.load(Ordering::Relaxed),
+                    total,
+                });
+            }
+            true
+        },
+    );
     read_b.await?;
-    let mut aside = a_task.join_next().await.expect("the read of A").map_err(|e| Error::Request { what: format!("read stream {}", j.from), reason: e.to_string() })??;
+    let mut aside = a_task.join_next().await.expect("the read of A").map_err(|e| {
+        Error::Request { what: format!("read stream {}", j.from), reason: e.to_string() }
+    })??;
     // The counted consumers: B's origins must be exactly as many as A's count,
     // else A is read for them after all, to name what differs.
     if let Some((first, last, deleted)) = &held {
-        let unequal: Vec<usize> = counts.iter().filter(|(i, n)| !aside.counted(*i, &bside, *first, *last, deleted, *n)).map(|x| x.0).collect();
+        let unequal: Vec<usize> = counts
+            .iter()
+            .filter(|(i, n)| !aside.counted(*i, &bside, *first, *last, deleted, *n))
+            .map(|x| x.0)
+            .collect();
         if !unequal.is_empty() {
             aside.feed_only(&unequal);
             read_a(js, &j.from, a_first, a_last, &mut aside, opts.stall_timeout, &a_read).await?;
@@ -224,8 +267,20 @@ pub async fn verify(js: &Js, id: &str, opts: &VerifyOptions, progress: &(dyn Fn(
         None => None,
     };
     let mut report = verify::finish(aside, bside, audit, &facts, first_n);
-    report.read = Some(ReadStats { ms: read_ms, messages: read_msgs, per_sec: if read_ms > 0.0 { read_msgs as f64 * 1000.0 / read_ms } else { 0.0 } });
-    enrich(js, &mut report, a.config.allow_direct, b_direct_get, b.state.first_seq, b.state.last_seq).await?;
+    report.read = Some(ReadStats {
+        ms: read_ms,
+        messages: read_msgs,
+        per_sec: if read_ms > 0.0 { read_msgs as f64 * 1000.0 / read_ms } else { 0.0 },
+    });
+    enrich(
+        js,
+        &mut report,
+        a.config.allow_direct,
+        b_direct_get,
+        b.state.first_seq,
+        b.state.last_seq,
+    )
+    .await?;
     Ok(report)
 }
 
@@ -235,7 +290,11 @@ async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<Con
     for n in only {
         if !j.consumers.iter().any(|c| &c.name == n) {
             let names: Vec<&str> = j.consumers.iter().map(|c| c.name.as_str()).collect();
-            return Err(Error::Config(format!("migration {} did not move consumer {n:?}; it moved: {}", j.id, names.join(", "))));
+            return Err(Error::Config(format!(
+                "migration {} did not move consumer {n:?}; it moved: {}",
+                j.id,
+                names.join(", ")
+            )));
         }
     }
     let mut specs = vec![];
@@ -244,7 +303,13 @@ async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<Con
             return Err(Error::Config(format!("consumer {} of migration {} has not moved yet (phase {:?}): nothing to verify for it; finish the migration first", c.name, j.id, c.phase)));
         };
         let a_filters = a_filters_of(&j.plan, &c.name).ok_or_else(|| Error::Journal(format!("the journal of {} does not say which subjects consumer {} selected on {}; it cannot be verified", j.id, c.name, j.from)))?;
-        let plan_b = j.plan.consumers.iter().find(|p| p.name == c.name).map(|p| p.b_filters.clone()).unwrap_or_else(|| c.b_filters.clone());
+        let plan_b = j
+            .plan
+            .consumers
+            .iter()
+            .find(|p| p.name == c.name)
+            .map(|p| p.b_filters.clone())
+            .unwrap_or_else(|| c.b_filters.clone());
         // The durable on B is what delivers: check its real start and filters.
         let (b_start, b_filters, b_ack_floor) = match js.consumer_info_opt(&j.to, &c.name).await? {
             Some((_, ci)) => {
@@ -259,10 +324,22 @@ async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<Con
             }
             None => (journal_start, plan_b, None),
         };
-        specs.push(ConsumerSpec { name: c.name.clone(), a_filters, b_filters, checkpoint: f, b_start, journal_b_start: journal_start, evidence: c.evidence.clone(), b_ack_floor });
+        specs.push(ConsumerSpec {
+            name: c.name.clone(),
+            a_filters,
+            b_filters,
+            checkpoint: f,
+            b_start,
+            journal_b_start: journal_start,
+            evidence: c.evidence.clone(),
+            b_ack_floor,
+        });
     }
     if specs.is_empty() {
-        return Err(Error::Config(format!("migration {} moved no consumer: nothing to verify", j.id)));
+        return Err(Error::Config(format!(
+            "migration {} moved no consumer: nothing to verify",
+            j.id
+        )));
     }
     Ok(specs)
 }
@@ -270,7 +347,16 @@ async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<Con
 /// Reads `stream` from `first` to `last` in order with an ordered consumer,
 /// calling `each(message, stream sequence, timestamp ms)` until it returns false.
 #[allow(clippy::too_many_arguments)]
-async fn read<F>(js: &Js, stream: &str, first: u64, last: u64, filters: &[String], headers_only: bool, stall: Duration, mut each: F) -> Result<u64>
+async fn read<F>(
+    js: &Js,
+    stream: &str,
+    first: u64,
+    last: u64,
+    filters: &[String],
+    headers_only: bool,
+    stall: Duration,
+    mut each: F,
+) -> Result<u64>
 where
     F: FnMut(&jetstream::Message, u64, i64) -> bool,
 {
@@ -278,7 +364,8 @@ where
         return Ok(0);
     }
     let what = format!("read stream {stream}");
-    let rerr = |e: &dyn std::fmt::Display| Error::Request { what: what.clone(), reason: e.to_string() };
+    let rerr =
+        |e: &dyn std::fmt::Display| Error::Request { what: what.clone(), reason: e.to_string() };
     let ctx = jetstream::new(js.client.clone());
     let s = ctx.get_stream(stream).await.map_err(|e| rerr(&e))?;
     let name = format!("nats-cutover-verify-{}", nuid());
@@ -297,13 +384,21 @@ where
     let mut n = 0u64;
     let result = loop {
         let next = match tokio::time::timeout(stall, messages.next()).await {
-            Err(_) => break Err(Error::Timeout { what: format!("{what} (nothing delivered for {stall:?})") }),
+            Err(_) => {
+                break Err(Error::Timeout {
+                    what: format!("{what} (nothing delivered for {stall:?})"),
+                })
+            }
             Ok(None) => break Ok(()),
             Ok(Some(Err(e))) => break Err(rerr(&e)),
             Ok(Some(Ok(m))) => m,
         };
         let (seq, pending, ts_ms) = match next.info() {
-            Ok(i) => (i.stream_sequence, i.pending, (i.published.unix_timestamp_nanos() / 1_000_000) as i64),
+            Ok(i) => (
+                i.stream_sequence,
+                i.pending,
+                (i.published.unix_timestamp_nanos() / 1_000_000) as i64,
+            ),
             Err(e) => break Err(rerr(&e)),
         };
         // Messages stored after verification began are not judged.
@@ -323,7 +418,15 @@ where
 }
 
 /// Reads A for the consumers whose sets a read fills (none: nothing is read).
-async fn read_a(js: &Js, name: &str, first: u64, last: u64, aside: &mut ASide, stall: Duration, a_read: &AtomicU64) -> Result<u64> {
+async fn read_a(
+    js: &Js,
+    name: &str,
+    first: u64,
+    last: u64,
+    aside: &mut ASide,
+    stall: Duration,
+    a_read: &AtomicU64,
+) -> Result<u64> {
     if !aside.reads() {
         return Ok(0);
     }
@@ -341,9 +444,19 @@ async fn read_a(js: &Js, name: &str, first: u64, last: u64, aside: &mut ASide, s
 /// Does no subject transform apply to what B sources (in B's configuration as
 /// planned, or as it is now)?
 fn no_transform(cfg: &serde_json::Value) -> bool {
-    let set = |v: &serde_json::Value| !(v.is_null() || v.as_array().is_some_and(|a| a.is_empty()) || v.as_object().is_some_and(|o| o.is_empty()) || v.as_str() == Some(""));
-    let stream = cfg.as_object().is_none_or(|o| o.iter().all(|(k, v)| !k.contains("transform") || !set(v)));
-    let sources = cfg["sources"].as_array().is_none_or(|a| a.iter().all(|s| s.as_object().is_none_or(|o| o.iter().all(|(k, v)| !k.contains("transform") || !set(v)))));
+    let set = |v: &serde_json::Value| {
+        !(v.is_null()
+            || v.as_array().is_some_and(|a| a.is_empty())
+            || v.as_object().is_some_and(|o| o.is_empty())
+            || v.as_str() == Some(""))
+    };
+    let stream =
+        cfg.as_object().is_none_or(|o| o.iter().all(|(k, v)| !k.contains("transform") || !set(v)));
+    let sources = cfg["sources"].as_array().is_none_or(|a| {
+        a.iter().all(|s| {
+            s.as_object().is_none_or(|o| o.iter().all(|(k, v)| !k.contains("transform") || !set(v)))
+        })
+    });
     stream && sources
 }
 
@@ -366,7 +479,12 @@ async fn count_selected(js: &Js, stream: &str, filters: &[String]) -> Option<u64
 fn nuid() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
     format!("{:016x}", h.finish())
 }
 
@@ -378,7 +496,15 @@ fn is_direct(m: &StoredMsg) -> bool {
 /// B takes the subjects only once it holds A's tail) by bisection with gets,
 /// then reads the ids of the direct publishes a retry could have produced:
 /// those within the retry window of the first one.
-async fn slip_window(js: &Js, j: &Journal, b_first: u64, b_last: u64, direct: bool, opts: &VerifyOptions, progress: &(dyn Fn(VerifyProgress) + Sync)) -> Result<Option<SlipWindow>> {
+async fn slip_window(
+    js: &Js,
+    j: &Journal,
+    b_first: u64,
+    b_last: u64,
+    direct: bool,
+    opts: &VerifyOptions,
+    progress: &(dyn Fn(VerifyProgress) + Sync),
+) -> Result<Option<SlipWindow>> {
     let Some(last) = js.last_msg(&j.to, direct).await? else { return Ok(None) };
     if !is_direct(&last) {
         return Ok(None);
@@ -398,7 +524,10 @@ async fn slip_window(js: &Js, j: &Journal, b_first: u64, b_last: u64, direct: bo
             _ => hi = mid,
         }
     }
-    let window_ms = j.plan.retry_horizon_ms.max(j.plan.b_config["duplicate_window"].as_u64().unwrap_or(0) / 1_000_000);
+    let window_ms = j
+        .plan
+        .retry_horizon_ms
+        .max(j.plan.b_config["duplicate_window"].as_u64().unwrap_or(0) / 1_000_000);
     let mut w: Option<SlipWindow> = None;
     let mut until = i64::MAX;
     read(js, &j.to, cand, b_last, &[], true, opts.stall_timeout, |m, seq, ts_ms| {
@@ -416,7 +545,11 @@ async fn slip_window(js: &Js, j: &Journal, b_first: u64, b_last: u64, direct: bo
             }
         }
         if seq & (PROGRESS_EVERY - 1) == 0 {
-            progress(VerifyProgress { phase: "direct window", done: seq - cand, total: b_last - cand + 1 });
+            progress(VerifyProgress {
+                phase: "direct window",
+                done: seq - cand,
+                total: b_last - cand + 1,
+            });
         }
         true
     })
@@ -425,13 +558,34 @@ async fn slip_window(js: &Js, j: &Journal, b_first: u64, b_last: u64, direct: bo
 }
 
 /// Reads the audit records from a stream, or from the stream capturing a subject.
-async fn read_audit(js: &Js, src: &str, specs: &[ConsumerSpec], facts: &Facts, first_n: usize, opts: &VerifyOptions, progress: &(dyn Fn(VerifyProgress) + Sync)) -> Result<AuditSide> {
-    let by_name = if cutover_core::names::stream(src).is_ok() { js.stream_info_opt(src).await? } else { None };
+async fn read_audit(
+    js: &Js,
+    src: &str,
+    specs: &[ConsumerSpec],
+    facts: &Facts,
+    first_n: usize,
+    opts: &VerifyOptions,
+    progress: &(dyn Fn(VerifyProgress) + Sync),
+) -> Result<AuditSide> {
+    let by_name = if cutover_core::names::stream(src).is_ok() {
+        js.stream_info_opt(src).await?
+    } else {
+        None
+    };
     let (stream, filter, info) = match by_name {
         Some((_, info)) => (src.to_string(), None, info),
         None => {
-            let v = js.api(&format!("find the stream capturing {src}"), "STREAM.NAMES", &json!({ "subject": src })).await?;
-            let names: Vec<String> = v["streams"].as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default();
+            let v = js
+                .api(
+                    &format!("find the stream capturing {src}"),
+                    "STREAM.NAMES",
+                    &json!({ "subject": src }),
+                )
+                .await?;
+            let names: Vec<String> = v["streams"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+                .unwrap_or_default();
             match names.as_slice() {
                 [one] => {
                     let (_, info) = js.stream_info(one).await?;
@@ -444,23 +598,39 @@ async fn read_audit(js: &Js, src: &str, specs: &[ConsumerSpec], facts: &Facts, f
     };
     let mut au = AuditSide::new(specs, &facts.from, &facts.to, facts.b_last_seq, first_n);
     let total = info.state.messages;
-    read(js, &stream, info.state.first_seq, info.state.last_seq, &filter.into_iter().collect::<Vec<_>>(), false, opts.stall_timeout, |m, _, _| {
-        match serde_json::from_slice::<AuditRecord>(&m.payload) {
-            Ok(r) => au.record(&r),
-            Err(_) => au.unreadable(),
-        }
-        if au.records & (PROGRESS_EVERY - 1) == 0 {
-            progress(VerifyProgress { phase: "audit", done: au.records, total });
-        }
-        true
-    })
+    read(
+        js,
+        &stream,
+        info.state.first_seq,
+        info.state.last_seq,
+        &filter.into_iter().collect::<Vec<_>>(),
+        false,
+        opts.stall_timeout,
+        |m, _, _| {
+            match serde_json::from_slice::<AuditRecord>(&m.payload) {
+                Ok(r) => au.record(&r),
+                Err(_) => au.unreadable(),
+            }
+            if au.records & (PROGRESS_EVERY - 1) == 0 {
+                progress(VerifyProgress { phase: "audit", done: au.records, total });
+            }
+            true
+        },
+    )
     .await?;
     Ok(au)
 }
 
 /// Fills in ids and subjects of the listed offenders (a get each, at most the
 /// first N per kind) and the B sequence of extra messages.
-async fn enrich(js: &Js, r: &mut Report, a_direct: bool, b_direct: bool, b_first: u64, b_last: u64) -> Result<()> {
+async fn enrich(
+    js: &Js,
+    r: &mut Report,
+    a_direct: bool,
+    b_direct: bool,
+    b_first: u64,
+    b_last: u64,
+) -> Result<()> {
     let (from, to) = (r.from.clone(), r.to.clone());
     for o in r.offenders.iter_mut() {
         // Consumer-level findings name no message.
@@ -477,7 +647,9 @@ async fn enrich(js: &Js, r: &mut Report, a_direct: bool, b_direct: bool, b_first
         }
         let m = match (o.b_seq, o.a_seq) {
             (Some(b), _) => js.get_msg(&to, b, true, b_direct).await?,
-            (None, Some(a)) if o.kind != Kind::AuditUnknown => js.get_msg(&from, a, true, a_direct).await?,
+            (None, Some(a)) if o.kind != Kind::AuditUnknown => {
+                js.get_msg(&from, a, true, a_direct).await?
+            }
             _ => None,
         };
         if let Some(m) = m {
@@ -492,7 +664,15 @@ async fn enrich(js: &Js, r: &mut Report, a_direct: bool, b_direct: bool, b_first
 
 /// B's sequence of A's message `origin`, by the translation search (direct
 /// publishes count as after every origin).
-async fn locate(js: &Js, to: &str, from: &str, origin: u64, b_first: u64, b_last: u64, direct: bool) -> Result<Option<u64>> {
+async fn locate(
+    js: &Js,
+    to: &str,
+    from: &str,
+    origin: u64,
+    b_first: u64,
+    b_last: u64,
+    direct: bool,
+) -> Result<Option<u64>> {
     let origin_of = |m: &StoredMsg| -> Result<u64> { Ok(m.origin_seq(from)?.unwrap_or(u64::MAX)) };
     let last_origin = match js.get_msg(to, b_last, true, direct).await? {
         Some(m) => Some(origin_of(&m)?),

@@ -25,7 +25,10 @@ pub const PINNED_VERSION: &str = "2.15.1";
 
 /// The repository root, known at compile time (the kit only runs from the repo).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
 }
 
 pub fn install_hint(version: &str) -> String {
@@ -38,7 +41,11 @@ pub fn install_hint(version: &str) -> String {
 pub fn server_binary(version: &str) -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("NATS_SERVER") {
         let p = PathBuf::from(p);
-        return if p.is_file() { Ok(p) } else { Err(format!("NATS_SERVER={} is not a file; {}", p.display(), install_hint(version))) };
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("NATS_SERVER={} is not a file; {}", p.display(), install_hint(version)))
+        };
     }
     let local = repo_root().join(".nats-server").join(version).join("nats-server");
     if local.is_file() {
@@ -61,7 +68,11 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn unique_dir(tag: &str) -> io::Result<PathBuf> {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let d = std::env::temp_dir().join(format!("nats-cutover-{tag}-{}-{}-{nanos}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+    let d = std::env::temp_dir().join(format!(
+        "nats-cutover-{tag}-{}-{}-{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&d)?;
     Ok(d)
 }
@@ -69,7 +80,10 @@ fn unique_dir(tag: &str) -> io::Result<PathBuf> {
 /// A free loopback port (bound and released; the short race is acceptable for
 /// cluster route ports, which `-p -1` cannot choose for us).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free loopback port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
 }
 
 #[derive(Debug, Clone, Default)]
@@ -105,7 +119,8 @@ impl NatsServer {
         let version = opts.version.clone().unwrap_or_else(|| PINNED_VERSION.to_string());
         let binary = server_binary(&version)?;
         let dir = unique_dir("server").map_err(|e| format!("cannot create a temp dir: {e}"))?;
-        let mut s = Self { child: None, dir, url: String::new(), port: 0, binary, opts, keep_dir: false };
+        let mut s =
+            Self { child: None, dir, url: String::new(), port: 0, binary, opts, keep_dir: false };
         s.spawn()?;
         Ok(s)
     }
@@ -115,12 +130,17 @@ impl NatsServer {
         let _ = std::fs::remove_dir_all(&ports_dir);
         std::fs::create_dir_all(&ports_dir).map_err(|e| e.to_string())?;
         let mut cmd = Command::new(&self.binary);
-        cmd.arg("-a").arg("127.0.0.1")
-            .arg("-p").arg(self.opts.port.map(|p| p.to_string()).unwrap_or_else(|| "-1".into()))
+        cmd.arg("-a")
+            .arg("127.0.0.1")
+            .arg("-p")
+            .arg(self.opts.port.map(|p| p.to_string()).unwrap_or_else(|| "-1".into()))
             .arg("-js")
-            .arg("-sd").arg(self.dir.join("store"))
-            .arg("--ports_file_dir").arg(&ports_dir)
-            .arg("-l").arg(self.dir.join("server.log"));
+            .arg("-sd")
+            .arg(self.dir.join("store"))
+            .arg("--ports_file_dir")
+            .arg(&ports_dir)
+            .arg("-l")
+            .arg(self.dir.join("server.log"));
         if let Some(name) = &self.opts.name {
             cmd.arg("-n").arg(name);
         }
@@ -130,7 +150,8 @@ impl NatsServer {
             cmd.arg("-c").arg(path);
         }
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", self.binary.display()))?;
+        let mut child =
+            cmd.spawn().map_err(|e| format!("cannot start {}: {e}", self.binary.display()))?;
         let deadline = Instant::now() + Duration::from_secs(20);
         let url = loop {
             if let Some(url) = read_ports_file(&ports_dir) {
@@ -192,7 +213,9 @@ impl NatsServer {
             loop {
                 match child.try_wait() {
                     Ok(Some(_)) => break,
-                    Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
                     _ => {
                         let _ = child.kill();
                         let _ = child.wait();
@@ -239,14 +262,19 @@ pub struct Cluster {
 impl Cluster {
     pub fn start(n: usize) -> Result<Self, String> {
         let route_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
-        let routes: Vec<String> = route_ports.iter().map(|p| format!("nats-route://127.0.0.1:{p}")).collect();
+        let routes: Vec<String> =
+            route_ports.iter().map(|p| format!("nats-route://127.0.0.1:{p}")).collect();
         let mut nodes = vec![];
         for (i, p) in route_ports.iter().enumerate() {
             let config = format!(
                 "cluster {{\n  name: cutover\n  listen: 127.0.0.1:{p}\n  routes: [{}]\n}}\n",
                 routes.join(", ")
             );
-            nodes.push(NatsServer::start_with(ServerOptions { config: Some(config), name: Some(format!("n{i}")), ..Default::default() })?);
+            nodes.push(NatsServer::start_with(ServerOptions {
+                config: Some(config),
+                name: Some(format!("n{i}")),
+                ..Default::default()
+            })?);
         }
         Ok(Self { nodes })
     }
@@ -263,9 +291,14 @@ mod tests {
     #[test]
     fn ports_file_is_read() {
         let d = unique_dir("unit").unwrap();
-        std::fs::write(d.join("nats-server_1.ports"), r#"{"nats":["nats://127.0.0.1:4567"],"monitoring":[]}"#).unwrap();
+        std::fs::write(
+            d.join("nats-server_1.ports"),
+            r#"{"nats":["nats://127.0.0.1:4567"],"monitoring":[]}"#,
+        )
+        .unwrap();
         assert_eq!(read_ports_file(&d).as_deref(), Some("nats://127.0.0.1:4567"));
-        std::fs::write(d.join("nats-server_1.ports"), r#"{"nats":["tls://127.0.0.1:4568"]}"#).unwrap();
+        std::fs::write(d.join("nats-server_1.ports"), r#"{"nats":["tls://127.0.0.1:4568"]}"#)
+            .unwrap();
         assert_eq!(read_ports_file(&d).as_deref(), Some("tls://127.0.0.1:4568"));
         std::fs::remove_dir_all(d).unwrap();
     }

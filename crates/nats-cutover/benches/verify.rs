@@ -73,12 +73,22 @@ fn env_or<T: std::str::FromStr>(k: &str, d: T) -> T {
 }
 
 /// Publishes with up to `window` acks outstanding (the ack is awaited for each).
-async fn publish_many(ctx: &jetstream::Context, n: u64, prefix: &str, payload: &[u8], window: usize) {
+async fn publish_many(
+    ctx: &jetstream::Context,
+    n: u64,
+    prefix: &str,
+    payload: &[u8],
+    window: usize,
+) {
     let mut inflight = FuturesUnordered::new();
     for i in 0..n {
         let mut h = async_nats::HeaderMap::new();
         h.insert("Nats-Msg-Id", format!("{prefix}-{i}").as_str());
-        inflight.push(std::future::IntoFuture::into_future(ctx.publish_with_headers(format!("orders.{}", i % 4), h, payload.to_vec().into()).await.expect("publish")));
+        inflight.push(std::future::IntoFuture::into_future(
+            ctx.publish_with_headers(format!("orders.{}", i % 4), h, payload.to_vec().into())
+                .await
+                .expect("publish"),
+        ));
         if inflight.len() >= window {
             inflight.next().await.unwrap().expect("publish ack");
         }
@@ -91,7 +101,13 @@ async fn publish_many(ctx: &jetstream::Context, n: u64, prefix: &str, payload: &
 /// A plain ordered consumer over the whole stream, full messages: the baseline.
 async fn raw_read(ctx: &jetstream::Context, stream: &str, last: u64) -> (u64, f64) {
     let t = Instant::now();
-    let c = ctx.get_stream(stream).await.unwrap().create_consumer(OrderedConfig::default()).await.unwrap();
+    let c = ctx
+        .get_stream(stream)
+        .await
+        .unwrap()
+        .create_consumer(OrderedConfig::default())
+        .await
+        .unwrap();
     let mut msgs = c.messages().await.unwrap();
     let mut n = 0u64;
     while let Some(m) = msgs.next().await {

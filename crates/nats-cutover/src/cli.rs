@@ -117,7 +117,8 @@ pub fn parse_secs_or_duration(s: &str) -> Result<Duration, String> {
             return Ok(Duration::from_secs_f64(n));
         }
     }
-    humantime::parse_duration(s).map_err(|e| format!("{s:?} is neither seconds nor a duration like 10s or 1m: {e}"))
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is neither seconds nor a duration like 10s or 1m: {e}"))
 }
 
 #[cfg(test)]
@@ -134,8 +135,33 @@ mod tests {
 
     #[test]
     fn connection_options_go_before_or_after_the_subcommand() {
-        let a = Cli::try_parse_from(["nats-cutover", "--server", "nats://x:1", "plan", "--from", "A", "--to", "B", "--consumer", "C"]).unwrap();
-        let b = Cli::try_parse_from(["nats-cutover", "plan", "--from", "A", "--to", "B", "--consumer", "C", "--server", "nats://x:1", "--json"]).unwrap();
+        let a = Cli::try_parse_from([
+            "nats-cutover",
+            "--server",
+            "nats://x:1",
+            "plan",
+            "--from",
+            "A",
+            "--to",
+            "B",
+            "--consumer",
+            "C",
+        ])
+        .unwrap();
+        let b = Cli::try_parse_from([
+            "nats-cutover",
+            "plan",
+            "--from",
+            "A",
+            "--to",
+            "B",
+            "--consumer",
+            "C",
+            "--server",
+            "nats://x:1",
+            "--json",
+        ])
+        .unwrap();
         assert_eq!(a.conn.server, b.conn.server);
         assert!(b.json);
     }

@@ -29,8 +29,16 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
         }
         if let Some(err) = cause.downcast_ref::<Error>() {
             return match err {
-                Error::Connect { .. } | Error::NoResponders { .. } | Error::Timeout { .. } | Error::Request { .. } | Error::Decode { .. } | Error::Api { .. } => SERVER,
-                Error::StreamNotFound(_) | Error::ConsumerNotFound { .. } | Error::Name(_) | Error::Config(_) => BAD_INPUT,
+                Error::Connect { .. }
+                | Error::NoResponders { .. }
+                | Error::Timeout { .. }
+                | Error::Request { .. }
+                | Error::Decode { .. }
+                | Error::Api { .. } => SERVER,
+                Error::StreamNotFound(_)
+                | Error::ConsumerNotFound { .. }
+                | Error::Name(_)
+                | Error::Config(_) => BAD_INPUT,
                 Error::Plan(PlanError::ServerTooOld { .. }) | Error::Unsafe(_) => INCOMPATIBLE,
                 Error::Plan(_) => BAD_INPUT,
                 Error::Interrupted { .. } => INTERRUPTED,

@@ -42,27 +42,78 @@ const fn counter(name: &'static str, help: &'static str) -> Def {
     Def { name, help, kind: Kind::Counter }
 }
 
-pub const STEP: Def = gauge("nats_cutover_step", "Cut-over step state: 1 running, 2 done (absent: not started).");
-pub const STEP_SECONDS: Def = gauge("nats_cutover_step_duration_seconds", "How long a finished step took.");
-pub const CONSUMERS_MOVED: Def = gauge("nats_cutover_consumers_moved", "Consumers whose new durable exists on the new stream.");
-pub const CATCHUP_REMAINING: Def = gauge("nats_cutover_catchup_remaining", "Messages of the old stream the new one has yet to source before the consumers move.");
-pub const NUM_PENDING: Def = gauge("nats_cutover_consumer_num_pending", "Messages the consumer has yet to deliver (num_pending).");
-pub const NUM_ACK_PENDING: Def = gauge("nats_cutover_consumer_num_ack_pending", "Delivered messages awaiting an ack (num_ack_pending).");
-pub const NUM_WAITING: Def = gauge("nats_cutover_consumer_num_waiting", "Pull requests waiting (num_waiting).");
-pub const DELIVERED: Def = gauge("nats_cutover_consumer_delivered_stream_seq", "Stream sequence the consumer has delivered up to (delivered.stream_seq).");
-pub const ACK_FLOOR: Def = gauge("nats_cutover_consumer_ack_floor_stream_seq", "Stream sequence every message up to which is acked (ack_floor.stream_seq).");
+pub const STEP: Def =
+    gauge("nats_cutover_step", "Cut-over step state: 1 running, 2 done (absent: not started).");
+pub const STEP_SECONDS: Def =
+    gauge("nats_cutover_step_duration_seconds", "How long a finished step took.");
+pub const CONSUMERS_MOVED: Def =
+    gauge("nats_cutover_consumers_moved", "Consumers whose new durable exists on the new stream.");
+pub const CATCHUP_REMAINING: Def = gauge(
+    "nats_cutover_catchup_remaining",
+    "Messages of the old stream the new one has yet to source before the consumers move.",
+);
+pub const NUM_PENDING: Def = gauge(
+    "nats_cutover_consumer_num_pending",
+    "Messages the consumer has yet to deliver (num_pending).",
+);
+pub const NUM_ACK_PENDING: Def = gauge(
+    "nats_cutover_consumer_num_ack_pending",
+    "Delivered messages awaiting an ack (num_ack_pending).",
+);
+pub const NUM_WAITING: Def =
+    gauge("nats_cutover_consumer_num_waiting", "Pull requests waiting (num_waiting).");
+pub const DELIVERED: Def = gauge(
+    "nats_cutover_consumer_delivered_stream_seq",
+    "Stream sequence the consumer has delivered up to (delivered.stream_seq).",
+);
+pub const ACK_FLOOR: Def = gauge(
+    "nats_cutover_consumer_ack_floor_stream_seq",
+    "Stream sequence every message up to which is acked (ack_floor.stream_seq).",
+);
 pub const PAUSED: Def = gauge("nats_cutover_consumer_paused", "1 while the consumer is paused.");
-pub const SETTLED: Def = gauge("nats_cutover_consumer_settled", "1 while nothing awaits an ack (the checkpoint condition, with paused).");
+pub const SETTLED: Def = gauge(
+    "nats_cutover_consumer_settled",
+    "1 while nothing awaits an ack (the checkpoint condition, with paused).",
+);
 pub const CHECKPOINT: Def = gauge("nats_cutover_checkpoint", "The consumer's checkpoint F: every sequence up to it is settled (paused and nothing awaiting an ack).");
-pub const STATUS: Def = gauge("nats_cutover_consumer_status", "1 for the consumer's current status (ok, draining, stalled, stopped), 0 for the others.");
+pub const STATUS: Def = gauge(
+    "nats_cutover_consumer_status",
+    "1 for the consumer's current status (ok, draining, stalled, stopped), 0 for the others.",
+);
 pub const TICKS: Def = counter("nats_cutover_watch_ticks_total", "Consumer reads `watch` made.");
-pub const WARNINGS: Def = counter("nats_cutover_warnings_total", "Warnings the cut-over engine reported (e.g. a stuck message let through).");
-pub const ERRORS: Def = counter("nats_cutover_errors_total", "Failed reads of the server, and failed runs.");
+pub const WARNINGS: Def = counter(
+    "nats_cutover_warnings_total",
+    "Warnings the cut-over engine reported (e.g. a stuck message let through).",
+);
+pub const ERRORS: Def =
+    counter("nats_cutover_errors_total", "Failed reads of the server, and failed runs.");
 
 /// What `run` serves.
-pub const RUN: &[Def] = &[STEP, STEP_SECONDS, CONSUMERS_MOVED, CATCHUP_REMAINING, NUM_PENDING, NUM_ACK_PENDING, CHECKPOINT, WARNINGS, ERRORS];
+pub const RUN: &[Def] = &[
+    STEP,
+    STEP_SECONDS,
+    CONSUMERS_MOVED,
+    CATCHUP_REMAINING,
+    NUM_PENDING,
+    NUM_ACK_PENDING,
+    CHECKPOINT,
+    WARNINGS,
+    ERRORS,
+];
 /// What `watch` serves.
-pub const WATCH: &[Def] = &[NUM_PENDING, NUM_ACK_PENDING, NUM_WAITING, DELIVERED, ACK_FLOOR, PAUSED, SETTLED, CHECKPOINT, STATUS, TICKS, ERRORS];
+pub const WATCH: &[Def] = &[
+    NUM_PENDING,
+    NUM_ACK_PENDING,
+    NUM_WAITING,
+    DELIVERED,
+    ACK_FLOOR,
+    PAUSED,
+    SETTLED,
+    CHECKPOINT,
+    STATUS,
+    TICKS,
+    ERRORS,
+];
 
 type Labels = Vec<(String, String)>;
 
@@ -77,7 +128,9 @@ fn labels(l: &[(&str, &str)]) -> Labels {
 
 impl Registry {
     pub fn new(defs: &[Def]) -> Arc<Self> {
-        Arc::new(Self { families: Mutex::new(defs.iter().map(|d| (*d, BTreeMap::new())).collect()) })
+        Arc::new(Self {
+            families: Mutex::new(defs.iter().map(|d| (*d, BTreeMap::new())).collect()),
+        })
     }
 
     fn with(&self, def: &Def, f: impl FnOnce(&mut BTreeMap<Labels, f64>)) {
@@ -136,7 +189,12 @@ fn fmt_labels(l: &Labels) -> String {
     if l.is_empty() {
         return String::new();
     }
-    let parts: Vec<String> = l.iter().map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n"))).collect();
+    let parts: Vec<String> = l
+        .iter()
+        .map(|(k, v)| {
+            format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n"))
+        })
+        .collect();
     format!("{{{}}}", parts.join(","))
 }
 
@@ -195,9 +253,19 @@ async fn answer(mut conn: TcpStream, reg: &Registry) -> std::io::Result<()> {
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
     let (status, ctype, body) = match (method, path) {
-        ("GET" | "HEAD", "/metrics") => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", reg.render()),
-        ("GET" | "HEAD", _) => ("404 Not Found", "text/plain; charset=utf-8", "not found: metrics are at /metrics\n".to_string()),
-        _ => ("405 Method Not Allowed", "text/plain; charset=utf-8", "only GET /metrics\n".to_string()),
+        ("GET" | "HEAD", "/metrics") => {
+            ("200 OK", "text/plain; version=0.0.4; charset=utf-8", reg.render())
+        }
+        ("GET" | "HEAD", _) => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found: metrics are at /metrics\n".to_string(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "only GET /metrics\n".to_string(),
+        ),
     };
     let mut resp = format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
     if method != "HEAD" {
@@ -262,7 +330,11 @@ mod tests {
             ev("progress", "catch_up", json!({"remaining": 42})),
             ev("progress", "consumer worker", json!({"ack_pending": 3, "delivered": 10})),
             ev("progress", "consumer worker", json!({"checkpoint": 12, "drain_ms": 4})),
-            ev("progress", "consumer worker", json!({"moved": true, "checkpoint": 12, "b_start": 13})),
+            ev(
+                "progress",
+                "consumer worker",
+                json!({"moved": true, "checkpoint": 12, "b_start": 13}),
+            ),
             ev("warning", "consumer worker", json!({"message": "stuck"})),
         ] {
             record_event(&reg, "A", &e);
@@ -277,7 +349,10 @@ mod tests {
         record_event(&reg, "A", &ev("step_done", "catch_up", json!({"ms": 250.0})));
         assert_eq!(reg.get(&STEP, &[("migration", "A.B"), ("step", "catch_up")]), Some(2.0));
         assert_eq!(reg.get(&CATCHUP_REMAINING, &[("migration", "A.B")]), Some(0.0));
-        assert_eq!(reg.get(&STEP_SECONDS, &[("migration", "A.B"), ("step", "catch_up")]), Some(0.25));
+        assert_eq!(
+            reg.get(&STEP_SECONDS, &[("migration", "A.B"), ("step", "catch_up")]),
+            Some(0.25)
+        );
     }
 
     #[test]
@@ -287,7 +362,10 @@ mod tests {
         let t = reg.render();
         assert!(t.contains("# TYPE nats_cutover_consumer_num_pending gauge\n"), "{t}");
         assert!(t.contains("nats_cutover_consumer_num_pending{stream_name=\"A\",consumer_name=\"we\\\"ird\\\\\"} 7\n"), "{t}");
-        assert!(t.contains("# TYPE nats_cutover_errors_total counter\nnats_cutover_errors_total 0\n"), "{t}");
+        assert!(
+            t.contains("# TYPE nats_cutover_errors_total counter\nnats_cutover_errors_total 0\n"),
+            "{t}"
+        );
     }
 
     #[test]

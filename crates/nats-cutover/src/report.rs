@@ -16,8 +16,8 @@
 use cutover_app::load::{LoadReport, Sample};
 use cutover_app::scenario::Outcome;
 use cutover_core::journal::Journal;
-use cutover_core::verify::Report as VerifyReport;
 use cutover_core::plan::Plan;
+use cutover_core::verify::Report as VerifyReport;
 use cutover_nats::engine::Event;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -78,11 +78,22 @@ impl ReportData {
             kind: "demo".into(),
             server_version: o.server_version.clone(),
             started_ms: o.started_ms,
-            load: Some(LoadSection { rate: o.rate, workers: o.workers, report: o.load.clone(), verified: o.verified }),
+            load: Some(LoadSection {
+                rate: o.rate,
+                workers: o.workers,
+                report: o.load.clone(),
+                verified: o.verified,
+            }),
             consumer_samples: o
                 .consumer_samples
                 .iter()
-                .map(|s| ConsumerPoint { t_ms: s.t_ms, stream: s.stream.clone(), consumer: consumer.clone(), num_pending: s.num_pending, num_ack_pending: s.num_ack_pending })
+                .map(|s| ConsumerPoint {
+                    t_ms: s.t_ms,
+                    stream: s.stream.clone(),
+                    consumer: consumer.clone(),
+                    num_pending: s.num_pending,
+                    num_ack_pending: s.num_ack_pending,
+                })
                 .collect(),
             events: o.events.clone(),
             journal: Some(o.journal.clone()),
@@ -149,7 +160,11 @@ pub fn rates(samples: &[Sample], window_ms: u64) -> Vec<RatePoint> {
             continue;
         }
         let per_s = |a: u64, b: u64| b.saturating_sub(a) as f64 * 1000.0 / dt as f64;
-        out.push(RatePoint { t: s.t_ms as f64 / 1000.0, publish: per_s(p.published, s.published), processed: per_s(p.processed, s.processed) });
+        out.push(RatePoint {
+            t: s.t_ms as f64 / 1000.0,
+            publish: per_s(p.published, s.published),
+            processed: per_s(p.processed, s.processed),
+        });
     }
     out
 }
@@ -169,14 +184,26 @@ pub fn step_spans(events: &[Event], started_ms: u64) -> Vec<StepSpan> {
     let mut spans: Vec<StepSpan> = vec![];
     for e in events {
         match e.kind.as_str() {
-            "step_started" => spans.push(StepSpan { name: e.step.clone(), start: secs(e.ts_ms), end: None, ms: None }),
+            "step_started" => spans.push(StepSpan {
+                name: e.step.clone(),
+                start: secs(e.ts_ms),
+                end: None,
+                ms: None,
+            }),
             "step_done" => {
-                if let Some(s) = spans.iter_mut().rev().find(|s| s.name == e.step && s.end.is_none()) {
+                if let Some(s) =
+                    spans.iter_mut().rev().find(|s| s.name == e.step && s.end.is_none())
+                {
                     s.end = Some(secs(e.ts_ms));
                     s.ms = e.detail["ms"].as_f64();
                 } else {
                     // Done without a start in this recording (resumed run): a point.
-                    spans.push(StepSpan { name: e.step.clone(), start: secs(e.ts_ms), end: Some(secs(e.ts_ms)), ms: e.detail["ms"].as_f64() });
+                    spans.push(StepSpan {
+                        name: e.step.clone(),
+                        start: secs(e.ts_ms),
+                        end: Some(secs(e.ts_ms)),
+                        ms: e.detail["ms"].as_f64(),
+                    });
                 }
             }
             _ => {}
@@ -203,8 +230,15 @@ pub fn checkpoint_markers(events: &[Event], started_ms: u64) -> (Vec<Marker>, Ve
         // The engine reports a consumer twice: settled at F (with its drain
         // time), then moved (with the new durable's start on B).
         match (d["checkpoint"].as_u64(), d["moved"].as_bool()) {
-            (Some(_), Some(true)) => moves.push(Marker { t: secs(e.ts_ms), label: format!("{consumer} on new stream from seq {}", d["b_start"].as_u64().unwrap_or(0)) }),
-            (Some(f), _) if d.get("drain_ms").is_some() => checkpoints.push(Marker { t: secs(e.ts_ms), label: format!("checkpoint {consumer} F={f}") }),
+            (Some(_), Some(true)) => moves.push(Marker {
+                t: secs(e.ts_ms),
+                label: format!(
+                    "{consumer} on new stream from seq {}",
+                    d["b_start"].as_u64().unwrap_or(0)
+                ),
+            }),
+            (Some(f), _) if d.get("drain_ms").is_some() => checkpoints
+                .push(Marker { t: secs(e.ts_ms), label: format!("checkpoint {consumer} F={f}") }),
             _ => {}
         }
     }
@@ -309,14 +343,37 @@ fn verify_section(h: &mut String, v: &VerifyReport) {
             ]
         })
         .collect();
-    table(h, &["consumer", "checked", "lost", "duplicated", "extra", "out of order", "gaps", "overlaps", "settled at F", "F (old)", "start (new)"], &rows);
+    table(
+        h,
+        &[
+            "consumer",
+            "checked",
+            "lost",
+            "duplicated",
+            "extra",
+            "out of order",
+            "gaps",
+            "overlaps",
+            "settled at F",
+            "F (old)",
+            "start (new)",
+        ],
+        &rows,
+    );
     if !v.offenders.is_empty() {
         let rows: Vec<Vec<String>> = v
             .offenders
             .iter()
             .map(|o| {
                 let opt = |x: Option<u64>| x.map(|n| n.to_string()).unwrap_or_else(|| "-".into());
-                vec![o.kind.as_str().into(), o.consumer.clone().unwrap_or_else(|| "-".into()), opt(o.a_seq), opt(o.b_seq), o.msg_id.clone().unwrap_or_else(|| "-".into()), o.detail.clone()]
+                vec![
+                    o.kind.as_str().into(),
+                    o.consumer.clone().unwrap_or_else(|| "-".into()),
+                    opt(o.a_seq),
+                    opt(o.b_seq),
+                    o.msg_id.clone().unwrap_or_else(|| "-".into()),
+                    o.detail.clone(),
+                ]
             })
             .collect();
         h.push_str("<p>Offending messages (the first of each kind):</p>");
@@ -337,7 +394,9 @@ fn script_json(v: &Value) -> String {
 pub fn render(d: &ReportData) -> String {
     let plan = &d.plan;
     let (verdict_class, verdict) = d.verdict();
-    let generated = time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+    let generated = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
     let mut h = String::new();
     let _ = write!(
         h,
@@ -375,22 +434,41 @@ pub fn render(d: &ReportData) -> String {
             let r = &l.report;
             rows.push(vec!["workload".into(), format!("{} msg/s, {} workers", l.rate, l.workers)]);
             rows.push(vec!["published (acked by JetStream)".into(), r.published.to_string()]);
-            rows.push(vec!["processed".into(), format!("{} ({} unique)", r.processed_total, r.processed_unique)]);
+            rows.push(vec![
+                "processed".into(),
+                format!("{} ({} unique)", r.processed_total, r.processed_unique),
+            ]);
             rows.push(vec!["lost".into(), r.lost.len().to_string()]);
             rows.push(vec!["duplicated".into(), r.duplicated.len().to_string()]);
             rows.push(vec!["extra (processed, never published)".into(), r.extra.len().to_string()]);
-            rows.push(vec!["publish retries (same msg-id) / failures".into(), format!("{} / {}", r.publish_retries, r.publish_failures)]);
+            rows.push(vec![
+                "publish retries (same msg-id) / failures".into(),
+                format!("{} / {}", r.publish_retries, r.publish_failures),
+            ]);
             rows.push(vec!["max publisher stall".into(), ms(r.max_publish_stall_ms)]);
             rows.push(vec!["max consumer gap".into(), ms(r.max_consumer_gap_ms)]);
         }
-        None => rows.push(vec!["workload".into(), "none measured: `run` moves real applications; `demo` measures a workload end to end".into()]),
+        None => rows.push(vec![
+            "workload".into(),
+            "none measured: `run` moves real applications; `demo` measures a workload end to end"
+                .into(),
+        ]),
     }
-    rows.push(vec!["cut-over duration".into(), d.cutover_ms().map(ms).unwrap_or_else(|| "-".into())]);
+    rows.push(vec![
+        "cut-over duration".into(),
+        d.cutover_ms().map(ms).unwrap_or_else(|| "-".into()),
+    ]);
     table(&mut h, &["measure", "value"], &rows);
     let spans = step_spans(&d.events, d.started_ms);
     let step_rows: Vec<Vec<String>> = spans
         .iter()
-        .map(|s| vec![s.name.clone(), format!("{:.3} s", s.start), s.ms.map(ms).unwrap_or_else(|| "unfinished".into())])
+        .map(|s| {
+            vec![
+                s.name.clone(),
+                format!("{:.3} s", s.start),
+                s.ms.map(ms).unwrap_or_else(|| "unfinished".into()),
+            ]
+        })
         .collect();
     h.push_str("<h3>Steps</h3>");
     table(&mut h, &["step", "started at", "duration"], &step_rows);
@@ -452,8 +530,22 @@ pub fn render(d: &ReportData) -> String {
                 })
                 .collect();
             let _ = write!(h, "<p>Migration {}, phase {}.</p>", esc(&j.id), esc(j.phase.as_str()));
-            let (f_col, start_col) = (format!("checkpoint F on {}", j.from), format!("start on {}", j.to));
-            table(&mut h, &["consumer", "phase", &f_col, &start_col, "gets", "drain", "nudges", "settled state at F"], &rows);
+            let (f_col, start_col) =
+                (format!("checkpoint F on {}", j.from), format!("start on {}", j.to));
+            table(
+                &mut h,
+                &[
+                    "consumer",
+                    "phase",
+                    &f_col,
+                    &start_col,
+                    "gets",
+                    "drain",
+                    "nudges",
+                    "settled state at F",
+                ],
+                &rows,
+            );
         }
         None => h.push_str("<p>No journal was written.</p>"),
     }
@@ -470,17 +562,38 @@ pub fn render(d: &ReportData) -> String {
         plan.mode.as_str(),
         esc(&plan.server_version.to_string())
     );
-    let findings: Vec<Vec<String>> = plan.findings.iter().map(|f| vec![f.scope.clone(), f.setting.clone(), f.from.clone(), f.to.clone(), f.verdict.as_str().into(), f.reason.clone()]).collect();
+    let findings: Vec<Vec<String>> = plan
+        .findings
+        .iter()
+        .map(|f| {
+            vec![
+                f.scope.clone(),
+                f.setting.clone(),
+                f.from.clone(),
+                f.to.clone(),
+                f.verdict.as_str().into(),
+                f.reason.clone(),
+            ]
+        })
+        .collect();
     h.push_str("<h3>Findings</h3>");
     table(&mut h, &["scope", "setting", "from", "to", "verdict", "reason"], &findings);
-    let _ = write!(h, "<h3>Checkpoint rule</h3><p>{}</p><h3>Steps</h3><ol>", esc(&plan.checkpoint_rule));
+    let _ = write!(
+        h,
+        "<h3>Checkpoint rule</h3><p>{}</p><h3>Steps</h3><ol>",
+        esc(&plan.checkpoint_rule)
+    );
     for s in &plan.steps {
         let _ = write!(h, "<li><b>{}</b>: {}</li>", esc(&s.title), esc(&s.detail));
     }
     h.push_str("</ol></section>");
 
     let _ = write!(h, "<footer>{} engine events recorded.</footer>", d.events.len());
-    let _ = write!(h, "<script id=chart-data type=application/json>{}</script>", script_json(&chart_data(d)));
+    let _ = write!(
+        h,
+        "<script id=chart-data type=application/json>{}</script>",
+        script_json(&chart_data(d))
+    );
     let _ = write!(h, "<script>{CHART}</script></body></html>");
     h
 }
@@ -620,7 +733,9 @@ mod tests {
 
     #[test]
     fn rates_come_from_cumulative_counters_over_a_trailing_window() {
-        let s: Vec<Sample> = (0..5).map(|i| Sample { t_ms: i * 100, published: i * 30, processed: i * 20 }).collect();
+        let s: Vec<Sample> = (0..5)
+            .map(|i| Sample { t_ms: i * 100, published: i * 30, processed: i * 20 })
+            .collect();
         let r = rates(&s, 300);
         assert_eq!(r.len(), 4, "no rate at the first sample");
         assert_eq!(r[0], RatePoint { t: 0.1, publish: 300.0, processed: 200.0 });
@@ -649,16 +764,29 @@ mod tests {
         ];
         let s = step_spans(&e, 500);
         assert_eq!(s.len(), 2);
-        assert_eq!(s[0], StepSpan { name: "create_b".into(), start: 0.5, end: Some(0.51), ms: Some(10.0) });
+        assert_eq!(
+            s[0],
+            StepSpan { name: "create_b".into(), start: 0.5, end: Some(0.51), ms: Some(10.0) }
+        );
         assert_eq!(s[1].end, None, "an unfinished step stays open");
     }
 
     #[test]
     fn checkpoints_and_moves_come_from_consumer_progress() {
         let e = vec![
-            ev(2_000, "progress", "consumer worker", json!({"ack_pending": 3, "delivered": 10, "ack_floor": 7})),
+            ev(
+                2_000,
+                "progress",
+                "consumer worker",
+                json!({"ack_pending": 3, "delivered": 10, "ack_floor": 7}),
+            ),
             ev(2_100, "progress", "consumer worker", json!({"checkpoint": 12, "drain_ms": 40})),
-            ev(2_200, "progress", "consumer worker", json!({"moved": true, "checkpoint": 12, "b_start": 13, "translate_gets": 1})),
+            ev(
+                2_200,
+                "progress",
+                "consumer worker",
+                json!({"moved": true, "checkpoint": 12, "b_start": 13, "translate_gets": 1}),
+            ),
             ev(2_300, "progress", "catch_up", json!({"checkpoint": 1, "drain_ms": 1})),
         ];
         let (c, m) = checkpoint_markers(&e, 2_000);

@@ -24,7 +24,9 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     if req.consumers.is_empty() && !req.all_consumers {
         return Err(plan::PlanError::NoConsumer.into());
     }
-    let version = js.server_version().ok_or_else(|| Error::Config("the server reported no version it could parse".into()))?;
+    let version = js
+        .server_version()
+        .ok_or_else(|| Error::Config("the server reported no version it could parse".into()))?;
     if version < MINIMUM {
         return Err(plan::PlanError::ServerTooOld { found: version }.into());
     }
@@ -38,24 +40,30 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     }
     if req.all_consumers {
         // Ephemeral consumers are their owners' business; only durables move.
-        consumers_raw.retain(|c| c["config"]["durable_name"].as_str().is_some_and(|s| !s.is_empty()));
+        consumers_raw
+            .retain(|c| c["config"]["durable_name"].as_str().is_some_and(|s| !s.is_empty()));
     }
     let mut other_consumers = vec![];
     for n in all.iter().filter(|n| !names.contains(n)) {
         if let Some((raw, _)) = js.consumer_info_opt(&req.from, n).await? {
-            other_consumers.push((n.clone(), raw["config"]["durable_name"].as_str().is_some_and(|s| !s.is_empty())));
+            other_consumers.push((
+                n.clone(),
+                raw["config"]["durable_name"].as_str().is_some_and(|s| !s.is_empty()),
+            ));
         }
     }
     if req.all_consumers {
         // Ephemeral consumers were not "asked for": report them like the others.
-        let asked: Vec<String> = consumers_raw.iter().filter_map(|c| c["name"].as_str().map(String::from)).collect();
+        let asked: Vec<String> =
+            consumers_raw.iter().filter_map(|c| c["name"].as_str().map(String::from)).collect();
         for n in names.iter().filter(|n| !asked.contains(n)) {
             other_consumers.push((n.clone(), false));
         }
     }
     let downstream = downstream_of(js, &req.from, &req.to).await?;
     let account = Some(js.account_info().await?);
-    let facts = ServerFacts { version, a_raw, b_raw, consumers_raw, other_consumers, downstream, account };
+    let facts =
+        ServerFacts { version, a_raw, b_raw, consumers_raw, other_consumers, downstream, account };
     Ok(plan::build(req, &facts)?)
 }
 
@@ -65,7 +73,8 @@ async fn downstream_of(js: &Js, from: &str, to: &str) -> Result<Vec<String>> {
     let mut out = vec![];
     let mut offset = 0usize;
     loop {
-        let page = js.api("list streams", "STREAM.LIST", &serde_json::json!({ "offset": offset })).await?;
+        let page =
+            js.api("list streams", "STREAM.LIST", &serde_json::json!({ "offset": offset })).await?;
         let streams = page["streams"].as_array().cloned().unwrap_or_default();
         let total = page["total"].as_u64().unwrap_or(0) as usize;
         for st in &streams {
@@ -75,7 +84,12 @@ async fn downstream_of(js: &Js, from: &str, to: &str) -> Result<Vec<String>> {
                 continue;
             }
             let mirrors = cfg["mirror"]["name"].as_str() == Some(from);
-            let sources = cfg["sources"].as_array().is_some_and(|a| a.iter().any(|s| s["name"].as_str() == Some(from) && s.get("external").is_none_or(|x| x.is_null())));
+            let sources = cfg["sources"].as_array().is_some_and(|a| {
+                a.iter().any(|s| {
+                    s["name"].as_str() == Some(from)
+                        && s.get("external").is_none_or(|x| x.is_null())
+                })
+            });
             if mirrors || sources {
                 out.push(name.to_string());
             }

@@ -42,7 +42,21 @@ pub async fn source_progress(js: &Js, b: &str, origin: &str) -> Result<SourcePro
     let caught_up = match sourced {
         Some(s) if s >= a_last => true,
         _ if a_info.state.messages == 0 => true,
-        s => js.next_sourced(&a_info, b_info.config.sources.iter().find(|x| x.name == origin), s.unwrap_or(0)).await?.is_none(),
+        s => js
+            .next_sourced(
+                &a_info,
+                b_info.config.sources.iter().find(|x| x.name == origin),
+                s.unwrap_or(0),
+            )
+            .await?
+            .is_none(),
     };
-    Ok(SourceProgress { origin: origin.into(), origin_last_seq: a_last, sourced_origin_seq: sourced, b_last_seq: b_info.state.last_seq, caught_up, reported_lag })
+    Ok(SourceProgress {
+        origin: origin.into(),
+        origin_last_seq: a_last,
+        sourced_origin_seq: sourced,
+        b_last_seq: b_info.state.last_seq,
+        caught_up,
+        reported_lag,
+    })
 }

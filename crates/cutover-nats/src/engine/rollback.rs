@@ -21,7 +21,9 @@ pub async fn load(js: &Js, id: &str) -> Result<(JournalStore, Journal)> {
     let store = JournalStore::open(js, false)
         .await?
         .ok_or_else(|| Error::Journal("no migration journal on this server (KV bucket CUTOVER does not exist): no migration was started here; start one with `nats-cutover run`".into()))?;
-    let j = store.load(id).await?.ok_or_else(|| Error::Journal(format!("no migration {id:?}; list them with `nats-cutover status`")))?;
+    let j = store.load(id).await?.ok_or_else(|| {
+        Error::Journal(format!("no migration {id:?}; list them with `nats-cutover status`"))
+    })?;
     Ok((store, j))
 }
 
@@ -38,7 +40,15 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
         )));
     }
     let lease = Lease::acquire(&store, &j.from, id, lease_ttl).await?;
-    let emit = |step: &str, detail: serde_json::Value| sink.emit(Event { ts_ms: now_ms(), migration: id.into(), kind: "step_done".into(), step: step.into(), detail });
+    let emit = |step: &str, detail: serde_json::Value| {
+        sink.emit(Event {
+            ts_ms: now_ms(),
+            migration: id.into(),
+            kind: "step_done".into(),
+            step: step.into(),
+            detail,
+        })
+    };
     let version = js.server_version();
     // Publishers first: A takes its subjects back if it released them.
     let (a_raw, a) = js.stream_info(&j.from).await?;
@@ -61,7 +71,9 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
             if let Some((_, bc)) = js.consumer_info_opt(&j.to, &c.name).await? {
                 // Hold the new durable still and learn what it settled.
                 js.consumer_pause(&j.to, &c.name, Some("9999-01-01T00:00:00Z")).await?;
-                let deadline = Instant::now() + Duration::from_secs(60).max(cutover_core::model::nanos(bc.config.ack_wait) * 3);
+                let deadline = Instant::now()
+                    + Duration::from_secs(60)
+                        .max(cutover_core::model::nanos(bc.config.ack_wait) * 3);
                 let f_b = loop {
                     let (_, ci) = js.consumer_info(&j.to, &c.name).await?;
                     if let Some(f) = assess(&ci).stable.then_some(ci.delivered.stream_seq) {
@@ -87,7 +99,12 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
                         if !version.is_some_and(|v| v.features().consumer_reset) {
                             return Err(Error::Unsafe(format!("consumer {} processed messages on {} up to origin {o}; moving the old durable past them needs consumer reset (2.14+); roll forward instead", c.name, j.to)));
                         }
-                        js.api(&format!("reset consumer {}/{}", j.from, c.name), &format!("CONSUMER.RESET.{}.{}", j.from, c.name), &json!({ "seq": o + 1 })).await?;
+                        js.api(
+                            &format!("reset consumer {}/{}", j.from, c.name),
+                            &format!("CONSUMER.RESET.{}.{}", j.from, c.name),
+                            &json!({ "seq": o + 1 }),
+                        )
+                        .await?;
                         emit(&format!("consumer {}", c.name), json!({ "reset_to": o + 1 }));
                     }
                 }

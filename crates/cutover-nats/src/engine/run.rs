@@ -77,7 +77,13 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn emit(&self, kind: &str, step: &str, detail: Value) {
-        self.sink.emit(Event { ts_ms: now_ms(), migration: self.id.clone(), kind: kind.into(), step: step.into(), detail });
+        self.sink.emit(Event {
+            ts_ms: now_ms(),
+            migration: self.id.clone(),
+            kind: kind.into(),
+            step: step.into(),
+            detail,
+        });
     }
 
     async fn save(&self) -> Result<()> {
@@ -90,7 +96,10 @@ impl Ctx<'_> {
         self.lease.lock().await.renew_if_due(&self.store).await?;
         if interruptible && *self.shutdown.borrow() {
             let j = self.journal.lock().await;
-            return Err(Error::Interrupted { id: j.id.clone(), step: j.in_progress.clone().unwrap_or_else(|| j.phase.as_str().into()) });
+            return Err(Error::Interrupted {
+                id: j.id.clone(),
+                step: j.in_progress.clone().unwrap_or_else(|| j.phase.as_str().into()),
+            });
         }
         Ok(())
     }
@@ -102,7 +111,13 @@ impl Ctx<'_> {
         Ok(Instant::now())
     }
 
-    async fn done(&self, step: &str, started: Instant, phase: Option<Phase>, detail: Value) -> Result<()> {
+    async fn done(
+        &self,
+        step: &str,
+        started: Instant,
+        phase: Option<Phase>,
+        detail: Value,
+    ) -> Result<()> {
         {
             let mut j = self.journal.lock().await;
             j.end_step(now_ms());
@@ -122,24 +137,45 @@ impl Ctx<'_> {
 }
 
 /// Runs (or resumes) the migration the plan describes. Returns the final journal.
-pub async fn run(js: &Js, plan: Plan, opts: &RunOptions, sink: &dyn Sink, shutdown: watch::Receiver<bool>) -> Result<Journal> {
+pub async fn run(
+    js: &Js,
+    plan: Plan,
+    opts: &RunOptions,
+    sink: &dyn Sink,
+    shutdown: watch::Receiver<bool>,
+) -> Result<Journal> {
     let id = migration_id(&plan.from, &plan.to);
     let store = JournalStore::open(js, true).await?.expect("created");
     let lease = Lease::acquire(&store, &plan.from, &id, opts.lease_ttl).await?;
     let journal = match store.load(&id).await? {
         Some(j) if j.phase == Phase::Done => {
             lease.release(&store).await?;
-            sink.emit(Event { ts_ms: now_ms(), migration: id.clone(), kind: "info".into(), step: "done".into(), detail: json!({"message": "migration already complete"}) });
+            sink.emit(Event {
+                ts_ms: now_ms(),
+                migration: id.clone(),
+                kind: "info".into(),
+                step: "done".into(),
+                detail: json!({"message": "migration already complete"}),
+            });
             return Ok(j);
         }
         Some(j) if j.phase != Phase::RolledBack => {
-            sink.emit(Event { ts_ms: now_ms(), migration: id.clone(), kind: "info".into(), step: "resume".into(), detail: json!({"phase": j.phase.as_str(), "in_progress": j.in_progress}) });
+            sink.emit(Event {
+                ts_ms: now_ms(),
+                migration: id.clone(),
+                kind: "info".into(),
+                step: "resume".into(),
+                detail: json!({"phase": j.phase.as_str(), "in_progress": j.in_progress}),
+            });
             j
         }
         _ => {
             if !plan.safe {
                 lease.release(&store).await?;
-                let reasons: Vec<String> = plan.unsafe_findings().map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason)).collect();
+                let reasons: Vec<String> = plan
+                    .unsafe_findings()
+                    .map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason))
+                    .collect();
                 return Err(Error::Unsafe(reasons.join("; ")));
             }
             let (_, a) = js.stream_info(&plan.from).await?;
@@ -148,12 +184,22 @@ pub async fn run(js: &Js, plan: Plan, opts: &RunOptions, sink: &dyn Sink, shutdo
                 let (_, ci) = js.consumer_info(&plan.from, &c.name).await?;
                 paused.push((c.name.clone(), ci.paused));
             }
-            let mut j = Journal::new(plan, a.config.subjects.clone(), &paused, opts.delete_old, now_ms());
+            let mut j =
+                Journal::new(plan, a.config.subjects.clone(), &paused, opts.delete_old, now_ms());
             j.keep_old_consumers = opts.keep_old_consumers && !opts.delete_old;
             j
         }
     };
-    let ctx = Ctx { js, store: store.clone(), lease: Mutex::new(lease), journal: Mutex::new(journal), sink, shutdown, opts, id };
+    let ctx = Ctx {
+        js,
+        store: store.clone(),
+        lease: Mutex::new(lease),
+        journal: Mutex::new(journal),
+        sink,
+        shutdown,
+        opts,
+        id,
+    };
     ctx.save().await?;
     let result = drive(&ctx).await;
     let mut j = ctx.journal.lock().await.clone();
@@ -256,7 +302,14 @@ async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
     let t = ctx.begin("move_consumers").await?;
     let todo: Vec<ConsumerPlan> = {
         let j = ctx.journal.lock().await;
-        j.plan.consumers.iter().filter(|c| j.consumers.iter().any(|p| p.name == c.name && p.phase < ConsumerPhase::Created)).cloned().collect()
+        j.plan
+            .consumers
+            .iter()
+            .filter(|c| {
+                j.consumers.iter().any(|p| p.name == c.name && p.phase < ConsumerPhase::Created)
+            })
+            .cloned()
+            .collect()
     };
     // Concurrently: each consumer drains on its own; no timer stacks up.
     let results = futures::future::join_all(todo.iter().map(|c| move_consumer(ctx, c))).await;
@@ -267,10 +320,24 @@ async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
     // route leaves the route missing: write every moved consumer's route again.
     let (from, to, moved) = {
         let j = ctx.journal.lock().await;
-        (j.from.clone(), j.to.clone(), j.consumers.iter().filter(|c| c.phase >= ConsumerPhase::Created).cloned().collect::<Vec<_>>())
+        (
+            j.from.clone(),
+            j.to.clone(),
+            j.consumers
+                .iter()
+                .filter(|c| c.phase >= ConsumerPhase::Created)
+                .cloned()
+                .collect::<Vec<_>>(),
+        )
     };
     for c in moved {
-        let route = Route { stream: to.clone(), consumer: c.name.clone(), migration: ctx.id.clone(), checkpoint: c.checkpoint.unwrap_or(0), start_seq: c.b_start.unwrap_or(0) };
+        let route = Route {
+            stream: to.clone(),
+            consumer: c.name.clone(),
+            migration: ctx.id.clone(),
+            checkpoint: c.checkpoint.unwrap_or(0),
+            start_seq: c.b_start.unwrap_or(0),
+        };
         ctx.store.put_route(&from, &c.name, &route).await?;
     }
     ctx.done("move_consumers", t, Some(Phase::ConsumersMoved), json!({ "moved": todo.len() })).await
@@ -280,7 +347,8 @@ async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
 async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
     let (from, to, prior) = {
         let j = ctx.journal.lock().await;
-        let p = j.consumers.iter().find(|p| p.name == cp.name).cloned().expect("consumer in journal");
+        let p =
+            j.consumers.iter().find(|p| p.name == cp.name).cloned().expect("consumer in journal");
         (j.from.clone(), j.to.clone(), p)
     };
     let name = cp.name.as_str();
@@ -347,7 +415,13 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         p.translate_gets = Some(gets);
     }
     ctx.save().await?;
-    let route = Route { stream: to.clone(), consumer: name.to_string(), migration: ctx.id.clone(), checkpoint: f, start_seq: start };
+    let route = Route {
+        stream: to.clone(),
+        consumer: name.to_string(),
+        migration: ctx.id.clone(),
+        checkpoint: f,
+        start_seq: start,
+    };
     ctx.store.put_route(&from, name, &route).await?;
     ctx.emit("progress", &step, json!({ "moved": true, "checkpoint": f, "b_start": start, "translate_gets": gets, "gap_ms": started.elapsed().as_secs_f64() * 1000.0 }));
     if let Some(h) = &ctx.opts.after_step {
@@ -367,7 +441,8 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
     let mut paused_at = Instant::now();
     let (_, first) = ctx.js.consumer_info(stream, name).await?;
     let ack_wait = nanos(first.config.ack_wait).max(Duration::from_millis(1));
-    let deadline = Instant::now() + ctx.opts.settle_timeout.unwrap_or((ack_wait * 10).max(Duration::from_secs(60)));
+    let deadline = Instant::now()
+        + ctx.opts.settle_timeout.unwrap_or((ack_wait * 10).max(Duration::from_secs(60)));
     let mut last: Option<ConsumerInfo> = None;
     let mut last_progress = Instant::now();
     let mut last_emit = Instant::now();
@@ -378,7 +453,10 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
             // Two consecutive reads that agree: replicated consumers report state
             // from their store, which may trail the leader by a proposal.
             if let Some(prev) = &last {
-                if prev.delivered == ci.delivered && prev.ack_floor == ci.ack_floor && prev.num_ack_pending == 0 {
+                if prev.delivered == ci.delivered
+                    && prev.ack_floor == ci.ack_floor
+                    && prev.num_ack_pending == 0
+                {
                     let f = a.checkpoint.expect("stable has a checkpoint");
                     // From here on the old consumer stays paused whatever happens.
                     ctx.js.consumer_pause(stream, name, Some(FOREVER)).await?;
@@ -392,7 +470,10 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
                 }
             }
         }
-        let progressed = last.as_ref().map(|p| p.ack_floor != ci.ack_floor || p.num_ack_pending != ci.num_ack_pending).unwrap_or(true);
+        let progressed = last
+            .as_ref()
+            .map(|p| p.ack_floor != ci.ack_floor || p.num_ack_pending != ci.num_ack_pending)
+            .unwrap_or(true);
         if progressed {
             last_progress = Instant::now();
         }
@@ -410,7 +491,10 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
             let nudge_deadline = Instant::now() + ack_wait;
             loop {
                 let (_, n) = ctx.js.consumer_info(stream, name).await?;
-                if n.delivered.consumer_seq > before || n.num_ack_pending < ci.num_ack_pending || Instant::now() > nudge_deadline {
+                if n.delivered.consumer_seq > before
+                    || n.num_ack_pending < ci.num_ack_pending
+                    || Instant::now() > nudge_deadline
+                {
                     break;
                 }
                 ctx.tick(false).await?;
@@ -444,16 +528,29 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
 /// and `num_pending == 0 && num_ack_pending == 0` (read twice, agreeing) means
 /// every message was delivered and settled, exactly, with no timer. The
 /// quiescent bound derived in the plan is only the deadline for giving up.
-async fn drain_without_pause(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, ConsumerInfo)> {
+async fn drain_without_pause(
+    ctx: &Ctx<'_>,
+    stream: &str,
+    name: &str,
+) -> Result<(u64, ConsumerInfo)> {
     let (stopped, bound) = {
         let j = ctx.journal.lock().await;
-        (j.plan.publishers_stopped, j.plan.quiescence.iter().find(|(c, _)| c == name).and_then(|(_, q)| q.interval))
+        (
+            j.plan.publishers_stopped,
+            j.plan.quiescence.iter().find(|(c, _)| c == name).and_then(|(_, q)| q.interval),
+        )
     };
     if !stopped {
         return Err(Error::Unsafe(format!("server {} cannot pause consumers: stop the publishers and run with --publishers-stopped, or upgrade to 2.11+", ctx.js.server_version().map(|v| v.to_string()).unwrap_or_default())));
     }
     let step = format!("consumer {name}");
-    let deadline = Instant::now() + ctx.opts.settle_timeout.or(bound).unwrap_or(Duration::from_secs(60)).max(Duration::from_secs(5));
+    let deadline = Instant::now()
+        + ctx
+            .opts
+            .settle_timeout
+            .or(bound)
+            .unwrap_or(Duration::from_secs(60))
+            .max(Duration::from_secs(5));
     let mut last: Option<ConsumerInfo> = None;
     let mut last_emit = Instant::now();
     loop {
@@ -461,13 +558,21 @@ async fn drain_without_pause(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<
         let quiet = ci.num_pending == 0 && ci.num_ack_pending == 0;
         if quiet {
             if let Some(prev) = &last {
-                if prev.delivered == ci.delivered && prev.ack_floor == ci.ack_floor && prev.num_pending == 0 && prev.num_ack_pending == 0 {
+                if prev.delivered == ci.delivered
+                    && prev.ack_floor == ci.ack_floor
+                    && prev.num_pending == 0
+                    && prev.num_ack_pending == 0
+                {
                     let (_, a) = ctx.js.stream_info(stream).await?;
                     let f = ci.delivered.stream_seq;
                     // Publishers really are stopped only if A did not grow while we looked.
                     let (_, again) = ctx.js.consumer_info(stream, name).await?;
                     let (_, a2) = ctx.js.stream_info(stream).await?;
-                    if a2.state.last_seq == a.state.last_seq && again.delivered == ci.delivered && again.num_pending == 0 && again.num_ack_pending == 0 {
+                    if a2.state.last_seq == a.state.last_seq
+                        && again.delivered == ci.delivered
+                        && again.num_pending == 0
+                        && again.num_ack_pending == 0
+                    {
                         return Ok((f, again));
                     }
                 }
@@ -537,7 +642,9 @@ pub async fn translate_once(js: &Js, from: &str, to: &str, f: u64) -> Result<Opt
         let m = js.get_msg(to, p, false, direct).await?;
         let probe = match m {
             Some(m) if m.seq <= b_last => {
-                let o = m.origin_seq(from)?.ok_or_else(|| Error::Unsafe(format!("message {} of {to} did not come from {from}", m.seq)))?;
+                let o = m.origin_seq(from)?.ok_or_else(|| {
+                    Error::Unsafe(format!("message {} of {to} did not come from {from}", m.seq))
+                })?;
                 Some((m.seq, o))
             }
             _ => None,
@@ -579,7 +686,8 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
     // No Ctrl-C from here to the end of the step: stopping between the two
     // updates would leave publishers with no stream.
     let (a_raw, a) = ctx.js.stream_info(&from).await?;
-    let held: Vec<&String> = a.config.subjects.iter().filter(|s| final_subjects.contains(s)).collect();
+    let held: Vec<&String> =
+        a.config.subjects.iter().filter(|s| final_subjects.contains(s)).collect();
     if !held.is_empty() {
         let mut cfg = a_raw["config"].clone();
         cfg["subjects"] = json!([]);
@@ -610,7 +718,13 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
         ctx.js.stream_update(&cfg).await?;
     }
     let window_ms = released.elapsed().as_secs_f64() * 1000.0;
-    ctx.done("move_publishers", t, Some(Phase::SubjectsMoved), json!({ "a_final_seq": a.state.last_seq, "no_stream_window_ms": window_ms })).await
+    ctx.done(
+        "move_publishers",
+        t,
+        Some(Phase::SubjectsMoved),
+        json!({ "a_final_seq": a.state.last_seq, "no_stream_window_ms": window_ms }),
+    )
+    .await
 }
 
 async fn seal_a(ctx: &Ctx<'_>) -> Result<()> {
@@ -638,7 +752,13 @@ async fn remove_source(ctx: &Ctx<'_>) -> Result<()> {
     let (raw, b) = ctx.js.stream_info(&to).await?;
     if b.config.sources.iter().any(|s| s.name == from) {
         let mut cfg = raw["config"].clone();
-        let rest: Vec<Value> = cfg["sources"].as_array().cloned().unwrap_or_default().into_iter().filter(|s| s["name"] != json!(from)).collect();
+        let rest: Vec<Value> = cfg["sources"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|s| s["name"] != json!(from))
+            .collect();
         if rest.is_empty() {
             cfg.as_object_mut().unwrap().remove("sources");
         } else {
@@ -652,7 +772,12 @@ async fn remove_source(ctx: &Ctx<'_>) -> Result<()> {
 async fn retire(ctx: &Ctx<'_>) -> Result<()> {
     let (from, names, delete_old, keep) = {
         let j = ctx.journal.lock().await;
-        (j.from.clone(), j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>(), j.delete_old, j.keep_old_consumers)
+        (
+            j.from.clone(),
+            j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+            j.delete_old,
+            j.keep_old_consumers,
+        )
     };
     let t = ctx.begin("retire").await?;
     // Kept durables stay paused until year 9999 and A is sealed: they can never
@@ -668,5 +793,11 @@ async fn retire(ctx: &Ctx<'_>) -> Result<()> {
     if delete_old && ctx.js.stream_info_opt(&from).await?.is_some() {
         ctx.js.stream_delete(&from).await?;
     }
-    ctx.done("retire", t, Some(Phase::Done), json!({ "deleted_old_stream": delete_old, "kept_old_consumers": keep })).await
+    ctx.done(
+        "retire",
+        t,
+        Some(Phase::Done),
+        json!({ "deleted_old_stream": delete_old, "kept_old_consumers": keep }),
+    )
+    .await
 }

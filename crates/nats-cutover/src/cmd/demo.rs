@@ -25,11 +25,20 @@ pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
         return Err(Coded(exit::INCOMPATIBLE, "this version demonstrates --strategy source --mode drain; the other strategies and modes are planned".into()).into());
     }
     if a.duration < Duration::from_secs(2) || a.duration > Duration::from_secs(600) {
-        return Err(Coded(exit::BAD_INPUT, "--duration must be between 2s and 10m (the workload is bounded)".into()).into());
+        return Err(Coded(
+            exit::BAD_INPUT,
+            "--duration must be between 2s and 10m (the workload is bounded)".into(),
+        )
+        .into());
     }
-    let server = NatsServer::start_with(ServerOptions::default()).map_err(|e| Coded(exit::FAILED, e))?;
+    let server =
+        NatsServer::start_with(ServerOptions::default()).map_err(|e| Coded(exit::FAILED, e))?;
     if !json_out {
-        println!("nats-server {PINNED_VERSION} on {} (store in {})", server.url(), server.dir().display());
+        println!(
+            "nats-server {PINNED_VERSION} on {} (store in {})",
+            server.url(),
+            server.dir().display()
+        );
     }
     let cfg = ScenarioConfig {
         load: LoadConfig {
@@ -69,7 +78,9 @@ pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
     if let Some(path) = &a.report {
         let mut data = crate::report::ReportData::from_outcome(&outcome);
         data.verify = Some(verify.clone());
-        crate::report::write(path, &data).map_err(|e| Coded(exit::BAD_INPUT, format!("cannot write report {}: {e}", path.display())))?;
+        crate::report::write(path, &data).map_err(|e| {
+            Coded(exit::BAD_INPUT, format!("cannot write report {}: {e}", path.display()))
+        })?;
         if !json_out {
             println!("report: {}", path.display());
         }
@@ -101,7 +112,9 @@ async fn verify_streams(url: &str) -> Result<cutover_core::verify::Report, Strin
     let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
     let js = cutover_nats::Js::new(client, Duration::from_secs(5));
     let id = cutover_core::journal::migration_id(STREAM, NEW_STREAM);
-    cutover_nats::verify::verify(&js, &id, &cutover_nats::verify::VerifyOptions::default(), &|_| {}).await.map_err(|e| e.to_string())
+    cutover_nats::verify::verify(&js, &id, &cutover_nats::verify::VerifyOptions::default(), &|_| {})
+        .await
+        .map_err(|e| e.to_string())
 }
 
 pub fn summary_json(o: &Outcome) -> serde_json::Value {
@@ -130,19 +143,35 @@ pub fn summary_json(o: &Outcome) -> serde_json::Value {
 fn print_summary(o: &Outcome) {
     let l = &o.load;
     println!();
-    println!("{}", table(&["measure", "value"], &[
-        vec!["published (acked by JetStream)".into(), l.published.to_string()],
-        vec!["processed".into(), format!("{} ({} unique)", l.processed_total, l.processed_unique)],
-        vec!["lost".into(), l.lost.len().to_string()],
-        vec!["duplicated".into(), l.duplicated.len().to_string()],
-        vec!["publish retries (same msg-id)".into(), l.publish_retries.to_string()],
-        vec!["max publisher stall (any publish)".into(), format!("{:.1} ms", l.max_publish_stall_ms)],
-        vec!["max stall of a retried publish".into(), format!("{:.1} ms", l.max_retried_publish_ms)],
-        vec!["max consumer gap".into(), format!("{:.1} ms", l.max_consumer_gap_ms)],
-        vec!["cut-over duration".into(), format!("{:.1} ms", o.cutover_ms)],
-    ]));
+    println!(
+        "{}",
+        table(
+            &["measure", "value"],
+            &[
+                vec!["published (acked by JetStream)".into(), l.published.to_string()],
+                vec![
+                    "processed".into(),
+                    format!("{} ({} unique)", l.processed_total, l.processed_unique)
+                ],
+                vec!["lost".into(), l.lost.len().to_string()],
+                vec!["duplicated".into(), l.duplicated.len().to_string()],
+                vec!["publish retries (same msg-id)".into(), l.publish_retries.to_string()],
+                vec![
+                    "max publisher stall (any publish)".into(),
+                    format!("{:.1} ms", l.max_publish_stall_ms)
+                ],
+                vec![
+                    "max stall of a retried publish".into(),
+                    format!("{:.1} ms", l.max_retried_publish_ms)
+                ],
+                vec!["max consumer gap".into(), format!("{:.1} ms", l.max_consumer_gap_ms)],
+                vec!["cut-over duration".into(), format!("{:.1} ms", o.cutover_ms)],
+            ]
+        )
+    );
     println!();
-    let rows: Vec<Vec<String>> = o.step_durations().into_iter().map(|(s, ms)| vec![s, format!("{ms:.1} ms")]).collect();
+    let rows: Vec<Vec<String>> =
+        o.step_durations().into_iter().map(|(s, ms)| vec![s, format!("{ms:.1} ms")]).collect();
     println!("{}", table(&["step", "duration"], &rows));
     for c in &o.journal.consumers {
         println!("consumer {}: checkpoint F = {} on {}, new durable starts at {} on {} ({} gets), drained in {} ms", c.name, c.checkpoint.unwrap_or(0), o.journal.from, c.b_start.unwrap_or(0), o.journal.to, c.translate_gets.unwrap_or(0), c.drain_ms.unwrap_or(0));
@@ -151,6 +180,10 @@ fn print_summary(o: &Outcome) {
     if o.verified {
         println!("VERIFIED: every published message was processed exactly once.");
     } else {
-        println!("NOT VERIFIED: lost {:?} duplicated {:?}", &l.lost[..l.lost.len().min(10)], &l.duplicated[..l.duplicated.len().min(10)]);
+        println!(
+            "NOT VERIFIED: lost {:?} duplicated {:?}",
+            &l.lost[..l.lost.len().min(10)],
+            &l.duplicated[..l.duplicated.len().min(10)]
+        );
     }
 }

@@ -22,7 +22,11 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> anyhow::Res
         }
         sources.push(source_progress(&js, &a.stream, &s.name).await?);
     }
-    let names = if a.consumer.is_empty() { js.consumer_names(&a.stream).await? } else { a.consumer.clone() };
+    let names = if a.consumer.is_empty() {
+        js.consumer_names(&a.stream).await?
+    } else {
+        a.consumer.clone()
+    };
     let mut consumers = vec![];
     for n in &names {
         let (craw, c) = js.consumer_info(&a.stream, n).await?;
@@ -39,19 +43,53 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> anyhow::Res
         return Ok(exit::OK);
     }
     let c = &info.config;
-    println!("Stream {} (server {})", c.name, js.server_version().map(|v| v.to_string()).unwrap_or_default());
+    println!(
+        "Stream {} (server {})",
+        c.name,
+        js.server_version().map(|v| v.to_string()).unwrap_or_default()
+    );
     println!(
         "{}",
         table(
             &["setting", "value"],
             &[
-                vec!["subjects".into(), if c.subjects.is_empty() { "-".into() } else { c.subjects.join(", ") }],
-                vec!["retention / storage / replicas".into(), format!("{} / {} / {}", c.retention, c.storage, c.num_replicas.max(1))],
-                vec!["discard / max_msgs / max_bytes / max_age".into(), format!("{} / {} / {} / {}", c.discard, c.max_msgs, c.max_bytes, nanos(c.max_age))],
+                vec![
+                    "subjects".into(),
+                    if c.subjects.is_empty() { "-".into() } else { c.subjects.join(", ") }
+                ],
+                vec![
+                    "retention / storage / replicas".into(),
+                    format!("{} / {} / {}", c.retention, c.storage, c.num_replicas.max(1))
+                ],
+                vec![
+                    "discard / max_msgs / max_bytes / max_age".into(),
+                    format!(
+                        "{} / {} / {} / {}",
+                        c.discard,
+                        c.max_msgs,
+                        c.max_bytes,
+                        nanos(c.max_age)
+                    )
+                ],
                 vec!["duplicate_window".into(), nanos(c.duplicate_window)],
-                vec!["sealed / deny_delete / allow_direct".into(), format!("{} / {} / {}", c.sealed, c.deny_delete, c.allow_direct)],
-                vec!["messages (first..last)".into(), format!("{} ({}..{}), {} deleted", info.state.messages, info.state.first_seq, info.state.last_seq, info.state.num_deleted)],
-                vec!["mirror".into(), c.mirror.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| "-".into())],
+                vec![
+                    "sealed / deny_delete / allow_direct".into(),
+                    format!("{} / {} / {}", c.sealed, c.deny_delete, c.allow_direct)
+                ],
+                vec![
+                    "messages (first..last)".into(),
+                    format!(
+                        "{} ({}..{}), {} deleted",
+                        info.state.messages,
+                        info.state.first_seq,
+                        info.state.last_seq,
+                        info.state.num_deleted
+                    )
+                ],
+                vec![
+                    "mirror".into(),
+                    c.mirror.as_ref().map(|m| m.name.clone()).unwrap_or_else(|| "-".into())
+                ],
             ]
         )
     );
@@ -69,11 +107,24 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> anyhow::Res
     for (_, c, a) in &consumers {
         println!();
         let kind = if c.config.is_push() { "push" } else { "pull" };
-        println!("Consumer {} ({kind}, ack {}, filter {})", c.name, c.config.ack_policy, if c.config.filters().is_empty() { "-".into() } else { c.config.filters().join(",") });
+        println!(
+            "Consumer {} ({kind}, ack {}, filter {})",
+            c.name,
+            c.config.ack_policy,
+            if c.config.filters().is_empty() { "-".into() } else { c.config.filters().join(",") }
+        );
         println!(
             "{}",
             table(
-                &["delivered (stream/consumer)", "ack floor", "pending", "ack pending", "redelivered", "waiting", "paused"],
+                &[
+                    "delivered (stream/consumer)",
+                    "ack floor",
+                    "pending",
+                    "ack pending",
+                    "redelivered",
+                    "waiting",
+                    "paused"
+                ],
                 &[vec![
                     format!("{}/{}", c.delivered.stream_seq, c.delivered.consumer_seq),
                     format!("{}/{}", c.ack_floor.stream_seq, c.ack_floor.consumer_seq),
@@ -86,8 +137,13 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> anyhow::Res
             )
         );
         let verdict = match (a.settled, a.stable) {
-            (true, true) => format!("settled and paused: checkpoint F = {} is exact", a.checkpoint.unwrap_or(0)),
-            (true, false) => format!("settled right now at {} (not paused, so it can move)", a.checkpoint.unwrap_or(0)),
+            (true, true) => {
+                format!("settled and paused: checkpoint F = {} is exact", a.checkpoint.unwrap_or(0))
+            }
+            (true, false) => format!(
+                "settled right now at {} (not paused, so it can move)",
+                a.checkpoint.unwrap_or(0)
+            ),
             _ => "not settled".into(),
         };
         println!("  {verdict}");

@@ -11,17 +11,35 @@ pub fn request(a: &PlanArgs) -> anyhow::Result<PlanRequest> {
     let to_config = match &a.to_config {
         None => None,
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| Coded(exit::BAD_INPUT, format!("cannot read --to-config file {}: {e}", p.display())))?;
+            let text = std::fs::read_to_string(p).map_err(|e| {
+                Coded(exit::BAD_INPUT, format!("cannot read --to-config file {}: {e}", p.display()))
+            })?;
             let v: Value = serde_json::from_str(&text).map_err(|e| Coded(exit::BAD_INPUT, format!("--to-config file {} is not valid JSON: {e}; it holds stream settings such as {{\"storage\": \"memory\"}}", p.display())))?;
             match v {
                 Value::Object(m) => Some(m),
-                _ => return Err(Coded(exit::BAD_INPUT, format!("--to-config file {} must hold a JSON object of stream settings", p.display())).into()),
+                _ => {
+                    return Err(Coded(
+                        exit::BAD_INPUT,
+                        format!(
+                            "--to-config file {} must hold a JSON object of stream settings",
+                            p.display()
+                        ),
+                    )
+                    .into())
+                }
             }
         }
     };
-    let need = |v: &Option<String>, flag: &str| v.clone().ok_or_else(|| Coded(exit::BAD_INPUT, format!("{flag} is required: name the stream")));
+    let need = |v: &Option<String>, flag: &str| {
+        v.clone()
+            .ok_or_else(|| Coded(exit::BAD_INPUT, format!("{flag} is required: name the stream")))
+    };
     if a.consumer.is_empty() && !a.all_consumers {
-        return Err(Coded(exit::BAD_INPUT, "no consumer to move: name one with --consumer NAME or pass --all-consumers".into()).into());
+        return Err(Coded(
+            exit::BAD_INPUT,
+            "no consumer to move: name one with --consumer NAME or pass --all-consumers".into(),
+        )
+        .into());
     }
     Ok(PlanRequest {
         from: need(&a.from, "--from")?,
@@ -46,8 +64,12 @@ pub fn request(a: &PlanArgs) -> anyhow::Result<PlanRequest> {
 /// TOML has no null: drop them before writing a plan file.
 fn strip_nulls(v: Value) -> Value {
     match v {
-        Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, strip_nulls(v))).collect()),
-        Value::Array(a) => Value::Array(a.into_iter().filter(|v| !v.is_null()).map(strip_nulls).collect()),
+        Value::Object(m) => Value::Object(
+            m.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, strip_nulls(v))).collect(),
+        ),
+        Value::Array(a) => {
+            Value::Array(a.into_iter().filter(|v| !v.is_null()).map(strip_nulls).collect())
+        }
         x => x,
     }
 }
@@ -59,12 +81,21 @@ pub fn write_plan_file(plan: &Plan, path: &std::path::Path) -> anyhow::Result<()
     } else {
         toml::to_string_pretty(&strip_nulls(v)).context("cannot write the plan as TOML")?
     };
-    std::fs::write(path, text).map_err(|e| Coded(exit::BAD_INPUT, format!("cannot write plan file {}: {e}", path.display())))?;
+    std::fs::write(path, text).map_err(|e| {
+        Coded(exit::BAD_INPUT, format!("cannot write plan file {}: {e}", path.display()))
+    })?;
     Ok(())
 }
 
 pub fn print_plan(plan: &Plan) {
-    println!("Plan: move {} from {} to {} (strategy {}, mode {})", plan.consumers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "), plan.from, plan.to, plan.strategy.as_str(), plan.mode.as_str());
+    println!(
+        "Plan: move {} from {} to {} (strategy {}, mode {})",
+        plan.consumers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "),
+        plan.from,
+        plan.to,
+        plan.strategy.as_str(),
+        plan.mode.as_str()
+    );
     println!("Server {}; relies on:", plan.server_version);
     for r in &plan.relies_on {
         println!("  - {r}");
@@ -74,7 +105,16 @@ pub fn print_plan(plan: &Plan) {
     let rows: Vec<Vec<String>> = plan
         .findings
         .iter()
-        .map(|f| vec![f.scope.clone(), f.setting.clone(), f.from.clone(), f.to.clone(), f.verdict.as_str().to_string(), f.reason.clone()])
+        .map(|f| {
+            vec![
+                f.scope.clone(),
+                f.setting.clone(),
+                f.from.clone(),
+                f.to.clone(),
+                f.verdict.as_str().to_string(),
+                f.reason.clone(),
+            ]
+        })
         .collect();
     println!("{}", table(&["scope", "setting", "from", "to", "verdict", "reason"], &rows));
     println!();

@@ -57,7 +57,12 @@ impl Render {
         let d = &e.detail;
         let text = match e.kind.as_str() {
             "step_started" => return None,
-            "step_done" => format!("{} done in {:.1} ms {}", e.step, d["ms"].as_f64().unwrap_or(0.0), compact(d)),
+            "step_done" => format!(
+                "{} done in {:.1} ms {}",
+                e.step,
+                d["ms"].as_f64().unwrap_or(0.0),
+                compact(d)
+            ),
             _ => format!("{} {} {}", e.step, e.kind, compact(d)),
         };
         Some(format!("[{t:>8.3}s] {text}"))
@@ -66,7 +71,12 @@ impl Render {
 
 fn compact(v: &serde_json::Value) -> String {
     match v.as_object() {
-        Some(m) => m.iter().filter(|(k, _)| *k != "ms").map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
+        Some(m) => m
+            .iter()
+            .filter(|(k, _)| *k != "ms")
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" "),
         None => String::new(),
     }
 }

@@ -17,19 +17,34 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn read_plan_file(p: &std::path::Path) -> anyhow::Result<Plan> {
-    let text = std::fs::read_to_string(p).map_err(|e| Coded(exit::BAD_INPUT, format!("cannot read plan file {}: {e}", p.display())))?;
+    let text = std::fs::read_to_string(p).map_err(|e| {
+        Coded(exit::BAD_INPUT, format!("cannot read plan file {}: {e}", p.display()))
+    })?;
     let plan: Result<Plan, String> = if p.extension().is_some_and(|e| e == "json") {
         serde_json::from_str(&text).map_err(|e| e.to_string())
     } else {
         toml::from_str(&text).map_err(|e| e.to_string())
     };
-    plan.map_err(|e| Coded(exit::BAD_INPUT, format!("plan file {} is not a plan written by `nats-cutover plan --out`: {e}", p.display())).into())
+    plan.map_err(|e| {
+        Coded(
+            exit::BAD_INPUT,
+            format!(
+                "plan file {} is not a plan written by `nats-cutover plan --out`: {e}",
+                p.display()
+            ),
+        )
+        .into()
+    })
 }
 
 fn confirm(plan: &Plan) -> anyhow::Result<()> {
     super::plan::print_plan(plan);
     if !std::io::stdin().is_terminal() {
-        return Err(Coded(exit::BAD_INPUT, "refusing to run without confirmation: stdin is not a terminal; pass --yes".into()).into());
+        return Err(Coded(
+            exit::BAD_INPUT,
+            "refusing to run without confirmation: stdin is not a terminal; pass --yes".into(),
+        )
+        .into());
     }
     print!("\nRun this cut-over now? [y/N] ");
     std::io::stdout().flush()?;
@@ -102,7 +117,13 @@ impl SampleReader {
         for c in &self.consumers {
             let cur = match self.js.consumer_info_opt(to, c).await {
                 Ok(Some((_, ci))) => Some((to, ci)),
-                _ => self.js.consumer_info_opt(from, c).await.ok().flatten().map(|(_, ci)| (from, ci)),
+                _ => self
+                    .js
+                    .consumer_info_opt(from, c)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|(_, ci)| (from, ci)),
             };
             let Some((stream, ci)) = cur else { continue };
             if let Some(reg) = &self.reg {
@@ -117,7 +138,13 @@ impl SampleReader {
                     reg.remove(&metrics::NUM_ACK_PENDING, &old);
                 }
             }
-            let p = ConsumerPoint { t_ms: self.t0.elapsed().as_millis() as u64, stream: stream.clone(), consumer: c.clone(), num_pending: ci.num_pending, num_ack_pending: ci.num_ack_pending };
+            let p = ConsumerPoint {
+                t_ms: self.t0.elapsed().as_millis() as u64,
+                stream: stream.clone(),
+                consumer: c.clone(),
+                num_pending: ci.num_pending,
+                num_ack_pending: ci.num_ack_pending,
+            };
             self.points.lock().unwrap().push(p);
         }
     }
@@ -167,7 +194,8 @@ impl Sampler {
 pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<i32> {
     // Refuse an unwritable report path before anything changes on the server.
     if let Some(p) = &a.report {
-        let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        let dir =
+            p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
         if !dir.is_dir() || p.is_dir() {
             return Err(Coded(exit::BAD_INPUT, format!("cannot write --report {}: {} is not a directory; create it or pick another path", p.display(), dir.display())).into());
         }
@@ -186,8 +214,15 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
         if !json_out {
             super::plan::print_plan(&plan);
         }
-        let reasons: Vec<String> = plan.unsafe_findings().map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason)).collect();
-        return Err(Coded(exit::INCOMPATIBLE, format!("the plan is unsafe, nothing was changed: {}", reasons.join("; "))).into());
+        let reasons: Vec<String> = plan
+            .unsafe_findings()
+            .map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason))
+            .collect();
+        return Err(Coded(
+            exit::INCOMPATIBLE,
+            format!("the plan is unsafe, nothing was changed: {}", reasons.join("; ")),
+        )
+        .into());
     }
     if !a.yes && a.resume.is_none() {
         confirm(&plan)?;
@@ -219,9 +254,14 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
         }
         _ => None,
     };
-    let tap = Tap { inner: &render, events: a.report.as_ref().map(|_| Mutex::default()), metrics: reg.clone().map(|r| (r, plan.from.clone())) };
+    let tap = Tap {
+        inner: &render,
+        events: a.report.as_ref().map(|_| Mutex::default()),
+        metrics: reg.clone().map(|r| (r, plan.from.clone())),
+    };
     let (started_ms, t0) = (now_ms(), Instant::now());
-    let sampler = (a.report.is_some() || reg.is_some()).then(|| Sampler::start(js.clone(), &plan, t0, reg.clone()));
+    let sampler = (a.report.is_some() || reg.is_some())
+        .then(|| Sampler::start(js.clone(), &plan, t0, reg.clone()));
     let result = engine::run(&js, plan.clone(), &opts, &tap, shutdown_on_ctrl_c()).await;
     render.finish();
     let points = match sampler {
@@ -230,7 +270,11 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
     };
     if let Some(reg) = &reg {
         match &result {
-            Ok(j) => reg.set(&metrics::CONSUMERS_MOVED, &[("migration", &j.id)], j.consumers.iter().filter(|c| c.phase >= ConsumerPhase::Created).count() as f64),
+            Ok(j) => reg.set(
+                &metrics::CONSUMERS_MOVED,
+                &[("migration", &j.id)],
+                j.consumers.iter().filter(|c| c.phase >= ConsumerPhase::Created).count() as f64,
+            ),
             Err(_) => reg.add(&metrics::ERRORS, &[], 1.0),
         }
     }
@@ -238,7 +282,13 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
         // A failed run's report matters most: take the journal it left in KV.
         let journal = match &result {
             Ok(j) => Some(j.clone()),
-            Err(_) => engine::rollback::load(&js, &cutover_core::journal::migration_id(&plan.from, &plan.to)).await.ok().map(|(_, j)| j),
+            Err(_) => engine::rollback::load(
+                &js,
+                &cutover_core::journal::migration_id(&plan.from, &plan.to),
+            )
+            .await
+            .ok()
+            .map(|(_, j)| j),
         };
         let mut data = ReportData {
             kind: "run".into(),
@@ -258,9 +308,21 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
                 // The report carries the proof, as `verify` gives it: both
                 // streams are read once, headers only.
                 if !json_out {
-                    println!("verifying {} for the report (reads both streams' headers once)", j.id);
+                    println!(
+                        "verifying {} for the report (reads both streams' headers once)",
+                        j.id
+                    );
                 }
-                data.verify = Some(cutover_nats::verify::verify(&js, &j.id, &cutover_nats::verify::VerifyOptions::default(), &|_| {}).await.map_err(|e| e.to_string()));
+                data.verify = Some(
+                    cutover_nats::verify::verify(
+                        &js,
+                        &j.id,
+                        &cutover_nats::verify::VerifyOptions::default(),
+                        &|_| {},
+                    )
+                    .await
+                    .map_err(|e| e.to_string()),
+                );
             }
         }
         // The migration's outcome decides the exit code; a report that cannot
@@ -297,11 +359,24 @@ pub fn print_journal(j: &Journal) {
             ]
         })
         .collect();
-    println!("{}", table(&["consumer", "phase", "checkpoint F (old)", "start (new)", "gets", "drain", "nudges"], &rows));
+    println!(
+        "{}",
+        table(
+            &["consumer", "phase", "checkpoint F (old)", "start (new)", "gets", "drain", "nudges"],
+            &rows
+        )
+    );
     let steps: Vec<Vec<String>> = j
         .steps
         .iter()
-        .map(|s| vec![s.step.clone(), s.ended_ms.map(|e| format!("{} ms", e.saturating_sub(s.started_ms))).unwrap_or_else(|| "unfinished".into())])
+        .map(|s| {
+            vec![
+                s.step.clone(),
+                s.ended_ms
+                    .map(|e| format!("{} ms", e.saturating_sub(s.started_ms)))
+                    .unwrap_or_else(|| "unfinished".into()),
+            ]
+        })
         .collect();
     println!("{}", table(&["step", "duration"], &steps));
     if let Some(e) = &j.error {
@@ -323,7 +398,11 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> anyhow::R
         Some(id) => {
             let one: Vec<Journal> = list.into_iter().filter(|j| &j.id == id).collect();
             if one.is_empty() {
-                return Err(Coded(exit::BAD_INPUT, format!("no migration {id:?}; `nats-cutover status` lists them")).into());
+                return Err(Coded(
+                    exit::BAD_INPUT,
+                    format!("no migration {id:?}; `nats-cutover status` lists them"),
+                )
+                .into());
             }
             one
         }
@@ -338,7 +417,15 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> anyhow::R
     } else {
         let rows: Vec<Vec<String>> = list
             .iter()
-            .map(|j| vec![j.id.clone(), j.phase.as_str().into(), j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>().join(","), j.in_progress.clone().unwrap_or_else(|| "-".into()), j.error.clone().unwrap_or_default()])
+            .map(|j| {
+                vec![
+                    j.id.clone(),
+                    j.phase.as_str().into(),
+                    j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>().join(","),
+                    j.in_progress.clone().unwrap_or_else(|| "-".into()),
+                    j.error.clone().unwrap_or_default(),
+                ]
+            })
             .collect();
         println!("{}", table(&["id", "phase", "consumers", "in progress", "last error"], &rows));
     }

@@ -20,19 +20,37 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> anyhow::Resu
             names::stream(to)?;
             migration_id(from, to)
         }
-        _ => return Err(Coded(exit::BAD_INPUT, "name the migration: --migration FROM.TO, or --from A --to B".into()).into()),
+        _ => {
+            return Err(Coded(
+                exit::BAD_INPUT,
+                "name the migration: --migration FROM.TO, or --from A --to B".into(),
+            )
+            .into())
+        }
     };
     for c in &a.consumer {
         names::consumer(c)?;
     }
     let js = super::connect(conn).await?;
     if !engine::list(&js).await?.iter().any(|j| j.id == id) {
-        return Err(Coded(exit::BAD_INPUT, format!("no migration {id:?} on this server; `nats-cutover status` lists them")).into());
+        return Err(Coded(
+            exit::BAD_INPUT,
+            format!("no migration {id:?} on this server; `nats-cutover status` lists them"),
+        )
+        .into());
     }
-    let opts = VerifyOptions { consumers: a.consumer.clone(), audit: a.audit.clone(), first_n: a.first, ..Default::default() };
+    let opts = VerifyOptions {
+        consumers: a.consumer.clone(),
+        audit: a.audit.clone(),
+        first_n: a.first,
+        ..Default::default()
+    };
     let bar = (detect(json_out) == Mode::Spinner).then(|| {
         let b = ProgressBar::new(0);
-        b.set_style(ProgressStyle::with_template("{msg:>14} {bar:30} {pos}/{len} {per_sec} eta {eta}").unwrap());
+        b.set_style(
+            ProgressStyle::with_template("{msg:>14} {bar:30} {pos}/{len} {per_sec} eta {eta}")
+                .unwrap(),
+        );
         b
     });
     let on_progress = |p: VerifyProgress| {
@@ -67,10 +85,16 @@ pub fn print_report(r: &Report) {
     let verdict = if r.holds { "HOLDS" } else { "DOES NOT HOLD" };
     println!("Verification of {} ({} -> {}): {verdict}", r.migration, r.from, r.to);
     if let Some(rs) = &r.read {
-        println!("read {} messages of {} and {} in {:.0} ms ({:.0} msg/s)", rs.messages, r.from, r.to, rs.ms, rs.per_sec);
+        println!(
+            "read {} messages of {} and {} in {:.0} ms ({:.0} msg/s)",
+            rs.messages, r.from, r.to, rs.ms, rs.per_sec
+        );
     }
     let b = &r.streams.b;
-    println!("{}: {} sourced from {}, {} published directly, {} from elsewhere", r.to, b.sourced, r.from, b.direct, b.other);
+    println!(
+        "{}: {} sourced from {}, {} published directly, {} from elsewhere",
+        r.to, b.sourced, r.from, b.direct, b.other
+    );
     let rows: Vec<Vec<String>> = r
         .consumers
         .iter()
@@ -87,12 +111,34 @@ pub fn print_report(r: &Report) {
                 n(k.overlaps),
                 if k.unsettled == 0 { "yes".into() } else { "NO".into() },
                 n(c.checkpoint),
-                if c.b_start == c.journal_b_start { n(c.b_start) } else { format!("{} (journal {})", c.b_start, c.journal_b_start) },
+                if c.b_start == c.journal_b_start {
+                    n(c.b_start)
+                } else {
+                    format!("{} (journal {})", c.b_start, c.journal_b_start)
+                },
             ]
         })
         .collect();
     println!();
-    println!("{}", table(&["consumer", "checked", "lost", "duplicated", "extra", "out of order", "gaps", "overlaps", "settled", "F (old)", "start (new)"], &rows));
+    println!(
+        "{}",
+        table(
+            &[
+                "consumer",
+                "checked",
+                "lost",
+                "duplicated",
+                "extra",
+                "out of order",
+                "gaps",
+                "overlaps",
+                "settled",
+                "F (old)",
+                "start (new)"
+            ],
+            &rows
+        )
+    );
     match &r.streams.slip {
         Some(s) => println!(
             "\nslipped duplicates: {} (direct publishes {}..{} within {} ms of the first: {} ids compared with {} sourced messages)",
@@ -120,8 +166,21 @@ pub fn print_report(r: &Report) {
         let rows: Vec<Vec<String>> = r
             .offenders
             .iter()
-            .map(|o| vec![o.kind.as_str().into(), o.consumer.clone().unwrap_or_else(|| "-".into()), opt(o.a_seq), opt(o.b_seq), o.msg_id.clone().unwrap_or_else(|| "-".into()), o.subject.clone().unwrap_or_else(|| "-".into()), o.detail.clone()])
+            .map(|o| {
+                vec![
+                    o.kind.as_str().into(),
+                    o.consumer.clone().unwrap_or_else(|| "-".into()),
+                    opt(o.a_seq),
+                    opt(o.b_seq),
+                    o.msg_id.clone().unwrap_or_else(|| "-".into()),
+                    o.subject.clone().unwrap_or_else(|| "-".into()),
+                    o.detail.clone(),
+                ]
+            })
             .collect();
-        println!("{}", table(&["kind", "consumer", "A seq", "B seq", "msg id", "subject", "what"], &rows));
+        println!(
+            "{}",
+            table(&["kind", "consumer", "A seq", "B seq", "msg id", "subject", "what"], &rows)
+        );
     }
 }

@@ -26,10 +26,18 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> anyhow::Resul
         return Err(Coded(exit::BAD_INPUT, "--interval must be between 10ms and 1h".into()).into());
     }
     if a.window < 2 {
-        return Err(Coded(exit::BAD_INPUT, "--window must be at least 2 reads (no progress is only evidence over time)".into()).into());
+        return Err(Coded(
+            exit::BAD_INPUT,
+            "--window must be at least 2 reads (no progress is only evidence over time)".into(),
+        )
+        .into());
     }
     if a.count == Some(0) {
-        return Err(Coded(exit::BAD_INPUT, "--count must be at least 1 (omit it to watch until Ctrl-C)".into()).into());
+        return Err(Coded(
+            exit::BAD_INPUT,
+            "--count must be at least 1 (omit it to watch until Ctrl-C)".into(),
+        )
+        .into());
     }
     let js = super::connect(conn).await?;
     // The first read is checked: a wrong stream or consumer name is bad input,
@@ -66,9 +74,17 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> anyhow::Resul
                 // what one watches through.
                 reg.add(&metrics::ERRORS, &[], 1.0);
                 if json_out {
-                    println!("{}", json!({ "kind": "error", "n": n, "t_ms": t0.elapsed().as_millis() as u64, "message": e.to_string() }));
+                    println!(
+                        "{}",
+                        json!({ "kind": "error", "n": n, "t_ms": t0.elapsed().as_millis() as u64, "message": e.to_string() })
+                    );
                 } else {
-                    eprintln!("[{:>7.1}s] cannot read {}/{}: {e}", t0.elapsed().as_secs_f64(), a.stream, a.consumer);
+                    eprintln!(
+                        "[{:>7.1}s] cannot read {}/{}: {e}",
+                        t0.elapsed().as_secs_f64(),
+                        a.stream,
+                        a.consumer
+                    );
                 }
                 continue;
             }
@@ -128,7 +144,13 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> anyhow::Resul
     Ok(exit::OK)
 }
 
-fn update(reg: &Registry, l: &[(&str, &str)], ci: &ConsumerInfo, checkpoint: Option<u64>, status: Status) {
+fn update(
+    reg: &Registry,
+    l: &[(&str, &str)],
+    ci: &ConsumerInfo,
+    checkpoint: Option<u64>,
+    status: Status,
+) {
     reg.set(&metrics::NUM_PENDING, l, ci.num_pending as f64);
     reg.set(&metrics::NUM_ACK_PENDING, l, ci.num_ack_pending as f64);
     reg.set(&metrics::NUM_WAITING, l, ci.num_waiting as f64);

@@ -13,7 +13,10 @@ async fn refused(e: &Env, args: &[&str], code: i32, needle: &str) {
     let before = e.snapshot().await;
     let out = e.cli(args);
     assert_eq!(out.code, code, "{out:?}");
-    assert!(out.stderr.contains(needle) || out.stdout.contains(needle), "expected {needle:?} in {out:?}");
+    assert!(
+        out.stderr.contains(needle) || out.stdout.contains(needle),
+        "expected {needle:?} in {out:?}"
+    );
     assert_eq!(e.snapshot().await, before, "the server changed after refused input {args:?}");
 }
 
@@ -21,14 +24,30 @@ async fn refused(e: &Env, args: &[&str], code: i32, needle: &str) {
 fn refused_connection_names_the_server() {
     let port = free_port();
     let url = format!("nats://127.0.0.1:{port}");
-    let out = cli(&["--server", &url, "--timeout", "2s", "plan", "--from", "A", "--to", "B", "--consumer", "C"]);
+    let out = cli(&[
+        "--server",
+        &url,
+        "--timeout",
+        "2s",
+        "plan",
+        "--from",
+        "A",
+        "--to",
+        "B",
+        "--consumer",
+        "C",
+    ]);
     assert_eq!(out.code, SERVER, "{out:?}");
     assert!(out.stderr.contains(&format!("cannot connect to {url}")), "{out:?}");
 }
 
 #[test]
 fn auth_failure_says_which_credentials_to_check() {
-    let s = NatsServer::start_with(ServerOptions { config: Some("authorization { user: op, password: right }\n".into()), ..Default::default() }).unwrap();
+    let s = NatsServer::start_with(ServerOptions {
+        config: Some("authorization { user: op, password: right }\n".into()),
+        ..Default::default()
+    })
+    .unwrap();
     let out = cli(&["--server", s.url(), "--user", "op", "--password", "wrong", "inspect", "A"]);
     assert_eq!(out.code, SERVER, "{out:?}");
     assert!(out.stderr.contains("authorization"), "{out:?}");
@@ -40,11 +59,41 @@ fn auth_failure_says_which_credentials_to_check() {
 async fn missing_stream_consumer_same_stream_and_bad_names() {
     let e = env().await;
     orders(&e).await;
-    refused(&e, &["plan", "--from", "NOPE", "--to", "B", "--consumer", "C"], BAD_INPUT, "stream \"NOPE\" does not exist").await;
-    refused(&e, &["plan", "--from", "A", "--to", "B", "--consumer", "NOPE"], BAD_INPUT, "consumer \"NOPE\" does not exist on stream \"A\"").await;
-    refused(&e, &["plan", "--from", "A", "--to", "A", "--consumer", "C"], BAD_INPUT, "must have another name").await;
-    refused(&e, &["plan", "--from", "A.x", "--to", "B", "--consumer", "C"], BAD_INPUT, "contains '.'").await;
-    refused(&e, &["plan", "--from", "A", "--to", "B", "--consumer", "c d"], BAD_INPUT, "contains ' '").await;
+    refused(
+        &e,
+        &["plan", "--from", "NOPE", "--to", "B", "--consumer", "C"],
+        BAD_INPUT,
+        "stream \"NOPE\" does not exist",
+    )
+    .await;
+    refused(
+        &e,
+        &["plan", "--from", "A", "--to", "B", "--consumer", "NOPE"],
+        BAD_INPUT,
+        "consumer \"NOPE\" does not exist on stream \"A\"",
+    )
+    .await;
+    refused(
+        &e,
+        &["plan", "--from", "A", "--to", "A", "--consumer", "C"],
+        BAD_INPUT,
+        "must have another name",
+    )
+    .await;
+    refused(
+        &e,
+        &["plan", "--from", "A.x", "--to", "B", "--consumer", "C"],
+        BAD_INPUT,
+        "contains '.'",
+    )
+    .await;
+    refused(
+        &e,
+        &["plan", "--from", "A", "--to", "B", "--consumer", "c d"],
+        BAD_INPUT,
+        "contains ' '",
+    )
+    .await;
     refused(&e, &["inspect", "NOPE"], BAD_INPUT, "does not exist").await;
 }
 
@@ -53,7 +102,13 @@ async fn ack_none_is_refused_as_incompatible() {
     let e = env().await;
     orders(&e).await;
     e.consumer("A", json!({"durable_name": "N", "ack_policy": "none"})).await;
-    refused(&e, &["plan", "--from", "A", "--to", "B", "--consumer", "N"], INCOMPATIBLE, "ack policy none").await;
+    refused(
+        &e,
+        &["plan", "--from", "A", "--to", "B", "--consumer", "N"],
+        INCOMPATIBLE,
+        "ack policy none",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -61,26 +116,54 @@ async fn existing_b_with_subjects_or_interest_retention_is_refused() {
     let e = env().await;
     orders(&e).await;
     e.stream(json!({"name": "B", "subjects": ["billing.>"], "sources": [{"name": "A"}], "duplicate_window": 120_000_000_000i64})).await;
-    refused(&e, &["plan", "--from", "A", "--to", "B", "--consumer", "C"], INCOMPATIBLE, "B already takes direct publishes").await;
+    refused(
+        &e,
+        &["plan", "--from", "A", "--to", "B", "--consumer", "C"],
+        INCOMPATIBLE,
+        "B already takes direct publishes",
+    )
+    .await;
     let e = env().await;
     orders(&e).await;
     e.stream(json!({"name": "B", "retention": "interest", "sources": [{"name": "A"}], "duplicate_window": 120_000_000_000i64})).await;
-    refused(&e, &["plan", "--from", "A", "--to", "B", "--consumer", "C"], INCOMPATIBLE, "interest stream drops messages").await;
+    refused(
+        &e,
+        &["plan", "--from", "A", "--to", "B", "--consumer", "C"],
+        INCOMPATIBLE,
+        "interest stream drops messages",
+    )
+    .await;
     let e = env().await;
     orders(&e).await;
     // B exists but sources something else: its messages carry no origin in A.
     e.stream(json!({"name": "OTHER", "subjects": ["other.>"]})).await;
     e.stream(json!({"name": "B", "sources": [{"name": "OTHER"}], "duplicate_window": 120_000_000_000i64})).await;
-    refused(&e, &["plan", "--from", "A", "--to", "B", "--consumer", "C"], INCOMPATIBLE, "B must source exactly one stream").await;
+    refused(
+        &e,
+        &["plan", "--from", "A", "--to", "B", "--consumer", "C"],
+        INCOMPATIBLE,
+        "B must source exactly one stream",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn filter_that_b_cannot_serve_is_refused() {
     let e = env().await;
     orders(&e).await;
-    e.consumer("A", json!({"durable_name": "EU", "ack_policy": "explicit", "filter_subject": "orders.eu"})).await;
+    e.consumer(
+        "A",
+        json!({"durable_name": "EU", "ack_policy": "explicit", "filter_subject": "orders.eu"}),
+    )
+    .await;
     e.stream(json!({"name": "B", "sources": [{"name": "A", "filter_subject": "orders.us"}], "duplicate_window": 120_000_000_000i64})).await;
-    refused(&e, &["plan", "--from", "A", "--to", "B", "--consumer", "EU"], INCOMPATIBLE, "B sources only orders.us").await;
+    refused(
+        &e,
+        &["plan", "--from", "A", "--to", "B", "--consumer", "EU"],
+        INCOMPATIBLE,
+        "B sources only orders.us",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -91,23 +174,89 @@ async fn to_config_that_loses_publishers_or_is_unreadable() {
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("b.json");
     std::fs::write(&f, r#"{"subjects": ["billing.>"]}"#).unwrap();
-    refused(&e, &["plan", "--from", "A", "--to", "B", "--consumer", "C", "--to-config", f.to_str().unwrap()], INCOMPATIBLE, "B's subjects must cover every subject of A").await;
+    refused(
+        &e,
+        &[
+            "plan",
+            "--from",
+            "A",
+            "--to",
+            "B",
+            "--consumer",
+            "C",
+            "--to-config",
+            f.to_str().unwrap(),
+        ],
+        INCOMPATIBLE,
+        "B's subjects must cover every subject of A",
+    )
+    .await;
     std::fs::write(&f, "{not json").unwrap();
-    refused(&e, &["plan", "--from", "A", "--to", "B", "--consumer", "C", "--to-config", f.to_str().unwrap()], BAD_INPUT, "is not valid JSON").await;
-    refused(&e, &["plan", "--from", "A", "--to", "B", "--consumer", "C", "--to-config", "/nonexistent/b.json"], BAD_INPUT, "cannot read --to-config file").await;
+    refused(
+        &e,
+        &[
+            "plan",
+            "--from",
+            "A",
+            "--to",
+            "B",
+            "--consumer",
+            "C",
+            "--to-config",
+            f.to_str().unwrap(),
+        ],
+        BAD_INPUT,
+        "is not valid JSON",
+    )
+    .await;
+    refused(
+        &e,
+        &[
+            "plan",
+            "--from",
+            "A",
+            "--to",
+            "B",
+            "--consumer",
+            "C",
+            "--to-config",
+            "/nonexistent/b.json",
+        ],
+        BAD_INPUT,
+        "cannot read --to-config file",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unreadable_context_or_creds_file() {
     let e = env().await;
     orders(&e).await;
-    refused(&e, &["--creds", "/nonexistent/user.creds", "inspect", "A"], BAD_INPUT, "cannot read --creds file").await;
-    refused(&e, &["--context", "/nonexistent/ctx.json", "inspect", "A"], BAD_INPUT, "cannot read nats context").await;
+    refused(
+        &e,
+        &["--creds", "/nonexistent/user.creds", "inspect", "A"],
+        BAD_INPUT,
+        "cannot read --creds file",
+    )
+    .await;
+    refused(
+        &e,
+        &["--context", "/nonexistent/ctx.json", "inspect", "A"],
+        BAD_INPUT,
+        "cannot read nats context",
+    )
+    .await;
     let dir = e.server.dir().join("ctx");
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("broken.json");
     std::fs::write(&f, "{").unwrap();
-    refused(&e, &["--context", f.to_str().unwrap(), "inspect", "A"], BAD_INPUT, "is not valid JSON").await;
+    refused(
+        &e,
+        &["--context", f.to_str().unwrap(), "inspect", "A"],
+        BAD_INPUT,
+        "is not valid JSON",
+    )
+    .await;
     // A good context is used for the URL.
     std::fs::write(&f, format!(r#"{{"url": "{}"}}"#, e.server.url())).unwrap();
     let out = cli(&["--context", f.to_str().unwrap(), "inspect", "A"]);
@@ -121,14 +270,28 @@ async fn run_refuses_unsafe_plans_and_missing_confirmation_without_writing() {
     let e = env().await;
     orders(&e).await;
     e.consumer("A", json!({"durable_name": "N", "ack_policy": "none"})).await;
-    refused(&e, &["run", "--from", "A", "--to", "B", "--consumer", "N", "--yes"], INCOMPATIBLE, "the plan is unsafe, nothing was changed").await;
+    refused(
+        &e,
+        &["run", "--from", "A", "--to", "B", "--consumer", "N", "--yes"],
+        INCOMPATIBLE,
+        "the plan is unsafe, nothing was changed",
+    )
+    .await;
     // Leaving a durable behind on A is refused too (it would starve after the cut-over).
-    refused(&e, &["run", "--from", "A", "--to", "B", "--consumer", "C", "--yes"], INCOMPATIBLE, "durable N on A is not being moved").await;
+    refused(
+        &e,
+        &["run", "--from", "A", "--to", "B", "--consumer", "C", "--yes"],
+        INCOMPATIBLE,
+        "durable N on A is not being moved",
+    )
+    .await;
     e.js.consumer_delete("A", "N").await.unwrap();
     // No terminal to confirm on and no --yes: refused, nothing written.
-    refused(&e, &["run", "--from", "A", "--to", "B", "--consumer", "C"], BAD_INPUT, "pass --yes").await;
+    refused(&e, &["run", "--from", "A", "--to", "B", "--consumer", "C"], BAD_INPUT, "pass --yes")
+        .await;
     refused(&e, &["run", "--resume", "A.B"], 1, "no migration was started here").await;
-    refused(&e, &["run", "--to", "B", "--consumer", "C", "--yes"], BAD_INPUT, "--from is required").await;
+    refused(&e, &["run", "--to", "B", "--consumer", "C", "--yes"], BAD_INPUT, "--from is required")
+        .await;
     refused(&e, &["rollback", "A.B"], 1, "KV bucket CUTOVER does not exist").await;
 }
 
@@ -137,16 +300,41 @@ async fn run_refuses_unsafe_plans_and_missing_confirmation_without_writing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn account_without_room_for_b_is_refused() {
     let conf = "accounts { APP { jetstream { max_file: 20000, max_mem: 0 }, users: [ { user: app, password: app } ] } }\n";
-    let s = NatsServer::start_with(ServerOptions { config: Some(conf.into()), ..Default::default() }).unwrap();
-    let client = async_nats::ConnectOptions::with_user_and_password("app".into(), "app".into()).connect(s.url()).await.unwrap();
+    let s =
+        NatsServer::start_with(ServerOptions { config: Some(conf.into()), ..Default::default() })
+            .unwrap();
+    let client = async_nats::ConnectOptions::with_user_and_password("app".into(), "app".into())
+        .connect(s.url())
+        .await
+        .unwrap();
     let js = cutover_nats::Js::new(client.clone(), std::time::Duration::from_secs(5));
     js.stream_create(&json!({"name": "A", "subjects": ["x.>"], "max_bytes": 15000})).await.unwrap();
-    js.consumer_create("A", "C", &json!({"durable_name": "C", "ack_policy": "explicit"}), false).await.unwrap();
+    js.consumer_create("A", "C", &json!({"durable_name": "C", "ack_policy": "explicit"}), false)
+        .await
+        .unwrap();
     let ctx = async_nats::jetstream::new(client);
     for i in 0..12 {
-        ctx.publish("x.1", vec![b'x'; 1000].into()).await.unwrap().await.unwrap_or_else(|e| panic!("publish {i}: {e}"));
+        ctx.publish("x.1", vec![b'x'; 1000].into())
+            .await
+            .unwrap()
+            .await
+            .unwrap_or_else(|e| panic!("publish {i}: {e}"));
     }
-    let out = cli(&["--server", s.url(), "--user", "app", "--password", "app", "plan", "--from", "A", "--to", "B", "--consumer", "C"]);
+    let out = cli(&[
+        "--server",
+        s.url(),
+        "--user",
+        "app",
+        "--password",
+        "app",
+        "plan",
+        "--from",
+        "A",
+        "--to",
+        "B",
+        "--consumer",
+        "C",
+    ]);
     assert_eq!(out.code, INCOMPATIBLE, "{out:?}");
     assert!(out.stdout.contains("raise the account's JetStream limit"), "{out:?}");
     assert!(js.stream_info_opt("B").await.unwrap().is_none());

@@ -16,7 +16,9 @@ async fn three_node_cluster_serves_a_replicated_stream() {
     let js = Js::new(client.clone(), Duration::from_secs(5));
     // The meta leader is elected shortly after the routes form.
     wait_until("an R3 stream to be created", Duration::from_secs(30), || async {
-        js.stream_create(&json!({"name": "R3", "subjects": ["r3.>"], "num_replicas": 3})).await.is_ok()
+        js.stream_create(&json!({"name": "R3", "subjects": ["r3.>"], "num_replicas": 3}))
+            .await
+            .is_ok()
     })
     .await;
     let ctx = async_nats::jetstream::new(client);
@@ -50,7 +52,8 @@ async fn live_cutover_on_a_three_node_cluster_with_r3_streams() {
     js.consumer_create("ORDERS", "worker", &json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000}), true).await.unwrap();
     let load = Load::start(client.clone(), load_cfg(500, 20_000)).await;
     until_processed(&load, 300).await;
-    let plan = engine::prepare_plan(&js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    let plan =
+        engine::prepare_plan(&js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
     assert!(plan.safe, "{:?}", plan.unsafe_findings().collect::<Vec<_>>());
     assert_eq!(plan.b_config["num_replicas"], 3);
     let (_tx, rx) = tokio::sync::watch::channel(false);

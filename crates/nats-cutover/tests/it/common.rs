@@ -55,7 +55,10 @@ impl Env {
     /// (timestamps), for "nothing changed on the server" assertions.
     pub async fn snapshot(&self) -> Value {
         let names = self.js.api("names", "STREAM.NAMES", &Value::Null).await.unwrap();
-        let mut names: Vec<String> = names["streams"].as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default();
+        let mut names: Vec<String> = names["streams"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+            .unwrap_or_default();
         names.sort();
         let mut out = serde_json::Map::new();
         for n in names {
@@ -94,7 +97,9 @@ pub struct Out {
 
 impl Out {
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr)
+        })
     }
 }
 
@@ -112,7 +117,11 @@ pub fn cli(args: &[&str]) -> Out {
         .env("HOME", std::env::temp_dir().join("nats-cutover-test-home"))
         .output()
         .expect("run nats-cutover");
-    Out { code: o.status.code().unwrap_or(-1), stdout: String::from_utf8_lossy(&o.stdout).into(), stderr: String::from_utf8_lossy(&o.stderr).into() }
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
+    }
 }
 
 /// Waits for a condition with a deadline: never a bare sleep.
@@ -133,7 +142,10 @@ where
 
 /// The standard fixture: stream A on orders.>, durable C filtered on orders.eu.
 pub async fn orders(e: &Env) {
-    e.stream(json!({"name": "A", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64})).await;
+    e.stream(
+        json!({"name": "A", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}),
+    )
+    .await;
     e.consumer("A", json!({"durable_name": "C", "ack_policy": "explicit", "filter_subject": "orders.>", "max_ack_pending": 100})).await;
     e.publish("orders.eu", "m", 10).await;
 }

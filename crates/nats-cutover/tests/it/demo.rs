@@ -6,9 +6,21 @@ use crate::common::cli;
 fn demo_moves_a_live_workload_with_nothing_lost_or_duplicated() {
     let dir = crate::common::TempDir::new("demo-test");
     let report = dir.0.join("report.html");
-    let out = cli(&["demo", "--json", "--rate", "400", "--duration", "3", "--workers", "3", "--report", report.to_str().unwrap()]);
+    let out = cli(&[
+        "demo",
+        "--json",
+        "--rate",
+        "400",
+        "--duration",
+        "3",
+        "--workers",
+        "3",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
     assert_eq!(out.code, 0, "{out:?}");
-    let summary: serde_json::Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
     assert_eq!(summary["kind"], "demo");
     assert_eq!(summary["lost"], 0, "{summary:#}");
     assert_eq!(summary["duplicated"], 0, "{summary:#}");

@@ -1,9 +1,9 @@
 //! The one integration-test binary (one link, a module per area). Every test
 //! here runs against a real nats-server started for it by the test kit.
 
-mod common;
 mod bad_input;
 mod cluster;
+mod common;
 mod demo;
 mod inspect;
 mod metrics;
@@ -12,6 +12,6 @@ mod report;
 mod run;
 mod tls;
 mod translate;
-mod versions;
 mod verify;
+mod versions;
 mod watch;

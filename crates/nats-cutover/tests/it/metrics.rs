@@ -20,18 +20,30 @@ pub fn scrape(port: u16, path: &str) -> Option<(String, String)> {
 
 /// Scrapes until `ready` holds for the body (the server may not listen yet, or
 /// not show the state yet); returns that body.
-async fn scrape_until(port: u16, what: &str, timeout: Duration, ready: impl Fn(&str) -> bool) -> String {
+async fn scrape_until(
+    port: u16,
+    what: &str,
+    timeout: Duration,
+    ready: impl Fn(&str) -> bool,
+) -> String {
     let deadline = Instant::now() + timeout;
     let mut last = None;
     loop {
         if let Some((head, body)) = scrape(port, "/metrics") {
-            assert!(head.starts_with("HTTP/1.1 200") && head.contains("text/plain; version=0.0.4"), "{head}");
+            assert!(
+                head.starts_with("HTTP/1.1 200") && head.contains("text/plain; version=0.0.4"),
+                "{head}"
+            );
             if ready(&body) {
                 return body;
             }
             last = Some(body);
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for metrics showing {what}; last scrape:\n{}", last.unwrap_or_default());
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for metrics showing {what}; last scrape:\n{}",
+            last.unwrap_or_default()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -42,10 +54,28 @@ async fn metrics_are_served_while_watching() {
     let c = fixture(&e).await;
     let port = cutover_testkit::free_port();
     let addr = format!("127.0.0.1:{port}");
-    let mut w = Watching::start(&e, &["A", "--consumer", "C", "--interval", "100ms", "--window", "4", "--count", "600", "--metrics-addr", &addr]);
+    let mut w = Watching::start(
+        &e,
+        &[
+            "A",
+            "--consumer",
+            "C",
+            "--interval",
+            "100ms",
+            "--window",
+            "4",
+            "--count",
+            "600",
+            "--metrics-addr",
+            &addr,
+        ],
+    );
     let _held = hold(&c, 5).await;
     w.until_status("stalled", Duration::from_secs(20));
-    let body = scrape_until(port, "the stalled consumer", Duration::from_secs(10), |b| b.contains("status=\"stalled\"} 1")).await;
+    let body = scrape_until(port, "the stalled consumer", Duration::from_secs(10), |b| {
+        b.contains("status=\"stalled\"} 1")
+    })
+    .await;
     let l = "stream_name=\"A\",consumer_name=\"C\"";
     for line in [
         format!("nats_cutover_consumer_num_pending{{{l}}} 15"),
@@ -75,9 +105,27 @@ async fn metrics_follow_a_run_through_its_steps() {
     let port = cutover_testkit::free_port();
     let addr = format!("127.0.0.1:{port}");
     let url = e.server.url().to_string();
-    let run = std::thread::spawn(move || cli(&["--server", &url, "run", "--from", "A", "--to", "B", "--consumer", "C", "--yes", "--metrics-addr", &addr]));
+    let run = std::thread::spawn(move || {
+        cli(&[
+            "--server",
+            &url,
+            "run",
+            "--from",
+            "A",
+            "--to",
+            "B",
+            "--consumer",
+            "C",
+            "--yes",
+            "--metrics-addr",
+            &addr,
+        ])
+    });
     let body = scrape_until(port, "the drain", Duration::from_secs(20), |b| {
-        b.contains("nats_cutover_step{migration=\"A.B\",step=\"move_consumers\"} 1") && b.contains("nats_cutover_consumer_num_ack_pending{stream_name=\"A\",consumer_name=\"C\"} 1")
+        b.contains("nats_cutover_step{migration=\"A.B\",step=\"move_consumers\"} 1")
+            && b.contains(
+                "nats_cutover_consumer_num_ack_pending{stream_name=\"A\",consumer_name=\"C\"} 1",
+            )
     })
     .await;
     for line in [

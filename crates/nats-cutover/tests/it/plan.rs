@@ -9,7 +9,17 @@ async fn plan_explains_a_safe_cutover_and_changes_nothing() {
     let dir = e.server.dir().join("out");
     std::fs::create_dir_all(&dir).unwrap();
     let toml_path = dir.join("plan.toml");
-    let out = e.cli(&["plan", "--from", "A", "--to", "B", "--consumer", "C", "--out", toml_path.to_str().unwrap()]);
+    let out = e.cli(&[
+        "plan",
+        "--from",
+        "A",
+        "--to",
+        "B",
+        "--consumer",
+        "C",
+        "--out",
+        toml_path.to_str().unwrap(),
+    ]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("Verdict: SAFE"), "{out:?}");
     assert!(out.stdout.contains("consumer pause (2.11+)"), "{out:?}");
@@ -31,20 +41,42 @@ async fn plan_explains_a_safe_cutover_and_changes_nothing() {
 async fn plan_options_may_come_before_the_subcommand_and_all_consumers_works() {
     let e = env().await;
     orders(&e).await;
-    e.consumer("A", json!({"durable_name": "D", "ack_policy": "explicit", "filter_subject": "orders.us"})).await;
-    let out = cli(&["--server", e.server.url(), "--json", "plan", "--from", "A", "--to", "B", "--all-consumers"]);
+    e.consumer(
+        "A",
+        json!({"durable_name": "D", "ack_policy": "explicit", "filter_subject": "orders.us"}),
+    )
+    .await;
+    let out = cli(&[
+        "--server",
+        e.server.url(),
+        "--json",
+        "plan",
+        "--from",
+        "A",
+        "--to",
+        "B",
+        "--all-consumers",
+    ]);
     assert_eq!(out.code, 0, "{out:?}");
-    let names: Vec<String> = out.json()["consumers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_string()).collect();
+    let names: Vec<String> = out.json()["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(names, vec!["C", "D"]);
-    let out = cli(&["plan", "--from", "A", "--to", "B", "--all-consumers", "--server", e.server.url()]);
+    let out =
+        cli(&["plan", "--from", "A", "--to", "B", "--all-consumers", "--server", e.server.url()]);
     assert_eq!(out.code, 0, "{out:?}");
     // Moving only C would leave durable D on a stream that receives nothing new.
-    let out = cli(&["plan", "--from", "A", "--to", "B", "--consumer", "C", "--server", e.server.url()]);
+    let out =
+        cli(&["plan", "--from", "A", "--to", "B", "--consumer", "C", "--server", e.server.url()]);
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stdout.contains("durable D on A is not being moved"), "{out:?}");
     // So would a stream that sources A.
     e.stream(json!({"name": "DOWN", "sources": [{"name": "A"}]})).await;
-    let out = cli(&["plan", "--from", "A", "--to", "B", "--all-consumers", "--server", e.server.url()]);
+    let out =
+        cli(&["plan", "--from", "A", "--to", "B", "--all-consumers", "--server", e.server.url()]);
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stdout.contains("stream DOWN sources or mirrors A"), "{out:?}");
 }
@@ -72,7 +104,17 @@ async fn run_executes_a_reviewed_plan_file() {
     let dir = e.server.dir().join("out");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("plan.toml");
-    let out = e.cli(&["plan", "--from", "A", "--to", "B", "--consumer", "C", "--out", path.to_str().unwrap()]);
+    let out = e.cli(&[
+        "plan",
+        "--from",
+        "A",
+        "--to",
+        "B",
+        "--consumer",
+        "C",
+        "--out",
+        path.to_str().unwrap(),
+    ]);
     assert_eq!(out.code, 0, "{out:?}");
     let out = e.cli(&["--json", "run", "--plan", path.to_str().unwrap(), "--yes"]);
     assert_eq!(out.code, 0, "{out:?}");

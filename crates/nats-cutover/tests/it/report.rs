@@ -12,7 +12,8 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// The browser; a missing one fails the test with the install command.
 fn chromium() -> PathBuf {
-    let p = std::env::var_os("CHROMIUM").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(CHROMIUM));
+    let p =
+        std::env::var_os("CHROMIUM").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(CHROMIUM));
     assert!(
         p.is_file(),
         "headless Chromium not found at {}: install it with `apt-get update && apt-get install -y --no-install-recommends chromium` (scripts/test.sh does this), or point CHROMIUM at a Chromium binary",
@@ -24,7 +25,11 @@ fn chromium() -> PathBuf {
 /// `target/test-artifacts/`, next to the binary under test (so CARGO_TARGET_DIR
 /// is honoured).
 pub fn artifacts() -> PathBuf {
-    let d = Path::new(env!("CARGO_BIN_EXE_nats-cutover")).parent().and_then(Path::parent).expect("target dir").join("test-artifacts");
+    let d = Path::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("test-artifacts");
     std::fs::create_dir_all(&d).expect("create target/test-artifacts");
     d
 }
@@ -39,11 +44,25 @@ struct Browser {
 /// log), and console messages on stderr.
 fn browse(page: &Path, mode: &[&str]) -> Browser {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let profile = std::env::temp_dir().join(format!("nats-cutover-chromium-{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    let profile = std::env::temp_dir().join(format!(
+        "nats-cutover-chromium-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&profile);
     let url = format!("file://{}", page.canonicalize().expect("report exists").display());
     let mut child = Command::new(chromium())
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
         .arg("--host-resolver-rules=MAP * ~NOTFOUND")
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(["--enable-logging=stderr", "--v=0"])
@@ -106,20 +125,40 @@ fn check_in_browser(report: &Path, screenshot: &Path) -> String {
     for needle in ["src=", "<link", "@import", "url(", "<iframe", "fetch(", "XMLHttpRequest"] {
         assert!(!html.contains(needle), "report refers to something outside itself ({needle:?})");
     }
-    assert_eq!(html.matches("http").count(), html.matches("http://www.w3.org/2000/svg").count(), "report contains a URL");
+    assert_eq!(
+        html.matches("http").count(),
+        html.matches("http://www.w3.org/2000/svg").count(),
+        "report contains a URL"
+    );
 
     let b = browse(report, &["--dump-dom"]);
     let dom = b.stdout;
     assert_eq!(page_console(&b.stderr), Vec::<&str>::new(), "the page logged to the console");
     assert_eq!(body_attr(&dom, "data-errors"), None, "script errors on the page");
-    assert_eq!(body_attr(&dom, "data-chart"), Some("drawn"), "chart not drawn; body: {:?}", &dom[dom.find("<body").unwrap_or(0)..][..200.min(dom.len())]);
+    assert_eq!(
+        body_attr(&dom, "data-chart"),
+        Some("drawn"),
+        "chart not drawn; body: {:?}",
+        &dom[dom.find("<body").unwrap_or(0)..][..200.min(dom.len())]
+    );
     assert!(dom.contains("<svg") && dom.contains("<polyline"), "no SVG lines in the DOM");
 
     let _ = std::fs::remove_file(screenshot);
-    let b = browse(report, &[&format!("--screenshot={}", screenshot.display()), "--window-size=1280,1600"]);
-    assert_eq!(page_console(&b.stderr), Vec::<&str>::new(), "the page logged to the console while taking the screenshot");
+    let b = browse(
+        report,
+        &[&format!("--screenshot={}", screenshot.display()), "--window-size=1280,1600"],
+    );
+    assert_eq!(
+        page_console(&b.stderr),
+        Vec::<&str>::new(),
+        "the page logged to the console while taking the screenshot"
+    );
     let png = std::fs::read(screenshot).expect("screenshot written");
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000, "screenshot is not a full PNG ({} bytes)", png.len());
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000,
+        "screenshot is not a full PNG ({} bytes)",
+        png.len()
+    );
     eprintln!("screenshot: {}", screenshot.display());
     dom
 }
@@ -130,18 +169,41 @@ fn demo_report_draws_its_timeline_in_headless_chromium() {
     let dir = artifacts();
     let report = dir.join("report-demo.html");
     let _ = std::fs::remove_file(&report);
-    let out = cli(&["demo", "--json", "--rate", "300", "--duration", "3", "--report", report.to_str().unwrap()]);
+    let out = cli(&[
+        "demo",
+        "--json",
+        "--rate",
+        "300",
+        "--duration",
+        "3",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
     assert_eq!(out.code, 0, "{out:?}");
     let dom = check_in_browser(&report, &dir.join("report-demo.png"));
     // Rates from 100 ms samples over 3 s, plus consumer samples: many points.
-    let points: u64 = body_attr(&dom, "data-points").and_then(|p| p.parse().ok()).expect("data-points");
+    let points: u64 =
+        body_attr(&dom, "data-points").and_then(|p| p.parse().ok()).expect("data-points");
     assert!(points > 60, "only {points} points drawn");
-    for step in ["create_b", "catch_up", "move_consumers", "move_publishers", "seal_a", "remove_source", "retire"] {
+    for step in [
+        "create_b",
+        "catch_up",
+        "move_consumers",
+        "move_publishers",
+        "seal_a",
+        "remove_source",
+        "retire",
+    ] {
         assert!(dom.contains(&format!(">{step} ")), "step {step} not marked on the chart");
     }
     assert!(dom.contains(">checkpoint worker F="), "checkpoint not marked on the chart");
     // Searched as SVG text (">..."): the same words are in the embedded data and script.
-    assert!(dom.contains(">publish rate<") && dom.contains(">processed rate<") && dom.contains(">worker num_ack_pending<"), "series legend missing");
+    assert!(
+        dom.contains(">publish rate<")
+            && dom.contains(">processed rate<")
+            && dom.contains(">worker num_ack_pending<"),
+        "series legend missing"
+    );
     assert!(dom.contains("VERIFIED: every published message"), "workload verification missing");
     assert!(dom.contains("HOLDS: every message once"), "the streams' verification is missing");
 }
@@ -152,7 +214,8 @@ async fn run_report_draws_the_consumer_timeline_in_headless_chromium() {
     let e = env().await;
     orders(&e).await;
     // Four processed, so the checkpoint is not the trivial 0.
-    let c: async_nats::jetstream::consumer::PullConsumer = e.ctx.get_stream("A").await.unwrap().get_consumer("C").await.unwrap();
+    let c: async_nats::jetstream::consumer::PullConsumer =
+        e.ctx.get_stream("A").await.unwrap().get_consumer("C").await.unwrap();
     let mut msgs = c.fetch().max_messages(4).messages().await.expect("fetch");
     let mut acked = 0;
     while let Some(m) = msgs.next().await {
@@ -163,10 +226,22 @@ async fn run_report_draws_the_consumer_timeline_in_headless_chromium() {
     let dir = artifacts();
     let report = dir.join("report-run.html");
     let _ = std::fs::remove_file(&report);
-    let out = e.cli(&["run", "--from", "A", "--to", "B", "--consumer", "C", "--yes", "--report", report.to_str().unwrap()]);
+    let out = e.cli(&[
+        "run",
+        "--from",
+        "A",
+        "--to",
+        "B",
+        "--consumer",
+        "C",
+        "--yes",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
     assert_eq!(out.code, 0, "{out:?}");
     let dom = check_in_browser(&report, &dir.join("report-run.png"));
-    let points: u64 = body_attr(&dom, "data-points").and_then(|p| p.parse().ok()).expect("data-points");
+    let points: u64 =
+        body_attr(&dom, "data-points").and_then(|p| p.parse().ok()).expect("data-points");
     assert!(points >= 2, "the consumer was sampled at least once: {points} points");
     assert!(dom.contains(">checkpoint C F=4<"), "checkpoint not marked on the chart");
     assert!(dom.contains("VERIFIED: every consumer moved"), "verdict missing");
@@ -177,7 +252,20 @@ async fn run_report_draws_the_consumer_timeline_in_headless_chromium() {
 
 #[test]
 fn run_refuses_a_report_path_it_cannot_write_before_changing_anything() {
-    let out = cli(&["--server", "nats://127.0.0.1:1", "run", "--from", "A", "--to", "B", "--consumer", "C", "--yes", "--report", "/nonexistent-dir/x.html"]);
+    let out = cli(&[
+        "--server",
+        "nats://127.0.0.1:1",
+        "run",
+        "--from",
+        "A",
+        "--to",
+        "B",
+        "--consumer",
+        "C",
+        "--yes",
+        "--report",
+        "/nonexistent-dir/x.html",
+    ]);
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("--report") && out.stderr.contains("not a directory"), "{out:?}");
 }

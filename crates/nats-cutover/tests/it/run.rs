@@ -13,12 +13,21 @@ pub fn request(from: &str, to: &str, consumers: &[&str]) -> PlanRequest {
 }
 
 pub async fn orders_stream(e: &Env, ack_wait_ms: i64) {
-    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64})).await;
+    e.stream(
+        json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}),
+    )
+    .await;
     e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": ack_wait_ms * 1_000_000, "max_ack_pending": 1000})).await;
 }
 
 pub fn load_cfg(rate: u32, max: u64) -> LoadConfig {
-    LoadConfig { rate, max_messages: max, duration: Duration::from_secs(30), workers: 4, ..Default::default() }
+    LoadConfig {
+        rate,
+        max_messages: max,
+        duration: Duration::from_secs(30),
+        workers: 4,
+        ..Default::default()
+    }
 }
 
 /// Waits (with a deadline) until the workload's counter reaches `n`.
@@ -42,7 +51,11 @@ pub async fn finish(mut load: Load) -> LoadReport {
     load.finish_publishing().await;
     let drained = load.drain(Duration::from_secs(30)).await;
     let r = load.stop().await;
-    assert!(drained, "not every published message was processed: lost {:?}", &r.lost[..r.lost.len().min(20)]);
+    assert!(
+        drained,
+        "not every published message was processed: lost {:?}",
+        &r.lost[..r.lost.len().min(20)]
+    );
     r
 }
 
@@ -53,12 +66,22 @@ pub fn assert_exact(r: &LoadReport) {
     );
     assert_eq!(r.publish_failures, 0, "publishers saw errors they could not retry");
     assert!(r.lost.is_empty(), "lost: {:?}", &r.lost[..r.lost.len().min(20)]);
-    assert!(r.duplicated.is_empty(), "processed twice: {:?}", &r.duplicated[..r.duplicated.len().min(20)]);
+    assert!(
+        r.duplicated.is_empty(),
+        "processed twice: {:?}",
+        &r.duplicated[..r.duplicated.len().min(20)]
+    );
     assert!(r.extra.is_empty(), "processed but never published: {:?}", r.extra);
     assert_eq!(r.processed_unique, r.published);
 }
 
-pub async fn assert_finished(e: &Env, from: &str, to: &str, consumer: &str, subjects: serde_json::Value) {
+pub async fn assert_finished(
+    e: &Env,
+    from: &str,
+    to: &str,
+    consumer: &str,
+    subjects: serde_json::Value,
+) {
     let (_, a) = e.js.stream_info(from).await.unwrap();
     assert!(a.config.sealed, "{from} is sealed");
     assert!(e.js.consumer_info_opt(from, consumer).await.unwrap().is_none(), "old durable deleted");
@@ -74,7 +97,8 @@ async fn live_cutover_loses_nothing_and_processes_nothing_twice() {
     orders_stream(&e, 30_000).await;
     let load = Load::start(e.js.client.clone(), load_cfg(1000, 4000)).await;
     until_processed(&load, 500).await;
-    let plan = engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    let plan =
+        engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
     assert!(plan.safe);
     let sink = Collect::default();
     let (_tx, rx) = tokio::sync::watch::channel(false);
@@ -90,8 +114,26 @@ async fn live_cutover_loses_nothing_and_processes_nothing_twice() {
     assert_exact(&r);
     assert_finished(&e, "ORDERS", "ORDERS_V2", "worker", json!(["orders.>"])).await;
     // Events were reported for every step.
-    let steps: Vec<String> = sink.0.lock().unwrap().iter().filter(|e| e.kind == "step_done").map(|e| e.step.clone()).collect();
-    assert_eq!(steps, ["create_b", "catch_up", "move_consumers", "move_publishers", "seal_a", "remove_source", "retire"]);
+    let steps: Vec<String> = sink
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == "step_done")
+        .map(|e| e.step.clone())
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "create_b",
+            "catch_up",
+            "move_consumers",
+            "move_publishers",
+            "seal_a",
+            "remove_source",
+            "retire"
+        ]
+    );
     // The final check, from the streams alone: every message once, in order,
     // handed over without gap or overlap, no retry slipped into B twice.
     let v = assert_verified(&e, &j.id).await;
@@ -106,7 +148,11 @@ fn run_cli(e: &Env, args: &[&str], crash_after: Option<&str>) -> Out {
         cmd.env("NATS_CUTOVER_TEST_CRASH_AFTER", s);
     }
     let o = cmd.output().expect("run nats-cutover");
-    Out { code: o.status.code().unwrap_or(-1), stdout: String::from_utf8_lossy(&o.stdout).into(), stderr: String::from_utf8_lossy(&o.stderr).into() }
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
+    }
 }
 
 /// Runs the CLI until it stops saying "try again" (`retriable` texts in its
@@ -116,7 +162,10 @@ async fn retry_cli(e: &Env, args: &[&str], retriable: &[&str]) -> Out {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let out = run_cli(e, args, None);
-        if out.code != 0 && std::time::Instant::now() < deadline && retriable.iter().any(|r| out.stderr.contains(r)) {
+        if out.code != 0
+            && std::time::Instant::now() < deadline
+            && retriable.iter().any(|r| out.stderr.contains(r))
+        {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         }
@@ -126,7 +175,8 @@ async fn retry_cli(e: &Env, args: &[&str], retriable: &[&str]) -> Out {
 
 /// Resumes once the crashed runner's lease has lapsed.
 async fn resume_until_done(e: &Env, id: &str) -> Out {
-    retry_cli(e, &["--json", "run", "--resume", id, "--lease-ttl", "1s"], &["is held by runner"]).await
+    retry_cli(e, &["--json", "run", "--resume", id, "--lease-ttl", "1s"], &["is held by runner"])
+        .await
 }
 
 /// The streams and the journal alone prove the migration exact.
@@ -141,7 +191,23 @@ async fn crash_and_resume(crash_after: &str) {
     orders_stream(&e, 30_000).await;
     let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
     until_processed(&load, 200).await;
-    let out = run_cli(&e, &["--json", "run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes", "--lease-ttl", "1s"], Some(crash_after));
+    let out = run_cli(
+        &e,
+        &[
+            "--json",
+            "run",
+            "--from",
+            "ORDERS",
+            "--to",
+            "ORDERS_V2",
+            "--consumer",
+            "worker",
+            "--yes",
+            "--lease-ttl",
+            "1s",
+        ],
+        Some(crash_after),
+    );
     assert_eq!(out.code, 86, "the runner should die after {crash_after}: {out:?}");
     let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_ne!(j.phase, Phase::Done);
@@ -205,7 +271,22 @@ async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
     orders_stream(&e, 30_000).await;
     let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
     until_processed(&load, 200).await;
-    let out = run_cli(&e, &["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes", "--lease-ttl", "1s"], Some("consumer_created:worker"));
+    let out = run_cli(
+        &e,
+        &[
+            "run",
+            "--from",
+            "ORDERS",
+            "--to",
+            "ORDERS_V2",
+            "--consumer",
+            "worker",
+            "--yes",
+            "--lease-ttl",
+            "1s",
+        ],
+        Some("consumer_created:worker"),
+    );
     assert_eq!(out.code, 86, "{out:?}");
     // Workers followed the route to ORDERS_V2 and process there.
     let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
@@ -215,14 +296,25 @@ async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
         c.ack_floor.stream_seq > start + 100
     })
     .await;
-    let out = retry_cli(&e, &["--json", "rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"], &["is held by runner"]).await;
+    let out = retry_cli(
+        &e,
+        &["--json", "rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"],
+        &["is held by runner"],
+    )
+    .await;
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stdout.contains("reset_to"), "the old durable must be reset past what the new one processed: {out:?}");
+    assert!(
+        out.stdout.contains("reset_to"),
+        "the old durable must be reset past what the new one processed: {out:?}"
+    );
     let after = load.published() + 300;
     until_published(&load, after).await;
     let r = finish(load).await;
     assert_exact(&r);
-    assert!(e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(), "the run created ORDERS_V2, the rollback deletes it");
+    assert!(
+        e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(),
+        "the run created ORDERS_V2, the rollback deletes it"
+    );
     let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert!(!c.paused);
     let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
@@ -230,9 +322,26 @@ async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
     // After the commit point a rollback is refused.
     let e2 = env().await;
     orders_stream(&e2, 30_000).await;
-    let out = run_cli(&e2, &["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes", "--delete-old"], None);
+    let out = run_cli(
+        &e2,
+        &[
+            "run",
+            "--from",
+            "ORDERS",
+            "--to",
+            "ORDERS_V2",
+            "--consumer",
+            "worker",
+            "--yes",
+            "--delete-old",
+        ],
+        None,
+    );
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(e2.js.stream_info_opt("ORDERS").await.unwrap().is_none(), "--delete-old deletes the old stream");
+    assert!(
+        e2.js.stream_info_opt("ORDERS").await.unwrap().is_none(),
+        "--delete-old deletes the old stream"
+    );
     let out = run_cli(&e2, &["rollback", "ORDERS.ORDERS_V2"], None);
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stderr.contains("only rolling forward is safe"), "{out:?}");
@@ -247,33 +356,64 @@ async fn second_runner_is_refused_and_ctrl_c_stops_safely() {
     orders_stream(&e, 30_000).await;
     e.publish("orders.1", "x", 5).await;
     // A worker takes a message and dies without acking it.
-    let c = e.ctx.get_stream("ORDERS").await.unwrap().get_consumer::<async_nats::jetstream::consumer::pull::Config>("worker").await.unwrap();
+    let c = e
+        .ctx
+        .get_stream("ORDERS")
+        .await
+        .unwrap()
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>("worker")
+        .await
+        .unwrap();
     use futures::StreamExt;
     let mut b = c.fetch().max_messages(1).messages().await.unwrap();
     let _held = b.next().await.unwrap().unwrap();
     let first = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
-        .args(["--server", e.server.url(), "run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"])
+        .args([
+            "--server",
+            e.server.url(),
+            "run",
+            "--from",
+            "ORDERS",
+            "--to",
+            "ORDERS_V2",
+            "--consumer",
+            "worker",
+            "--yes",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     wait_until("the first runner to pause and drain", Duration::from_secs(20), || async {
-        let paused = e.js.consumer_info("ORDERS", "worker").await.map(|(_, c)| c.paused).unwrap_or(false);
-        let draining = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.map(|(_, j)| j.in_progress.as_deref() == Some("move_consumers")).unwrap_or(false);
+        let paused =
+            e.js.consumer_info("ORDERS", "worker").await.map(|(_, c)| c.paused).unwrap_or(false);
+        let draining = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2")
+            .await
+            .map(|(_, j)| j.in_progress.as_deref() == Some("move_consumers"))
+            .unwrap_or(false);
         paused && draining
     })
     .await;
-    let second = e.cli(&["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"]);
+    let second =
+        e.cli(&["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"]);
     assert_eq!(second.code, 1, "{second:?}");
     assert!(second.stderr.contains("is held by runner"), "{second:?}");
     std::process::Command::new("kill").args(["-INT", &first.id().to_string()]).status().unwrap();
     let o = first.wait_with_output().unwrap();
-    let (code, stderr) = (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).to_string());
+    let (code, stderr) =
+        (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).to_string());
     assert_eq!(code, 5, "Ctrl-C exits INTERRUPTED: {stderr}");
-    assert!(stderr.contains("nats-cutover run --resume ORDERS.ORDERS_V2") && stderr.contains("rollback ORDERS.ORDERS_V2"), "{stderr}");
+    assert!(
+        stderr.contains("nats-cutover run --resume ORDERS.ORDERS_V2")
+            && stderr.contains("rollback ORDERS.ORDERS_V2"),
+        "{stderr}"
+    );
     let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert!(!c.paused, "the interrupted drain hands the consumer back");
-    assert!(e.js.consumer_info_opt("ORDERS_V2", "worker").await.unwrap().is_none(), "no durable on B before it is positioned");
+    assert!(
+        e.js.consumer_info_opt("ORDERS_V2", "worker").await.unwrap().is_none(),
+        "no durable on B before it is positioned"
+    );
 }
 
 /// A worker dies mid-message during the drain: the paused consumer withholds
@@ -286,9 +426,11 @@ async fn worker_killed_mid_message_during_the_drain() {
     let load = Load::start(e.js.client.clone(), load_cfg(300, 20_000)).await;
     until_processed(&load, 100).await;
     let held = take_one_and_die(&e).await;
-    let plan = engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    let plan =
+        engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
-    let j = engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let j =
+        engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
     drop(held);
     assert_eq!(j.phase, Phase::Done);
     assert!(j.consumers[0].nudges >= 1, "the stuck message needed a nudge: {:?}", j.consumers[0]);
@@ -307,7 +449,10 @@ async fn push_consumer_with_deliver_group_moves_without_redeploy() {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
     let e = env().await;
-    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64})).await;
+    e.stream(
+        json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}),
+    )
+    .await;
     e.consumer("ORDERS", json!({"durable_name": "pusher", "ack_policy": "explicit", "deliver_subject": "deliver.orders", "deliver_group": "g", "max_ack_pending": 1000, "ack_wait": 30_000_000_000i64})).await;
     let seen: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
     let mut subs = vec![];
@@ -318,7 +463,12 @@ async fn push_consumer_with_deliver_group_moves_without_redeploy() {
         subs.push(tokio::spawn(async move {
             while let Some(m) = sub.next().await {
                 let Some(reply) = m.reply.clone() else { continue };
-                let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).and_then(|v| v.as_str().strip_prefix("m-")).and_then(|s| s.parse::<u64>().ok());
+                let id = m
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get("Nats-Msg-Id"))
+                    .and_then(|v| v.as_str().strip_prefix("m-"))
+                    .and_then(|s| s.parse::<u64>().ok());
                 if let Some(id) = id {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     // Double ack: request on the reply subject, the server answers.
@@ -332,11 +482,16 @@ async fn push_consumer_with_deliver_group_moves_without_redeploy() {
     let mut cfg = load_cfg(500, 20_000);
     cfg.workers = 0;
     let load = Load::start(e.js.client.clone(), cfg).await;
-    wait_until("push subscribers to receive", Duration::from_secs(20), || async { seen.lock().unwrap().len() > 200 }).await;
-    let plan = engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["pusher"])).await.unwrap();
+    wait_until("push subscribers to receive", Duration::from_secs(20), || async {
+        seen.lock().unwrap().len() > 200
+    })
+    .await;
+    let plan =
+        engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["pusher"])).await.unwrap();
     assert!(plan.safe, "{:?}", plan.unsafe_findings().collect::<Vec<_>>());
     let (_tx, rx) = tokio::sync::watch::channel(false);
-    let j = engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let j =
+        engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
     assert_eq!(j.phase, Phase::Done);
     let (_, bc) = e.js.consumer_info("ORDERS_V2", "pusher").await.unwrap();
     assert_eq!(bc.config.deliver_subject.as_deref(), Some("deliver.orders"));
@@ -367,10 +522,18 @@ async fn push_consumer_with_deliver_group_moves_without_redeploy() {
 /// until it gets one: live workers may have taken everything available.
 async fn take_one_and_die(e: &Env) -> async_nats::jetstream::Message {
     use futures::StreamExt;
-    let c = e.ctx.get_stream("ORDERS").await.unwrap().get_consumer::<async_nats::jetstream::consumer::pull::Config>("worker").await.unwrap();
+    let c = e
+        .ctx
+        .get_stream("ORDERS")
+        .await
+        .unwrap()
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>("worker")
+        .await
+        .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let mut b = c.fetch().max_messages(1).expires(Duration::from_millis(200)).messages().await.unwrap();
+        let mut b =
+            c.fetch().max_messages(1).expires(Duration::from_millis(200)).messages().await.unwrap();
         if let Some(Ok(m)) = b.next().await {
             return m;
         }
@@ -393,10 +556,24 @@ async fn several_consumers_move_in_one_run() {
     let billing = Load::start(e.js.client.clone(), cfg).await;
     until_processed(&load, 200).await;
     until_processed(&billing, 200).await;
-    let out = e.cli(&["--json", "run", "--from", "ORDERS", "--to", "ORDERS_V2", "--all-consumers", "--yes"]);
+    let out = e.cli(&[
+        "--json",
+        "run",
+        "--from",
+        "ORDERS",
+        "--to",
+        "ORDERS_V2",
+        "--all-consumers",
+        "--yes",
+    ]);
     assert_eq!(out.code, 0, "{out:?}");
     let last: serde_json::Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
-    let moved: Vec<&str> = last["journal"]["consumers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    let moved: Vec<&str> = last["journal"]["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
     assert_eq!(moved, ["billing", "worker"]);
     let after = load.published() + 300;
     until_published(&load, after).await;
@@ -407,12 +584,21 @@ async fn several_consumers_move_in_one_run() {
     let mut published: Vec<u64> = (0..r.published).collect();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while billing.processed() < r.published {
-        assert!(std::time::Instant::now() < deadline, "billing processed {} of {}", billing.processed(), r.published);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "billing processed {} of {}",
+            billing.processed(),
+            r.published
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let b = billing.stop().await;
     published.sort();
-    assert!(b.duplicated.is_empty(), "billing processed twice: {:?}", &b.duplicated[..b.duplicated.len().min(10)]);
+    assert!(
+        b.duplicated.is_empty(),
+        "billing processed twice: {:?}",
+        &b.duplicated[..b.duplicated.len().min(10)]
+    );
     assert_eq!(b.extra.len() as u64, r.published, "billing processed exactly the published set");
     assert_eq!(b.extra, published);
 }
@@ -432,7 +618,8 @@ async fn server_restart_during_the_drain_then_resume() {
         // Its own connection, so the test's client is not involved.
         let client = async_nats::connect(url).await.unwrap();
         let js = cutover_nats::Js::new(client, Duration::from_secs(2));
-        let plan = engine::prepare_plan(&js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+        let plan =
+            engine::prepare_plan(&js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
         let (_tx, rx) = tokio::sync::watch::channel(false);
         let opts = RunOptions { lease_ttl: Duration::from_secs(1), ..Default::default() };
         engine::run(&js, plan, &opts, &Collect::default(), rx).await
@@ -448,8 +635,16 @@ async fn server_restart_during_the_drain_then_resume() {
     until_processed(&load, before + 100).await;
     assert!(first.is_err(), "the runner cannot finish across a server restart: {first:?}");
     drop(held);
-    wait_until("the server to answer again", Duration::from_secs(20), || async { e.js.stream_info("ORDERS").await.is_ok() }).await;
-    let out = retry_cli(&e, &["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"], &["is held by runner", "did not answer"]).await;
+    wait_until("the server to answer again", Duration::from_secs(20), || async {
+        e.js.stream_info("ORDERS").await.is_ok()
+    })
+    .await;
+    let out = retry_cli(
+        &e,
+        &["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"],
+        &["is held by runner", "did not answer"],
+    )
+    .await;
     assert_eq!(out.code, 0, "{out:?}");
     let after = load.published() + 200;
     until_published(&load, after).await;
@@ -467,10 +662,28 @@ async fn runner_crash_then_server_restart_after_the_new_durable_exists() {
     orders_stream(&e, 30_000).await;
     let load = Load::start(e.js.client.clone(), load_cfg(300, 20_000)).await;
     until_processed(&load, 100).await;
-    let out = run_cli(&e, &["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes", "--lease-ttl", "1s"], Some("consumer_created:worker"));
+    let out = run_cli(
+        &e,
+        &[
+            "run",
+            "--from",
+            "ORDERS",
+            "--to",
+            "ORDERS_V2",
+            "--consumer",
+            "worker",
+            "--yes",
+            "--lease-ttl",
+            "1s",
+        ],
+        Some("consumer_created:worker"),
+    );
     assert_eq!(out.code, 86, "{out:?}");
     e.server.restart().unwrap();
-    wait_until("the server to answer again", Duration::from_secs(20), || async { e.js.stream_info("ORDERS_V2").await.is_ok() }).await;
+    wait_until("the server to answer again", Duration::from_secs(20), || async {
+        e.js.stream_info("ORDERS_V2").await.is_ok()
+    })
+    .await;
     // Workers process on the new stream after the restart.
     let before = load.processed();
     until_processed(&load, before + 100).await;
@@ -491,7 +704,22 @@ async fn keep_old_consumers_leaves_them_paused_for_good() {
     orders_stream(&e, 30_000).await;
     let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
     until_processed(&load, 200).await;
-    let out = run_cli(&e, &["--json", "run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes", "--keep-old-consumers"], None);
+    let out = run_cli(
+        &e,
+        &[
+            "--json",
+            "run",
+            "--from",
+            "ORDERS",
+            "--to",
+            "ORDERS_V2",
+            "--consumer",
+            "worker",
+            "--yes",
+            "--keep-old-consumers",
+        ],
+        None,
+    );
     assert_eq!(out.code, 0, "{out:?}");
     let (_, old) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert!(old.paused, "the kept durable stays paused");
@@ -504,6 +732,20 @@ async fn keep_old_consumers_leaves_them_paused_for_good() {
     let (_, again) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert_eq!(again.delivered, old.delivered, "the kept durable delivered nothing more");
     assert_verified(&e, "ORDERS.ORDERS_V2").await;
-    let out = run_cli(&e, &["run", "--from", "ORDERS", "--to", "X", "--consumer", "worker", "--keep-old-consumers", "--delete-old"], None);
+    let out = run_cli(
+        &e,
+        &[
+            "run",
+            "--from",
+            "ORDERS",
+            "--to",
+            "X",
+            "--consumer",
+            "worker",
+            "--keep-old-consumers",
+            "--delete-old",
+        ],
+        None,
+    );
     assert_eq!(out.code, 2, "the two options contradict each other: {out:?}");
 }

@@ -8,13 +8,58 @@ use std::process::Command;
 /// A throwaway CA and a server certificate for 127.0.0.1, made with openssl.
 fn make_certs(dir: &Path) {
     let run = |args: &[&str]| {
-        let o = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl is needed for the TLS test: apt-get install openssl");
+        let o = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl is needed for the TLS test: apt-get install openssl");
         assert!(o.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     };
-    run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=nats-cutover test CA"]);
-    run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]);
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=nats-cutover test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
     std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
-    run(&["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "1", "-extfile", "san.ext"]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+    ]);
 }
 
 #[test]
@@ -26,19 +71,38 @@ fn tls_with_ca_and_token_auth() {
         "tls {{\n  cert_file: \"{d}/server.pem\"\n  key_file: \"{d}/server.key\"\n}}\nauthorization {{ token: s3cret }}\n",
         d = dir.display()
     );
-    let s = NatsServer::start_with(ServerOptions { config: Some(conf), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
+    let s = NatsServer::start_with(ServerOptions { config: Some(conf), ..Default::default() })
+        .unwrap_or_else(|e| panic!("{e}"));
     let url = s.url().to_string();
     assert!(url.starts_with("tls://"), "{url}");
     let ca = dir.join("ca.pem");
     // Verified against the CA, with the token: connects (the stream is missing: bad input).
-    let out = cli(&["--server", &url, "--tlsca", ca.to_str().unwrap(), "--token", "s3cret", "inspect", "NOPE"]);
+    let out = cli(&[
+        "--server",
+        &url,
+        "--tlsca",
+        ca.to_str().unwrap(),
+        "--token",
+        "s3cret",
+        "inspect",
+        "NOPE",
+    ]);
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("stream \"NOPE\" does not exist"), "{out:?}");
     // Without the CA the server's certificate is not trusted.
     let out = cli(&["--server", &url, "--token", "s3cret", "--timeout", "2s", "inspect", "NOPE"]);
     assert_eq!(out.code, 4, "{out:?}");
     // A wrong token is refused by the server.
-    let out = cli(&["--server", &url, "--tlsca", ca.to_str().unwrap(), "--token", "wrong", "inspect", "NOPE"]);
+    let out = cli(&[
+        "--server",
+        &url,
+        "--tlsca",
+        ca.to_str().unwrap(),
+        "--token",
+        "wrong",
+        "inspect",
+        "NOPE",
+    ]);
     assert_eq!(out.code, 4, "{out:?}");
     assert!(out.stderr.contains("authorization"), "{out:?}");
     // Half of a client certificate pair is bad input.
@@ -52,7 +116,8 @@ fn tls_with_ca_and_token_auth() {
 fn nkey_seed_file_authenticates() {
     let kp = nkeys::KeyPair::new_user();
     let conf = format!("authorization {{ users: [ {{ nkey: {} }} ] }}\n", kp.public_key());
-    let s = NatsServer::start_with(ServerOptions { config: Some(conf), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
+    let s = NatsServer::start_with(ServerOptions { config: Some(conf), ..Default::default() })
+        .unwrap_or_else(|e| panic!("{e}"));
     let dir = s.dir().join("keys");
     std::fs::create_dir_all(&dir).unwrap();
     let seed = dir.join("user.nk");

@@ -16,7 +16,9 @@ async fn bulk(e: &Env, n: u64, subject: impl Fn(u64) -> String) {
     for i in 0..n {
         let mut h = async_nats::HeaderMap::new();
         h.insert("Nats-Msg-Id", format!("b-{i}").as_str());
-        pending.push(std::future::IntoFuture::into_future(e.ctx.publish_with_headers(subject(i), h, String::new().into()).await.expect("publish")));
+        pending.push(std::future::IntoFuture::into_future(
+            e.ctx.publish_with_headers(subject(i), h, String::new().into()).await.expect("publish"),
+        ));
         if pending.len() >= 4096 {
             while pending.len() > 2048 {
                 pending.next().await.unwrap().expect("ack");
@@ -88,10 +90,22 @@ async fn gaps_in_a_before_and_after_the_checkpoint() {
 async fn filtered_consumer_checkpoint_translates_exactly() {
     let e = env().await;
     e.stream(json!({"name": "A", "subjects": ["t.>"], "allow_direct": true})).await;
-    e.consumer("A", json!({"durable_name": "C", "ack_policy": "explicit", "filter_subject": "t.a"})).await;
+    e.consumer(
+        "A",
+        json!({"durable_name": "C", "ack_policy": "explicit", "filter_subject": "t.a"}),
+    )
+    .await;
     bulk(&e, 40, |i| if i % 3 == 0 { "t.a".into() } else { "t.b".into() }).await;
-    let c = e.ctx.get_stream("A").await.unwrap().get_consumer::<async_nats::jetstream::consumer::pull::Config>("C").await.unwrap();
-    let mut batch = c.fetch().max_messages(5).expires(Duration::from_secs(2)).messages().await.unwrap();
+    let c = e
+        .ctx
+        .get_stream("A")
+        .await
+        .unwrap()
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>("C")
+        .await
+        .unwrap();
+    let mut batch =
+        c.fetch().max_messages(5).expires(Duration::from_secs(2)).messages().await.unwrap();
     while let Some(m) = batch.next().await {
         m.unwrap().double_ack().await.unwrap();
     }
@@ -120,11 +134,20 @@ async fn filtered_consumer_checkpoint_translates_exactly() {
 #[tokio::test(flavor = "multi_thread")]
 async fn max_deliver_exhausted_messages_below_the_checkpoint_stay_exhausted() {
     let e = env().await;
-    e.stream(json!({"name": "A", "subjects": ["t.>"], "duplicate_window": 120_000_000_000i64})).await;
+    e.stream(json!({"name": "A", "subjects": ["t.>"], "duplicate_window": 120_000_000_000i64}))
+        .await;
     e.consumer("A", json!({"durable_name": "C", "ack_policy": "explicit", "max_deliver": 1, "ack_wait": 300_000_000})).await;
     bulk(&e, 8, |_| "t.x".into()).await;
-    let c = e.ctx.get_stream("A").await.unwrap().get_consumer::<async_nats::jetstream::consumer::pull::Config>("C").await.unwrap();
-    let mut batch = c.fetch().max_messages(5).expires(Duration::from_secs(2)).messages().await.unwrap();
+    let c = e
+        .ctx
+        .get_stream("A")
+        .await
+        .unwrap()
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>("C")
+        .await
+        .unwrap();
+    let mut batch =
+        c.fetch().max_messages(5).expires(Duration::from_secs(2)).messages().await.unwrap();
     let mut got = vec![];
     while let Some(m) = batch.next().await {
         got.push(m.unwrap());
@@ -133,15 +156,27 @@ async fn max_deliver_exhausted_messages_below_the_checkpoint_stay_exhausted() {
     for m in &got[1..] {
         m.double_ack().await.unwrap();
     }
-    wait_until("message 1 to exhaust its only delivery", Duration::from_secs(10), || async { e.js.consumer_info("A", "C").await.unwrap().1.num_ack_pending == 0 }).await;
+    wait_until("message 1 to exhaust its only delivery", Duration::from_secs(10), || async {
+        e.js.consumer_info("A", "C").await.unwrap().1.num_ack_pending == 0
+    })
+    .await;
     let plan = engine::prepare_plan(&e.js, &request("A", "B", &["C"])).await.unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
-    let j = engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let j =
+        engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
     assert_eq!(j.phase, Phase::Done);
     assert_eq!(j.consumers[0].checkpoint, Some(5));
     // B's durable continues at A's 6th message; the exhausted first one is not back.
-    let bc = e.ctx.get_stream("B").await.unwrap().get_consumer::<async_nats::jetstream::consumer::pull::Config>("C").await.unwrap();
-    let mut batch = bc.fetch().max_messages(10).expires(Duration::from_millis(500)).messages().await.unwrap();
+    let bc = e
+        .ctx
+        .get_stream("B")
+        .await
+        .unwrap()
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>("C")
+        .await
+        .unwrap();
+    let mut batch =
+        bc.fetch().max_messages(10).expires(Duration::from_millis(500)).messages().await.unwrap();
     let mut origins = vec![];
     while let Some(m) = batch.next().await {
         let m = m.unwrap();
@@ -155,16 +190,26 @@ async fn max_deliver_exhausted_messages_below_the_checkpoint_stay_exhausted() {
 #[tokio::test(flavor = "multi_thread")]
 async fn empty_stream_moves_and_new_messages_arrive_on_b() {
     let e = env().await;
-    e.stream(json!({"name": "A", "subjects": ["t.>"], "duplicate_window": 120_000_000_000i64})).await;
+    e.stream(json!({"name": "A", "subjects": ["t.>"], "duplicate_window": 120_000_000_000i64}))
+        .await;
     e.consumer("A", json!({"durable_name": "C", "ack_policy": "explicit"})).await;
     let plan = engine::prepare_plan(&e.js, &request("A", "B", &["C"])).await.unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
-    let j = engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let j =
+        engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
     assert_eq!(j.phase, Phase::Done);
     assert_eq!(j.consumers[0].checkpoint, Some(0));
     e.publish("t.new", "n", 3).await;
-    let bc = e.ctx.get_stream("B").await.unwrap().get_consumer::<async_nats::jetstream::consumer::pull::Config>("C").await.unwrap();
-    let mut batch = bc.fetch().max_messages(3).expires(Duration::from_secs(2)).messages().await.unwrap();
+    let bc = e
+        .ctx
+        .get_stream("B")
+        .await
+        .unwrap()
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>("C")
+        .await
+        .unwrap();
+    let mut batch =
+        bc.fetch().max_messages(3).expires(Duration::from_secs(2)).messages().await.unwrap();
     let mut n = 0;
     while let Some(m) = batch.next().await {
         m.unwrap().double_ack().await.unwrap();
@@ -203,7 +248,14 @@ async fn million_message_stream_translates_in_logarithmic_gets() {
     e.stream(json!({"name": "A", "subjects": ["t.>"], "allow_direct": true})).await;
     let n = 1_000_000u64;
     // Dense at first, then one in seven, then one in a hundred.
-    bulk(&e, n, |i| if i < 200_000 || (i < 600_000 && i % 7 == 0) || i % 100 == 0 { "t.keep".into() } else { "t.skip".into() }).await;
+    bulk(&e, n, |i| {
+        if i < 200_000 || (i < 600_000 && i % 7 == 0) || i % 100 == 0 {
+            "t.keep".into()
+        } else {
+            "t.skip".into()
+        }
+    })
+    .await;
     source_b(&e, "A", Some("t.keep")).await;
     wait_until("B to source A's last kept message", Duration::from_secs(120), || async {
         engine::source_progress(&e.js, "B", "A").await.unwrap().sourced_origin_seq == Some(999_901)
@@ -214,7 +266,10 @@ async fn million_message_stream_translates_in_logarithmic_gets() {
     for f in [1, 150_000, 200_000, 350_003, 599_999, 700_000, 999_950] {
         let (start, gets) = translated(&e, f).await;
         assert_exact_start(&e, f, start).await;
-        eprintln!("F {f}: start {start}, {gets} gets (bound {bound} for {} messages)", b.state.last_seq);
+        eprintln!(
+            "F {f}: start {start}, {gets} gets (bound {bound} for {} messages)",
+            b.state.last_seq
+        );
         assert!(gets <= bound, "F {f}: {gets} gets exceeds {bound}");
     }
 }

@@ -38,10 +38,23 @@ fn only(r: &Report, kind: Kind, n: u64) {
 }
 
 async fn ack_first(e: &Env, consumer: &str, n: usize) {
-    let c = e.ctx.get_stream("ORDERS").await.unwrap().get_consumer::<pull::Config>(consumer).await.unwrap();
+    let c = e
+        .ctx
+        .get_stream("ORDERS")
+        .await
+        .unwrap()
+        .get_consumer::<pull::Config>(consumer)
+        .await
+        .unwrap();
     let mut acked = 0;
     while acked < n {
-        let mut batch = c.fetch().max_messages(n - acked).expires(Duration::from_secs(1)).messages().await.unwrap();
+        let mut batch = c
+            .fetch()
+            .max_messages(n - acked)
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await
+            .unwrap();
         while let Some(m) = batch.next().await {
             m.unwrap().double_ack().await.unwrap();
             acked += 1;
@@ -56,18 +69,30 @@ async fn ack_first(e: &Env, consumer: &str, n: usize) {
 /// one, so B sequence = A sequence for every sourced message.
 async fn migrated(e: &Env) -> Journal {
     orders_stream(e, 30_000).await;
-    e.consumer("ORDERS", json!({"durable_name": "eu", "ack_policy": "explicit", "filter_subject": "orders.1"})).await;
+    e.consumer(
+        "ORDERS",
+        json!({"durable_name": "eu", "ack_policy": "explicit", "filter_subject": "orders.1"}),
+    )
+    .await;
     for i in 0..20 {
         let mut h = async_nats::HeaderMap::new();
         h.insert("Nats-Msg-Id", format!("m-{i}").as_str());
-        e.ctx.publish_with_headers(format!("orders.{}", i % 4), h, "x".into()).await.unwrap().await.unwrap();
+        e.ctx
+            .publish_with_headers(format!("orders.{}", i % 4), h, "x".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
     }
     e.ctx.publish("orders.9", "no id".into()).await.unwrap().await.unwrap();
     ack_first(e, "worker", 8).await;
     ack_first(e, "eu", 2).await;
-    let plan = engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker", "eu"])).await.unwrap();
+    let plan = engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker", "eu"]))
+        .await
+        .unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
-    let j = engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let j =
+        engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
     assert_eq!(j.phase, Phase::Done);
     let w = j.consumers.iter().find(|c| c.name == "worker").unwrap();
     assert_eq!((w.checkpoint, w.b_start), (Some(8), Some(9)), "the fixture's positions");
@@ -79,7 +104,13 @@ async fn publish_direct(e: &Env, n: usize) {
     for i in 0..n {
         let mut h = async_nats::HeaderMap::new();
         h.insert("Nats-Msg-Id", format!("d-{i}").as_str());
-        let ack = e.ctx.publish_with_headers(format!("orders.{}", i % 4), h, "new".into()).await.unwrap().await.unwrap();
+        let ack = e
+            .ctx
+            .publish_with_headers(format!("orders.{}", i % 4), h, "new".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
         assert_eq!(ack.stream, "ORDERS_V2");
     }
 }
@@ -97,7 +128,10 @@ async fn a_correct_migration_verifies_clean_and_the_cli_exits_0() {
     assert_eq!(w.adjacency.first_at_start.unwrap().origin, Some(9));
     // The filtered consumer: orders.1 is m-1, m-5, m-9, m-13, m-17 and two direct.
     let eu = r.consumers.iter().find(|c| c.name == "eu").unwrap();
-    assert_eq!((eu.a_filters.clone(), eu.a_selected, eu.b_direct), (vec!["orders.1".to_string()], 5, 2));
+    assert_eq!(
+        (eu.a_filters.clone(), eu.a_selected, eu.b_direct),
+        (vec!["orders.1".to_string()], 5, 2)
+    );
     assert_eq!(r.streams.slip.as_ref().map(|s| s.direct_ids), Some(8));
     assert_eq!((r.streams.b.sourced, r.streams.b.direct), (21, 8));
     // A is not read: `worker` selects everything (A's state says what it
@@ -106,7 +140,10 @@ async fn a_correct_migration_verifies_clean_and_the_cli_exits_0() {
     assert_eq!((w.a_known, eu.a_known), (AKnown::State, AKnown::Counted));
     // Nothing left behind: the ordered consumers are gone.
     assert_eq!(e.js.consumer_names("ORDERS").await.unwrap(), Vec::<String>::new());
-    assert_eq!(e.js.consumer_names("ORDERS_V2").await.unwrap(), vec!["eu".to_string(), "worker".to_string()]);
+    assert_eq!(
+        e.js.consumer_names("ORDERS_V2").await.unwrap(),
+        vec!["eu".to_string(), "worker".to_string()]
+    );
 
     let out = e.cli(&["verify", "--migration", ID, "--json"]);
     assert_eq!(out.code, 0, "{out:?}");
@@ -129,7 +166,10 @@ async fn a_message_deleted_from_b_is_lost() {
     let r = check(&e, &VerifyOptions::default()).await;
     only(&r, Kind::Lost, 1);
     let o = r.offenders.iter().find(|o| o.kind == Kind::Lost).unwrap();
-    assert_eq!((o.consumer.as_deref(), o.a_seq, o.msg_id.as_deref(), o.subject.as_deref()), (Some("worker"), Some(15), Some("m-14"), Some("orders.2")));
+    assert_eq!(
+        (o.consumer.as_deref(), o.a_seq, o.msg_id.as_deref(), o.subject.as_deref()),
+        (Some("worker"), Some(15), Some("m-14"), Some("orders.2"))
+    );
     let out = e.cli(&["verify", "--migration", ID, "--json"]);
     assert_eq!(out.code, 6, "NOT_VERIFIED: {out:?}");
     assert_eq!(out.json()["summary"]["lost"], 1);
@@ -146,10 +186,17 @@ async fn a_message_of_a_filtered_consumer_deleted_from_b_is_lost() {
     let r = check(&e, &VerifyOptions { consumers: vec!["eu".into()], ..Default::default() }).await;
     only(&r, Kind::Lost, 1);
     let o = r.offenders.iter().find(|o| o.kind == Kind::Lost).unwrap();
-    assert_eq!((o.consumer.as_deref(), o.a_seq, o.msg_id.as_deref(), o.subject.as_deref()), (Some("eu"), Some(14), Some("m-13"), Some("orders.1")));
+    assert_eq!(
+        (o.consumer.as_deref(), o.a_seq, o.msg_id.as_deref(), o.subject.as_deref()),
+        (Some("eu"), Some(14), Some("m-13"), Some("orders.1"))
+    );
     assert_eq!(r.consumers[0].a_known, AKnown::Read, "the counts differed, so A was read");
     assert_eq!(r.streams.a.read, 5, "only eu's subject");
-    assert_eq!(e.js.consumer_names("ORDERS").await.unwrap(), Vec::<String>::new(), "the counting consumers are gone");
+    assert_eq!(
+        e.js.consumer_names("ORDERS").await.unwrap(),
+        Vec::<String>::new(),
+        "the counting consumers are gone"
+    );
 }
 
 /// nats-server refuses client publishes carrying `Nats-Stream-Source` (10227),
@@ -167,7 +214,10 @@ async fn a_message_duplicated_into_b_is_named() {
     cfg["sources"] = json!([{"name": "ORDERS", "filter_subject": "orders.9", "opt_start_seq": 21}]);
     e.js.stream_update(&cfg).await.unwrap();
     let before = b.state.messages;
-    wait_until("B sources the copy", Duration::from_secs(10), || async { e.js.stream_info("ORDERS_V2").await.unwrap().1.state.messages == before + 1 }).await;
+    wait_until("B sources the copy", Duration::from_secs(10), || async {
+        e.js.stream_info("ORDERS_V2").await.unwrap().1.state.messages == before + 1
+    })
+    .await;
     cfg.as_object_mut().unwrap().remove("sources");
     e.js.stream_update(&cfg).await.unwrap();
     let r = check(&e, &VerifyOptions::default()).await;
@@ -197,7 +247,10 @@ async fn a_new_consumer_started_one_too_early_is_an_overlap() {
     let r = check(&e, &VerifyOptions::default()).await;
     only(&r, Kind::Overlap, 1);
     let o = r.offenders.iter().find(|o| o.kind == Kind::Overlap).unwrap();
-    assert_eq!((o.consumer.as_deref(), o.a_seq, o.b_seq, o.msg_id.as_deref()), (Some("worker"), Some(8), Some(8), Some("m-7")));
+    assert_eq!(
+        (o.consumer.as_deref(), o.a_seq, o.b_seq, o.msg_id.as_deref()),
+        (Some("worker"), Some(8), Some(8), Some("m-7"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -208,7 +261,10 @@ async fn a_new_consumer_started_one_too_late_is_a_gap() {
     let r = check(&e, &VerifyOptions::default()).await;
     only(&r, Kind::Gap, 1);
     let o = r.offenders.iter().find(|o| o.kind == Kind::Gap).unwrap();
-    assert_eq!((o.consumer.as_deref(), o.a_seq, o.b_seq, o.msg_id.as_deref()), (Some("worker"), Some(9), Some(9), Some("m-8")));
+    assert_eq!(
+        (o.consumer.as_deref(), o.a_seq, o.b_seq, o.msg_id.as_deref()),
+        (Some("worker"), Some(9), Some(9), Some("m-8"))
+    );
 }
 
 /// A publisher retry that outlived B's duplicate window: B's window is lowered
@@ -229,7 +285,12 @@ async fn a_direct_publish_duplicating_a_sourced_id_is_a_slipped_duplicate() {
         async move {
             let mut h = async_nats::HeaderMap::new();
             h.insert("Nats-Msg-Id", "m-19");
-            let ack = ctx.publish_with_headers("orders.3", h, "retry".into()).await.unwrap().await.unwrap();
+            let ack = ctx
+                .publish_with_headers("orders.3", h, "retry".into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
             stored_at.store(ack.sequence, std::sync::atomic::Ordering::SeqCst);
             !ack.duplicate
         }
@@ -250,9 +311,15 @@ async fn live_migration_with_audit_verifies_clean_and_names_a_missing_and_a_doub
     let e = env().await;
     orders_stream(&e, 30_000).await;
     e.stream(json!({"name": "AUDIT", "subjects": ["audit.>"]})).await;
-    let load = Load::start_with_audit(e.js.client.clone(), load_cfg(1000, 3000), Some("audit.orders".into())).await;
+    let load = Load::start_with_audit(
+        e.js.client.clone(),
+        load_cfg(1000, 3000),
+        Some("audit.orders".into()),
+    )
+    .await;
     until_processed(&load, 400).await;
-    let plan = engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    let plan =
+        engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
     engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
     let after = load.published() + 300;
@@ -274,15 +341,28 @@ async fn live_migration_with_audit_verifies_clean_and_names_a_missing_and_a_doub
         let js = e.js.clone();
         async move { js.get_msg("AUDIT", seq, true, false).await.unwrap().unwrap() }
     };
-    let deleted: cutover_core::audit::AuditRecord = serde_json::from_slice(&rec(100).await.payload).unwrap();
+    let deleted: cutover_core::audit::AuditRecord =
+        serde_json::from_slice(&rec(100).await.payload).unwrap();
     let doubled = rec(200).await;
-    let doubled_rec: cutover_core::audit::AuditRecord = serde_json::from_slice(&doubled.payload).unwrap();
+    let doubled_rec: cutover_core::audit::AuditRecord =
+        serde_json::from_slice(&doubled.payload).unwrap();
     e.js.api("delete a record", "STREAM.MSG.DELETE.AUDIT", &json!({"seq": 100})).await.unwrap();
     e.ctx.publish("audit.orders", doubled.payload.clone()).await.unwrap().await.unwrap();
     let r = check(&e, &VerifyOptions { audit: Some("AUDIT".into()), ..Default::default() }).await;
-    assert_eq!((r.summary.audit_lost, r.summary.audit_duplicated, r.summary.audit_unknown), (1, 1, 0), "{:#?}", r.offenders);
+    assert_eq!(
+        (r.summary.audit_lost, r.summary.audit_duplicated, r.summary.audit_unknown),
+        (1, 1, 0),
+        "{:#?}",
+        r.offenders
+    );
     assert_eq!(r.summary.failures(), 2);
-    let key = |a: Option<u64>, b: Option<u64>| if let Some(a) = a { ("ORDERS".to_string(), a) } else { ("ORDERS_V2".to_string(), b.unwrap()) };
+    let key = |a: Option<u64>, b: Option<u64>| {
+        if let Some(a) = a {
+            ("ORDERS".to_string(), a)
+        } else {
+            ("ORDERS_V2".to_string(), b.unwrap())
+        }
+    };
     let lost = r.offenders.iter().find(|o| o.kind == Kind::AuditLost).unwrap();
     assert_eq!(key(lost.a_seq, lost.b_seq), (deleted.stream.clone(), deleted.seq));
     assert_eq!(lost.msg_id, deleted.msg_id);
@@ -290,7 +370,10 @@ async fn live_migration_with_audit_verifies_clean_and_names_a_missing_and_a_doub
     assert_eq!(key(dup.a_seq, dup.b_seq), (doubled_rec.stream.clone(), doubled_rec.seq));
     let out = e.cli(&["verify", "--migration", ID, "--audit", "AUDIT"]);
     assert_eq!(out.code, 6, "{out:?}");
-    assert!(out.stdout.contains("audit_lost") && out.stdout.contains("audit_duplicated"), "{out:?}");
+    assert!(
+        out.stdout.contains("audit_lost") && out.stdout.contains("audit_duplicated"),
+        "{out:?}"
+    );
 }
 
 /// A message deleted from A before the migration was never sourced: no consumer
@@ -302,7 +385,8 @@ async fn messages_deleted_from_a_before_the_migration_are_not_expected_in_b() {
     e.publish("orders.eu", "m", 10).await;
     e.js.api("delete a message", "STREAM.MSG.DELETE.ORDERS", &json!({"seq": 3})).await.unwrap();
     ack_first(&e, "worker", 4).await;
-    let plan = engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    let plan =
+        engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
     engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
     let r = check(&e, &VerifyOptions::default()).await;

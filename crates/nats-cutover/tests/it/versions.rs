@@ -14,9 +14,17 @@ use std::time::Duration;
 pub const OLDEST: &str = "2.10.26";
 
 async fn env_on(version: &str) -> Env {
-    let server = NatsServer::start_with(ServerOptions { version: Some(version.into()), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
+    let server = NatsServer::start_with(ServerOptions {
+        version: Some(version.into()),
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
     let client = async_nats::connect(server.url()).await.unwrap();
-    Env { js: Js::new(client.clone(), Duration::from_secs(5)), ctx: async_nats::jetstream::new(client), server }
+    Env {
+        js: Js::new(client.clone(), Duration::from_secs(5)),
+        ctx: async_nats::jetstream::new(client),
+        server,
+    }
 }
 
 /// 2.10 has no consumer pause: drain mode is refused while publishers run, and
@@ -26,24 +34,38 @@ async fn env_on(version: &str) -> Env {
 async fn without_pause_publishers_must_be_stopped_then_the_move_is_exact() {
     let e = env_on(OLDEST).await;
     assert_eq!(e.js.server_version().unwrap().to_string(), OLDEST);
-    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64})).await;
+    e.stream(
+        json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}),
+    )
+    .await;
     e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 5_000_000_000i64, "max_deliver": 3, "max_ack_pending": 1000})).await;
     let out = e.cli(&["plan", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"]);
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stdout.contains("cannot pause consumers"), "{out:?}");
-    let out = e.cli(&["plan", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--publishers-stopped"]);
+    let out = e.cli(&[
+        "plan",
+        "--from",
+        "ORDERS",
+        "--to",
+        "ORDERS_V2",
+        "--consumer",
+        "worker",
+        "--publishers-stopped",
+    ]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("Quiescent interval for worker"), "{out:?}");
     // Publish a bounded batch, then the publishers stop; workers keep consuming.
     let mut load = Load::start(e.js.client.clone(), load_cfg(1000, 600)).await;
-    wait_until("600 publishes", Duration::from_secs(20), || async { load.published() >= 600 }).await;
+    wait_until("600 publishes", Duration::from_secs(20), || async { load.published() >= 600 })
+        .await;
     load.finish_publishing().await;
     let mut req = request("ORDERS", "ORDERS_V2", &["worker"]);
     req.publishers_stopped = true;
     let plan = engine::prepare_plan(&e.js, &req).await.unwrap();
     assert!(plan.safe, "{:?}", plan.unsafe_findings().collect::<Vec<_>>());
     let (_tx, rx) = tokio::sync::watch::channel(false);
-    let j = engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let j =
+        engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
     assert_eq!(j.phase, Phase::Done);
     assert_eq!(j.consumers[0].checkpoint, Some(600));
     assert!(load.drain(Duration::from_secs(20)).await);

@@ -34,7 +34,9 @@ impl Watching {
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(out).lines() {
                 let Ok(line) = line else { break };
-                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("watch printed a line that is not JSON ({e}): {line}"));
+                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("watch printed a line that is not JSON ({e}): {line}")
+                });
                 if tx.send(v).is_err() {
                     break;
                 }
@@ -55,7 +57,10 @@ impl Watching {
                         return t;
                     }
                 }
-                Err(_) => panic!("no {status:?} tick within {timeout:?}; statuses so far: {:?}", self.statuses()),
+                Err(_) => panic!(
+                    "no {status:?} tick within {timeout:?}; statuses so far: {:?}",
+                    self.statuses()
+                ),
             }
         }
     }
@@ -105,7 +110,10 @@ pub async fn hold(c: &PullConsumer, n: usize) -> Vec<async_nats::jetstream::Mess
 async fn watch_reports_stopped_stalled_draining_ok_as_a_consumer_drains() {
     let e = env().await;
     let c = fixture(&e).await;
-    let mut w = Watching::start(&e, &["A", "--consumer", "C", "--interval", "100ms", "--window", "4", "--count", "600"]);
+    let mut w = Watching::start(
+        &e,
+        &["A", "--consumer", "C", "--interval", "100ms", "--window", "4", "--count", "600"],
+    );
     let limit = Duration::from_secs(20);
 
     let t = w.until_status("stopped", limit);
@@ -114,7 +122,11 @@ async fn watch_reports_stopped_stalled_draining_ok_as_a_consumer_drains() {
 
     let held = hold(&c, 5).await;
     let t = w.until_status("stalled", limit);
-    assert_eq!((t["num_ack_pending"].as_u64(), t["ack_floor_stream_seq"].as_u64()), (Some(5), Some(0)), "{t}");
+    assert_eq!(
+        (t["num_ack_pending"].as_u64(), t["ack_floor_stream_seq"].as_u64()),
+        (Some(5), Some(0)),
+        "{t}"
+    );
     assert_eq!(t["settled"], false);
 
     e.js.consumer_pause("A", "C", Some("9999-01-01T00:00:00Z")).await.unwrap();
@@ -125,12 +137,17 @@ async fn watch_reports_stopped_stalled_draining_ok_as_a_consumer_drains() {
         m.ack().await.expect("ack");
     }
     let t = w.until_status("ok", limit);
-    assert_eq!((t["paused"].as_bool(), t["stable"].as_bool(), t["checkpoint"].as_u64()), (Some(true), Some(true), Some(5)), "paused and settled at F = 5: {t}");
+    assert_eq!(
+        (t["paused"].as_bool(), t["stable"].as_bool(), t["checkpoint"].as_u64()),
+        (Some(true), Some(true), Some(5)),
+        "paused and settled at F = 5: {t}"
+    );
     assert_eq!(t["num_pending"], 15, "{t}");
 
     // The transitions, in order (ok may also show while the fetch is fresh).
     let s = w.statuses();
-    let pos = |st: &str, after: usize| s.iter().skip(after).position(|x| x == st).map(|p| p + after);
+    let pos =
+        |st: &str, after: usize| s.iter().skip(after).position(|x| x == st).map(|p| p + after);
     let stopped = pos("stopped", 0).expect("stopped");
     let stalled = pos("stalled", stopped).expect("stalled after stopped");
     let draining = pos("draining", stalled).expect("draining after stalled");
