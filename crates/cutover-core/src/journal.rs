@@ -75,6 +75,9 @@ pub enum ConsumerPhase {
     Waiting,
     /// Paused for good (far-future pause) and settled at `checkpoint`.
     Settled,
+    /// About to create the new durable on B at `b_start` (journaled before the
+    /// create request): it may or may not exist; resume and rollback ask the server.
+    Creating,
     /// The new durable exists on B at `b_start`.
     Created,
     /// The old durable is deleted.
@@ -87,6 +90,10 @@ pub struct ConsumerProgress {
     pub phase: ConsumerPhase,
     /// The old consumer was paused before we started (rollback keeps it paused).
     pub was_paused: bool,
+    /// The operator's `pause_until` on the old consumer when the run started:
+    /// rollback restores it and the new durable is created with it.
+    #[serde(default)]
+    pub paused_until: Option<String>,
     pub checkpoint: Option<u64>,
     pub b_start: Option<u64>,
     pub translate_gets: Option<u32>,
@@ -129,6 +136,8 @@ pub struct Journal {
     pub phase: Phase,
     /// The step under way (written before it takes effect).
     pub in_progress: Option<String>,
+    /// The run creates (or created) B: journaled before the create request, so
+    /// rollback deletes B if it exists whatever moment the runner died at.
     pub created_b: bool,
     pub consumers: Vec<ConsumerProgress>,
     /// A's configuration before the run touched it (rollback restores subjects).
@@ -150,7 +159,7 @@ impl Journal {
     pub fn new(
         plan: Plan,
         a_subjects: Vec<String>,
-        consumers_paused: &[(String, bool)],
+        consumers_paused: &[(String, Option<String>)],
         delete_old: bool,
         now_ms: u64,
     ) -> Self {
@@ -167,7 +176,8 @@ impl Journal {
                 .map(|(n, p)| ConsumerProgress {
                     name: n.clone(),
                     phase: ConsumerPhase::Waiting,
-                    was_paused: *p,
+                    was_paused: p.is_some(),
+                    paused_until: p.clone(),
                     checkpoint: None,
                     b_start: None,
                     translate_gets: None,

@@ -50,10 +50,24 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
         })
     };
     let version = js.server_version();
+    let can_pause = version.is_some_and(|v| v.features().consumer_pause);
+    // The journal may trail the server by one write (it is written before each
+    // effect): ask the server whether B took the subjects already.
+    let b_now = js.stream_info_opt(&j.to).await?;
+    if let Some((_, b)) = &b_now {
+        let finals = &j.plan.b_final_subjects;
+        if !finals.is_empty() && &b.config.subjects == finals {
+            lease.release(&store).await?;
+            return Err(Error::Unsafe(format!(
+                "migration {id} passed its commit point: {} holds the subjects and publishers write to it, so only rolling forward is safe: `nats-cutover run --resume {id}`",
+                j.to
+            )));
+        }
+    }
     // Publishers first: A takes its subjects back if it released them.
     let (a_raw, a) = js.stream_info(&j.from).await?;
     if a.config.subjects != j.a_subjects {
-        if let Some((b_raw, b)) = js.stream_info_opt(&j.to).await? {
+        if let Some((b_raw, b)) = b_now {
             if !b.config.subjects.is_empty() {
                 let mut cfg = b_raw["config"].clone();
                 cfg["subjects"] = json!([]);
@@ -67,7 +81,9 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
     }
     for i in 0..j.consumers.len() {
         let c = j.consumers[i].clone();
-        if c.phase >= ConsumerPhase::Created {
+        // From `creating` on, the new durable may exist (its create request was
+        // journaled first): the server says whether it does.
+        if c.phase >= ConsumerPhase::Creating {
             if let Some((_, bc)) = js.consumer_info_opt(&j.to, &c.name).await? {
                 // Hold the new durable still and learn what it settled.
                 js.consumer_pause(&j.to, &c.name, Some("9999-01-01T00:00:00Z")).await?;
@@ -112,8 +128,9 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
             }
             store.delete_route(&j.from, &c.name).await?;
         }
-        if !c.was_paused {
-            js.consumer_pause(&j.from, &c.name, None).await?;
+        // As the operator left it: running, or paused until the same time.
+        if c.was_paused || can_pause {
+            js.consumer_pause(&j.from, &c.name, c.paused_until.as_deref()).await?;
         }
         j.consumers[i].phase = ConsumerPhase::Waiting;
         j.consumers[i].checkpoint = None;

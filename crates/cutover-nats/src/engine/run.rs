@@ -31,6 +31,9 @@ pub struct RunOptions {
     /// Give up (safely: the old consumer resumes) if a consumer has not settled
     /// after this long; default 10 × its ack_wait, at least a minute.
     pub settle_timeout: Option<Duration>,
+    /// How long the commit window may last before it is undone (A takes its
+    /// subjects back): publishers get no responders meanwhile.
+    pub commit_timeout: Duration,
     /// Called after each journaled step with its name (tests kill the runner here).
     pub after_step: Option<Arc<dyn Fn(&str) + Send + Sync>>,
 }
@@ -44,6 +47,7 @@ impl Default for RunOptions {
             lease_ttl: Duration::from_secs(30),
             drain_pause: Duration::from_secs(120),
             settle_timeout: None,
+            commit_timeout: Duration::from_secs(5),
             after_step: None,
         }
     }
@@ -182,7 +186,12 @@ pub async fn run(
             let mut paused = vec![];
             for c in &plan.consumers {
                 let (_, ci) = js.consumer_info(&plan.from, &c.name).await?;
-                paused.push((c.name.clone(), ci.paused));
+                // An operator's pause is kept: rollback restores it and the new
+                // durable starts with it.
+                paused.push((
+                    c.name.clone(),
+                    ci.paused.then(|| ci.config.pause_until.clone().unwrap_or(FOREVER.into())),
+                ));
             }
             let mut j =
                 Journal::new(plan, a.config.subjects.clone(), &paused, opts.delete_old, now_ms());
@@ -205,6 +214,12 @@ pub async fn run(
     let mut j = ctx.journal.lock().await.clone();
     if let Err(e) = &result {
         j.error = Some(e.to_string());
+        if j.phase == Phase::Planned && matches!(js.stream_info_opt(&j.to).await, Ok(None)) {
+            // Nothing was changed (B could not be created): the migration is
+            // over; `run` starts afresh and `status` shows why it failed.
+            j.phase = Phase::RolledBack;
+            j.in_progress = None;
+        }
         let _ = ctx.store.save(&j).await;
     }
     let lease = ctx.lease.into_inner();
@@ -240,25 +255,26 @@ async fn drive(ctx: &Ctx<'_>) -> Result<()> {
 
 async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
     let t = ctx.begin("create_b").await?;
-    let (to, from, b_config) = {
+    let (to, from, b_config, journaled) = {
         let j = ctx.journal.lock().await;
-        (j.to.clone(), j.from.clone(), j.plan.b_config.clone())
+        (j.to.clone(), j.from.clone(), j.plan.b_config.clone(), j.created_b)
     };
     let created = match ctx.js.stream_info_opt(&to).await? {
         Some((_, b)) => {
             if !b.config.sources.iter().any(|s| s.name == from) {
                 return Err(Error::Unsafe(format!("stream {to} exists but does not source {from}; it was changed since the plan was made")));
             }
-            false
+            journaled
         }
         None => {
+            // Intent first: a runner killed during the create leaves a journal
+            // that says B is ours, so rollback deletes it if it exists.
+            ctx.journal.lock().await.created_b = true;
+            ctx.save().await?;
             ctx.js.stream_create(&b_config).await?;
             true
         }
     };
-    if created {
-        ctx.journal.lock().await.created_b = true;
-    }
     // The retry guarantee rests on B's duplicate window as the server applies it
     // (2.14+ gives a sourcing stream none unless set): check what it reports.
     let (_, b) = ctx.js.stream_info(&to).await?;
@@ -355,7 +371,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
     let step = format!("consumer {name}");
     let started = Instant::now();
     let (f, evidence) = match (prior.phase, prior.checkpoint) {
-        (ConsumerPhase::Settled, Some(f)) => (f, prior.evidence.clone()),
+        (ConsumerPhase::Settled | ConsumerPhase::Creating, Some(f)) => (f, prior.evidence.clone()),
         _ => match drain(ctx, &from, name).await {
             Ok((f, ci)) => (
                 f,
@@ -370,9 +386,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
             Err(e) => {
                 // Never leave applications stalled on a consumer we paused but
                 // did not move: let it deliver again before reporting.
-                if !prior.was_paused && can_pause(ctx.js) {
-                    let _ = ctx.js.consumer_pause(&from, name, None).await;
-                }
+                let _ = undo_consumer(ctx, &from, name, &prior).await;
                 return Err(e);
             }
         },
@@ -392,21 +406,25 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
     let (start, gets) = match translate(ctx, &from, &to, f).await {
         Ok(x) => x,
         Err(e) => {
-            if !prior.was_paused && can_pause(ctx.js) {
-                let _ = ctx.js.consumer_pause(&from, name, None).await;
-                let mut j = ctx.journal.lock().await;
-                let p = j.consumer_mut(name).unwrap();
-                p.phase = ConsumerPhase::Waiting;
-                p.checkpoint = None;
-                drop(j);
-                let _ = ctx.save().await;
-            }
+            let _ = undo_consumer(ctx, &from, name, &prior).await;
             return Err(e);
         }
     };
     let mut cfg = cp.b_config.clone();
     cfg["opt_start_seq"] = json!(start);
-    ctx.js.consumer_create(&to, name, &cfg, true).await?;
+    if let Some(until) = &prior.paused_until {
+        // The operator paused it: it stays paused on B until the same time.
+        cfg["pause_until"] = json!(until);
+    }
+    if let Err(e) = create_durable(ctx, &to, name, &cfg, start).await {
+        if matches!(e, Error::Stuck(_)) {
+            return Err(e);
+        }
+        // Compensate: the new durable does not exist (create_durable checked),
+        // so the old one takes over again as if nothing happened.
+        undo_consumer(ctx, &from, name, &prior).await?;
+        return Err(e);
+    }
     {
         let mut j = ctx.journal.lock().await;
         let p = j.consumer_mut(name).unwrap();
@@ -428,6 +446,72 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         h(&format!("consumer_created:{name}"));
     }
     Ok(())
+}
+
+/// The compensating action of a consumer's move, for a consumer whose new
+/// durable does not exist: journal it as waiting (first: a checkpoint must not
+/// outlive the pause it was taken under), then give the old durable back its
+/// state (running, or the operator's pause).
+async fn undo_consumer(
+    ctx: &Ctx<'_>,
+    from: &str,
+    name: &str,
+    prior: &cutover_core::journal::ConsumerProgress,
+) -> Result<()> {
+    {
+        let mut j = ctx.journal.lock().await;
+        let p = j.consumer_mut(name).unwrap();
+        p.phase = ConsumerPhase::Waiting;
+        p.checkpoint = None;
+        p.b_start = None;
+    }
+    ctx.save().await?;
+    if can_pause(ctx.js) {
+        ctx.js.consumer_pause(from, name, prior.paused_until.as_deref()).await?;
+    }
+    Ok(())
+}
+
+/// Creates the new durable at `start`, journaling the intent first. A durable of
+/// that name already on B is accepted only if it is ours (a runner died after
+/// creating it): positioned at the journaled start. On error the durable does
+/// not exist.
+async fn create_durable(
+    ctx: &Ctx<'_>,
+    to: &str,
+    name: &str,
+    cfg: &Value,
+    start: u64,
+) -> Result<()> {
+    {
+        let mut j = ctx.journal.lock().await;
+        let p = j.consumer_mut(name).unwrap();
+        p.phase = ConsumerPhase::Creating;
+        p.b_start = Some(start);
+    }
+    ctx.save().await?;
+    if let Some((_, existing)) = ctx.js.consumer_info_opt(to, name).await? {
+        if existing.config.opt_start_seq == Some(start) {
+            return Ok(());
+        }
+        return Err(Error::Unsafe(format!(
+            "consumer {to}/{name} already exists but starts at {:?}, not at the checkpoint's {start}: it was not created by this run; delete it (nats consumer rm {to} {name}) and run again",
+            existing.config.opt_start_seq
+        )));
+    }
+    match ctx.js.consumer_create(to, name, cfg, true).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            // The request may have taken effect even though its answer was
+            // lost (timeout): ask the server rather than assume.
+            match ctx.js.consumer_info_opt(to, name).await {
+                Ok(Some((_, c))) if c.config.opt_start_seq == Some(start) => Ok(()),
+                Ok(None) => Err(e),
+                // Unknown: the old consumer must stay paused; resume decides.
+                _ => Err(Error::Stuck(format!("creating consumer {to}/{name} failed ({e}) and the server could not say whether it exists; the old durable stays paused; run again to continue or roll back"))),
+            }
+        }
+    }
 }
 
 /// Pauses the consumer and waits until it is settled; returns F. On return the
@@ -677,54 +761,149 @@ pub async fn translate_once(js: &Js, from: &str, to: &str, f: u64) -> Result<Opt
 /// every message A accepted, a retry of a message A already stored meets its
 /// sourced copy in B's duplicate window, on every server version (2.10-2.12.5
 /// stall sourcing on a duplicate arriving by source; here none can).
+///
+/// All or nothing: the phase `subjects_released` is journaled before A
+/// releases anything; if B cannot take the subjects (or does not hold A's tail
+/// within the commit timeout), A takes them back before the error is reported.
+/// A runner that dies inside the window is reconciled by asking the server who
+/// holds the subjects.
 async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
     let (from, to, final_subjects) = {
         let j = ctx.journal.lock().await;
         (j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone())
     };
     let t = ctx.begin("move_publishers").await?;
-    // No Ctrl-C from here to the end of the step: stopping between the two
-    // updates would leave publishers with no stream.
-    let (a_raw, a) = ctx.js.stream_info(&from).await?;
-    let held: Vec<&String> =
-        a.config.subjects.iter().filter(|s| final_subjects.contains(s)).collect();
-    if !held.is_empty() {
+    let (_, b) = ctx.js.stream_info(&to).await?;
+    if !final_subjects.is_empty() && b.config.subjects == final_subjects {
+        // A runner died after B took the subjects: the commit happened.
+        let a_final = match ctx.journal.lock().await.a_final_seq {
+            Some(s) => s,
+            None => ctx.js.stream_info(&from).await?.1.state.last_seq,
+        };
+        ctx.journal.lock().await.a_final_seq = Some(a_final);
+        return ctx
+            .done(
+                "move_publishers",
+                t,
+                Some(Phase::SubjectsMoved),
+                json!({ "a_final_seq": a_final, "reconciled": true }),
+            )
+            .await;
+    }
+    // Intent before effect: from here a crash is reconciled with the server.
+    ctx.journal.lock().await.phase = Phase::SubjectsReleased;
+    ctx.save().await?;
+    let released = Instant::now();
+    match commit_window(ctx, &from, &to, &final_subjects).await {
+        Ok(a_final) => {
+            let window_ms = released.elapsed().as_secs_f64() * 1000.0;
+            ctx.done(
+                "move_publishers",
+                t,
+                Some(Phase::SubjectsMoved),
+                json!({ "a_final_seq": a_final, "no_stream_window_ms": window_ms }),
+            )
+            .await
+        }
+        Err(e) => match give_subjects_back(ctx, &from, &to, &final_subjects).await {
+            Ok(true) => {
+                // B held the subjects after all (its update answered late).
+                let a_final = ctx.js.stream_info(&from).await?.1.state.last_seq;
+                ctx.journal.lock().await.a_final_seq = Some(a_final);
+                ctx.done("move_publishers", t, Some(Phase::SubjectsMoved), json!({ "a_final_seq": a_final, "reconciled": true })).await
+            }
+            Ok(false) => {
+                {
+                    let mut j = ctx.journal.lock().await;
+                    j.phase = Phase::ConsumersMoved;
+                    j.a_final_seq = None;
+                }
+                ctx.save().await?;
+                ctx.emit("warning", "move_publishers", json!({ "message": "commit undone: A holds its subjects again", "error": e.to_string() }));
+                Err(Error::Stuck(format!("the commit did not complete ({e}); {from} holds its subjects again and publishers are served by it; the moved consumers read {from}'s messages through {to}; run again to retry the commit, or roll back")))
+            }
+            Err(e2) => Err(Error::Stuck(format!("the commit did not complete ({e}) and giving {from} its subjects back failed too ({e2}): publishers may have no stream; run `nats-cutover run --resume {}` now", ctx.id))),
+        },
+    }
+}
+
+/// The window itself; returns A's final sequence. Bounded by the commit
+/// timeout and deaf to Ctrl-C (stopping halfway would leave publishers with no
+/// stream; the caller undoes a failure at once).
+async fn commit_window(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    final_subjects: &[String],
+) -> Result<u64> {
+    let (a_raw, a) = ctx.js.stream_info(from).await?;
+    let release = released_subjects(from, final_subjects);
+    if a.config.subjects != release {
         let mut cfg = a_raw["config"].clone();
-        cfg["subjects"] = json!([]);
+        cfg["subjects"] = json!(release);
         ctx.js.stream_update(&cfg).await?;
     }
-    let released = Instant::now();
-    {
-        let mut j = ctx.journal.lock().await;
-        j.phase = Phase::SubjectsReleased;
-    }
-    let (_, a) = ctx.js.stream_info(&from).await?;
+    let (_, a) = ctx.js.stream_info(from).await?;
     ctx.journal.lock().await.a_final_seq = Some(a.state.last_seq);
     if let Some(h) = &ctx.opts.after_step {
         // The worst moment to die: publishers have no stream until a resume.
         h("subjects_released");
     }
+    let deadline = Instant::now() + ctx.opts.commit_timeout;
     loop {
-        if source_progress(ctx.js, &to, &from).await?.caught_up {
+        if source_progress(ctx.js, to, from).await?.caught_up {
             break;
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Stuck(format!(
+                "{to} did not source {from}'s last messages (up to {}) within the commit timeout of {:?}",
+                a.state.last_seq, ctx.opts.commit_timeout
+            )));
         }
         ctx.tick(false).await?;
         tokio::time::sleep(Duration::from_micros(500)).await;
     }
-    let (b_raw, b) = ctx.js.stream_info(&to).await?;
+    let (b_raw, b) = ctx.js.stream_info(to).await?;
     if b.config.subjects != final_subjects {
         let mut cfg = b_raw["config"].clone();
         cfg["subjects"] = json!(final_subjects);
         ctx.js.stream_update(&cfg).await?;
     }
-    let window_ms = released.elapsed().as_secs_f64() * 1000.0;
-    ctx.done(
-        "move_publishers",
-        t,
-        Some(Phase::SubjectsMoved),
-        json!({ "a_final_seq": a.state.last_seq, "no_stream_window_ms": window_ms }),
-    )
-    .await
+    Ok(a.state.last_seq)
+}
+
+/// The subjects A keeps once it released the publishers' ones: none, unless
+/// the server would then give A its own name as subject (a stream without
+/// subjects gets one) and B's subjects match that name: then a subject no
+/// publisher uses.
+pub fn released_subjects(from: &str, final_subjects: &[String]) -> Vec<String> {
+    if final_subjects.iter().any(|s| cutover_core::subject::covers(s, from)) {
+        vec![format!("_cutover.released.{from}")]
+    } else {
+        vec![]
+    }
+}
+
+/// Undo of the commit window: A takes its subjects back, unless B holds them
+/// (then the commit happened: `Ok(true)`).
+async fn give_subjects_back(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    final_subjects: &[String],
+) -> Result<bool> {
+    let (_, b) = ctx.js.stream_info(to).await?;
+    if !final_subjects.is_empty() && b.config.subjects == final_subjects {
+        return Ok(true);
+    }
+    let a_subjects = ctx.journal.lock().await.a_subjects.clone();
+    let (a_raw, a) = ctx.js.stream_info(from).await?;
+    if a.config.subjects != a_subjects {
+        let mut cfg = a_raw["config"].clone();
+        cfg["subjects"] = json!(a_subjects);
+        ctx.js.stream_update(&cfg).await?;
+    }
+    Ok(false)
 }
 
 async fn seal_a(ctx: &Ctx<'_>) -> Result<()> {
