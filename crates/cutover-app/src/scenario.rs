@@ -123,7 +123,7 @@ pub async fn live_cutover(
     };
     tokio::time::sleep(cfg.cutover_at).await;
     let mut req = PlanRequest::source(&l.stream, &cfg.new_stream, &[&l.consumer]);
-    req.retry_horizon = l.retry_horizon;
+    req.retry_horizon = Some(l.retry_horizon);
     let rec = Recorder { inner: sink, events: Mutex::new(vec![]) };
     let result = async {
         let plan = engine::prepare_plan(&js, &req).await?;

@@ -245,15 +245,20 @@ pub(crate) fn check_streams(
             "B accepts larger messages",
         );
     }
-    // Duplicate window: the publishers' retries across the subject move land in B.
-    let need = retry_horizon.max(nanos(ac.duplicate_window));
-    if nanos(b.duplicate_window) >= need && b.duplicate_window > 0 {
+    // Duplicate window: the publishers' retries across the subject move land in
+    // B, so B needs one covering the retry horizon; and B must not drop what A
+    // stored: a publisher that reuses a msg-id after A's window has passed gets
+    // a new message in A, and a longer window on B would drop its sourced copy.
+    let (aw, bw) = (nanos(ac.duplicate_window), nanos(b.duplicate_window));
+    if b.duplicate_window <= 0 || bw < retry_horizon {
+        r.add(s, "duplicate_window", dur(ac.duplicate_window), dur(b.duplicate_window), Verdict::Unsafe, format!("B needs an explicit duplicate_window of at least the publishers' retry horizon ({retry_horizon:?}) so that retried publishes land once"));
+    } else if ac.duplicate_window > 0 && bw > aw {
+        r.add(s, "duplicate_window", dur(ac.duplicate_window), dur(b.duplicate_window), Verdict::Unsafe, format!("B's window is longer than A's: a msg-id reused after {aw:?} is a new message in A but would be dropped as a duplicate in B; give B A's window ({} ns)", ac.duplicate_window));
+    } else {
         r.add(s, "duplicate_window", dur(ac.duplicate_window), dur(b.duplicate_window), Verdict::Ok, format!(
-            "explicit, covers the publishers' retry horizon ({need:?}): a retry with the same Nats-Msg-Id lands once{}",
+            "A's window, explicit: B drops no repeat A stored, and a publisher's retry within {retry_horizon:?} lands once{}",
             if version.features().sourcing_streams_get_no_default_dedup_window { "; on 2.14+ a sourcing stream gets no window unless set, so it is set explicitly" } else { "" }
         ));
-    } else {
-        r.add(s, "duplicate_window", dur(ac.duplicate_window), dur(b.duplicate_window), Verdict::Unsafe, format!("B needs an explicit duplicate_window of at least {need:?} (the publishers' retry horizon and A's window) so that retried publishes land once"));
     }
     if version.features().duplicate_sourced_msg_id_stalls_source {
         r.add("server", "sourced msg-id dedup", version, "", Verdict::ChangedOnPurpose, "on 2.10-2.12.5 a duplicate Nats-Msg-Id arriving by source stalls sourcing: publishers must not retry into B a message that also reaches B from A (they do not in strategy source: B takes the subjects only after A released them)");
@@ -288,6 +293,77 @@ pub(crate) fn check_streams(
     }
     if ac.retention == "workqueue" || b.retention == "workqueue" {
         r.add(s, "retention", &ac.retention, &b.retention, Verdict::Ok, "work queue: at most one consumer per subject; each moved consumer keeps its filters, so they stay disjoint");
+    }
+}
+
+/// Rules on what was asked, before any server state: streams clients find by
+/// name, A's own sources, the retry horizon against A's window.
+pub(crate) fn check_request(r: &mut Report, req: &crate::plan::PlanRequest, a: &StreamInfo) {
+    let s = "stream";
+    for (prefix, what) in [("KV_", "a KV bucket"), ("OBJ_", "an object store")] {
+        if let Some(bucket) = a.config.name.strip_prefix(prefix) {
+            r.add(s, "name", &a.config.name, &req.to, Verdict::Unsafe, format!(
+                "{} is {what}: clients find it by its name ({bucket}), so after a move to {} they would still read and write the old, sealed stream; a move that keeps the name (in-place migration) is not available yet",
+                a.config.name, req.to
+            ));
+        }
+    }
+    if !a.config.sources.is_empty() {
+        let names: Vec<&str> = a.config.sources.iter().map(|x| x.name.as_str()).collect();
+        r.add(s, "sources", names.join(","), "", Verdict::Unsafe, format!(
+            "A sources {}: once A is sealed it receives nothing more from them, and B sources only A, so their new messages would never reach the moved consumers; remove A's sources (or point them at the new stream) first",
+            names.join(", ")
+        ));
+    }
+    if let Some(h) = req.retry_horizon {
+        let aw = a.config.duplicate_window;
+        if aw > 0 && h > nanos(aw) {
+            r.add(s, "retry horizon", format!("{h:?}"), dur(aw), Verdict::Unsafe, format!(
+                "B takes A's duplicate window ({:?}) so that it drops no message A stored, which is shorter than --retry-horizon {h:?}: retries later than that could land twice; raise A's window first (nats stream edit {} --dupe-window {}s) or lower --retry-horizon",
+                nanos(aw), a.config.name, h.as_secs().max(1)
+            ));
+        }
+    }
+}
+
+/// Rules that need more of the server than A and B: other streams' subjects,
+/// A's per-subject counts, and the server's own verdict on B's configuration.
+pub(crate) fn check_against_server(
+    r: &mut Report,
+    a: &StreamInfo,
+    b: &StreamConfig,
+    b_final_subjects: &[String],
+    checks: &crate::plan::ServerChecks,
+) {
+    let s = "stream";
+    for (other, subjects) in &checks.other_streams {
+        for bs in b_final_subjects {
+            if let Some(os) = subjects.iter().find(|os| subject::overlaps(bs, os)) {
+                r.add(s, "subjects", bs, format!("{other}: {os}"), Verdict::Unsafe, format!(
+                    "stream {other} already takes {os}, which overlaps {bs}: B could not take its subjects at the commit point (error 10065); leave {bs} out of --to-config's subjects or change {other} first"
+                ));
+            }
+        }
+    }
+    if let Some((subj, n)) = &checks.a_max_per_subject {
+        let lim = b.max_msgs_per_subject;
+        if lim > 0 && *n > lim as u64 {
+            r.add(s, "max_msgs_per_subject", a.config.max_msgs_per_subject, lim, Verdict::Unsafe, format!(
+                "A holds {n} messages on {subj} but B keeps {lim} per subject: B would drop the older ones while it sources them, before every consumer has processed them; give B at least {n}"
+            ));
+        }
+    }
+    if let Some(c) = &checks.b_config_check {
+        match &c.result {
+            Ok(()) => r.add(s, "server check", "", &c.scratch, Verdict::Ok, format!(
+                "the server accepted B's configuration: scratch stream {} was created with it (sourcing nothing of A) and deleted",
+                c.scratch
+            )),
+            Err(e) => r.add(s, "server check", "", &c.scratch, Verdict::Unsafe, format!(
+                "the server refuses B's configuration: {e}; fix --to-config (nothing was changed: the check used a scratch stream {}, deleted)",
+                c.scratch
+            )),
+        }
     }
 }
 

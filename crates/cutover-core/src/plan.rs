@@ -71,7 +71,10 @@ pub struct PlanRequest {
     /// Settings for B in the server's stream-config JSON shape (`--to-config`).
     pub to_config: Option<Map<String, Value>>,
     pub publishers_stopped: bool,
-    pub retry_horizon: Duration,
+    /// How long publishers retry a publish with the same msg-id; `None`: A's
+    /// duplicate window (B takes A's window, so it cannot cover more).
+    #[serde(default)]
+    pub retry_horizon: Option<Duration>,
 }
 
 impl PlanRequest {
@@ -87,7 +90,7 @@ impl PlanRequest {
             mode: Mode::Drain,
             to_config: None,
             publishers_stopped: false,
-            retry_horizon: DEFAULT_RETRY_HORIZON,
+            retry_horizon: None,
         }
     }
 }
@@ -106,6 +109,29 @@ pub struct ServerFacts {
     pub downstream: Vec<String>,
     /// The account's JetStream info (`$JS.API.INFO`): usage and limits.
     pub account: Option<Value>,
+    /// Further reads and server-side checks (see [`ServerChecks`]).
+    pub checks: ServerChecks,
+}
+
+/// What the adapter learned from the server beyond the streams themselves.
+#[derive(Debug, Clone, Default)]
+pub struct ServerChecks {
+    /// Every other stream of the account (not A, not B) and its subjects.
+    pub other_streams: Vec<(String, Vec<String>)>,
+    /// The largest number of messages A holds on one subject, when B would
+    /// keep fewer per subject than A (read only then).
+    pub a_max_per_subject: Option<(String, u64)>,
+    /// The server's answer to B's configuration: a scratch stream with it was
+    /// created and deleted (`None`: not tried, e.g. B exists).
+    pub b_config_check: Option<ConfigCheck>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigCheck {
+    /// The scratch stream's name.
+    pub scratch: String,
+    /// `Err(server error)` when the server refused it.
+    pub result: Result<(), String>,
 }
 
 #[derive(Debug, Error, PartialEq)]
@@ -223,8 +249,10 @@ pub fn b_config_from(
     ] {
         b.remove(k);
     }
+    // A's own window: B must drop no repeat A stored (see compat); a stream
+    // without one (a sourcing A on 2.14+) gets the retry horizon.
     let a_dw = b.get("duplicate_window").and_then(|v| v.as_i64()).unwrap_or(0);
-    let dw = (retry_horizon.as_nanos() as i64).max(a_dw);
+    let dw = if a_dw > 0 { a_dw } else { retry_horizon.as_nanos() as i64 };
     b.insert("duplicate_window".into(), json!(dw));
     b.insert("allow_direct".into(), json!(true));
     if let Some(o) = overrides {
@@ -281,29 +309,37 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         return Err(PlanError::NoConsumer);
     }
     let a: StreamInfo = parse("stream", &facts.a_raw)?;
+    // Publishers' retries must land in B's window, which is A's.
+    let retry_horizon = req.retry_horizon.unwrap_or(if a.config.duplicate_window > 0 {
+        nanos(a.config.duplicate_window)
+    } else {
+        DEFAULT_RETRY_HORIZON
+    });
     let a_cfg_raw = facts.a_raw.get("config").cloned().unwrap_or(Value::Null);
     let (b_config, b_final_subjects, b_exists) = match &facts.b_raw {
         Some(b) => {
             let cfg = b.get("config").cloned().unwrap_or(Value::Null);
             let subjects =
-                b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), req.retry_horizon)?.1;
+                b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), retry_horizon)?.1;
             (cfg, subjects, true)
         }
         None => {
             let (cfg, subjects) =
-                b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), req.retry_horizon)?;
+                b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), retry_horizon)?;
             (cfg, subjects, false)
         }
     };
     let b_view: StreamConfig = parse("planned stream B", &b_config)?;
     let mut r = Report::new();
+    compat::check_request(&mut r, req, &a);
+    compat::check_against_server(&mut r, &a, &b_view, &b_final_subjects, &facts.checks);
     compat::check_streams(
         &mut r,
         &a,
         &b_view,
         &b_final_subjects,
         b_exists,
-        req.retry_horizon,
+        retry_horizon,
         facts.version,
     );
     match req.strategy {
@@ -489,7 +525,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         steps,
         quiescence,
         publishers_stopped: req.publishers_stopped,
-        retry_horizon_ms: req.retry_horizon.as_millis() as u64,
+        retry_horizon_ms: retry_horizon.as_millis() as u64,
         safe,
     })
 }
@@ -507,6 +543,7 @@ mod tests {
             other_consumers: vec![],
             downstream: vec![],
             account: None,
+            checks: Default::default(),
         }
     }
 

@@ -1209,6 +1209,7 @@ mod tests {
             other_consumers: vec![],
             downstream: vec![],
             account: None,
+            checks: Default::default(),
         };
         let req = PlanRequest {
             from: "A".into(),
@@ -1219,7 +1220,7 @@ mod tests {
             mode: Default::default(),
             to_config: None,
             publishers_stopped: false,
-            retry_horizon: crate::plan::DEFAULT_RETRY_HORIZON,
+            retry_horizon: None,
         };
         let mut p = build(&req, &facts).unwrap();
         assert_eq!(a_filters_of(&p, "C"), Some(vec!["o.a".to_string(), "o.b".to_string()]));

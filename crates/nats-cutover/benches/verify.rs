@@ -19,7 +19,7 @@
 //! Writes target/bench/verify.json.
 
 use async_nats::jetstream::{self, consumer::pull, consumer::pull::OrderedConfig};
-use cutover_core::plan::{Mode, PlanRequest, Strategy, DEFAULT_RETRY_HORIZON};
+use cutover_core::plan::{Mode, PlanRequest, Strategy};
 use cutover_nats::engine::{self, events::NoSink, RunOptions};
 use cutover_nats::verify::{verify, VerifyOptions};
 use cutover_nats::Js;
@@ -158,7 +158,7 @@ fn main() {
             }
         }
         let t = Instant::now();
-        let req = PlanRequest { from: "ORDERS".into(), to: "ORDERS_V2".into(), consumers: vec!["worker".into()], all_consumers: false, strategy: Strategy::Source, mode: Mode::Drain, to_config: None, publishers_stopped: false, retry_horizon: DEFAULT_RETRY_HORIZON };
+        let req = PlanRequest { from: "ORDERS".into(), to: "ORDERS_V2".into(), consumers: vec!["worker".into()], all_consumers: false, strategy: Strategy::Source, mode: Mode::Drain, to_config: None, publishers_stopped: false, retry_horizon: None };
         let plan = engine::prepare_plan(&js, &req).await.unwrap();
         let (_tx, rx) = tokio::sync::watch::channel(false);
         let j = engine::run(&js, plan, &RunOptions::default(), &NoSink, rx).await.unwrap();

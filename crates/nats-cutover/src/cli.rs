@@ -318,10 +318,10 @@ pub struct PlanArgs {
     /// pause, before 2.11).
     #[arg(long)]
     pub publishers_stopped: bool,
-    /// How long publishers keep retrying a publish with the same Nats-Msg-Id;
-    /// the new stream's duplicate window covers at least this.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
-    pub retry_horizon: Duration,
+    /// How long publishers keep retrying a publish with the same Nats-Msg-Id
+    /// (default: the old stream's duplicate window, which the new stream takes).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub retry_horizon: Option<Duration>,
     /// Also write the plan to this file (TOML, or JSON if it ends in .json) for
     /// review; `run --plan FILE` executes it.
     #[arg(long)]

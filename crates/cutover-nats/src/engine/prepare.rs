@@ -3,8 +3,9 @@
 use crate::api::Js;
 use crate::error::{Error, Result};
 use cutover_core::names;
-use cutover_core::plan::{self, Plan, PlanRequest, ServerFacts};
+use cutover_core::plan::{self, ConfigCheck, Plan, PlanRequest, ServerChecks, ServerFacts};
 use cutover_core::version::MINIMUM;
+use serde_json::{json, Value};
 
 /// The plan request plus nothing else: kept as a type of its own so `run` can
 /// grow options without touching `plan`.
@@ -60,21 +61,100 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
             other_consumers.push((n.clone(), false));
         }
     }
-    let downstream = downstream_of(js, &req.from, &req.to).await?;
+    let (downstream, other_streams) = other_streams(js, &req.from, &req.to).await?;
     let account = Some(js.account_info().await?);
-    let facts =
-        ServerFacts { version, a_raw, b_raw, consumers_raw, other_consumers, downstream, account };
+    let mut facts = ServerFacts {
+        version,
+        a_raw,
+        b_raw,
+        consumers_raw,
+        other_consumers,
+        downstream,
+        account,
+        checks: ServerChecks { other_streams, ..Default::default() },
+    };
+    // A first plan tells B's configuration; the server is then asked about it.
+    let draft = plan::build(req, &facts)?;
+    facts.checks.a_max_per_subject = a_max_per_subject(js, &facts.a_raw, &draft).await?;
+    if !draft.b_exists {
+        facts.checks.b_config_check = Some(check_b_config(js, &draft).await?);
+    }
     Ok(plan::build(req, &facts)?)
 }
 
-/// Streams (other than `to`) that source or mirror `from`: they would stop
-/// receiving at the cut-over.
-async fn downstream_of(js: &Js, from: &str, to: &str) -> Result<Vec<String>> {
-    let mut out = vec![];
+/// When B keeps fewer messages per subject than A, the most A holds on one
+/// subject (STREAM.INFO `subjects_filter`, paged by 100,000 subjects).
+async fn a_max_per_subject(js: &Js, a_raw: &Value, draft: &Plan) -> Result<Option<(String, u64)>> {
+    let b_lim = draft.b_config["max_msgs_per_subject"].as_i64().unwrap_or(0);
+    let a_lim = a_raw["config"]["max_msgs_per_subject"].as_i64().unwrap_or(0);
+    if b_lim <= 0 || (a_lim > 0 && a_lim <= b_lim) {
+        return Ok(None);
+    }
+    let mut best: Option<(String, u64)> = None;
+    let mut offset = 0u64;
+    loop {
+        let info = js
+            .api(
+                &format!("read {}'s per-subject counts", draft.from),
+                &format!("STREAM.INFO.{}", draft.from),
+                &json!({ "subjects_filter": ">", "offset": offset }),
+            )
+            .await?;
+        let subjects = info["state"]["subjects"].as_object().cloned().unwrap_or_default();
+        for (subj, n) in &subjects {
+            let n = n.as_u64().unwrap_or(0);
+            if best.as_ref().is_none_or(|(_, m)| n > *m) {
+                best = Some((subj.clone(), n));
+            }
+        }
+        offset += subjects.len() as u64;
+        let total = info["total"].as_u64().unwrap_or(0);
+        if subjects.is_empty() || offset >= total {
+            break;
+        }
+    }
+    Ok(best)
+}
+
+/// Asks the server whether it accepts B's configuration (JetStream has no dry
+/// run): a scratch stream with it is created and deleted at once. It sources A
+/// through a filter no message matches, so it copies nothing but meets the
+/// same rules (sourcing a work queue, replicas, storage, limits, features).
+async fn check_b_config(js: &Js, draft: &Plan) -> Result<ConfigCheck> {
+    let scratch = format!("CUTOVER_CHECK_{}", draft.to);
+    let mut cfg = draft.b_config.clone();
+    cfg["name"] = json!(scratch);
+    cfg["subjects"] = json!([]);
+    cfg["sources"] =
+        json!([{ "name": draft.from, "filter_subject": format!("_cutover.check.{}", draft.from) }]);
+    cfg["metadata"] = json!({ "nats-cutover.check": draft.to });
+    // A scratch left by a plan that died is replaced.
+    if js.stream_info_opt(&scratch).await?.is_some() {
+        js.stream_delete(&scratch).await?;
+    }
+    let result = match js.stream_create(&cfg).await {
+        Ok(_) => {
+            js.stream_delete(&scratch).await?;
+            Ok(())
+        }
+        Err(e @ Error::Api { .. }) => Err(e.to_string()),
+        Err(e) => return Err(e),
+    };
+    Ok(ConfigCheck { scratch, result })
+}
+
+/// Every stream but `from` and `to`: those that source or mirror `from` (they
+/// would stop receiving at the cut-over), and each one's subjects.
+async fn other_streams(
+    js: &Js,
+    from: &str,
+    to: &str,
+) -> Result<(Vec<String>, Vec<(String, Vec<String>)>)> {
+    let mut downstream = vec![];
+    let mut subjects = vec![];
     let mut offset = 0usize;
     loop {
-        let page =
-            js.api("list streams", "STREAM.LIST", &serde_json::json!({ "offset": offset })).await?;
+        let page = js.api("list streams", "STREAM.LIST", &json!({ "offset": offset })).await?;
         let streams = page["streams"].as_array().cloned().unwrap_or_default();
         let total = page["total"].as_u64().unwrap_or(0) as usize;
         for st in &streams {
@@ -83,6 +163,11 @@ async fn downstream_of(js: &Js, from: &str, to: &str) -> Result<Vec<String>> {
             if name == to || name == from {
                 continue;
             }
+            let own: Vec<String> = cfg["subjects"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+                .unwrap_or_default();
+            subjects.push((name.to_string(), own));
             let mirrors = cfg["mirror"]["name"].as_str() == Some(from);
             let sources = cfg["sources"].as_array().is_some_and(|a| {
                 a.iter().any(|s| {
@@ -91,7 +176,7 @@ async fn downstream_of(js: &Js, from: &str, to: &str) -> Result<Vec<String>> {
                 })
             });
             if mirrors || sources {
-                out.push(name.to_string());
+                downstream.push(name.to_string());
             }
         }
         offset += streams.len();
@@ -99,6 +184,6 @@ async fn downstream_of(js: &Js, from: &str, to: &str) -> Result<Vec<String>> {
             break;
         }
     }
-    out.sort();
-    Ok(out)
+    downstream.sort();
+    Ok((downstream, subjects))
 }
