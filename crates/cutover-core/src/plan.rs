@@ -146,6 +146,8 @@ pub enum PlanError {
         "--to-config sets {field:?}, which the cut-over owns ({why}); remove it from the file"
     )]
     ForbiddenOverride { field: String, why: &'static str },
+    #[error("--to-config sets {field:?}, which is not a stream setting nats-cutover knows (a typo?); the stream settings are: {known}; remove or rename it")]
+    UnknownSetting { field: String, known: String },
     #[error("cannot read the server's {what} info: {why}")]
     BadServerJson { what: String, why: String },
 }
@@ -208,6 +210,51 @@ impl Plan {
     }
 }
 
+/// Every stream setting of the server's StreamConfig (json tags of
+/// server/stream.go, 2.15): a `--to-config` key outside this list is a typo the
+/// server would silently ignore.
+const STREAM_SETTINGS: &[&str] = &[
+    "name",
+    "description",
+    "subjects",
+    "retention",
+    "max_consumers",
+    "max_msgs",
+    "max_bytes",
+    "max_age",
+    "max_msgs_per_subject",
+    "max_msg_size",
+    "discard",
+    "storage",
+    "num_replicas",
+    "no_ack",
+    "duplicate_window",
+    "placement",
+    "mirror",
+    "sources",
+    "compression",
+    "first_seq",
+    "subject_transform",
+    "republish",
+    "allow_direct",
+    "mirror_direct",
+    "discard_new_per_subject",
+    "sealed",
+    "deny_delete",
+    "deny_purge",
+    "allow_rollup_hdrs",
+    "consumer_limits",
+    "allow_msg_ttl",
+    "subject_delete_marker_ttl",
+    "allow_msg_counter",
+    "allow_atomic",
+    "allow_msg_schedules",
+    "persist_mode",
+    "allow_batched",
+    "metadata",
+    "template_owner",
+];
+
 /// Fields of B's configuration the cut-over sets itself.
 const OWNED: &[(&str, &str)] = &[
     ("name", "it is --to"),
@@ -257,6 +304,12 @@ pub fn b_config_from(
     b.insert("allow_direct".into(), json!(true));
     if let Some(o) = overrides {
         for (k, v) in o {
+            if !STREAM_SETTINGS.contains(&k.as_str()) {
+                return Err(PlanError::UnknownSetting {
+                    field: k.clone(),
+                    known: STREAM_SETTINGS.join(", "),
+                });
+            }
             if let Some((_, why)) = OWNED.iter().find(|(f, _)| f == k) {
                 return Err(PlanError::ForbiddenOverride { field: k.clone(), why });
             }

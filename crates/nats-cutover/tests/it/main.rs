@@ -4,6 +4,7 @@
 mod bad_input;
 mod cluster;
 mod common;
+mod crash_sweep;
 mod demo;
 mod inspect;
 mod metrics;

@@ -1,0 +1,196 @@
+//! The crash sweep (issue 8): watch the runner's requests to the server (every
+//! JetStream API request and every journal write) and SIGKILL it right after
+//! the k-th distinct one, for every k; then resume, or roll back, from there,
+//! with live load: the workload must end exact every time.
+//!
+//! A request is "distinct" by its subject, and a journal write by the state it
+//! records (phase, step under way, each consumer's phase), so every journal
+//! transition is a kill point too. The kill lands after the server received the
+//! request: whether it took effect is the race a real crash has.
+
+use crate::common::*;
+use crate::run::{assert_exact, finish, load_cfg, orders_stream, until_processed, until_published};
+use cutover_app::load::Load;
+use cutover_core::journal::Phase;
+use cutover_nats::engine;
+use futures::StreamExt;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+const ID: &str = "ORDERS.ORDERS_V2";
+
+/// What identifies a request of the runner's, or `None` for requests that are
+/// not its own: the workload's client uses another inbox prefix, and the
+/// server's own requests (sourcing) reply elsewhere.
+fn request_key(m: &async_nats::Message) -> Option<String> {
+    let reply = m.reply.as_ref()?.as_str();
+    if !reply.starts_with("_INBOX.") {
+        return None;
+    }
+    let subject = m.subject.as_str();
+    if subject.starts_with("$KV.CUTOVER.m.") {
+        // A journal write: the state it records.
+        let j: serde_json::Value = serde_json::from_slice(&m.payload).ok()?;
+        let consumers: Vec<String> = j["consumers"]
+            .as_array()
+            .map(|a| a.iter().map(|c| format!("{}", c["phase"])).collect())
+            .unwrap_or_default();
+        return Some(format!(
+            "journal {} {} {}",
+            j["phase"],
+            j["in_progress"],
+            consumers.join(",")
+        ));
+    }
+    if subject.starts_with("$KV.CUTOVER.") || subject.starts_with("$JS.API.") {
+        return Some(subject.to_string());
+    }
+    None
+}
+
+enum Point {
+    /// The runner was killed right after this request.
+    Killed(String),
+    /// The run finished before making k distinct requests.
+    Finished,
+}
+
+/// Runs the migration with live load, kills the runner after its k-th distinct
+/// request, then finishes the migration by `undo` (rollback, or resume where
+/// rollback is refused past the commit point) or resume, and checks the
+/// workload: none lost, none twice.
+async fn sweep_point(k: usize, undo: bool) -> Point {
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let watcher = async_nats::connect(e.server.url()).await.unwrap();
+    let mut api = watcher.subscribe("$JS.API.>").await.unwrap();
+    let mut kv = watcher.subscribe("$KV.CUTOVER.>").await.unwrap();
+    watcher.flush().await.unwrap();
+    let load_client = async_nats::ConnectOptions::new()
+        .custom_inbox_prefix("_LOAD")
+        .connect(e.server.url())
+        .await
+        .unwrap();
+    let load = Load::start(load_client, load_cfg(500, 40_000)).await;
+    until_processed(&load, 100).await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .args(["--server", e.server.url(), "--json", "run", "--from", "ORDERS", "--to"])
+        .args(["ORDERS_V2", "--consumer", "worker", "--yes", "--lease-ttl", "1s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut seen = HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let killed = loop {
+        let m = tokio::select! {
+            m = api.next() => m.unwrap(),
+            m = kv.next() => m.unwrap(),
+            status = child.wait() => {
+                let status = status.unwrap();
+                assert!(status.success(), "the run failed before kill point {k}: {status}");
+                break None;
+            }
+            _ = tokio::time::sleep_until(deadline.into()) => panic!("kill point {k}: no progress"),
+        };
+        if let Some(key) = request_key(&m) {
+            if seen.insert(key.clone()) && seen.len() == k {
+                child.start_kill().unwrap();
+                child.wait().await.unwrap();
+                break Some(key);
+            }
+        }
+    };
+    drop((api, kv));
+    let Some(key) = killed else {
+        let r = finish(load).await;
+        assert_exact(&r);
+        return Point::Finished;
+    };
+    let j = engine::rollback::load(&e.js, ID).await.map(|(_, j)| j).ok();
+    let mut resumed = !undo;
+    if undo {
+        if j.is_some() {
+            let out = retry_lease(&e, &["--json", "rollback", ID]).await;
+            if out.code != 0 {
+                assert!(
+                    out.stderr.contains("commit point"),
+                    "rollback after {key:?} failed for another reason than the commit: {out:?}"
+                );
+                resumed = true;
+            }
+        }
+    }
+    if resumed {
+        let out = if j.is_some() {
+            retry_lease(&e, &["--json", "run", "--resume", ID, "--lease-ttl", "1s"]).await
+        } else {
+            // Killed before the journal existed: a new run.
+            retry_lease(
+                &e,
+                &["--json", "run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer"],
+            )
+            .await
+        };
+        assert_eq!(out.code, 0, "resume after {key:?}: {out:?}");
+        let (_, j) = engine::rollback::load(&e.js, ID).await.unwrap();
+        assert_eq!(j.phase, Phase::Done, "after {key:?}");
+    } else {
+        // Rolled back: A serves publishers and its old durable delivers.
+        let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+        assert_eq!(a.config.subjects, vec!["orders.>".to_string()], "after {key:?}");
+        let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+        assert!(!c.paused, "the old durable is paused after rollback from {key:?}");
+        assert!(
+            e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(),
+            "B left behind after rollback from {key:?}"
+        );
+    }
+    let after = load.published() + 100;
+    until_published(&load, after).await;
+    let r = finish(load).await;
+    eprintln!("kill point {k} ({key}), {}:", if resumed { "resumed" } else { "rolled back" });
+    assert_exact(&r);
+    Point::Killed(key)
+}
+
+/// Runs the CLI until the killed runner's lease has lapsed.
+async fn retry_lease(e: &Env, args: &[&str]) -> Out {
+    let mut args: Vec<&str> = args.to_vec();
+    if args.last() == Some(&"--consumer") {
+        args.extend(["worker", "--yes", "--lease-ttl", "1s"]);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = e.cli(&args);
+        if out.code != 0 && out.stderr.contains("is held by runner") && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        return out;
+    }
+}
+
+async fn sweep(undo: bool) {
+    let mut points = vec![];
+    for k in 1.. {
+        match sweep_point(k, undo).await {
+            Point::Killed(key) => points.push(key),
+            Point::Finished => break,
+        }
+        assert!(k < 200, "the runner makes more distinct requests than expected");
+    }
+    eprintln!("{} kill points: {points:#?}", points.len());
+    assert!(points.len() >= 10, "too few kill points: {points:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crash_after_every_request_then_resume_is_exact() {
+    sweep(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crash_after_every_request_then_rollback_is_exact() {
+    sweep(true).await;
+}
