@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Python test apps' dependencies (tests/apps/requirements.txt, nats-py)
+# into a venv at .venv-apps/ in the repo root (ignored by git), and prints the
+# venv's interpreter path as the last line of stdout. Idempotent: a venv whose
+# installed packages already match requirements.txt is kept as it is.
+# Needs python3 with the venv module (on Debian's own python3: apt-get install python3-venv).
+# Usage: scripts/install-test-apps.sh   (PYTHON=/path/to/python3 to pick the interpreter)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+req="$root/tests/apps/requirements.txt"
+venv="$root/.venv-apps"
+py="$venv/bin/python"
+stamp="$venv/.requirements.txt"
+python="${PYTHON:-python3}"
+
+command -v "$python" >/dev/null || { echo "$python not found; python3 (3.8+) is needed for the test apps" >&2; exit 1; }
+
+if [ -x "$py" ] && [ -f "$stamp" ] && cmp -s "$req" "$stamp" && "$py" -c 'import nats' 2>/dev/null; then
+  echo "test apps' venv is up to date at $venv" >&2
+  echo "$py"
+  exit 0
+fi
+
+if [ ! -x "$py" ] || ! "$py" -c 'import sys' 2>/dev/null; then
+  rm -rf "$venv"
+  "$python" -m venv "$venv" >&2 || {
+    rm -rf "$venv"
+    echo "cannot create a venv with $python; on Debian's python3: apt-get install python3-venv" >&2
+    exit 1
+  }
+fi
+"$py" -m pip install --quiet --disable-pip-version-check --no-input -r "$req" >&2 \
+  || { echo "cannot install $req into $venv (is PyPI reachable?)" >&2; exit 1; }
+"$py" -c 'import nats' || { echo "nats-py does not import in $venv" >&2; exit 1; }
+cp "$req" "$stamp"
+echo "installed $(tr '\n' ' ' < "$req")into $venv" >&2
+echo "$py"
