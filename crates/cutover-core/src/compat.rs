@@ -291,8 +291,17 @@ pub(crate) fn check_streams(
     if !b.allow_direct {
         r.add(s, "allow_direct", ac.allow_direct, b.allow_direct, Verdict::ChangedOnPurpose, "B has no direct get: translation uses STREAM.MSG.GET (same count of requests, slower each)");
     }
-    if ac.retention == "workqueue" || b.retention == "workqueue" {
-        r.add(s, "retention", &ac.retention, &b.retention, Verdict::Ok, "work queue: at most one consumer per subject; each moved consumer keeps its filters, so they stay disjoint");
+    if b.retention == "workqueue" {
+        // consumer.go: a consumer on a work queue must deliver all (10101), so
+        // the new durable cannot start after the checkpoint.
+        r.add(s, "retention", &ac.retention, &b.retention, Verdict::Unsafe, "B would be a work queue, where a consumer must deliver all (error 10101): the new durable could not start after the checkpoint; moving to or between work queues is not supported yet; give B limits retention (--to-config {\"retention\": \"limits\"})");
+    } else if ac.retention != "limits" && !version.at_least(2, 14, 0) {
+        // ADR-60 (nats-server 2.14.0, PR 7613): before it, a stream sourcing a
+        // work-queue or interest stream is not reliable (its source consumer
+        // competes with the durables).
+        r.add(s, "retention", &ac.retention, &b.retention, Verdict::Unsafe, format!("A has {} retention: reliable sourcing from work-queue and interest streams needs nats-server 2.14 (ADR-60); this server is {version}: upgrade first", ac.retention));
+    } else if ac.retention == "workqueue" {
+        r.add(s, "retention", &ac.retention, &b.retention, Verdict::Ok, "work queue to limits: B keeps every message A held; each moved consumer keeps its filters");
     }
 }
 

@@ -11,6 +11,7 @@ mod metrics;
 mod plan;
 mod report;
 mod run;
+mod safety;
 mod tls;
 mod translate;
 mod verify;

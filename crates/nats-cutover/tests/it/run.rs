@@ -141,7 +141,7 @@ async fn live_cutover_loses_nothing_and_processes_nothing_twice() {
 }
 
 /// Runs the CLI's `run` as a child process with the test crash hook.
-fn run_cli(e: &Env, args: &[&str], crash_after: Option<&str>) -> Out {
+pub fn run_cli(e: &Env, args: &[&str], crash_after: Option<&str>) -> Out {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
     cmd.arg("--server").arg(e.server.url()).args(args).env_remove("NATS_CUTOVER_TEST_CRASH_AFTER");
     if let Some(s) = crash_after {
@@ -158,7 +158,7 @@ fn run_cli(e: &Env, args: &[&str], crash_after: Option<&str>) -> Out {
 /// Runs the CLI until it stops saying "try again" (`retriable` texts in its
 /// stderr: a crashed runner's lease not yet lapsed, a server just restarted),
 /// with a deadline rather than a sleep of the lease's length.
-async fn retry_cli(e: &Env, args: &[&str], retriable: &[&str]) -> Out {
+pub async fn retry_cli(e: &Env, args: &[&str], retriable: &[&str]) -> Out {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let out = run_cli(e, args, None);

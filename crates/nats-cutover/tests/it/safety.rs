@@ -1,0 +1,243 @@
+//! "Safe" means safe (issue 8): what plan accepts, run completes exactly; what
+//! run could not do, plan refuses before any write; a failure leaves every
+//! publisher served and every consumer as it was.
+
+use crate::common::*;
+use crate::run::{request, until_processed};
+use cutover_core::journal::Phase;
+use cutover_nats::engine::{self, events::Collect, RunOptions};
+use serde_json::json;
+
+/// `plan` with these arguments refuses (exit 3) naming `why`, and the server is
+/// exactly as before (the scratch check of B's configuration is deleted).
+async fn refuses(e: &Env, args: &[&str], why: &str) {
+    let before = e.snapshot().await;
+    let mut full = vec!["plan"];
+    full.extend_from_slice(args);
+    let out = e.cli(&full);
+    assert_eq!(out.code, 3, "plan {args:?} should be refused: {out:?}");
+    assert!(out.stdout.contains(why), "plan {args:?} should say {why:?}: {out:?}");
+    assert_eq!(e.snapshot().await, before, "plan {args:?} changed the server");
+}
+
+fn to_config(e: &Env, name: &str, v: serde_json::Value) -> String {
+    let p = e.server.dir().join(format!("{name}.json"));
+    std::fs::write(&p, v.to_string()).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+async fn stream_with_durable(e: &Env, cfg: serde_json::Value) {
+    let name = cfg["name"].as_str().unwrap().to_string();
+    e.stream(cfg).await;
+    e.consumer(&name, json!({"durable_name": "C", "ack_policy": "explicit"})).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_refuses_before_any_write_what_run_could_not_do() {
+    let e = env().await;
+    // Case 4: A sources another stream, which B would not.
+    e.stream(json!({"name": "X", "subjects": ["x.>"]})).await;
+    stream_with_durable(
+        &e,
+        json!({"name": "SRC", "subjects": ["src.>"], "sources": [{"name": "X"}]}),
+    )
+    .await;
+    refuses(&e, &["--from", "SRC", "--to", "SRC2", "--consumer", "C"], "A sources X").await;
+    // Case 10: a KV bucket is found by name.
+    stream_with_durable(
+        &e,
+        json!({"name": "KV_cfg", "subjects": ["$KV.cfg.>"], "max_msgs_per_subject": 1}),
+    )
+    .await;
+    refuses(&e, &["--from", "KV_cfg", "--to", "KV_cfg2", "--consumer", "C"], "is a KV bucket")
+        .await;
+    // Cases 8, 9, 12 on an ordinary stream.
+    stream_with_durable(&e, json!({"name": "ORD", "subjects": ["ord.>"]})).await;
+    e.publish("ord.1", "a", 3).await;
+    e.stream(json!({"name": "OTHER", "subjects": ["other.>"]})).await;
+    let ord = ["--from", "ORD", "--to", "ORD2", "--consumer", "C", "--to-config"];
+    let with = |name: &str, v| {
+        let mut a = ord.to_vec();
+        a.push(Box::leak(to_config(&e, name, v).into_boxed_str()));
+        a
+    };
+    // Case 8: B keeps fewer per subject than A holds on ord.1.
+    refuses(&e, &with("pers", json!({"max_msgs_per_subject": 1})), "A holds 3 messages on ord.1")
+        .await;
+    // Case 9: B's subjects overlap another stream's.
+    refuses(
+        &e,
+        &with("overlap", json!({"subjects": ["ord.>", "other.x"]})),
+        "stream OTHER already takes other.>",
+    )
+    .await;
+    // Case 12: the server refuses B's configuration (judged on a scratch stream).
+    refuses(
+        &e,
+        &with("floppy", json!({"storage": "floppy"})),
+        "the server refuses B's configuration",
+    )
+    .await;
+    refuses(&e, &with("r3", json!({"num_replicas": 3})), "the server refuses B's configuration")
+        .await;
+    // Case 7: a work queue B cannot position the new durable.
+    refuses(&e, &with("wq", json!({"retention": "workqueue"})), "error 10101").await;
+    // Case 5: a retry horizon longer than A's window (B takes A's window).
+    stream_with_durable(
+        &e,
+        json!({"name": "IDS", "subjects": ["ids.>"], "duplicate_window": 2_000_000_000i64}),
+    )
+    .await;
+    refuses(
+        &e,
+        &["--from", "IDS", "--to", "IDS2", "--consumer", "C", "--retry-horizon", "10s"],
+        "shorter than --retry-horizon",
+    )
+    .await;
+    let j = e.cli(&["--json", "plan", "--from", "IDS", "--to", "IDS2", "--consumer", "C"]).json();
+    assert_eq!(j["safe"], true, "{j:#}");
+    assert_eq!(j["b_config"]["duplicate_window"], 2_000_000_000i64, "B takes A's window");
+    // An unknown key is bad input, named.
+    let before = e.snapshot().await;
+    let out = e.cli(&[
+        "plan",
+        "--from",
+        "ORD",
+        "--to",
+        "ORD2",
+        "--consumer",
+        "C",
+        "--to-config",
+        &to_config(&e, "typo", json!({"storage": "memory", "colour": "red"})),
+    ]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("\"colour\", which is not a stream setting"), "{out:?}");
+    assert_eq!(e.snapshot().await, before);
+    // And the accepted plan says what the server check tried.
+    let out = e.cli(&["plan", "--from", "ORD", "--to", "ORD2", "--consumer", "C"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("scratch stream CUTOVER_CHECK_ORD2"), "{out:?}");
+}
+
+/// Case 6: A's subjects include its own name; a stream without subjects gets
+/// its name from the server, so A keeps a placeholder B's subjects do not match.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn subjects_that_include_the_stream_name_move_to_b() {
+    let e = env().await;
+    e.stream(json!({"name": "ORDERS", "subjects": ["ORDERS", "ORDERS.>"]})).await;
+    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit"})).await;
+    e.publish("ORDERS", "a", 5).await;
+    e.publish("ORDERS.eu", "b", 5).await;
+    let plan =
+        engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    assert!(plan.safe, "{:#?}", plan.unsafe_findings().collect::<Vec<_>>());
+    let (_, rx) = tokio::sync::watch::channel(false);
+    let j =
+        engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    assert_eq!(j.phase, Phase::Done);
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(a.config.subjects, vec!["_cutover.released.ORDERS".to_string()]);
+    let (_, b) = e.js.stream_info("ORDERS_V2").await.unwrap();
+    assert_eq!(b.config.subjects, vec!["ORDERS".to_string(), "ORDERS.>".to_string()]);
+    e.publish("ORDERS", "c", 1).await;
+    e.publish("ORDERS.us", "d", 1).await;
+    let (_, b) = e.js.stream_info("ORDERS_V2").await.unwrap();
+    assert_eq!(b.state.messages, 12, "every message once in B");
+}
+
+/// An operator's pause survives: the new durable is paused until the same
+/// time, and a rollback leaves the old one paused until then, not resumed and
+/// not paused for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_paused_consumer_stays_paused_until_the_same_time() {
+    let until = "2099-01-02T03:04:05Z";
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 10).await;
+    e.js.consumer_pause("ORDERS", "worker", Some(until)).await.unwrap();
+    let out =
+        e.cli(&["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (raw, c) = e.js.consumer_info("ORDERS_V2", "worker").await.unwrap();
+    assert!(c.paused, "the new durable is paused: {raw:#}");
+    assert!(raw["config"]["pause_until"].as_str().unwrap().starts_with("2099-01-02T03:04:05"));
+
+    // Rollback from the moment the new durable exists.
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 10).await;
+    e.js.consumer_pause("ORDERS", "worker", Some(until)).await.unwrap();
+    let out = crate::run::run_cli(
+        &e,
+        &["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"],
+        Some("move_consumers"),
+    );
+    assert_eq!(out.code, 86, "{out:?}");
+    let (raw, _) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(
+        raw["config"]["pause_until"].as_str().unwrap().starts_with("9999"),
+        "paused for good while moved"
+    );
+    let out = crate::run::retry_cli(
+        &e,
+        &["rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"],
+        &["is held by runner"],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (raw, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(c.paused);
+    assert!(
+        raw["config"]["pause_until"].as_str().unwrap().starts_with("2099-01-02T03:04:05"),
+        "{raw:#}"
+    );
+}
+
+/// Failure injection at the commit: B cannot take the subjects (it was sealed
+/// behind the runner's back). A takes them back before the error is reported:
+/// publishers are served by A, the moved consumer reads A's messages through B,
+/// and the message says what remains and what to run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_commit_that_fails_gives_a_its_subjects_back_at_once() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    let load =
+        cutover_app::load::Load::start(e.js.client.clone(), crate::run::load_cfg(300, 20_000))
+            .await;
+    until_processed(&load, 100).await;
+    let args = [
+        "run",
+        "--from",
+        "ORDERS",
+        "--to",
+        "ORDERS_V2",
+        "--consumer",
+        "worker",
+        "--yes",
+        "--lease-ttl",
+        "1s",
+    ];
+    let out = crate::run::run_cli(&e, &args, Some("move_consumers"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let (raw, _) = e.js.stream_info("ORDERS_V2").await.unwrap();
+    let mut cfg = raw["config"].clone();
+    cfg["sealed"] = json!(true);
+    e.js.stream_update(&cfg).await.unwrap();
+    let out = crate::run::retry_cli(
+        &e,
+        &["run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"],
+        &["is held by runner"],
+    )
+    .await;
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("ORDERS holds its subjects again"), "{out:?}");
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(a.config.subjects, vec!["orders.>".to_string()]);
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_eq!(j.phase, Phase::ConsumersMoved, "the commit is undone in the journal too");
+    // Publishers keep publishing to A: the workload goes on without a failure.
+    let after = load.published() + 100;
+    crate::run::until_published(&load, after).await;
+    let r = load.stop().await;
+    assert_eq!(r.publish_failures, 0, "publishers lost their stream");
+}
