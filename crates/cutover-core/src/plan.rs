@@ -529,8 +529,14 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
             format!("{} exists: checked compatible and sourcing {}", req.to, req.from)
         } else {
             format!(
-                "create {} sourcing {}, no subjects, duplicate_window {dw:?}, allow_direct",
-                req.to, req.from
+                "create {} sourcing {}, no subjects, allow_direct, duplicate_window {dw:?} (A's){}",
+                req.to,
+                req.from,
+                if features.sourcing_streams_get_no_default_dedup_window {
+                    "; it sources without dedup until it holds A's history older than one window, so msg-ids A stored again after its window are all kept"
+                } else {
+                    "; before 2.14 a sourcing stream cannot turn dedup off: msg-ids reused in A's history within that window of each other can be dropped while B catches up"
+                }
             )
         },
     );

@@ -363,6 +363,17 @@ impl Js {
         Ok(first)
     }
 
+    /// The first message stored at or after `time` (RFC 3339), 2.11+.
+    pub async fn first_since(
+        &self,
+        stream: &str,
+        time: &str,
+        direct: bool,
+    ) -> Result<Option<StoredMsg>> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.get_with(stream, json!({ "start_time": time }), direct).await
+    }
+
     /// The last message of the stream.
     pub async fn last_msg(&self, stream: &str, direct: bool) -> Result<Option<StoredMsg>> {
         self.gets.fetch_add(1, Ordering::Relaxed);

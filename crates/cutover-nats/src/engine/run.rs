@@ -271,10 +271,26 @@ async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
             // that says B is ours, so rollback deletes it if it exists.
             ctx.journal.lock().await.created_b = true;
             ctx.save().await?;
-            ctx.js.stream_create(&b_config).await?;
+            let mut cfg = b_config.clone();
+            if dedup_off_while_sourcing(ctx.js) {
+                // See raise_window: B starts without dedup and gets A's window
+                // once it holds A's history older than that window.
+                cfg["duplicate_window"] = json!(0);
+            }
+            ctx.js.stream_create(&cfg).await?;
             true
         }
     };
+    ctx.done("create_b", t, Some(Phase::BReady), json!({ "created": created })).await
+}
+
+async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
+    let t = ctx.begin("catch_up").await?;
+    let (from, to) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.to.clone())
+    };
+    raise_window(ctx, &from, &to).await?;
     // The retry guarantee rests on B's duplicate window as the server applies it
     // (2.14+ gives a sourcing stream none unless set): check what it reports.
     let (_, b) = ctx.js.stream_info(&to).await?;
@@ -285,15 +301,6 @@ async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
             b.config.duplicate_window
         )));
     }
-    ctx.done("create_b", t, Some(Phase::BReady), json!({ "created": created })).await
-}
-
-async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
-    let t = ctx.begin("catch_up").await?;
-    let (from, to) = {
-        let j = ctx.journal.lock().await;
-        (j.from.clone(), j.to.clone())
-    };
     // A moves on under load: catching up means sourcing what A held when this
     // step began; the consumer step waits for exactly what it needs.
     let (_, a) = ctx.js.stream_info(&from).await?;
@@ -312,6 +319,54 @@ async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
         tokio::time::sleep(ctx.opts.poll).await;
     }
     ctx.done("catch_up", t, Some(Phase::CaughtUp), json!({ "origin_seq": target })).await
+}
+
+/// From 2.14 a sourcing stream may have no duplicate window (dedup off:
+/// stream.go applies the 2-minute default only to streams that neither mirror
+/// nor source).
+fn dedup_off_while_sourcing(js: &Js) -> bool {
+    js.server_version().is_some_and(|v| v.features().sourcing_streams_get_no_default_dedup_window)
+}
+
+/// B's duplicate window must drop nothing A stored, yet catch A's publishers'
+/// retries after the commit. A publisher that reuses a msg-id once A's window
+/// has passed stores a new message in A; B sourcing A's history receives such
+/// repeats milliseconds apart and, with a window, would drop them. So B
+/// sources without dedup (created with window 0) until it holds everything A
+/// stored more than one window ago, then takes A's window: from there on, two
+/// messages with one id that A stored are a window apart in B too. The server
+/// keeps its id map on a window change and only records ids while a window is
+/// set (stream.go storeMsgIdLocked, updateWithAdvisory), so ids older than the
+/// window, which A would no longer deduplicate either, are never compared.
+async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
+    let want = ctx.journal.lock().await.plan.b_config["duplicate_window"].as_i64().unwrap_or(0);
+    let (raw, b) = ctx.js.stream_info(to).await?;
+    if b.config.duplicate_window >= want || want <= 0 {
+        return Ok(());
+    }
+    let (_, a) = ctx.js.stream_info(from).await?;
+    let since = time::OffsetDateTime::now_utc() - nanos(want);
+    let since = since.format(&time::format_description::well_known::Rfc3339).expect("format");
+    let first_recent = ctx.js.first_since(from, &since, a.config.allow_direct).await?;
+    // B must hold A's messages before `first_recent` (all of A's if none is recent).
+    let need = first_recent.map(|m| m.seq.saturating_sub(1)).unwrap_or(a.state.last_seq);
+    loop {
+        let p = source_progress(ctx.js, to, from).await?;
+        if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= need) {
+            break;
+        }
+        ctx.tick(true).await?;
+        tokio::time::sleep(ctx.opts.poll).await;
+    }
+    let mut cfg = raw["config"].clone();
+    cfg["duplicate_window"] = json!(want);
+    ctx.js.stream_update(&cfg).await?;
+    ctx.emit(
+        "progress",
+        "catch_up",
+        json!({ "duplicate_window_ns": want, "from_origin_seq": need + 1 }),
+    );
+    Ok(())
 }
 
 async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {

@@ -241,3 +241,65 @@ async fn a_commit_that_fails_gives_a_its_subjects_back_at_once() {
     let r = load.stop().await;
     assert_eq!(r.publish_failures, 0, "publishers lost their stream");
 }
+
+/// Case 5: a "latest state" publisher reuses msg-ids after A's 2 s window has
+/// passed, so A stores each repeat. B must store every one of them too: while
+/// it catches up A's history (where repeats arrive milliseconds apart), while
+/// it follows A, and after it takes the subjects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn msg_ids_reused_after_a_window_are_all_kept() {
+    let e = env().await;
+    e.stream(
+        json!({"name": "STATE", "subjects": ["state.>"], "duplicate_window": 2_000_000_000i64}),
+    )
+    .await;
+    e.consumer("STATE", json!({"durable_name": "C", "ack_policy": "explicit"})).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ctx = e.ctx.clone();
+    let flag = stop.clone();
+    // 50 ids, one publish every 20 ms: each id comes back every second, so
+    // half the repeats fall inside A's window (dropped by A) and the rest
+    // outside it (stored by A as new messages).
+    let publisher = tokio::spawn(async move {
+        let (mut stored, mut i) = (0u64, 0u64);
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut h = async_nats::HeaderMap::new();
+            h.insert("Nats-Msg-Id", format!("key-{}", (i / 2) % 50).as_str());
+            loop {
+                match ctx.publish_with_headers("state.x", h.clone(), "v".into()).await {
+                    Ok(ack) => match ack.await {
+                        Ok(a) => {
+                            stored += u64::from(!a.duplicate);
+                            break;
+                        }
+                        Err(_) => continue,
+                    },
+                    Err(_) => continue,
+                }
+            }
+            i += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        stored
+    });
+    // A history of several windows before B exists.
+    wait_until("A stores repeats", std::time::Duration::from_secs(20), || async {
+        e.js.stream_info("STATE").await.unwrap().1.state.messages > 200
+    })
+    .await;
+    let plan = engine::prepare_plan(&e.js, &request("STATE", "STATE2", &["C"])).await.unwrap();
+    assert!(plan.safe, "{:#?}", plan.unsafe_findings().collect::<Vec<_>>());
+    let (_, rx) = tokio::sync::watch::channel(false);
+    let j =
+        engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    assert_eq!(j.phase, Phase::Done);
+    let moved_at = e.js.stream_info("STATE2").await.unwrap().1.state.messages;
+    wait_until("B stores repeats", std::time::Duration::from_secs(20), || async {
+        e.js.stream_info("STATE2").await.unwrap().1.state.messages > moved_at + 50
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let stored = publisher.await.unwrap();
+    let (_, b) = e.js.stream_info("STATE2").await.unwrap();
+    assert_eq!(b.state.messages, stored, "B holds every message A (then B) stored, once");
+}
