@@ -160,7 +160,10 @@ async fn other_streams(
         for st in &streams {
             let cfg = &st["config"];
             let name = cfg["name"].as_str().unwrap_or_default();
-            if name == to || name == from {
+            // A scratch stream of ours left by a plan that died during its
+            // check: the next check replaces it; it is no one's downstream.
+            let scratch = !cfg["metadata"]["nats-cutover.check"].is_null();
+            if name == to || name == from || scratch {
                 continue;
             }
             let own: Vec<String> = cfg["subjects"]

@@ -57,6 +57,29 @@ fn confirm(plan: &Plan) -> anyhow::Result<()> {
     }
 }
 
+/// `run --plan FILE` executes the file as it is: a flag that would change what
+/// it says is refused rather than silently ignored.
+fn refuse_plan_contradictions(a: &RunArgs) -> anyhow::Result<()> {
+    let p = &a.plan;
+    let set: Vec<&str> = [
+        (p.from.is_some(), "--from"),
+        (p.to.is_some(), "--to"),
+        (!p.consumer.is_empty(), "--consumer"),
+        (p.all_consumers, "--all-consumers"),
+        (p.to_config.is_some(), "--to-config"),
+        (p.publishers_stopped, "--publishers-stopped"),
+        (p.retry_horizon.is_some(), "--retry-horizon"),
+        (a.resume.is_some(), "--resume"),
+    ]
+    .into_iter()
+    .filter_map(|(on, flag)| on.then_some(flag))
+    .collect();
+    if set.is_empty() {
+        return Ok(());
+    }
+    Err(Coded(exit::BAD_INPUT, format!("--plan FILE fixes the streams, consumers and settings; {} would contradict it: remove {}, or plan anew without --plan", set.join(", "), if set.len() == 1 { "it" } else { "them" })).into())
+}
+
 /// Ctrl-C asks the engine to stop at the next safe point.
 fn shutdown_on_ctrl_c() -> tokio::sync::watch::Receiver<bool> {
     let (tx, rx) = tokio::sync::watch::channel(false);
@@ -200,7 +223,26 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
             return Err(Coded(exit::BAD_INPUT, format!("cannot write --report {}: {} is not a directory; create it or pick another path", p.display(), dir.display())).into());
         }
     }
+    if a.plan_file.is_some() {
+        refuse_plan_contradictions(&a)?;
+    }
     let js = super::connect(conn).await?;
+    // A migration of these streams that already finished: say so, change nothing.
+    if let (None, None, Some(from), Some(to)) = (&a.resume, &a.plan_file, &a.plan.from, &a.plan.to)
+    {
+        let id = cutover_core::journal::migration_id(from, to);
+        if let Ok((_, j)) = engine::rollback::load(&js, &id).await {
+            if j.phase == Phase::Done {
+                let msg = format!("migration {id} is already complete: {to} took {from}'s subjects; nothing to do (see `nats-cutover status {id}`)");
+                if json_out {
+                    println!("{}", json!({ "message": msg, "journal": j }));
+                } else {
+                    println!("{msg}");
+                }
+                return Ok(exit::OK);
+            }
+        }
+    }
     let plan = if let Some(id) = &a.resume {
         let (_, j) = engine::rollback::load(&js, id).await?;
         j.plan

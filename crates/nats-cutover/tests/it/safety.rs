@@ -303,3 +303,39 @@ async fn msg_ids_reused_after_a_window_are_all_kept() {
     let (_, b) = e.js.stream_info("STATE2").await.unwrap();
     assert_eq!(b.state.messages, stored, "B holds every message A (then B) stored, once");
 }
+
+/// `run` on a finished migration says so and exits 0 (it used to fail the new
+/// plan with exit 3); `run --plan FILE` refuses flags that contradict the file.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_again_after_done_and_plan_file_contradictions() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 5).await;
+    let args = ["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"];
+    let out = e.cli(&args);
+    assert_eq!(out.code, 0, "{out:?}");
+    let before = e.snapshot().await;
+    let out = e.cli(&args);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("already complete"), "{out:?}");
+    assert_eq!(e.snapshot().await, before);
+
+    let plan_path = e.server.dir().join("p.toml");
+    let p = plan_path.to_str().unwrap();
+    let out = e.cli(&[
+        "plan",
+        "--from",
+        "ORDERS_V2",
+        "--to",
+        "ORDERS_V3",
+        "--consumer",
+        "worker",
+        "--out",
+        p,
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = e.cli(&["run", "--plan", p, "--from", "X", "--yes"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--from would contradict it"), "{out:?}");
+    assert_eq!(e.snapshot().await, before);
+}
