@@ -8,6 +8,9 @@ command -v cargo >/dev/null || { echo "cargo is needed: install a Rust toolchain
 scripts/install-nats-server.sh "${NATS_SERVER_VERSION:-2.15.1}"
 # The oldest supported server, for the version-dependent tests (no consumer pause).
 scripts/install-nats-server.sh 2.10.26
+# The nats-py applications the tests run beside a cut-over (tests/apps/).
+CUTOVER_TEST_PYTHON="$(scripts/install-test-apps.sh | tail -1)"
+export CUTOVER_TEST_PYTHON
 # Headless Chromium (Debian's package) renders the HTML report in its test.
 if ! command -v chromium >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

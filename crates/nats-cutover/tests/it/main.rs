@@ -9,6 +9,7 @@ mod demo;
 mod inspect;
 mod metrics;
 mod plan;
+mod pyapps;
 mod report;
 mod run;
 mod safety;

@@ -1,0 +1,212 @@
+//! A live cut-over beside applications written without our library: nats-py
+//! publisher and workers (`tests/apps/`), as most users' applications are.
+//! Pull workers follow the route record (the documented protocol, implemented
+//! in Python); push workers keep their deliver subject and group.
+
+use crate::common::*;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// The test apps' interpreter: `CUTOVER_TEST_PYTHON`, else the venv that
+/// scripts/install-test-apps.sh makes. Missing: fail with the command.
+fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("CUTOVER_TEST_PYTHON") {
+        return p.into();
+    }
+    let p = root().join(".venv-apps/bin/python");
+    assert!(
+        p.exists(),
+        "the nats-py test apps are not installed: run scripts/install-test-apps.sh"
+    );
+    p
+}
+
+struct App(Child);
+
+impl Drop for App {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl App {
+    fn start(script: &str, args: &[&str]) -> App {
+        let mut child = Command::new(python())
+            .arg(root().join("tests/apps").join(script))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        if script == "worker.py" {
+            // Bound to its durable: it says so (no sleep).
+            let mut line = String::new();
+            BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+            assert_eq!(line.trim(), "ready", "worker {args:?}");
+        }
+        App(child)
+    }
+
+    /// SIGTERM: the app finishes its acks and writes its last line.
+    fn stop(mut self) {
+        let pid = self.0.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        self.0.wait().unwrap();
+    }
+}
+
+fn lines(p: &Path) -> Vec<Value> {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("done").is_none())
+        .collect()
+}
+
+/// Msg-id → times processed, over the given workers' records.
+fn processed(files: &[PathBuf]) -> HashMap<String, u32> {
+    let mut m = HashMap::new();
+    for f in files {
+        for l in lines(f) {
+            *m.entry(l["id"].as_str().unwrap().to_string()).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nats_py_publisher_and_workers_move_exactly() {
+    let e = env().await;
+    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"]})).await;
+    e.consumer(
+        "ORDERS",
+        json!({"durable_name": "pull", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64}),
+    )
+    .await;
+    e.consumer("ORDERS", json!({"durable_name": "push", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "deliver_subject": "deliver.push", "deliver_group": "grp"})).await;
+    let dir = e.server.dir().join("apps");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |n: &str| dir.join(n);
+    let url = e.server.url();
+    let mut workers = vec![];
+    let (mut pull_files, mut push_files) = (vec![], vec![]);
+    for i in 0..2 {
+        let (p, q) = (file(&format!("pull{i}.jsonl")), file(&format!("push{i}.jsonl")));
+        workers.push(App::start(
+            "worker.py",
+            &[
+                "--server",
+                url,
+                "--stream",
+                "ORDERS",
+                "--consumer",
+                "pull",
+                "--mode",
+                "pull",
+                "--follow-route",
+                "--out",
+                p.to_str().unwrap(),
+            ],
+        ));
+        workers.push(App::start(
+            "worker.py",
+            &[
+                "--server",
+                url,
+                "--stream",
+                "ORDERS",
+                "--consumer",
+                "push",
+                "--mode",
+                "push",
+                "--out",
+                q.to_str().unwrap(),
+            ],
+        ));
+        pull_files.push(p);
+        push_files.push(q);
+    }
+    let published = file("pub.jsonl");
+    let mut publisher = App::start(
+        "publisher.py",
+        &[
+            "--server",
+            url,
+            "--subject",
+            "orders",
+            "--subjects-count",
+            "4",
+            "--count",
+            "3000",
+            "--rate",
+            "1000",
+            "--id-prefix",
+            "m",
+            "--out",
+            published.to_str().unwrap(),
+        ],
+    );
+    wait_until("workers process", Duration::from_secs(20), || async {
+        processed(&pull_files).len() >= 300
+    })
+    .await;
+    let out = e.cli(&[
+        "run",
+        "--from",
+        "ORDERS",
+        "--to",
+        "ORDERS_V2",
+        "--consumer",
+        "pull",
+        "--consumer",
+        "push",
+        "--yes",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(publisher.0.wait().unwrap().success());
+    let acked: Vec<String> = lines(&published)
+        .iter()
+        .filter(|l| l.get("failed").is_none())
+        .map(|l| l["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(acked.len(), 3000, "every publish acked");
+    for files in [&pull_files, &push_files] {
+        wait_until("every message processed", Duration::from_secs(30), || async {
+            processed(files).len() >= acked.len()
+        })
+        .await;
+    }
+    for w in workers {
+        w.stop();
+    }
+    let on_b = lines(&pull_files[0])
+        .iter()
+        .chain(lines(&push_files[0]).iter())
+        .any(|l| l["stream"] == "ORDERS_V2");
+    assert!(on_b, "the workers read from the new stream after the move");
+    for (kind, files) in [("pull", &pull_files), ("push", &push_files)] {
+        let p = processed(files);
+        let twice: Vec<_> = p.iter().filter(|(_, n)| **n > 1).collect();
+        let lost: Vec<_> = acked.iter().filter(|id| !p.contains_key(*id)).collect();
+        eprintln!(
+            "{kind}: published {}, processed {}, twice {}, lost {}",
+            acked.len(),
+            p.len(),
+            twice.len(),
+            lost.len()
+        );
+        assert!(twice.is_empty(), "{kind}: processed twice: {twice:?}");
+        assert!(lost.is_empty(), "{kind}: lost: {lost:?}");
+        assert_eq!(p.len(), acked.len(), "{kind}: processed a message never published");
+    }
+}
