@@ -14,7 +14,7 @@ pub fn main() -> i32 {
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             return exit::FAILED;
         }
     };
@@ -36,9 +36,9 @@ pub fn main() -> i32 {
             let code = exit::code_for(&e);
             let msg = e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
             if json {
-                println!("{}", serde_json::json!({ "error": msg, "exit_code": code }));
+                outln!("{}", serde_json::json!({ "error": msg, "exit_code": code }));
             }
-            eprintln!("error: {msg}");
+            errln!("error: {msg}");
             code
         }
     }

@@ -1,6 +1,9 @@
 //! `nats-cutover`: the thin binary. Parsing, dispatch and the one place where
 //! errors become exit codes live in [`app`]; the work lives in the library crates.
 
+#[macro_use]
+mod out;
+
 mod app;
 mod cli;
 mod cmd;

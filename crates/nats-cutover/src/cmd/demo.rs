@@ -34,7 +34,7 @@ pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
     let server =
         NatsServer::start_with(ServerOptions::default()).map_err(|e| Coded(exit::FAILED, e))?;
     if !json_out {
-        println!(
+        outln!(
             "nats-server {PINNED_VERSION} on {} (store in {})",
             server.url(),
             server.dir().display()
@@ -66,7 +66,7 @@ pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
         } => r?,
         _ = tokio::signal::ctrl_c() => {
             render.finish();
-            eprintln!("interrupted: stopping the demo server and removing its files");
+            errln!("interrupted: stopping the demo server and removing its files");
             drop(server);
             return Ok(exit::INTERRUPTED);
         }
@@ -82,7 +82,7 @@ pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
             Coded(exit::BAD_INPUT, format!("cannot write report {}: {e}", path.display()))
         })?;
         if !json_out {
-            println!("report: {}", path.display());
+            outln!("report: {}", path.display());
         }
     }
     let structural_holds = verify.as_ref().is_ok_and(|r| r.holds);
@@ -93,16 +93,16 @@ pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
             Err(e) => json!({ "holds": false, "error": e }),
         };
         j["verified"] = json!(outcome.verified && structural_holds);
-        println!("{}", serde_json::to_string(&j)?);
+        outln!("{}", serde_json::to_string(&j)?);
     } else {
         print_summary(&outcome);
         match &verify {
-            Ok(r) => println!(
+            Ok(r) => outln!(
                 "verify (streams and journal only): {} ({} checked, {} lost, {} duplicated, {} extra, {} gaps, {} overlaps)",
                 if r.holds { "holds" } else { "DOES NOT HOLD" },
                 r.summary.checked, r.summary.lost, r.summary.duplicated, r.summary.extra, r.summary.gaps, r.summary.overlaps
             ),
-            Err(e) => println!("verify failed: {e}"),
+            Err(e) => outln!("verify failed: {e}"),
         }
     }
     Ok(if outcome.verified && structural_holds { exit::OK } else { exit::NOT_VERIFIED })
@@ -142,8 +142,8 @@ pub fn summary_json(o: &Outcome) -> serde_json::Value {
 
 fn print_summary(o: &Outcome) {
     let l = &o.load;
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{}",
         table(
             &["measure", "value"],
@@ -169,18 +169,18 @@ fn print_summary(o: &Outcome) {
             ]
         )
     );
-    println!();
+    outln!();
     let rows: Vec<Vec<String>> =
         o.step_durations().into_iter().map(|(s, ms)| vec![s, format!("{ms:.1} ms")]).collect();
-    println!("{}", table(&["step", "duration"], &rows));
+    outln!("{}", table(&["step", "duration"], &rows));
     for c in &o.journal.consumers {
-        println!("consumer {}: checkpoint F = {} on {}, new durable starts at {} on {} ({} gets), drained in {} ms", c.name, c.checkpoint.unwrap_or(0), o.journal.from, c.b_start.unwrap_or(0), o.journal.to, c.translate_gets.unwrap_or(0), c.drain_ms.unwrap_or(0));
+        outln!("consumer {}: checkpoint F = {} on {}, new durable starts at {} on {} ({} gets), drained in {} ms", c.name, c.checkpoint.unwrap_or(0), o.journal.from, c.b_start.unwrap_or(0), o.journal.to, c.translate_gets.unwrap_or(0), c.drain_ms.unwrap_or(0));
     }
-    println!();
+    outln!();
     if o.verified {
-        println!("VERIFIED: every published message was processed exactly once.");
+        outln!("VERIFIED: every published message was processed exactly once.");
     } else {
-        println!(
+        outln!(
             "NOT VERIFIED: lost {:?} duplicated {:?}",
             &l.lost[..l.lost.len().min(10)],
             &l.duplicated[..l.duplicated.len().min(10)]

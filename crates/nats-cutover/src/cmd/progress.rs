@@ -84,10 +84,10 @@ fn compact(v: &serde_json::Value) -> String {
 impl Sink for Render {
     fn emit(&self, e: Event) {
         match self.mode {
-            Mode::Json => println!("{}", serde_json::to_string(&e).unwrap()),
+            Mode::Json => outln!("{}", serde_json::to_string(&e).unwrap()),
             Mode::Lines => {
                 if let Some(l) = self.line(&e) {
-                    println!("{l}");
+                    outln!("{l}");
                 }
             }
             Mode::Spinner => {

@@ -7,6 +7,7 @@ mod common;
 mod demo;
 mod inspect;
 mod metrics;
+mod output;
 mod plan;
 mod report;
 mod run;
