@@ -6,11 +6,12 @@ use clap::Parser;
 
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    let json = cli.json;
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("NATS_CUTOVER_LOG"))
         .with_writer(std::io::stderr)
+        .with_ansi(crate::term::detect(json).log_colour)
         .init();
-    let json = cli.json;
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

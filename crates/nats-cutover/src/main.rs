@@ -11,6 +11,7 @@ mod exit;
 mod metrics;
 mod render;
 mod report;
+mod term;
 
 fn main() {
     std::process::exit(app::main());

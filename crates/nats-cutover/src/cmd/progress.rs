@@ -1,9 +1,9 @@
 //! Rendering the engine's events: a spinner on a terminal, plain lines
-//! otherwise, JSON lines with --json. Which one is decided by a pure function.
+//! otherwise, JSON lines with --json. Which one is decided by the pure function
+//! [`crate::term::display`].
 
 use cutover_nats::engine::{Event, Sink};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,20 +13,9 @@ pub enum Mode {
     Json,
 }
 
-/// A spinner only for a human at a terminal; never in CI, never with --json.
-pub fn choose(json: bool, stderr_is_tty: bool, ci: bool) -> Mode {
-    if json {
-        Mode::Json
-    } else if stderr_is_tty && !ci {
-        Mode::Spinner
-    } else {
-        Mode::Lines
-    }
-}
-
+/// How progress is shown; decided by [`crate::term::display`].
 pub fn detect(json: bool) -> Mode {
-    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0");
-    choose(json, std::io::stderr().is_terminal(), ci)
+    crate::term::detect(json).progress
 }
 
 pub struct Render {
@@ -100,18 +89,5 @@ impl Sink for Render {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spinner_only_for_a_human_terminal() {
-        assert_eq!(choose(false, true, false), Mode::Spinner);
-        assert_eq!(choose(false, true, true), Mode::Lines);
-        assert_eq!(choose(false, false, false), Mode::Lines);
-        assert_eq!(choose(true, true, false), Mode::Json);
     }
 }

@@ -133,3 +133,39 @@ async fn a_closed_stderr_keeps_the_documented_exit_code() {
         .expect("run nats-cutover");
     assert_eq!(o.status.code(), Some(2));
 }
+
+fn assert_no_escapes(what: &str, o: &std::process::Output) {
+    for (name, bytes) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+        let text = String::from_utf8_lossy(bytes);
+        assert!(!text.contains("\x1b["), "{what}: ANSI escape in {name} through a pipe:\n{text}");
+    }
+}
+
+/// Through pipes (stdout and stderr not terminals) nothing carries ANSI
+/// escapes: not the log lines, not the progress of `run`, not clap's errors.
+#[tokio::test(flavor = "multi_thread")]
+async fn pipes_get_no_ansi_escapes() {
+    let e = env().await;
+    orders(&e).await;
+    let runs: [&[&str]; 4] = [
+        &["inspect", "A"],
+        &["run", "--from", "A", "--to", "B", "--consumer", "C", "--yes"],
+        &["verify", "--from", "A", "--to", "B"],
+        &["plan", "--from", "A", "--to", "B", "--consumer", "C", "--bogus"],
+    ];
+    for args in runs {
+        // Logs on, so that stderr has something to colour.
+        let o = command(&e, args).env("NATS_CUTOVER_LOG", "debug").output().expect("run");
+        assert_no_escapes(&format!("{args:?}"), &o);
+        if args[0] != "plan" {
+            assert!(o.status.success(), "{args:?}: {o:?}");
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                stderr.contains("DEBUG"),
+                "{args:?} logged nothing, the test proves nothing:\n{stderr}"
+            );
+        } else {
+            assert_eq!(o.status.code(), Some(2), "{o:?}");
+        }
+    }
+}
