@@ -12,6 +12,9 @@ pub fn main() -> i32 {
         .with_writer(std::io::stderr)
         .with_ansi(crate::term::detect(json).log_colour)
         .init();
+    if let Err(e) = cli.command.check_available() {
+        return fail(json, exit::BAD_INPUT, &e);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -34,13 +37,17 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            let code = exit::code_for(&e);
             let msg = e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
-            if json {
-                outln!("{}", serde_json::json!({ "error": msg, "exit_code": code }));
-            }
-            errln!("error: {msg}");
-            code
+            fail(json, exit::code_for(&e), &msg)
         }
     }
+}
+
+/// Reports a failure (also as JSON on stdout with --json); returns its code.
+fn fail(json: bool, code: i32, msg: &str) -> i32 {
+    if json {
+        outln!("{}", serde_json::json!({ "error": msg, "exit_code": code }));
+    }
+    errln!("error: {msg}");
+    code
 }

@@ -3,7 +3,7 @@
 //! Ctrl-C included. The scenario itself is `cutover_app::scenario`.
 
 use super::progress::{detect, Render};
-use crate::cli::{DemoArgs, ModeArg, StrategyArg};
+use crate::cli::DemoArgs;
 use crate::exit::{self, Coded};
 use crate::render::table;
 use cutover_app::load::LoadConfig;
@@ -20,9 +20,6 @@ const CONSUMER: &str = "worker";
 pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
     if a.rate == 0 || a.workers == 0 {
         return Err(Coded(exit::BAD_INPUT, "--rate and --workers must be at least 1".into()).into());
-    }
-    if !matches!(a.strategy, StrategyArg::Source) || !matches!(a.mode, ModeArg::Drain) {
-        return Err(Coded(exit::INCOMPATIBLE, "this version demonstrates --strategy source --mode drain; the other strategies and modes are planned".into()).into());
     }
     if a.duration < Duration::from_secs(2) || a.duration > Duration::from_secs(600) {
         return Err(Coded(
