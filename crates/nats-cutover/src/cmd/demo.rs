@@ -5,7 +5,7 @@
 use super::progress::{detect, Render};
 use crate::cli::DemoArgs;
 use crate::exit::{self, Coded};
-use crate::render::table;
+use crate::render::{self, table};
 use cutover_app::load::LoadConfig;
 use cutover_app::scenario::{live_cutover, Outcome, ScenarioConfig};
 use cutover_core::plan::DEFAULT_RETRY_HORIZON;
@@ -155,20 +155,17 @@ fn print_summary(o: &Outcome) {
                 vec!["publish retries (same msg-id)".into(), l.publish_retries.to_string()],
                 vec![
                     "max publisher stall (any publish)".into(),
-                    format!("{:.1} ms", l.max_publish_stall_ms)
+                    render::ms(l.max_publish_stall_ms)
                 ],
-                vec![
-                    "max stall of a retried publish".into(),
-                    format!("{:.1} ms", l.max_retried_publish_ms)
-                ],
-                vec!["max consumer gap".into(), format!("{:.1} ms", l.max_consumer_gap_ms)],
-                vec!["cut-over duration".into(), format!("{:.1} ms", o.cutover_ms)],
+                vec!["max stall of a retried publish".into(), render::ms(l.max_retried_publish_ms)],
+                vec!["max consumer gap".into(), render::ms(l.max_consumer_gap_ms)],
+                vec!["cut-over duration".into(), render::ms(o.cutover_ms)],
             ]
         )
     );
     outln!();
     let rows: Vec<Vec<String>> =
-        o.step_durations().into_iter().map(|(s, ms)| vec![s, format!("{ms:.1} ms")]).collect();
+        o.step_durations().into_iter().map(|(s, ms)| vec![s, render::ms(ms)]).collect();
     outln!("{}", table(&["step", "duration"], &rows));
     for c in &o.journal.consumers {
         outln!("consumer {}: checkpoint F = {} on {}, new durable starts at {} on {} ({} gets), drained in {} ms", c.name, c.checkpoint.unwrap_or(0), o.journal.from, c.b_start.unwrap_or(0), o.journal.to, c.translate_gets.unwrap_or(0), c.drain_ms.unwrap_or(0));

@@ -130,7 +130,7 @@ pub fn print_plan(plan: &Plan) {
         outln!();
         outln!("Quiescent interval for {c} (no pause on this server; publishers stopped):");
         match q.interval {
-            Some(d) => outln!("  deadline {}", humantime::format_duration(d)),
+            Some(d) => outln!("  deadline {}", crate::render::duration(d)),
             None => outln!("  no bound"),
         }
         for l in &q.derivation {

@@ -2,6 +2,7 @@
 //! otherwise, JSON lines with --json. Which one is decided by the pure function
 //! [`crate::term::display`].
 
+use crate::render;
 use cutover_nats::engine::{Event, Sink};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::time::Duration;
@@ -47,9 +48,9 @@ impl Render {
         let text = match e.kind.as_str() {
             "step_started" => return None,
             "step_done" => format!(
-                "{} done in {:.1} ms {}",
+                "{} done in {} {}",
                 e.step,
-                d["ms"].as_f64().unwrap_or(0.0),
+                render::ms(d["ms"].as_f64().unwrap_or(0.0)),
                 compact(d)
             ),
             _ => format!("{} {} {}", e.step, e.kind, compact(d)),
@@ -58,12 +59,18 @@ impl Render {
     }
 }
 
+/// An event's details as `key=value`, numbers rounded: `gap_ms: 12.3456789`
+/// reads `gap=12.3 ms` (the JSON events keep the exact value).
 fn compact(v: &serde_json::Value) -> String {
     match v.as_object() {
         Some(m) => m
             .iter()
             .filter(|(k, _)| *k != "ms")
-            .map(|(k, v)| format!("{k}={v}"))
+            .map(|(k, v)| match (k.strip_suffix("_ms"), v.as_f64()) {
+                (Some(name), Some(x)) => format!("{name}={}", render::ms(x)),
+                _ if v.is_number() => format!("{k}={}", render::number(v)),
+                _ => format!("{k}={v}"),
+            })
             .collect::<Vec<_>>()
             .join(" "),
         None => String::new(),
@@ -89,5 +96,33 @@ impl Sink for Render {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn event_details_print_rounded() {
+        assert_eq!(compact(&json!({"gap_ms": 12.345678901})), "gap=12.3 ms");
+        assert_eq!(compact(&json!({"drain_ms": 1234})), "drain=1234 ms");
+        assert_eq!(compact(&json!({"ratio": 0.123456})), "ratio=0.123");
+        assert_eq!(compact(&json!({"checkpoint": 10})), "checkpoint=10");
+        assert_eq!(compact(&json!({"moved": true, "ms": 3.0})), "moved=true");
+    }
+
+    #[test]
+    fn a_finished_step_prints_its_duration_rounded() {
+        let r = Render::new(Mode::Lines);
+        let e = Event {
+            ts_ms: r.t0 + 1500,
+            kind: "step_done".into(),
+            step: "catch_up".into(),
+            migration: "A.B".into(),
+            detail: json!({"ms": 12.345678901, "origin_seq": 10}),
+        };
+        assert_eq!(r.line(&e).unwrap(), "[   1.500s] catch_up done in 12.3 ms origin_seq=10");
     }
 }

@@ -4,7 +4,7 @@
 use super::progress::{detect, Mode};
 use crate::cli::{ConnArgs, VerifyArgs};
 use crate::exit::{self, Coded};
-use crate::render::table;
+use crate::render::{self, table};
 use cutover_core::journal::migration_id;
 use cutover_core::names;
 use cutover_core::verify::{Counts, Report};
@@ -86,12 +86,12 @@ pub fn print_report(r: &Report) {
     outln!("Verification of {} ({} -> {}): {verdict}", r.migration, r.from, r.to);
     if let Some(rs) = &r.read {
         outln!(
-            "read {} messages of {} and {} in {:.0} ms ({:.0} msg/s)",
-            rs.messages,
+            "read {} messages of {} and {} in {} ({})",
+            render::thousands(rs.messages),
             r.from,
             r.to,
-            rs.ms,
-            rs.per_sec
+            render::ms(rs.ms),
+            render::rate(rs.per_sec)
         );
     }
     let b = &r.streams.b;
