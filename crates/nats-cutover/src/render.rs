@@ -69,12 +69,17 @@ pub fn duration(d: std::time::Duration) -> String {
 /// `1234567` → `1,234,567`.
 pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
+    // The first group holds 1 to 3 digits, every later one 3.
+    let (head, mut rest) = digits.split_at(match digits.len() % 3 {
+        0 => 3.min(digits.len()),
+        r => r,
+    });
+    let mut out = head.to_string();
+    while !rest.is_empty() {
+        let (group, tail) = rest.split_at(3);
+        out.push(',');
+        out.push_str(group);
+        rest = tail;
     }
     out
 }
@@ -146,6 +151,8 @@ mod tests {
         assert_eq!(thousands(0), "0");
         assert_eq!(thousands(100), "100");
         assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(123_456), "123,456");
+        assert_eq!(thousands(12_345_678), "12,345,678");
     }
 
     #[test]
