@@ -2,10 +2,15 @@
 
 use crate::cli::{Cli, Command};
 use crate::{cmd, exit};
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // The demo uses a server only when told so on the command line, never
+    // because NATS_URL or NATS_CONTEXT happen to be set.
+    let server_given = ["server", "context"].iter().any(|id| given_on_command_line(&matches, id));
     let json = cli.json;
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("NATS_CUTOVER_LOG"))
@@ -30,7 +35,7 @@ pub fn main() -> i32 {
             Command::Status(a) => cmd::run::status(&cli.conn, json, a).await,
             Command::Rollback(a) => cmd::run::rollback(&cli.conn, json, a).await,
             Command::Verify(a) => cmd::verify::run(&cli.conn, json, a).await,
-            Command::Demo(a) => cmd::demo::run(json, a).await,
+            Command::Demo(a) => cmd::demo::run(&cli.conn, server_given, json, a).await,
             Command::Watch(a) => cmd::watch::run(&cli.conn, json, a).await,
         }
     });
@@ -50,4 +55,11 @@ fn fail(json: bool, code: i32, msg: &str) -> i32 {
     }
     errln!("error: {msg}");
     code
+}
+
+/// A global option's value came from the command line (before or after the
+/// subcommand), not from its environment variable.
+fn given_on_command_line(m: &ArgMatches, id: &str) -> bool {
+    m.value_source(id) == Some(ValueSource::CommandLine)
+        || m.subcommand().is_some_and(|(_, sub)| given_on_command_line(sub, id))
 }

@@ -72,6 +72,13 @@ pub enum Command {
     /// gap or overlap; optionally against the applications' audit records.
     Verify(VerifyArgs),
     /// Start a local server, run a live workload, cut it over, and show the proof.
+    ///
+    /// With --server (or --context) given on the command line, the demo runs on
+    /// that server instead (not because NATS_URL is set): it creates streams
+    /// ORDERS and ORDERS_V2 there, refuses a server that already has them, and
+    /// leaves them to inspect. The local server's binary is taken from
+    /// $NATS_SERVER, .nats-server/<version>/ under the current directory or this
+    /// program's (or their parents), or PATH.
     Demo(DemoArgs),
     /// Watch a consumer drain: its lag, the settled/checkpoint condition and a
     /// status (ok, draining, stalled, stopped) every tick.

@@ -6,6 +6,7 @@ mod bad_input;
 mod cluster;
 mod common;
 mod demo;
+mod demo_server;
 mod inspect;
 mod metrics;
 mod output;
