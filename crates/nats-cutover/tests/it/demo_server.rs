@@ -30,7 +30,8 @@ async fn demo_uses_the_server_given_and_refuses_one_holding_its_streams() {
     let a = js.stream_info_opt("ORDERS").await.unwrap().expect("ORDERS on the given server").1;
     let b = js.stream_info_opt("ORDERS_V2").await.unwrap().expect("ORDERS_V2 there").1;
     assert!(a.config.sealed, "the old stream is left sealed");
-    assert_eq!(b.state.messages, summary["published"].as_u64().unwrap(), "{summary:#}");
+    let published = summary["published"].as_u64().unwrap();
+    assert!(published > 0 && b.state.messages >= published, "{b:?} {summary:#}");
     let out = cli(&["--server", &url, "--json", "status", "ORDERS.ORDERS_V2"]);
     assert_eq!(out.json()["migrations"][0]["phase"], "done", "{out:?}");
 
