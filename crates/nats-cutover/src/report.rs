@@ -381,9 +381,7 @@ fn verify_section(h: &mut String, v: &VerifyReport) {
     }
 }
 
-fn ms(v: f64) -> String {
-    format!("{v:.1} ms")
-}
+use crate::render::ms;
 
 /// Embeds JSON in a `<script>`: `<` escaped so no `</script>` or `<!--` can end
 /// or confuse the element (valid JSON: only strings contain `<`).

@@ -1,15 +1,26 @@
 //! `nats-cutover demo`: a local server, a live workload, a cut-over while it
 //! runs, and the evidence. Everything it starts is stopped and removed on exit,
 //! Ctrl-C included. The scenario itself is `cutover_app::scenario`.
+//!
+//! With `--server` (or `--context`) on the command line it uses that server
+//! instead: it refuses one that already has the demo's streams or migration,
+//! and leaves what it created there to inspect. `NATS_URL` and `NATS_CONTEXT`
+//! are not enough: a demo must not write to a server by accident.
+//!
+//! The local server's binary is found without any setting: `$NATS_SERVER`,
+//! `.nats-server/<version>/nats-server` under the current directory or the
+//! program's (and their parents), then `PATH`; if none is found the error says
+//! how to install one.
 
 use super::progress::{detect, Render};
-use crate::cli::{DemoArgs, ModeArg, StrategyArg};
+use crate::cli::{ConnArgs, DemoArgs};
 use crate::exit::{self, Coded};
-use crate::render::table;
+use crate::render::{self, table};
 use cutover_app::load::LoadConfig;
 use cutover_app::scenario::{live_cutover, Outcome, ScenarioConfig};
 use cutover_core::plan::DEFAULT_RETRY_HORIZON;
-use cutover_testkit::{NatsServer, ServerOptions, PINNED_VERSION};
+use cutover_nats::connect::redact_urls;
+use cutover_testkit::{installed_server_binary, NatsServer, ServerOptions, PINNED_VERSION};
 use serde_json::json;
 use std::time::Duration;
 
@@ -17,12 +28,14 @@ const STREAM: &str = "ORDERS";
 const NEW_STREAM: &str = "ORDERS_V2";
 const CONSUMER: &str = "worker";
 
-pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
+pub async fn run(
+    conn: &ConnArgs,
+    use_server: bool,
+    json_out: bool,
+    a: DemoArgs,
+) -> anyhow::Result<i32> {
     if a.rate == 0 || a.workers == 0 {
         return Err(Coded(exit::BAD_INPUT, "--rate and --workers must be at least 1".into()).into());
-    }
-    if !matches!(a.strategy, StrategyArg::Source) || !matches!(a.mode, ModeArg::Drain) {
-        return Err(Coded(exit::INCOMPATIBLE, "this version demonstrates --strategy source --mode drain; the other strategies and modes are planned".into()).into());
     }
     if a.duration < Duration::from_secs(2) || a.duration > Duration::from_secs(600) {
         return Err(Coded(
@@ -31,15 +44,33 @@ pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
         )
         .into());
     }
-    let server =
-        NatsServer::start_with(ServerOptions::default()).map_err(|e| Coded(exit::FAILED, e))?;
-    if !json_out {
-        println!(
-            "nats-server {PINNED_VERSION} on {} (store in {})",
-            server.url(),
-            server.dir().display()
-        );
-    }
+    // The local server, if one is started, lives until the end of `run`.
+    let (client, server, shown) = if use_server {
+        let client = super::connect_options(conn).connect().await?;
+        let timeout = conn.timeout.unwrap_or(Duration::from_secs(5));
+        refuse_leftovers(&cutover_nats::Js::new(client.clone(), timeout)).await?;
+        let shown = redact_urls(&super::connect_options(conn).resolve()?.server_url());
+        if !json_out {
+            outln!("using the nats-server at {shown}");
+        }
+        (client, None, shown)
+    } else {
+        let binary = installed_server_binary(PINNED_VERSION).map_err(|e| Coded(exit::FAILED, e))?;
+        let server =
+            NatsServer::start_with(ServerOptions { binary: Some(binary), ..Default::default() })
+                .map_err(|e| Coded(exit::FAILED, e))?;
+        if !json_out {
+            outln!(
+                "nats-server {} on {} (store in {}, removed on exit)",
+                server.binary().display(),
+                server.url(),
+                server.dir().display()
+            );
+        }
+        let client = async_nats::connect(server.url()).await?;
+        let shown = server.url().to_string();
+        (client, Some(server), shown)
+    };
     let cfg = ScenarioConfig {
         load: LoadConfig {
             stream: STREAM.into(),
@@ -60,13 +91,14 @@ pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
     };
     let render = Render::new(detect(json_out));
     let outcome = tokio::select! {
-        r = async {
-            let client = async_nats::connect(server.url()).await?;
-            Ok::<_, anyhow::Error>(live_cutover(client, cfg, &render).await?)
-        } => r?,
+        r = live_cutover(client.clone(), cfg, &render) => r?,
         _ = tokio::signal::ctrl_c() => {
             render.finish();
-            eprintln!("interrupted: stopping the demo server and removing its files");
+            if server.is_some() {
+                errln!("interrupted: stopping the demo server and removing its files");
+            } else {
+                errln!("interrupted: the demo's streams and migration are left on {shown}");
+            }
             drop(server);
             return Ok(exit::INTERRUPTED);
         }
@@ -74,7 +106,7 @@ pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
     render.finish();
     // Two independent proofs: the workers' own record (every published id
     // processed once) and `verify`, which reads only the streams and journal.
-    let verify = verify_streams(server.url()).await;
+    let verify = verify_streams(client).await;
     if let Some(path) = &a.report {
         let mut data = crate::report::ReportData::from_outcome(&outcome);
         data.verify = Some(verify.clone());
@@ -82,7 +114,7 @@ pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
             Coded(exit::BAD_INPUT, format!("cannot write report {}: {e}", path.display()))
         })?;
         if !json_out {
-            println!("report: {}", path.display());
+            outln!("report: {}", path.display());
         }
     }
     let structural_holds = verify.as_ref().is_ok_and(|r| r.holds);
@@ -93,23 +125,59 @@ pub async fn run(json_out: bool, a: DemoArgs) -> anyhow::Result<i32> {
             Err(e) => json!({ "holds": false, "error": e }),
         };
         j["verified"] = json!(outcome.verified && structural_holds);
-        println!("{}", serde_json::to_string(&j)?);
+        j["server"] = json!(shown);
+        j["server_started"] = json!(server.is_some());
+        outln!("{}", serde_json::to_string(&j)?);
     } else {
         print_summary(&outcome);
         match &verify {
-            Ok(r) => println!(
+            Ok(r) => outln!(
                 "verify (streams and journal only): {} ({} checked, {} lost, {} duplicated, {} extra, {} gaps, {} overlaps)",
                 if r.holds { "holds" } else { "DOES NOT HOLD" },
                 r.summary.checked, r.summary.lost, r.summary.duplicated, r.summary.extra, r.summary.gaps, r.summary.overlaps
             ),
-            Err(e) => println!("verify failed: {e}"),
+            Err(e) => outln!("verify failed: {e}"),
+        }
+        if server.is_none() {
+            let id = cutover_core::journal::migration_id(STREAM, NEW_STREAM);
+            outln!("left on {shown} to inspect: streams {STREAM} (sealed) and {NEW_STREAM}, migration {id} (`nats-cutover status {id}`, `nats-cutover verify --migration {id}`)");
         }
     }
     Ok(if outcome.verified && structural_holds { exit::OK } else { exit::NOT_VERIFIED })
 }
 
-async fn verify_streams(url: &str) -> Result<cutover_core::verify::Report, String> {
-    let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
+/// A server given with --server must not hold what the demo creates: it
+/// would mix with (or overwrite the state of) something real.
+async fn refuse_leftovers(js: &cutover_nats::Js) -> anyhow::Result<()> {
+    for s in [STREAM, NEW_STREAM] {
+        if js.stream_info_opt(s).await?.is_some() {
+            return Err(Coded(
+                exit::BAD_INPUT,
+                format!(
+                    "stream {s} already exists on this server, and the demo creates {STREAM} and {NEW_STREAM}: remove them (`nats stream rm {s}`) if they are a previous demo's, or use another server; nothing was changed"
+                ),
+            )
+            .into());
+        }
+    }
+    let id = cutover_core::journal::migration_id(STREAM, NEW_STREAM);
+    if cutover_nats::engine::list(js).await?.iter().any(|j| j.id == id) {
+        return Err(Coded(
+            exit::BAD_INPUT,
+            format!(
+                "migration {id} already exists on this server (a previous demo's): remove it with `nats kv del {} {}`, or use another server; nothing was changed",
+                cutover_core::journal::BUCKET,
+                cutover_core::journal::journal_key(&id)
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+async fn verify_streams(
+    client: async_nats::Client,
+) -> Result<cutover_core::verify::Report, String> {
     let js = cutover_nats::Js::new(client, Duration::from_secs(5));
     let id = cutover_core::journal::migration_id(STREAM, NEW_STREAM);
     cutover_nats::verify::verify(&js, &id, &cutover_nats::verify::VerifyOptions::default(), &|_| {})
@@ -142,8 +210,8 @@ pub fn summary_json(o: &Outcome) -> serde_json::Value {
 
 fn print_summary(o: &Outcome) {
     let l = &o.load;
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{}",
         table(
             &["measure", "value"],
@@ -158,29 +226,26 @@ fn print_summary(o: &Outcome) {
                 vec!["publish retries (same msg-id)".into(), l.publish_retries.to_string()],
                 vec![
                     "max publisher stall (any publish)".into(),
-                    format!("{:.1} ms", l.max_publish_stall_ms)
+                    render::ms(l.max_publish_stall_ms)
                 ],
-                vec![
-                    "max stall of a retried publish".into(),
-                    format!("{:.1} ms", l.max_retried_publish_ms)
-                ],
-                vec!["max consumer gap".into(), format!("{:.1} ms", l.max_consumer_gap_ms)],
-                vec!["cut-over duration".into(), format!("{:.1} ms", o.cutover_ms)],
+                vec!["max stall of a retried publish".into(), render::ms(l.max_retried_publish_ms)],
+                vec!["max consumer gap".into(), render::ms(l.max_consumer_gap_ms)],
+                vec!["cut-over duration".into(), render::ms(o.cutover_ms)],
             ]
         )
     );
-    println!();
+    outln!();
     let rows: Vec<Vec<String>> =
-        o.step_durations().into_iter().map(|(s, ms)| vec![s, format!("{ms:.1} ms")]).collect();
-    println!("{}", table(&["step", "duration"], &rows));
+        o.step_durations().into_iter().map(|(s, ms)| vec![s, render::ms(ms)]).collect();
+    outln!("{}", table(&["step", "duration"], &rows));
     for c in &o.journal.consumers {
-        println!("consumer {}: checkpoint F = {} on {}, new durable starts at {} on {} ({} gets), drained in {} ms", c.name, c.checkpoint.unwrap_or(0), o.journal.from, c.b_start.unwrap_or(0), o.journal.to, c.translate_gets.unwrap_or(0), c.drain_ms.unwrap_or(0));
+        outln!("consumer {}: checkpoint F = {} on {}, new durable starts at {} on {} ({} gets), drained in {} ms", c.name, c.checkpoint.unwrap_or(0), o.journal.from, c.b_start.unwrap_or(0), o.journal.to, c.translate_gets.unwrap_or(0), c.drain_ms.unwrap_or(0));
     }
-    println!();
+    outln!();
     if o.verified {
-        println!("VERIFIED: every published message was processed exactly once.");
+        outln!("VERIFIED: every published message was processed exactly once.");
     } else {
-        println!(
+        outln!(
             "NOT VERIFIED: lost {:?} duplicated {:?}",
             &l.lost[..l.lost.len().min(10)],
             &l.duplicated[..l.duplicated.len().min(10)]

@@ -39,16 +39,16 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> anyhow::Res
             "sources": sources,
             "consumers": consumers.iter().map(|(raw, _, a)| json!({ "info": raw, "assessment": a })).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        outln!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(exit::OK);
     }
     let c = &info.config;
-    println!(
+    outln!(
         "Stream {} (server {})",
         c.name,
         js.server_version().map(|v| v.to_string()).unwrap_or_default()
     );
-    println!(
+    outln!(
         "{}",
         table(
             &["setting", "value"],
@@ -94,8 +94,8 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> anyhow::Res
         )
     );
     for s in &sources {
-        println!();
-        println!(
+        outln!();
+        outln!(
             "Source {}: origin last seq {}, newest sourced origin seq {}, {} (the lag field says {}; sequences are compared because lag freezes when nothing flows)",
             s.origin,
             s.origin_last_seq,
@@ -105,15 +105,15 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> anyhow::Res
         );
     }
     for (_, c, a) in &consumers {
-        println!();
+        outln!();
         let kind = if c.config.is_push() { "push" } else { "pull" };
-        println!(
+        outln!(
             "Consumer {} ({kind}, ack {}, filter {})",
             c.name,
             c.config.ack_policy,
             if c.config.filters().is_empty() { "-".into() } else { c.config.filters().join(",") }
         );
-        println!(
+        outln!(
             "{}",
             table(
                 &[
@@ -146,9 +146,9 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> anyhow::Res
             ),
             _ => "not settled".into(),
         };
-        println!("  {verdict}");
+        outln!("  {verdict}");
         for line in &a.reasoning {
-            println!("  - {line}");
+            outln!("  - {line}");
         }
     }
     Ok(exit::OK)

@@ -88,7 +88,7 @@ pub fn write_plan_file(plan: &Plan, path: &std::path::Path) -> anyhow::Result<()
 }
 
 pub fn print_plan(plan: &Plan) {
-    println!(
+    outln!(
         "Plan: move {} from {} to {} (strategy {}, mode {})",
         plan.consumers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "),
         plan.from,
@@ -96,12 +96,12 @@ pub fn print_plan(plan: &Plan) {
         plan.strategy.as_str(),
         plan.mode.as_str()
     );
-    println!("Server {}; relies on:", plan.server_version);
+    outln!("Server {}; relies on:", plan.server_version);
     for r in &plan.relies_on {
-        println!("  - {r}");
+        outln!("  - {r}");
     }
-    println!();
-    println!("Compatibility:");
+    outln!();
+    outln!("Compatibility:");
     let rows: Vec<Vec<String>> = plan
         .findings
         .iter()
@@ -116,34 +116,34 @@ pub fn print_plan(plan: &Plan) {
             ]
         })
         .collect();
-    println!("{}", table(&["scope", "setting", "from", "to", "verdict", "reason"], &rows));
-    println!();
-    println!("Checkpoint rule: {}", plan.checkpoint_rule);
-    println!();
-    println!("Timers: {}", plan.timer_note);
-    println!();
-    println!("Steps:");
+    outln!("{}", table(&["scope", "setting", "from", "to", "verdict", "reason"], &rows));
+    outln!();
+    outln!("Checkpoint rule: {}", plan.checkpoint_rule);
+    outln!();
+    outln!("Timers: {}", plan.timer_note);
+    outln!();
+    outln!("Steps:");
     for s in &plan.steps {
-        println!("  {:>2}. {}: {}", s.n, s.title, s.detail);
+        outln!("  {:>2}. {}: {}", s.n, s.title, s.detail);
     }
     for (c, q) in &plan.quiescence {
-        println!();
-        println!("Quiescent interval for {c} (no pause on this server; publishers stopped):");
+        outln!();
+        outln!("Quiescent interval for {c} (no pause on this server; publishers stopped):");
         match q.interval {
-            Some(d) => println!("  deadline {}", humantime::format_duration(d)),
-            None => println!("  no bound"),
+            Some(d) => outln!("  deadline {}", crate::render::duration(d)),
+            None => outln!("  no bound"),
         }
         for l in &q.derivation {
-            println!("  - {l}");
+            outln!("  - {l}");
         }
     }
-    println!();
+    outln!();
     if plan.safe {
-        println!("Verdict: SAFE. `nats-cutover run` with the same options carries it out.");
+        outln!("Verdict: SAFE. `nats-cutover run` with the same options carries it out.");
     } else {
-        println!("Verdict: UNSAFE, refused:");
+        outln!("Verdict: UNSAFE, refused:");
         for f in plan.unsafe_findings() {
-            println!("  - {} {}: {}", f.scope, f.setting, f.reason);
+            outln!("  - {} {}: {}", f.scope, f.setting, f.reason);
         }
     }
 }
@@ -159,7 +159,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: PlanArgs) -> anyhow::Result
         write_plan_file(&plan, out)?;
     }
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&plan)?);
+        outln!("{}", serde_json::to_string_pretty(&plan)?);
     } else {
         print_plan(&plan);
     }

@@ -1,9 +1,10 @@
 //! Rendering the engine's events: a spinner on a terminal, plain lines
-//! otherwise, JSON lines with --json. Which one is decided by a pure function.
+//! otherwise, JSON lines with --json. Which one is decided by the pure function
+//! [`crate::term::display`].
 
+use crate::render;
 use cutover_nats::engine::{Event, Sink};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,20 +14,9 @@ pub enum Mode {
     Json,
 }
 
-/// A spinner only for a human at a terminal; never in CI, never with --json.
-pub fn choose(json: bool, stderr_is_tty: bool, ci: bool) -> Mode {
-    if json {
-        Mode::Json
-    } else if stderr_is_tty && !ci {
-        Mode::Spinner
-    } else {
-        Mode::Lines
-    }
-}
-
+/// How progress is shown; decided by [`crate::term::display`].
 pub fn detect(json: bool) -> Mode {
-    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0");
-    choose(json, std::io::stderr().is_terminal(), ci)
+    crate::term::detect(json).progress
 }
 
 pub struct Render {
@@ -58,9 +48,9 @@ impl Render {
         let text = match e.kind.as_str() {
             "step_started" => return None,
             "step_done" => format!(
-                "{} done in {:.1} ms {}",
+                "{} done in {} {}",
                 e.step,
-                d["ms"].as_f64().unwrap_or(0.0),
+                render::ms(d["ms"].as_f64().unwrap_or(0.0)),
                 compact(d)
             ),
             _ => format!("{} {} {}", e.step, e.kind, compact(d)),
@@ -69,12 +59,18 @@ impl Render {
     }
 }
 
+/// An event's details as `key=value`, numbers rounded: `gap_ms: 12.3456789`
+/// reads `gap=12.3 ms` (the JSON events keep the exact value).
 fn compact(v: &serde_json::Value) -> String {
     match v.as_object() {
         Some(m) => m
             .iter()
             .filter(|(k, _)| *k != "ms")
-            .map(|(k, v)| format!("{k}={v}"))
+            .map(|(k, v)| match (k.strip_suffix("_ms"), v.as_f64()) {
+                (Some(name), Some(x)) => format!("{name}={}", render::ms(x)),
+                _ if v.is_number() => format!("{k}={}", render::number(v)),
+                _ => format!("{k}={v}"),
+            })
             .collect::<Vec<_>>()
             .join(" "),
         None => String::new(),
@@ -84,10 +80,10 @@ fn compact(v: &serde_json::Value) -> String {
 impl Sink for Render {
     fn emit(&self, e: Event) {
         match self.mode {
-            Mode::Json => println!("{}", serde_json::to_string(&e).unwrap()),
+            Mode::Json => outln!("{}", serde_json::to_string(&e).unwrap()),
             Mode::Lines => {
                 if let Some(l) = self.line(&e) {
-                    println!("{l}");
+                    outln!("{l}");
                 }
             }
             Mode::Spinner => {
@@ -106,12 +102,27 @@ impl Sink for Render {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
-    fn spinner_only_for_a_human_terminal() {
-        assert_eq!(choose(false, true, false), Mode::Spinner);
-        assert_eq!(choose(false, true, true), Mode::Lines);
-        assert_eq!(choose(false, false, false), Mode::Lines);
-        assert_eq!(choose(true, true, false), Mode::Json);
+    fn event_details_print_rounded() {
+        assert_eq!(compact(&json!({"gap_ms": 12.345678901})), "gap=12.3 ms");
+        assert_eq!(compact(&json!({"drain_ms": 1234})), "drain=1234 ms");
+        assert_eq!(compact(&json!({"ratio": 0.123456})), "ratio=0.123");
+        assert_eq!(compact(&json!({"checkpoint": 10})), "checkpoint=10");
+        assert_eq!(compact(&json!({"moved": true, "ms": 3.0})), "moved=true");
+    }
+
+    #[test]
+    fn a_finished_step_prints_its_duration_rounded() {
+        let r = Render::new(Mode::Lines);
+        let e = Event {
+            ts_ms: r.t0 + 1500,
+            kind: "step_done".into(),
+            step: "catch_up".into(),
+            migration: "A.B".into(),
+            detail: json!({"ms": 12.345678901, "origin_seq": 10}),
+        };
+        assert_eq!(r.line(&e).unwrap(), "[   1.500s] catch_up done in 12.3 ms origin_seq=10");
     }
 }

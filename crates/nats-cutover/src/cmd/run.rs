@@ -12,7 +12,7 @@ use cutover_nats::engine::{self, Event, RunOptions, Sink};
 use cutover_nats::journal::now_ms;
 use cutover_nats::Js;
 use serde_json::json;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,8 +46,8 @@ fn confirm(plan: &Plan) -> anyhow::Result<()> {
         )
         .into());
     }
-    print!("\nRun this cut-over now? [y/N] ");
-    std::io::stdout().flush()?;
+    out!("\nRun this cut-over now? [y/N] ");
+    crate::out::flush();
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
     if matches!(line.trim(), "y" | "Y" | "yes") {
@@ -85,7 +85,7 @@ fn shutdown_on_ctrl_c() -> tokio::sync::watch::Receiver<bool> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("interrupt: stopping at the next safe point (Ctrl-C again to abort at once)");
+            errln!("interrupt: stopping at the next safe point (Ctrl-C again to abort at once)");
             let _ = tx.send(true);
             if tokio::signal::ctrl_c().await.is_ok() {
                 std::process::exit(exit::INTERRUPTED);
@@ -291,7 +291,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
     let _metrics_server = match (a.metrics_addr, &reg) {
         (Some(addr), Some(reg)) => {
             let s = metrics::serve(addr, reg.clone()).await?;
-            eprintln!("metrics: http://{}/metrics", s.addr);
+            errln!("metrics: http://{}/metrics", s.addr);
             Some(s)
         }
         _ => None,
@@ -350,10 +350,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
                 // The report carries the proof, as `verify` gives it: both
                 // streams are read once, headers only.
                 if !json_out {
-                    println!(
-                        "verifying {} for the report (reads both streams' headers once)",
-                        j.id
-                    );
+                    outln!("verifying {} for the report (reads both streams' headers once)", j.id);
                 }
                 data.verify = Some(
                     cutover_nats::verify::verify(
@@ -370,14 +367,14 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
         // The migration's outcome decides the exit code; a report that cannot
         // be written (the directory was checked up front) is only warned about.
         match crate::report::write(path, &data) {
-            Ok(()) if !json_out => println!("report: {}", path.display()),
+            Ok(()) if !json_out => outln!("report: {}", path.display()),
             Ok(()) => {}
-            Err(e) => eprintln!("warning: cannot write report {}: {e}", path.display()),
+            Err(e) => errln!("warning: cannot write report {}: {e}", path.display()),
         }
     }
     let j = result?;
     if json_out {
-        println!("{}", json!({ "kind": "result", "journal": j }));
+        outln!("{}", json!({ "kind": "result", "journal": j }));
     } else {
         print_journal(&j);
     }
@@ -385,7 +382,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
 }
 
 pub fn print_journal(j: &Journal) {
-    println!("Migration {}: {} -> {}, phase {}", j.id, j.from, j.to, j.phase.as_str());
+    outln!("Migration {}: {} -> {}, phase {}", j.id, j.from, j.to, j.phase.as_str());
     let rows: Vec<Vec<String>> = j
         .consumers
         .iter()
@@ -401,7 +398,7 @@ pub fn print_journal(j: &Journal) {
             ]
         })
         .collect();
-    println!(
+    outln!(
         "{}",
         table(
             &["consumer", "phase", "checkpoint F (old)", "start (new)", "gets", "drain", "nudges"],
@@ -420,15 +417,15 @@ pub fn print_journal(j: &Journal) {
             ]
         })
         .collect();
-    println!("{}", table(&["step", "duration"], &steps));
+    outln!("{}", table(&["step", "duration"], &steps));
     if let Some(e) = &j.error {
-        println!("last error: {e}");
+        outln!("last error: {e}");
     }
     if j.phase != Phase::Done && j.phase != Phase::RolledBack {
         if j.can_roll_back() {
-            println!("resume with `nats-cutover run --resume {}` or undo with `nats-cutover rollback {}`", j.id, j.id);
+            outln!("resume with `nats-cutover run --resume {}` or undo with `nats-cutover rollback {}`", j.id, j.id);
         } else {
-            println!("past the commit point: resume with `nats-cutover run --resume {}` (only rolling forward is safe)", j.id);
+            outln!("past the commit point: resume with `nats-cutover run --resume {}` (only rolling forward is safe)", j.id);
         }
     }
 }
@@ -451,9 +448,9 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> anyhow::R
         None => list,
     };
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&json!({ "migrations": list }))?);
+        outln!("{}", serde_json::to_string_pretty(&json!({ "migrations": list }))?);
     } else if list.is_empty() {
-        println!("no migrations on this server");
+        outln!("no migrations on this server");
     } else if a.id.is_some() {
         print_journal(&list[0]);
     } else {
@@ -469,7 +466,7 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> anyhow::R
                 ]
             })
             .collect();
-        println!("{}", table(&["id", "phase", "consumers", "in progress", "last error"], &rows));
+        outln!("{}", table(&["id", "phase", "consumers", "in progress", "last error"], &rows));
     }
     Ok(exit::OK)
 }
@@ -481,7 +478,7 @@ pub async fn rollback(conn: &ConnArgs, json_out: bool, a: RollbackArgs) -> anyho
     render.finish();
     let j = j?;
     if json_out {
-        println!("{}", json!({ "kind": "result", "journal": j }));
+        outln!("{}", json!({ "kind": "result", "journal": j }));
     } else {
         print_journal(&j);
     }

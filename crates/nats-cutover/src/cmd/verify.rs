@@ -4,7 +4,7 @@
 use super::progress::{detect, Mode};
 use crate::cli::{ConnArgs, VerifyArgs};
 use crate::exit::{self, Coded};
-use crate::render::table;
+use crate::render::{self, table};
 use cutover_core::journal::migration_id;
 use cutover_core::names;
 use cutover_core::verify::{Counts, Report};
@@ -66,7 +66,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> anyhow::Resu
     }
     let report = report?;
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_report(&report);
     }
@@ -83,17 +83,25 @@ fn opt(v: Option<u64>) -> String {
 
 pub fn print_report(r: &Report) {
     let verdict = if r.holds { "HOLDS" } else { "DOES NOT HOLD" };
-    println!("Verification of {} ({} -> {}): {verdict}", r.migration, r.from, r.to);
+    outln!("Verification of {} ({} -> {}): {verdict}", r.migration, r.from, r.to);
     if let Some(rs) = &r.read {
-        println!(
-            "read {} messages of {} and {} in {:.0} ms ({:.0} msg/s)",
-            rs.messages, r.from, r.to, rs.ms, rs.per_sec
+        outln!(
+            "read {} messages of {} and {} in {} ({})",
+            render::thousands(rs.messages),
+            r.from,
+            r.to,
+            render::ms(rs.ms),
+            render::rate(rs.per_sec)
         );
     }
     let b = &r.streams.b;
-    println!(
+    outln!(
         "{}: {} sourced from {}, {} published directly, {} from elsewhere",
-        r.to, b.sourced, r.from, b.direct, b.other
+        r.to,
+        b.sourced,
+        r.from,
+        b.direct,
+        b.other
     );
     let rows: Vec<Vec<String>> = r
         .consumers
@@ -119,8 +127,8 @@ pub fn print_report(r: &Report) {
             ]
         })
         .collect();
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{}",
         table(
             &[
@@ -140,16 +148,16 @@ pub fn print_report(r: &Report) {
         )
     );
     match &r.streams.slip {
-        Some(s) => println!(
+        Some(s) => outln!(
             "\nslipped duplicates: {} (direct publishes {}..{} within {} ms of the first: {} ids compared with {} sourced messages)",
             r.streams.slipped_duplicates, s.first_direct_seq, s.last_direct_seq, s.window_ms, s.direct_ids, s.sourced_compared
         ),
-        None => println!("\nslipped duplicates: 0 (no direct publish with a Nats-Msg-Id)"),
+        None => outln!("\nslipped duplicates: 0 (no direct publish with a Nats-Msg-Id)"),
     }
     if let Some(au) = &r.audit {
         let sum = |f: fn(&Counts) -> u64| r.consumers.iter().map(|c| f(&c.counts)).sum::<u64>();
         let pending: u64 = r.consumers.iter().filter_map(|c| c.audit_pending).sum();
-        println!(
+        outln!(
             "audit {}: {} records; lost {}, processed more than once {}, unknown {}; {} still in processing not judged; {} of other consumers, {} unreadable",
             au.source,
             au.records,
@@ -162,7 +170,7 @@ pub fn print_report(r: &Report) {
         );
     }
     if !r.offenders.is_empty() {
-        println!("\noffending messages (the first of each kind; all are counted above):");
+        outln!("\noffending messages (the first of each kind; all are counted above):");
         let rows: Vec<Vec<String>> = r
             .offenders
             .iter()
@@ -178,7 +186,7 @@ pub fn print_report(r: &Report) {
                 ]
             })
             .collect();
-        println!(
+        outln!(
             "{}",
             table(&["kind", "consumer", "A seq", "B seq", "msg id", "subject", "what"], &rows)
         );

@@ -47,7 +47,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> anyhow::Resul
     let _server = match a.metrics_addr {
         Some(addr) => {
             let s = metrics::serve(addr, reg.clone()).await?;
-            eprintln!("metrics: http://{}/metrics", s.addr);
+            errln!("metrics: http://{}/metrics", s.addr);
             Some(s)
         }
         None => None,
@@ -60,7 +60,8 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> anyhow::Resul
     let mut n = 0u64;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
-    while a.count.is_none_or(|c| n < c) {
+    // Nobody reading any more (`watch ... | head`) ends it as --count does.
+    while a.count.is_none_or(|c| n < c) && !crate::out::stdout_gone() {
         tokio::select! {
             _ = tick.tick() => {}
             _ = &mut ctrl_c => break,
@@ -74,12 +75,12 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> anyhow::Resul
                 // what one watches through.
                 reg.add(&metrics::ERRORS, &[], 1.0);
                 if json_out {
-                    println!(
+                    outln!(
                         "{}",
                         json!({ "kind": "error", "n": n, "t_ms": t0.elapsed().as_millis() as u64, "message": e.to_string() })
                     );
                 } else {
-                    eprintln!(
+                    errln!(
                         "[{:>7.1}s] cannot read {}/{}: {e}",
                         t0.elapsed().as_secs_f64(),
                         a.stream,
@@ -97,7 +98,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> anyhow::Resul
         let check = assess(&ci);
         update(&reg, &labels, &ci, check.checkpoint, verdict.status);
         if json_out {
-            println!(
+            outln!(
                 "{}",
                 json!({
                     "kind": "tick",
@@ -125,7 +126,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> anyhow::Resul
                 (false, Some(f)) => format!("settled at {f} (not paused)"),
                 _ => "not settled".into(),
             };
-            println!(
+            outln!(
                 "[{:>7.1}s] {}/{} {:<8} pending {} ack pending {} waiting {} delivered {} ack floor {}{}; {settled}: {}",
                 t0.elapsed().as_secs_f64(),
                 a.stream,

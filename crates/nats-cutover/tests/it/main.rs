@@ -1,13 +1,16 @@
 //! The one integration-test binary (one link, a module per area). Every test
 //! here runs against a real nats-server started for it by the test kit.
 
+mod auth;
 mod bad_input;
 mod cluster;
 mod common;
 mod crash_sweep;
 mod demo;
+mod demo_server;
 mod inspect;
 mod metrics;
+mod output;
 mod plan;
 mod pyapps;
 mod report;
