@@ -235,9 +235,9 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
             if j.phase == Phase::Done {
                 let msg = format!("migration {id} is already complete: {to} took {from}'s subjects; nothing to do (see `nats-cutover status {id}`)");
                 if json_out {
-                    println!("{}", json!({ "message": msg, "journal": j }));
+                    outln!("{}", json!({ "message": msg, "journal": j }));
                 } else {
-                    println!("{msg}");
+                    outln!("{msg}");
                 }
                 return Ok(exit::OK);
             }
