@@ -152,7 +152,7 @@ impl TranslateSearch {
         }
         let (lo, hi) = (self.lo, self.hi);
         let bisect = lo + (hi - lo) / 2;
-        let guess = if self.probes % 2 == 0 {
+        let guess = if self.probes.is_multiple_of(2) {
             // Interpolate between the anchors; A and B usually line up one to one,
             // so the first guess lands on F itself.
             let (ls, lorig) = self.lo_anchor.unwrap_or((lo.saturating_sub(1), 0));

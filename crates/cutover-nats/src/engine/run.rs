@@ -35,8 +35,11 @@ pub struct RunOptions {
     /// subjects back): publishers get no responders meanwhile.
     pub commit_timeout: Duration,
     /// Called after each journaled step with its name (tests kill the runner here).
-    pub after_step: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub after_step: Option<StepHook>,
 }
+
+/// A hook called with a step's name once it is journaled.
+pub type StepHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl Default for RunOptions {
     fn default() -> Self {

@@ -110,16 +110,14 @@ async fn sweep_point(k: usize, undo: bool) -> Point {
     };
     let j = engine::rollback::load(&e.js, ID).await.map(|(_, j)| j).ok();
     let mut resumed = !undo;
-    if undo {
-        if j.is_some() {
-            let out = retry_lease(&e, &["--json", "rollback", ID]).await;
-            if out.code != 0 {
-                assert!(
-                    out.stderr.contains("commit point"),
-                    "rollback after {key:?} failed for another reason than the commit: {out:?}"
-                );
-                resumed = true;
-            }
+    if undo && j.is_some() {
+        let out = retry_lease(&e, &["--json", "rollback", ID]).await;
+        if out.code != 0 {
+            assert!(
+                out.stderr.contains("commit point"),
+                "rollback after {key:?} failed for another reason than the commit: {out:?}"
+            );
+            resumed = true;
         }
     }
     if resumed {
