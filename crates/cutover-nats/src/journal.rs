@@ -85,6 +85,47 @@ impl JournalStore {
         Ok(out)
     }
 
+    /// Every lease in the bucket, live or expired.
+    pub async fn leases(&self) -> Result<Vec<LeaseInfo>> {
+        use futures::StreamExt;
+        let mut keys = self.kv.keys().await.map_err(|e| jerr("cannot list the leases", e))?;
+        let mut out = vec![];
+        while let Some(k) = keys.next().await {
+            let k = k.map_err(|e| jerr("cannot list the leases", e))?;
+            let Some(stream) = k.strip_prefix("lease.") else { continue };
+            let entry = self.kv.entry(&k).await.map_err(|e| jerr("cannot read a lease", e))?;
+            let Some(en) = entry.filter(|e| e.operation == kv::Operation::Put) else { continue };
+            if let Ok(r) = serde_json::from_slice::<LeaseRecord>(&en.value) {
+                out.push(LeaseInfo {
+                    stream: stream.into(),
+                    holder: r.holder,
+                    migration: r.migration,
+                    expires_ms: r.expires_ms,
+                    live: r.expires_ms > now_ms(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes a journal record (and nothing else).
+    pub async fn delete_journal(&self, id: &str) -> Result<()> {
+        self.kv.purge(journal_key(id)).await.map_err(|e| jerr("cannot delete the journal", e))
+    }
+
+    /// Removes the lease on `stream`, if it is the one read (compare and set
+    /// on its revision: a runner that renewed it meanwhile keeps it).
+    pub async fn delete_lease(&self, stream: &str) -> Result<()> {
+        let key = lease_key(stream);
+        if let Some(en) = self.kv.entry(&key).await.map_err(|e| jerr("cannot read a lease", e))? {
+            self.kv
+                .delete_expect_revision(&key, Some(en.revision))
+                .await
+                .map_err(|e| jerr("cannot delete the lease", e))?;
+        }
+        Ok(())
+    }
+
     pub async fn put_route(&self, from: &str, consumer: &str, r: &Route) -> Result<()> {
         let v = serde_json::to_vec(r).expect("route serializes");
         self.kv
@@ -115,6 +156,18 @@ impl JournalStore {
     pub fn kv(&self) -> &kv::Store {
         &self.kv
     }
+}
+
+/// A lease as `status` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LeaseInfo {
+    /// The source stream the lease is on.
+    pub stream: String,
+    pub holder: String,
+    pub migration: String,
+    pub expires_ms: u64,
+    /// Not expired: a runner holds it (or died less than a lease ago).
+    pub live: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

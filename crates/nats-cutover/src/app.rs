@@ -34,6 +34,7 @@ pub fn main() -> i32 {
             Command::Run(a) => cmd::run::run(&cli.conn, json, a).await,
             Command::Status(a) => cmd::run::status(&cli.conn, json, a).await,
             Command::Rollback(a) => cmd::run::rollback(&cli.conn, json, a).await,
+            Command::Forget(a) => cmd::run::forget(&cli.conn, json, a).await,
             Command::Verify(a) => cmd::verify::run(&cli.conn, json, a).await,
             Command::Demo(a) => cmd::demo::run(&cli.conn, server_given, json, a).await,
             Command::Watch(a) => cmd::watch::run(&cli.conn, json, a).await,

@@ -68,6 +68,9 @@ pub enum Command {
     Status(StatusArgs),
     /// Undo a migration that has not passed its commit point.
     Rollback(RollbackArgs),
+    /// Remove the record of a finished, rolled-back or never-started migration
+    /// and its expired lease (a live one is refused); routes stay.
+    Forget(ForgetArgs),
     /// Prove a migration exact: every message once, in order, handed over without
     /// gap or overlap; optionally against the applications' audit records.
     Verify(VerifyArgs),
@@ -243,6 +246,12 @@ pub struct WatchArgs {
 pub struct StatusArgs {
     /// A migration id (FROM.TO); all migrations when omitted.
     pub id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ForgetArgs {
+    /// The migration id (FROM.TO), as `status` lists it.
+    pub id: String,
 }
 
 #[derive(Debug, Args)]

@@ -17,5 +17,5 @@ pub mod run;
 pub use events::{Event, Sink};
 pub use prepare::{prepare_plan, PlanInputs};
 pub use progress::{source_progress, SourceProgress};
-pub use rollback::{list, rollback};
+pub use rollback::{forget, leases, list, rollback, Forgotten};
 pub use run::{run, RunOptions};

@@ -155,3 +155,67 @@ pub async fn list(js: &Js) -> Result<Vec<Journal>> {
         None => Ok(vec![]),
     }
 }
+
+/// What `forget` removed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Forgotten {
+    pub id: String,
+    /// The journal's phase, if there was one.
+    pub phase: Option<Phase>,
+    /// An expired lease of this migration was removed too.
+    pub lease_removed: bool,
+}
+
+/// Removes the record of a migration that is over (done, rolled back) or never
+/// changed anything, and its expired lease; refuses a live one. The routes of a
+/// finished migration stay: applications follow them.
+pub async fn forget(js: &Js, id: &str) -> Result<Forgotten> {
+    let store = JournalStore::open(js, false).await?.ok_or_else(|| {
+        Error::Journal(
+            "no migration journal on this server (KV bucket CUTOVER does not exist)".into(),
+        )
+    })?;
+    let journal = store.load(id).await?;
+    if let Some(j) = &journal {
+        let untouched = j.phase == Phase::Planned
+            && !j.created_b
+            && j.consumers.iter().all(|c| c.phase == ConsumerPhase::Waiting);
+        if !(j.phase == Phase::Done || j.phase == Phase::RolledBack || untouched) {
+            return Err(Error::Unsafe(format!(
+                "migration {id} is under way ({}): forgetting it would lose what it changed; finish it with `nats-cutover run --resume {id}` or undo it with `nats-cutover rollback {id}` first",
+                j.phase.as_str()
+            )));
+        }
+    }
+    let lease = store.leases().await?.into_iter().find(|l| l.migration == id);
+    if let Some(l) = &lease {
+        if l.live {
+            return Err(Error::Leased {
+                id: id.into(),
+                holder: l.holder.clone(),
+                until: format!("{} ms from now", l.expires_ms.saturating_sub(now_ms())),
+            });
+        }
+    }
+    if journal.is_none() && lease.is_none() {
+        return Err(Error::Journal(format!(
+            "no migration {id:?} and no lease of it; `nats-cutover status` lists them"
+        )));
+    }
+    if journal.is_some() {
+        store.delete_journal(id).await?;
+    }
+    if let Some(l) = &lease {
+        store.delete_lease(&l.stream).await?;
+    }
+    Ok(Forgotten { id: id.into(), phase: journal.map(|j| j.phase), lease_removed: lease.is_some() })
+}
+
+/// Every lease, for `status` (orphans included: a lease whose migration has
+/// no journal, left by a runner that died before writing one).
+pub async fn leases(js: &Js) -> Result<Vec<crate::journal::LeaseInfo>> {
+    match JournalStore::open(js, false).await? {
+        Some(s) => s.leases().await,
+        None => Ok(vec![]),
+    }
+}

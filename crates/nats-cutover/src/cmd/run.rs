@@ -1,7 +1,7 @@
 //! `nats-cutover run`, `status`, `rollback`.
 
 use super::progress::{detect, Render};
-use crate::cli::{ConnArgs, RollbackArgs, RunArgs, StatusArgs};
+use crate::cli::{ConnArgs, ForgetArgs, RollbackArgs, RunArgs, StatusArgs};
 use crate::exit::{self, Coded};
 use crate::metrics::{self, Registry};
 use crate::render::table;
@@ -433,10 +433,14 @@ pub fn print_journal(j: &Journal) {
 pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> anyhow::Result<i32> {
     let js = super::connect(conn).await?;
     let list = engine::list(&js).await?;
+    let mut leases = engine::leases(&js).await?;
+    if let Some(id) = &a.id {
+        leases.retain(|l| &l.migration == id);
+    }
     let list: Vec<Journal> = match &a.id {
         Some(id) => {
             let one: Vec<Journal> = list.into_iter().filter(|j| &j.id == id).collect();
-            if one.is_empty() {
+            if one.is_empty() && leases.is_empty() {
                 return Err(Coded(
                     exit::BAD_INPUT,
                     format!("no migration {id:?}; `nats-cutover status` lists them"),
@@ -447,13 +451,28 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> anyhow::R
         }
         None => list,
     };
+    // A lease whose migration has no journal: a runner died before writing one.
+    let orphan = |migration: &str| !list.iter().any(|j| j.id == migration);
     if json_out {
-        outln!("{}", serde_json::to_string_pretty(&json!({ "migrations": list }))?);
-    } else if list.is_empty() {
+        let leases: Vec<serde_json::Value> = leases
+            .iter()
+            .map(|l| {
+                let mut v = serde_json::to_value(l).unwrap_or_default();
+                v["orphan"] = json!(orphan(&l.migration));
+                v
+            })
+            .collect();
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "migrations": list, "leases": leases }))?
+        );
+        return Ok(exit::OK);
+    }
+    if list.is_empty() && leases.is_empty() {
         outln!("no migrations on this server");
-    } else if a.id.is_some() {
+    } else if a.id.is_some() && !list.is_empty() {
         print_journal(&list[0]);
-    } else {
+    } else if !list.is_empty() {
         let rows: Vec<Vec<String>> = list
             .iter()
             .map(|j| {
@@ -467,6 +486,45 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> anyhow::R
             })
             .collect();
         outln!("{}", table(&["id", "phase", "consumers", "in progress", "last error"], &rows));
+    }
+    if !leases.is_empty() {
+        let now = now_ms();
+        let rows: Vec<Vec<String>> = leases
+            .iter()
+            .map(|l| {
+                let state = if l.live {
+                    format!("held, {} s left", l.expires_ms.saturating_sub(now).div_ceil(1000))
+                } else {
+                    "expired".into()
+                };
+                let note = if orphan(&l.migration) {
+                    format!(
+                        "orphan: no journal; `nats-cutover forget {}` removes it once expired",
+                        l.migration
+                    )
+                } else {
+                    String::new()
+                };
+                vec![l.stream.clone(), l.migration.clone(), l.holder.clone(), state, note]
+            })
+            .collect();
+        outln!("\nleases:\n{}", table(&["stream", "migration", "holder", "state", ""], &rows));
+    }
+    Ok(exit::OK)
+}
+
+pub async fn forget(conn: &ConnArgs, json_out: bool, a: ForgetArgs) -> anyhow::Result<i32> {
+    let js = super::connect(conn).await?;
+    let f = engine::forget(&js, &a.id).await?;
+    if json_out {
+        outln!("{}", json!({ "forgotten": f }));
+    } else {
+        outln!(
+            "forgot migration {}{}{}; its routes, if any, stay for the applications that follow them",
+            f.id,
+            f.phase.map(|p| format!(" ({})", p.as_str())).unwrap_or_default(),
+            if f.lease_removed { " and its expired lease" } else { "" }
+        );
     }
     Ok(exit::OK)
 }

@@ -339,3 +339,74 @@ async fn run_again_after_done_and_plan_file_contradictions() {
     assert!(out.stderr.contains("--from would contradict it"), "{out:?}");
     assert_eq!(e.snapshot().await, before);
 }
+
+/// Journal hygiene: `status` lists every lease, orphans included; `forget`
+/// removes a finished migration or an expired orphan lease and refuses a live
+/// migration or a held lease.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_lists_orphan_leases_and_forget_refuses_live_migrations() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 5).await;
+    // A runner that died right after taking the lease, before any journal.
+    let kv = async_nats::jetstream::new(e.js.client.clone())
+        .create_key_value(async_nats::jetstream::kv::Config {
+            bucket: "CUTOVER".into(),
+            history: 5,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let expires = cutover_nats::journal::now_ms() + 1500;
+    let rec = json!({"holder": "gone:1:1", "migration": "ORDERS.OTHER", "expires_ms": expires});
+    kv.put("lease.ORDERS", rec.to_string().into()).await.unwrap();
+    let st = e.cli(&["--json", "status"]).json();
+    assert_eq!(st["leases"][0]["migration"], "ORDERS.OTHER", "{st:#}");
+    assert_eq!(st["leases"][0]["orphan"], true);
+    assert_eq!(st["leases"][0]["live"], true);
+    let out = e.cli(&["status"]);
+    assert!(out.stdout.contains("orphan: no journal"), "{out:?}");
+    let out = e.cli(&["forget", "ORDERS.OTHER"]);
+    assert_ne!(out.code, 0, "a held lease is not forgotten: {out:?}");
+    wait_until("the orphan lease expires", std::time::Duration::from_secs(10), || async {
+        e.cli(&["--json", "status"]).json()["leases"][0]["live"] == false
+    })
+    .await;
+    let out = e.cli(&["forget", "ORDERS.OTHER"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(e.cli(&["--json", "status"]).json()["leases"], json!([]));
+
+    // A live migration is refused; a finished one is forgotten, its route kept.
+    let args = [
+        "run",
+        "--from",
+        "ORDERS",
+        "--to",
+        "ORDERS_V2",
+        "--consumer",
+        "worker",
+        "--yes",
+        "--lease-ttl",
+        "1s",
+    ];
+    let out = crate::run::run_cli(&e, &args, Some("move_consumers"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let out = e.cli(&["forget", "ORDERS.ORDERS_V2"]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("is under way") || out.stderr.contains("held by runner"),
+        "{out:?}"
+    );
+    let out = crate::run::retry_cli(
+        &e,
+        &["run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"],
+        &["is held by runner"],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = e.cli(&["forget", "ORDERS.ORDERS_V2"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let st = e.cli(&["--json", "status"]).json();
+    assert_eq!(st["migrations"], json!([]), "{st:#}");
+    assert!(kv.get("route.ORDERS.worker").await.unwrap().is_some(), "the route stays");
+}
