@@ -100,6 +100,9 @@ pub struct ConsumerProgress {
     /// Times a stuck worker's message had to be let through (resume briefly).
     pub nudges: u32,
     pub drain_ms: Option<u64>,
+    /// The longest single pause of the old consumer while it drained.
+    #[serde(default)]
+    pub longest_pause_ms: Option<u64>,
     /// The paused, settled consumer state the checkpoint was taken from
     /// (delivered, ack_floor, num_ack_pending, num_pending, paused): the
     /// evidence `verify` checks.
@@ -183,6 +186,7 @@ impl Journal {
                     translate_gets: None,
                     nudges: 0,
                     drain_ms: None,
+                    longest_pause_ms: None,
                     evidence: None,
                     b_filters: vec![],
                 })

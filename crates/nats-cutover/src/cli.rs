@@ -210,6 +210,11 @@ pub struct RunArgs {
     /// 10 × its ack_wait, at least 1 minute).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub settle_timeout: Option<Duration>,
+    /// The longest the old consumer stays paused without ack progress (capped by
+    /// its ack_wait); then it is resumed for as long and paused again, so a dead
+    /// worker or a nak'd message cannot stall the applications.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    pub max_pause: Duration,
     /// Write a self-contained HTML report (timeline of the consumers' state with
     /// every step and checkpoint, the journal, the plan), also when the run fails.
     #[arg(long, value_name = "FILE")]

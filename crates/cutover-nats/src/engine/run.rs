@@ -31,6 +31,9 @@ pub struct RunOptions {
     /// Give up (safely: the old consumer resumes) if a consumer has not settled
     /// after this long; default 10 × its ack_wait, at least a minute.
     pub settle_timeout: Option<Duration>,
+    /// The longest a consumer stays paused without ack progress before it is
+    /// resumed for as long and paused again (capped by its ack_wait).
+    pub max_pause: Duration,
     /// How long the commit window may last before it is undone (A takes its
     /// subjects back): publishers get no responders meanwhile.
     pub commit_timeout: Duration,
@@ -51,6 +54,7 @@ impl Default for RunOptions {
             drain_pause: Duration::from_secs(120),
             settle_timeout: None,
             commit_timeout: Duration::from_secs(5),
+            max_pause: Duration::from_secs(5),
             after_step: None,
         }
     }
@@ -499,7 +503,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         start_seq: start,
     };
     ctx.store.put_route(&from, name, &route).await?;
-    ctx.emit("progress", &step, json!({ "moved": true, "checkpoint": f, "b_start": start, "translate_gets": gets, "gap_ms": started.elapsed().as_secs_f64() * 1000.0 }));
+    ctx.emit("progress", &step, json!({ "moved": true, "checkpoint": f, "b_start": start, "translate_gets": gets, "gap_ms": started.elapsed().as_secs_f64() * 1000.0, "longest_pause_ms": ctx.journal.lock().await.consumers.iter().find(|c| c.name == name).and_then(|c| c.longest_pause_ms) }));
     if let Some(h) = &ctx.opts.after_step {
         h(&format!("consumer_created:{name}"));
     }
@@ -585,6 +589,10 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
     let ack_wait = nanos(first.config.ack_wait).max(Duration::from_millis(1));
     let deadline = Instant::now()
         + ctx.opts.settle_timeout.unwrap_or((ack_wait * 10).max(Duration::from_secs(60)));
+    // How long a pause may last without ack progress (see below).
+    let stall = ctx.opts.max_pause.min(ack_wait);
+    let mut attempt_started = Instant::now();
+    let mut longest = Duration::ZERO;
     let mut last: Option<ConsumerInfo> = None;
     let mut last_progress = Instant::now();
     let mut last_emit = Instant::now();
@@ -605,6 +613,10 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
                     let (_, again) = ctx.js.consumer_info(stream, name).await?;
                     let b = assess(&again);
                     if b.stable && b.checkpoint == Some(f) {
+                        longest = longest.max(attempt_started.elapsed());
+                        let mut j = ctx.journal.lock().await;
+                        j.consumer_mut(name).unwrap().longest_pause_ms =
+                            Some(longest.as_millis() as u64);
                         return Ok((f, again));
                     }
                     last = None;
@@ -623,30 +635,41 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
             ctx.emit("progress", &step, json!({ "ack_pending": ci.num_ack_pending, "delivered": ci.delivered.stream_seq, "ack_floor": ci.ack_floor.stream_seq }));
             last_emit = Instant::now();
         }
-        // A worker died holding messages: a paused consumer withholds their
-        // redelivery (server consumer.go loopAndGatherMsgs stops before
-        // getNextMsg). Let them through briefly, then pause again.
-        if ci.num_ack_pending > 0 && last_progress.elapsed() > ack_wait + ack_wait / 2 {
-            ctx.emit("warning", &step, json!({ "message": "no ack progress for 1.5 × ack_wait: resuming briefly so the stuck message is redelivered", "ack_pending": ci.num_ack_pending }));
+        // No ack progress while paused: a worker died holding messages (a
+        // paused consumer withholds their redelivery: server consumer.go
+        // loopAndGatherMsgs stops before getNextMsg), a message was nak'd with
+        // a backoff, or a client holds a partial batch. The pause is bounded:
+        // resume for as long, so held messages are processed or redelivered and
+        // the applications keep working, then try again.
+        if ci.num_ack_pending > 0 && last_progress.elapsed() > stall {
+            longest = longest.max(attempt_started.elapsed());
+            ctx.emit("warning", &step, json!({
+                "message": format!("no ack progress for {stall:?} while paused: resuming for up to {stall:?} so held messages are processed or redelivered, then pausing again"),
+                "ack_pending": ci.num_ack_pending,
+            }));
             ctx.js.consumer_pause(stream, name, None).await?;
-            let before = ci.delivered.consumer_seq;
-            let nudge_deadline = Instant::now() + ack_wait;
+            let resumed = Instant::now();
             loop {
                 let (_, n) = ctx.js.consumer_info(stream, name).await?;
-                if n.delivered.consumer_seq > before
-                    || n.num_ack_pending < ci.num_ack_pending
-                    || Instant::now() > nudge_deadline
+                // What blocked is settled (the oldest pending message acked,
+                // or nothing pending), or the resumed interval is over.
+                if n.num_ack_pending == 0
+                    || n.ack_floor != ci.ack_floor
+                    || resumed.elapsed() > stall
                 {
                     break;
                 }
-                ctx.tick(false).await?;
+                ctx.tick(true).await?;
                 tokio::time::sleep(ctx.opts.poll).await;
             }
             ctx.js.consumer_pause(stream, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
             paused_at = Instant::now();
+            attempt_started = Instant::now();
             let mut j = ctx.journal.lock().await;
             j.consumer_mut(name).unwrap().nudges += 1;
             last_progress = Instant::now();
+            last = None;
+            continue;
         }
         // Keep the drain pause from lapsing while we wait.
         if paused_at.elapsed() > ctx.opts.drain_pause / 3 {

@@ -276,6 +276,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
         keep_old_consumers: a.keep_old_consumers,
         lease_ttl: a.lease_ttl,
         settle_timeout: a.settle_timeout,
+        max_pause: a.max_pause,
         // Test hook: die like a killed process right after the named step was
         // journaled, so resume can be tested at every step.
         after_step: crash_after.map(|s| {

@@ -520,7 +520,7 @@ async fn push_consumer_with_deliver_group_moves_without_redeploy() {
 
 /// A worker that takes one message and dies holding it (never acks). Fetches
 /// until it gets one: live workers may have taken everything available.
-async fn take_one_and_die(e: &Env) -> async_nats::jetstream::Message {
+pub async fn take_one_and_die(e: &Env) -> async_nats::jetstream::Message {
     use futures::StreamExt;
     let c = e
         .ctx

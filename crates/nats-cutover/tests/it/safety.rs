@@ -410,3 +410,35 @@ async fn status_lists_orphan_leases_and_forget_refuses_live_migrations() {
     assert_eq!(st["migrations"], json!([]), "{st:#}");
     assert!(kv.get("route.ORDERS.worker").await.unwrap().is_some(), "the route stays");
 }
+
+/// A drain cannot be held hostage: a message held by a dead worker (ack_wait
+/// 8 s) is redelivered only after its ack_wait, but the old consumer is never
+/// paused longer than max_pause (here 1 s) at a time: it is resumed for as
+/// long, then paused again, and the move stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_worker_does_not_hold_the_consumer_paused() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 8_000).await;
+    let load =
+        cutover_app::load::Load::start(e.js.client.clone(), crate::run::load_cfg(300, 20_000))
+            .await;
+    until_processed(&load, 100).await;
+    let held = crate::run::take_one_and_die(&e).await;
+    let plan =
+        engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let opts = RunOptions { max_pause: std::time::Duration::from_secs(1), ..Default::default() };
+    let j = engine::run(&e.js, plan, &opts, &Collect::default(), rx).await.unwrap();
+    drop(held);
+    assert_eq!(j.phase, Phase::Done);
+    let c = &j.consumers[0];
+    assert!(c.nudges >= 1, "the pause was cut at least once: {c:?}");
+    let longest = c.longest_pause_ms.expect("longest pause recorded");
+    // Bounded by max_pause (plus polling), far below the 8 s ack_wait the old
+    // rule (1.5 × ack_wait) would have paused for.
+    assert!(longest < 4_000, "longest pause {longest} ms: {c:?}");
+    let after = load.published() + 100;
+    crate::run::until_published(&load, after).await;
+    let r = crate::run::finish(load).await;
+    crate::run::assert_exact(&r);
+}
