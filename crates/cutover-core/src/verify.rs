@@ -277,6 +277,10 @@ pub struct ConsumerSpec {
     pub journal_b_start: u64,
     /// The settled state F was taken from, as journaled.
     pub evidence: Option<Settled>,
+    /// The checkpoint was taken without a pause (servers before 2.11), which the
+    /// plan allows only with publishers stopped: then nothing pending and
+    /// nothing ack-pending is the evidence.
+    pub publishers_stopped: bool,
     /// The new durable's ack floor when verification began: B messages after it
     /// may still be in processing, so the audit does not expect them yet.
     pub b_ack_floor: Option<u64>,
@@ -924,7 +928,8 @@ fn settled_ok(spec: &ConsumerSpec) -> Result<(), String> {
     let f = spec.checkpoint;
     match &spec.evidence {
         None => Err("the journal holds no settled state for the checkpoint (journal written before evidence was kept?)".into()),
-        Some(e) if !e.paused => Err(format!("the old consumer was not paused when checkpoint {f} was taken")),
+        Some(e) if !e.paused && spec.publishers_stopped && e.num_pending != 0 => Err(format!("publishers were stopped but the old consumer had {} message(s) pending when checkpoint {f} was taken", e.num_pending)),
+        Some(e) if !e.paused && !spec.publishers_stopped => Err(format!("the old consumer was not paused when checkpoint {f} was taken")),
         Some(e) if e.num_ack_pending != 0 => Err(format!("the old consumer had {} message(s) ack-pending when checkpoint {f} was taken", e.num_ack_pending)),
         Some(e) if e.delivered_stream_seq != f => Err(format!("the old consumer had delivered up to {} but the checkpoint is {f}", e.delivered_stream_seq)),
         Some(_) => Ok(()),
@@ -1116,6 +1121,7 @@ mod tests {
             b_start: start,
             journal_b_start: start,
             evidence: settled(f),
+            publishers_stopped: false,
             b_ack_floor: None,
         }
     }

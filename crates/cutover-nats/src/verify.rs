@@ -106,6 +106,16 @@ pub async fn verify(
             )))
         }
     };
+    if !a.config.sources.is_empty() {
+        // B sourced only A: what A's own sources delivered after A was sealed
+        // reached neither stream, and nothing here can see it (plan refuses
+        // such a move now; a journal from before may exist).
+        let names: Vec<&str> = a.config.sources.iter().map(|x| x.name.as_str()).collect();
+        return Err(Error::Unsafe(format!(
+            "stream {} sources {}: messages they received after {} was sealed reached neither stream, so the move cannot be proven complete; compare {} with them by hand",
+            j.from, names.join(", "), j.from, j.to
+        )));
+    }
     let (b_raw, b) = js.stream_info(&j.to).await?;
     for (name, retention) in [(&j.from, &a.config.retention), (&j.to, &b.config.retention)] {
         if retention == "workqueue" || retention == "interest" {
@@ -332,6 +342,7 @@ async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<Con
             b_start,
             journal_b_start: journal_start,
             evidence: c.evidence.clone(),
+            publishers_stopped: j.plan.publishers_stopped && !j.plan.features.consumer_pause,
             b_ack_floor,
         });
     }

@@ -75,4 +75,10 @@ async fn without_pause_publishers_must_be_stopped_then_the_move_is_exact() {
     e.publish("orders.after", "after", 3).await;
     let (_, b) = e.js.consumer_info("ORDERS_V2", "worker").await.unwrap();
     assert_eq!(b.num_pending, 3);
+    // verify judges the checkpoint taken without a pause by its own evidence
+    // (publishers stopped: nothing pending, nothing ack-pending).
+    let v = cutover_nats::verify::verify(&e.js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {})
+        .await
+        .unwrap();
+    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
 }
