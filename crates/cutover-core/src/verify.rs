@@ -34,7 +34,7 @@ use crate::audit::AuditRecord;
 use crate::compat::Verdict;
 use crate::journal::Settled;
 use crate::plan::Plan;
-use roaring::RoaringTreemap;
+pub use roaring::RoaringTreemap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -101,6 +101,9 @@ pub struct Offender {
 pub struct Counts {
     /// Messages whose fate was checked: A's selected messages plus B's direct ones.
     pub checked: u64,
+    /// A's messages B held and then removed under its own limits (not a failure).
+    #[serde(default)]
+    pub evicted_by_b: u64,
     pub lost: u64,
     pub duplicated: u64,
     pub extra: u64,
@@ -151,6 +154,7 @@ impl Counts {
 
     fn add(&mut self, o: &Counts) {
         self.checked += o.checked;
+        self.evicted_by_b += o.evicted_by_b;
         self.lost += o.lost;
         self.duplicated += o.duplicated;
         self.extra += o.extra;
@@ -813,6 +817,18 @@ pub struct Facts {
     pub b_last_seq: u64,
     /// The audit stream (or subject) read, if any.
     pub audit_source: Option<String>,
+    /// Per consumer, A's messages whose copies B held and then removed under
+    /// its own limits (per subject, count, size, age): not lost. See
+    /// [`lost_candidates`]; the adapter decides each one against B.
+    #[serde(skip)]
+    pub evicted_by_b: Vec<RoaringTreemap>,
+}
+
+/// Per consumer, A's selected messages with no copy in B: lost, unless B's own
+/// limits removed the copy afterwards (the adapter checks, then fills
+/// [`Facts::evicted_by_b`]).
+pub fn lost_candidates(a: &ASide, b: &BSide) -> Vec<RoaringTreemap> {
+    b.cons.iter().enumerate().map(|(i, c)| &a.selected[i] - &c.origins).collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -953,8 +969,13 @@ pub fn finish(
         let mut counts = c.counts;
         let selected = &a.selected[i];
         counts.checked = selected.len() + c.direct.len();
-        // Lost: selected in A, never seen in B.
-        let lost = selected - &c.origins;
+        // Lost: selected in A, never seen in B (copies B's limits removed later
+        // are not lost: they were there and are gone by B's own rules).
+        let mut lost = selected - &c.origins;
+        if let Some(ev) = facts.evicted_by_b.get(i) {
+            counts.evicted_by_b = (&lost & ev).len();
+            lost -= ev;
+        }
         counts.lost = lost.len();
         for s in lost.iter().take(first_n) {
             offenders.push(offender(
@@ -1188,6 +1209,7 @@ mod tests {
             a_last_seq: a.last().map(|x| x.0).unwrap_or(0),
             b_last_seq: b.last().map(|x| x.seq).unwrap_or(0),
             audit_source: None,
+            evicted_by_b: vec![],
         };
         (finish(asd, bsd, None, &facts, 5), cands)
     }
@@ -1339,6 +1361,7 @@ mod tests {
             a_last_seq: a_range.1,
             b_last_seq: b.last().map(|x| x.seq).unwrap_or(0),
             audit_source: None,
+            evicted_by_b: vec![],
         };
         (finish(asd, bsd, None, &facts, 5), known)
     }
@@ -1544,6 +1567,7 @@ mod tests {
                     a_last_seq: 10,
                     b_last_seq: 12,
                     audit_source: Some("AUDIT".into()),
+                    evicted_by_b: vec![],
                 },
                 5,
             )
@@ -1690,7 +1714,7 @@ mod tests {
                     let origin = m.origin.map(Origin::A).unwrap_or(Origin::Direct);
                     bsd.message(&BMsg { seq: m.seq, subject: &m.subject, origin, msg_id: m.id.as_deref(), ts_ms: m.ts });
                 }
-                let facts = Facts { migration: "A.B".into(), from: "A".into(), to: "B".into(), a_first_seq: a_first, a_last_seq: n, b_last_seq: b.last().map(|x| x.seq).unwrap_or(0), audit_source: None };
+                let facts = Facts { migration: "A.B".into(), from: "A".into(), to: "B".into(), a_first_seq: a_first, a_last_seq: n, b_last_seq: b.last().map(|x| x.seq).unwrap_or(0), audit_source: None, evicted_by_b: vec![] };
                 (finish(asd, bsd, None, &facts, 5), ())
             };
             let (counted, _) = run_counted(std::slice::from_ref(&s), &a, (a_first, n), &b);

@@ -30,7 +30,7 @@ use cutover_core::plan::Strategy;
 use cutover_core::source_header;
 use cutover_core::verify::{
     self, a_filters_of, ASide, AuditSide, BMsg, BSide, ConsumerSpec, Facts, Kind, Origin,
-    ReadStats, Report, SlipWindow,
+    ReadStats, Report, RoaringTreemap, SlipWindow,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -133,6 +133,7 @@ pub async fn verify(
         a_last_seq: a.state.last_seq,
         b_last_seq: b.state.last_seq,
         audit_source: opts.audit.clone(),
+        evicted_by_b: vec![],
     };
     let b_direct_get = b.config.allow_direct;
     // Direct publishes a retry could have duplicated: their id hashes, first.
@@ -276,6 +277,11 @@ pub async fn verify(
         Some(src) => Some(read_audit(js, src, &specs, &facts, first_n, opts, progress).await?),
         None => None,
     };
+    let mut facts = facts;
+    let candidates = verify::lost_candidates(&aside, &bside);
+    if candidates.iter().any(|c| !c.is_empty()) {
+        facts.evicted_by_b = evicted_by_b(js, &a, &b, candidates).await?;
+    }
     let mut report = verify::finish(aside, bside, audit, &facts, first_n);
     report.read = Some(ReadStats {
         ms: read_ms,
@@ -292,6 +298,84 @@ pub async fn verify(
     )
     .await?;
     Ok(report)
+}
+
+/// At most this many lost candidates are checked against B's limits; beyond,
+/// they stay lost (a real loss that large needs no finer report).
+const MAX_EVICTION_CHECKS: u64 = 10_000;
+
+/// Which of A's messages without a copy in B had one that B's own limits
+/// removed since: B is full on the message's subject (max_msgs_per_subject)
+/// with messages newer than it, or B's oldest message is newer than it and B
+/// has a count, size or age limit. Sourcing is in order, so a newer message
+/// held means the older one arrived before (a dedup drop would look the same;
+/// the plan prevents those).
+async fn evicted_by_b(
+    js: &Js,
+    a: &cutover_core::model::StreamInfo,
+    b: &cutover_core::model::StreamInfo,
+    candidates: Vec<RoaringTreemap>,
+) -> Result<Vec<RoaringTreemap>> {
+    let (from, to) = (a.config.name.as_str(), b.config.name.as_str());
+    let bc = &b.config;
+    let per_subject = bc.max_msgs_per_subject > 0;
+    let front = bc.max_msgs > 0 || bc.max_bytes > 0 || bc.max_age > 0;
+    let mut out = vec![RoaringTreemap::new(); candidates.len()];
+    if !per_subject && !front {
+        return Ok(out);
+    }
+    // The origin of B's oldest message (None: a direct publish, newer than all of A).
+    let oldest_origin = |m: Option<StoredMsg>| -> Result<Option<u64>> {
+        Ok(match m {
+            Some(m) => Some(m.origin_seq(from)?.unwrap_or(u64::MAX)),
+            None => None,
+        })
+    };
+    let b_first = oldest_origin(js.get_msg(to, b.state.first_seq, false, bc.allow_direct).await?)?;
+    let mut by_subject: std::collections::HashMap<String, Option<u64>> = Default::default();
+    let mut checked = 0u64;
+    for (i, lost) in candidates.iter().enumerate() {
+        for s in lost.iter() {
+            checked += 1;
+            if checked > MAX_EVICTION_CHECKS {
+                return Ok(out);
+            }
+            if front && b_first.is_some_and(|o| o > s) {
+                out[i].insert(s);
+                continue;
+            }
+            if !per_subject {
+                continue;
+            }
+            let Some(m) = js.get_msg(from, s, true, a.config.allow_direct).await? else {
+                continue;
+            };
+            if !by_subject.contains_key(&m.subject) {
+                // B full on this subject: its oldest message there, else none.
+                let info = js
+                    .api(
+                        &format!("count {to}'s messages on {}", m.subject),
+                        &format!("STREAM.INFO.{to}"),
+                        &json!({ "subjects_filter": m.subject }),
+                    )
+                    .await?;
+                let held = info["state"]["subjects"][&m.subject].as_i64().unwrap_or(0);
+                let oldest = if held >= bc.max_msgs_per_subject {
+                    oldest_origin(
+                        js.next_matching(to, b.state.first_seq, &m.subject, bc.allow_direct)
+                            .await?,
+                    )?
+                } else {
+                    None
+                };
+                by_subject.insert(m.subject.clone(), oldest);
+            }
+            if by_subject[&m.subject].is_some_and(|o| o > s) {
+                out[i].insert(s);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// What each consumer's check needs: the journal's checkpoint and evidence, the

@@ -442,3 +442,33 @@ async fn a_dead_worker_does_not_hold_the_consumer_paused() {
     let r = crate::run::finish(load).await;
     crate::run::assert_exact(&r);
 }
+
+/// verify tells the truth after B's own limits: copies of A's messages that
+/// B's per-subject limit removed when newer messages arrived are not lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_does_not_call_copies_evicted_by_b_lost() {
+    let e = env().await;
+    e.stream(json!({"name": "LATEST", "subjects": ["latest.>"], "max_msgs_per_subject": 2})).await;
+    e.consumer("LATEST", json!({"durable_name": "C", "ack_policy": "explicit"})).await;
+    e.publish("latest.a", "x", 5).await;
+    e.publish("latest.b", "y", 1).await;
+    let out = e.cli(&["run", "--from", "LATEST", "--to", "LATEST2", "--consumer", "C", "--yes"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    // Two newer values of latest.a go to B and push out its copies of A's two.
+    e.publish("latest.a", "z", 2).await;
+    let out = e.cli(&["--json", "verify", "--migration", "LATEST.LATEST2"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let v = out.json();
+    assert_eq!(v["summary"]["lost"], 0, "{v:#}");
+    assert_eq!(v["summary"]["evicted_by_b"], 2, "{v:#}");
+    // A real loss still counts: delete B's copy of latest.b.
+    let (_, b) = e.js.stream_info("LATEST2").await.unwrap();
+    let m = e.js.next_matching("LATEST2", b.state.first_seq, "latest.b", true).await.unwrap();
+    let m = m.expect("B's copy of latest.b").seq;
+    e.js.api("delete", "STREAM.MSG.DELETE.LATEST2", &json!({ "seq": m, "no_erase": true }))
+        .await
+        .unwrap();
+    let out = e.cli(&["--json", "verify", "--migration", "LATEST.LATEST2"]);
+    assert_eq!(out.code, 6, "{out:?}");
+    assert_eq!(out.json()["summary"]["lost"], 1);
+}
