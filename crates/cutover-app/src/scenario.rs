@@ -5,7 +5,7 @@
 use crate::load::{Load, LoadConfig, LoadReport};
 use cutover_core::journal::Journal;
 use cutover_core::plan::{Plan, PlanRequest};
-use cutover_nats::engine::{self, Event, RunOptions, Sink};
+use cutover_nats::engine::{self, Event, EventKind, RunOptions, Sink};
 use cutover_nats::journal::now_ms;
 use cutover_nats::Js;
 use serde::Serialize;
@@ -56,8 +56,10 @@ impl Outcome {
     pub fn step_durations(&self) -> Vec<(String, f64)> {
         self.events
             .iter()
-            .filter(|e| e.kind == "step_done")
-            .map(|e| (e.step.clone(), e.detail["ms"].as_f64().unwrap_or(0.0)))
+            .filter_map(|e| match &e.kind {
+                EventKind::StepDone { ms, .. } => Some((e.step.to_string(), ms.unwrap_or(0.0))),
+                _ => None,
+            })
             .collect()
     }
 }

@@ -69,6 +69,98 @@ impl Phase {
     }
 }
 
+/// A step of a migration, as the journal, the events, the metrics and the
+/// report name it. Its text (`create_b`, `consumer worker`, ...) is the stable
+/// name in JSON and in the journal.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Step {
+    CreateB,
+    CatchUp,
+    MoveConsumers,
+    /// One consumer's drain, checkpoint and move (a sub-step of move_consumers).
+    Consumer(String),
+    MovePublishers,
+    SealA,
+    RemoveSource,
+    Retire,
+    /// Rollback: A takes its subjects back.
+    RestoreSubjects,
+    /// Rollback: B, created by the run, is deleted.
+    DeleteB,
+    /// A run that found its migration under way or finished.
+    Resume,
+    Done,
+    /// A name this version does not know (a newer runner's journal).
+    Other(String),
+}
+
+impl Step {
+    pub fn name(&self) -> std::borrow::Cow<'_, str> {
+        use std::borrow::Cow::Borrowed;
+        match self {
+            Step::CreateB => Borrowed("create_b"),
+            Step::CatchUp => Borrowed("catch_up"),
+            Step::MoveConsumers => Borrowed("move_consumers"),
+            Step::Consumer(c) => format!("consumer {c}").into(),
+            Step::MovePublishers => Borrowed("move_publishers"),
+            Step::SealA => Borrowed("seal_a"),
+            Step::RemoveSource => Borrowed("remove_source"),
+            Step::Retire => Borrowed("retire"),
+            Step::RestoreSubjects => Borrowed("restore_subjects"),
+            Step::DeleteB => Borrowed("delete_b"),
+            Step::Resume => Borrowed("resume"),
+            Step::Done => Borrowed("done"),
+            Step::Other(s) => Borrowed(s),
+        }
+    }
+
+    pub fn parse(s: &str) -> Step {
+        match s {
+            "create_b" => Step::CreateB,
+            "catch_up" => Step::CatchUp,
+            "move_consumers" => Step::MoveConsumers,
+            "move_publishers" => Step::MovePublishers,
+            "seal_a" => Step::SealA,
+            "remove_source" => Step::RemoveSource,
+            "retire" => Step::Retire,
+            "restore_subjects" => Step::RestoreSubjects,
+            "delete_b" => Step::DeleteB,
+            "resume" => Step::Resume,
+            "done" => Step::Done,
+            _ => match s.strip_prefix("consumer ") {
+                Some(c) => Step::Consumer(c.into()),
+                None => Step::Other(s.into()),
+            },
+        }
+    }
+
+    /// The consumer this step is about, if any.
+    pub fn consumer(&self) -> Option<&str> {
+        match self {
+            Step::Consumer(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+impl Serialize for Step {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Step {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Step::parse(&String::deserialize(d)?))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ConsumerPhase {
@@ -124,7 +216,7 @@ pub struct Settled {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
-    pub step: String,
+    pub step: Step,
     pub started_ms: u64,
     pub ended_ms: Option<u64>,
 }
@@ -138,7 +230,7 @@ pub struct Journal {
     pub plan: Plan,
     pub phase: Phase,
     /// The step under way (written before it takes effect).
-    pub in_progress: Option<String>,
+    pub in_progress: Option<Step>,
     /// The run creates (or created) B: journaled before the create request, so
     /// rollback deletes B if it exists whatever moment the runner died at.
     pub created_b: bool,
@@ -207,9 +299,9 @@ impl Journal {
         self.consumers.iter_mut().find(|c| c.name == name)
     }
 
-    pub fn start_step(&mut self, step: &str, now_ms: u64) {
-        self.in_progress = Some(step.to_string());
-        self.steps.push(StepRecord { step: step.into(), started_ms: now_ms, ended_ms: None });
+    pub fn start_step(&mut self, step: &Step, now_ms: u64) {
+        self.in_progress = Some(step.clone());
+        self.steps.push(StepRecord { step: step.clone(), started_ms: now_ms, ended_ms: None });
         self.updated_ms = now_ms;
     }
 
@@ -249,6 +341,30 @@ mod tests {
         assert!(Phase::SubjectsMoved.committed());
         assert!(Phase::Done.committed());
         assert!(!Phase::RolledBack.committed());
+    }
+
+    #[test]
+    fn step_names_round_trip() {
+        for s in [
+            Step::CreateB,
+            Step::CatchUp,
+            Step::MoveConsumers,
+            Step::Consumer("worker".into()),
+            Step::MovePublishers,
+            Step::SealA,
+            Step::RemoveSource,
+            Step::Retire,
+            Step::RestoreSubjects,
+            Step::DeleteB,
+            Step::Resume,
+            Step::Done,
+            Step::Other("future_step".into()),
+        ] {
+            let json = serde_json::to_string(&s).unwrap();
+            assert_eq!(serde_json::from_str::<Step>(&json).unwrap(), s, "{json}");
+            assert_eq!(Step::parse(&s.name()), s);
+        }
+        assert_eq!(Step::Consumer("w".into()).to_string(), "consumer w");
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! [`MetricsServer`] handle and stops when that drops.
 
 use crate::exit::{self, Coded};
-use cutover_nats::engine::Event;
+use cutover_core::journal::Step;
+use cutover_nats::engine::{Event, EventKind, Progress};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -279,63 +280,80 @@ async fn answer(mut conn: TcpStream, reg: &Registry) -> std::io::Result<()> {
 /// leave (engine events name consumers only).
 pub fn record_event(reg: &Registry, from: &str, e: &Event) {
     let m = e.migration.as_str();
-    let d = &e.detail;
-    match e.kind.as_str() {
-        "step_started" => reg.set(&STEP, &[("migration", m), ("step", &e.step)], 1.0),
-        "step_done" => {
-            reg.set(&STEP, &[("migration", m), ("step", &e.step)], 2.0);
-            if let Some(ms) = d["ms"].as_f64() {
-                reg.set(&STEP_SECONDS, &[("migration", m), ("step", &e.step)], ms / 1000.0);
+    let step = e.step.to_string();
+    match &e.kind {
+        EventKind::StepStarted => reg.set(&STEP, &[("migration", m), ("step", &step)], 1.0),
+        EventKind::StepDone { ms, .. } => {
+            reg.set(&STEP, &[("migration", m), ("step", &step)], 2.0);
+            if let Some(ms) = ms {
+                reg.set(&STEP_SECONDS, &[("migration", m), ("step", &step)], ms / 1000.0);
             }
-            if e.step == "catch_up" {
+            if e.step == Step::CatchUp {
                 reg.set(&CATCHUP_REMAINING, &[("migration", m)], 0.0);
             }
         }
-        "progress" if e.step == "catch_up" => {
-            if let Some(r) = d["remaining"].as_u64() {
-                reg.set(&CATCHUP_REMAINING, &[("migration", m)], r as f64);
-            }
+        EventKind::Progress(Progress::CatchUp { remaining, .. }) => {
+            reg.set(&CATCHUP_REMAINING, &[("migration", m)], *remaining as f64);
         }
-        "progress" => {
-            let Some(consumer) = e.step.strip_prefix("consumer ") else { return };
+        EventKind::Progress(p) => {
+            let Some(consumer) = e.step.consumer() else { return };
             let l = [("stream_name", from), ("consumer_name", consumer)];
-            if let Some(n) = d["ack_pending"].as_u64() {
-                reg.set(&NUM_ACK_PENDING, &l, n as f64);
-            }
-            if d["moved"].as_bool() == Some(true) {
-                reg.add(&CONSUMERS_MOVED, &[("migration", m)], 1.0);
-            } else if let Some(f) = d["checkpoint"].as_u64() {
-                reg.set(&CHECKPOINT, &l, f as f64);
+            match p {
+                Progress::Draining { ack_pending, .. }
+                | Progress::DrainingUnpaused { ack_pending, .. } => {
+                    reg.set(&NUM_ACK_PENDING, &l, *ack_pending as f64)
+                }
+                Progress::Settled { checkpoint, .. } => {
+                    reg.set(&CHECKPOINT, &l, *checkpoint as f64)
+                }
+                Progress::Moved { .. } => reg.add(&CONSUMERS_MOVED, &[("migration", m)], 1.0),
+                Progress::CatchUp { .. } | Progress::WindowRaised { .. } => {}
             }
         }
-        "warning" => reg.add(&WARNINGS, &[], 1.0),
-        _ => {}
+        EventKind::Warning(_) => reg.add(&WARNINGS, &[], 1.0),
+        EventKind::Info(_) => {}
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use cutover_nats::engine::{StepResult, Warning};
 
-    fn ev(kind: &str, step: &str, detail: serde_json::Value) -> Event {
-        Event { ts_ms: 0, migration: "A.B".into(), kind: kind.into(), step: step.into(), detail }
+    fn ev(step: Step, kind: EventKind) -> Event {
+        Event { ts_ms: 0, migration: "A.B".into(), step, kind }
     }
 
     #[test]
     fn engine_events_become_metrics() {
         let reg = Registry::new(RUN);
+        let w = || Step::Consumer("worker".into());
         for e in [
-            ev("step_started", "catch_up", json!({})),
-            ev("progress", "catch_up", json!({"remaining": 42})),
-            ev("progress", "consumer worker", json!({"ack_pending": 3, "delivered": 10})),
-            ev("progress", "consumer worker", json!({"checkpoint": 12, "drain_ms": 4})),
+            ev(Step::CatchUp, EventKind::StepStarted),
             ev(
-                "progress",
-                "consumer worker",
-                json!({"moved": true, "checkpoint": 12, "b_start": 13}),
+                Step::CatchUp,
+                EventKind::Progress(Progress::CatchUp { remaining: 42, reported_lag: None }),
             ),
-            ev("warning", "consumer worker", json!({"message": "stuck"})),
+            ev(
+                w(),
+                EventKind::Progress(Progress::Draining {
+                    ack_pending: 3,
+                    delivered: 10,
+                    ack_floor: 7,
+                }),
+            ),
+            ev(w(), EventKind::Progress(Progress::Settled { checkpoint: 12, drain_ms: 4 })),
+            ev(
+                w(),
+                EventKind::Progress(Progress::Moved {
+                    checkpoint: 12,
+                    b_start: 13,
+                    translate_gets: 1,
+                    gap_ms: 1.0,
+                    longest_pause_ms: None,
+                }),
+            ),
+            ev(w(), EventKind::Warning(Warning::PauseCut { stall_ms: 5, ack_pending: 1 })),
         ] {
             record_event(&reg, "A", &e);
         }
@@ -346,7 +364,9 @@ mod tests {
         assert_eq!(reg.get(&CHECKPOINT, &c), Some(12.0));
         assert_eq!(reg.get(&CONSUMERS_MOVED, &[("migration", "A.B")]), Some(1.0));
         assert_eq!(reg.get(&WARNINGS, &[]), Some(1.0));
-        record_event(&reg, "A", &ev("step_done", "catch_up", json!({"ms": 250.0})));
+        let done =
+            EventKind::StepDone { ms: Some(250.0), result: StepResult::CatchUp { origin_seq: 1 } };
+        record_event(&reg, "A", &ev(Step::CatchUp, done));
         assert_eq!(reg.get(&STEP, &[("migration", "A.B"), ("step", "catch_up")]), Some(2.0));
         assert_eq!(reg.get(&CATCHUP_REMAINING, &[("migration", "A.B")]), Some(0.0));
         assert_eq!(

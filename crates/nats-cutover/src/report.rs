@@ -18,7 +18,7 @@ use cutover_app::scenario::Outcome;
 use cutover_core::journal::Journal;
 use cutover_core::plan::Plan;
 use cutover_core::verify::Report as VerifyReport;
-use cutover_nats::engine::Event;
+use cutover_nats::engine::{Event, EventKind, Progress};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -108,8 +108,13 @@ impl ReportData {
     /// to last step end.
     fn cutover_ms(&self) -> Option<f64> {
         self.cutover_ms.or_else(|| {
-            let first = self.events.iter().find(|e| e.kind == "step_started")?.ts_ms;
-            let last = self.events.iter().rev().find(|e| e.kind == "step_done")?.ts_ms;
+            let first = self.events.iter().find(|e| e.kind == EventKind::StepStarted)?.ts_ms;
+            let last = self
+                .events
+                .iter()
+                .rev()
+                .find(|e| matches!(e.kind, EventKind::StepDone { .. }))?
+                .ts_ms;
             Some(last.saturating_sub(first) as f64)
         })
     }
@@ -183,26 +188,23 @@ pub fn step_spans(events: &[Event], started_ms: u64) -> Vec<StepSpan> {
     let secs = |ts: u64| (ts as f64 - started_ms as f64) / 1000.0;
     let mut spans: Vec<StepSpan> = vec![];
     for e in events {
-        match e.kind.as_str() {
-            "step_started" => spans.push(StepSpan {
-                name: e.step.clone(),
-                start: secs(e.ts_ms),
-                end: None,
-                ms: None,
-            }),
-            "step_done" => {
-                if let Some(s) =
-                    spans.iter_mut().rev().find(|s| s.name == e.step && s.end.is_none())
+        let name = e.step.to_string();
+        match &e.kind {
+            EventKind::StepStarted => {
+                spans.push(StepSpan { name, start: secs(e.ts_ms), end: None, ms: None })
+            }
+            EventKind::StepDone { ms, .. } => {
+                if let Some(s) = spans.iter_mut().rev().find(|s| s.name == name && s.end.is_none())
                 {
                     s.end = Some(secs(e.ts_ms));
-                    s.ms = e.detail["ms"].as_f64();
+                    s.ms = *ms;
                 } else {
                     // Done without a start in this recording (resumed run): a point.
                     spans.push(StepSpan {
-                        name: e.step.clone(),
+                        name,
                         start: secs(e.ts_ms),
                         end: Some(secs(e.ts_ms)),
-                        ms: e.detail["ms"].as_f64(),
+                        ms: *ms,
                     });
                 }
             }
@@ -224,20 +226,18 @@ pub struct Marker {
 pub fn checkpoint_markers(events: &[Event], started_ms: u64) -> (Vec<Marker>, Vec<Marker>) {
     let secs = |ts: u64| (ts as f64 - started_ms as f64) / 1000.0;
     let (mut checkpoints, mut moves) = (vec![], vec![]);
-    for e in events.iter().filter(|e| e.kind == "progress") {
-        let Some(consumer) = e.step.strip_prefix("consumer ") else { continue };
-        let d = &e.detail;
+    for e in events {
+        let (Some(consumer), EventKind::Progress(p)) = (e.step.consumer(), &e.kind) else {
+            continue;
+        };
         // The engine reports a consumer twice: settled at F (with its drain
         // time), then moved (with the new durable's start on B).
-        match (d["checkpoint"].as_u64(), d["moved"].as_bool()) {
-            (Some(_), Some(true)) => moves.push(Marker {
+        match p {
+            Progress::Moved { b_start, .. } => moves.push(Marker {
                 t: secs(e.ts_ms),
-                label: format!(
-                    "{consumer} on new stream from seq {}",
-                    d["b_start"].as_u64().unwrap_or(0)
-                ),
+                label: format!("{consumer} on new stream from seq {b_start}"),
             }),
-            (Some(f), _) if d.get("drain_ms").is_some() => checkpoints
+            Progress::Settled { checkpoint: f, .. } => checkpoints
                 .push(Marker { t: secs(e.ts_ms), label: format!("checkpoint {consumer} F={f}") }),
             _ => {}
         }
@@ -725,8 +725,15 @@ const CHART: &str = r##"
 mod tests {
     use super::*;
 
-    fn ev(ts: u64, kind: &str, step: &str, detail: Value) -> Event {
-        Event { ts_ms: ts, migration: "A.B".into(), kind: kind.into(), step: step.into(), detail }
+    use cutover_core::journal::Step;
+    use cutover_nats::engine::StepResult;
+
+    fn ev(ts: u64, step: Step, kind: EventKind) -> Event {
+        Event { ts_ms: ts, migration: "A.B".into(), step, kind }
+    }
+
+    fn worker() -> Step {
+        Step::Consumer("worker".into())
     }
 
     #[test]
@@ -755,10 +762,21 @@ mod tests {
     #[test]
     fn steps_pair_start_and_done_relative_to_the_start() {
         let e = vec![
-            ev(1_000, "step_started", "create_b", json!({})),
-            ev(1_010, "step_done", "create_b", json!({"ms": 10.0})),
-            ev(1_010, "step_started", "catch_up", json!({})),
-            ev(1_020, "progress", "catch_up", json!({"remaining": 3})),
+            ev(1_000, Step::CreateB, EventKind::StepStarted),
+            ev(
+                1_010,
+                Step::CreateB,
+                EventKind::StepDone {
+                    ms: Some(10.0),
+                    result: StepResult::CreateB { created: true },
+                },
+            ),
+            ev(1_010, Step::CatchUp, EventKind::StepStarted),
+            ev(
+                1_020,
+                Step::CatchUp,
+                EventKind::Progress(Progress::CatchUp { remaining: 3, reported_lag: None }),
+            ),
         ];
         let s = step_spans(&e, 500);
         assert_eq!(s.len(), 2);
@@ -774,18 +792,34 @@ mod tests {
         let e = vec![
             ev(
                 2_000,
-                "progress",
-                "consumer worker",
-                json!({"ack_pending": 3, "delivered": 10, "ack_floor": 7}),
+                worker(),
+                EventKind::Progress(Progress::Draining {
+                    ack_pending: 3,
+                    delivered: 10,
+                    ack_floor: 7,
+                }),
             ),
-            ev(2_100, "progress", "consumer worker", json!({"checkpoint": 12, "drain_ms": 40})),
+            ev(
+                2_100,
+                worker(),
+                EventKind::Progress(Progress::Settled { checkpoint: 12, drain_ms: 40 }),
+            ),
             ev(
                 2_200,
-                "progress",
-                "consumer worker",
-                json!({"moved": true, "checkpoint": 12, "b_start": 13, "translate_gets": 1}),
+                worker(),
+                EventKind::Progress(Progress::Moved {
+                    checkpoint: 12,
+                    b_start: 13,
+                    translate_gets: 1,
+                    gap_ms: 1.0,
+                    longest_pause_ms: None,
+                }),
             ),
-            ev(2_300, "progress", "catch_up", json!({"checkpoint": 1, "drain_ms": 1})),
+            ev(
+                2_300,
+                Step::CatchUp,
+                EventKind::Progress(Progress::Settled { checkpoint: 1, drain_ms: 1 }),
+            ),
         ];
         let (c, m) = checkpoint_markers(&e, 2_000);
         assert_eq!(c, vec![Marker { t: 0.1, label: "checkpoint worker F=12".into() }]);

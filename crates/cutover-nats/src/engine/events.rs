@@ -1,19 +1,248 @@
-//! Progress events: what the engine reports while it works. The CLI renders
-//! them (human lines, a spinner, or one JSON object per line); the demo and the
-//! report record them.
+//! Progress events: what the engine reports while it works, as one typed enum
+//! that every reporter matches (the human renderer, `--json`, the metrics, the
+//! report, the demo). Renaming a field is a compile error, not a silently
+//! empty chart.
+//!
+//! On the wire (`run --json`, docs/json.md) an event stays
+//! `{ts_ms, migration, kind, step, detail}`: [`Event::wire`] writes that shape
+//! from the typed fields, so the JSON format is unchanged.
 
+use cutover_core::journal::Step;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// Milliseconds since the Unix epoch.
     pub ts_ms: u64,
     pub migration: String,
-    /// `step_started`, `step_done`, `progress`, `info`, `warning`.
+    pub step: Step,
+    pub kind: EventKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventKind {
+    StepStarted,
+    /// The step finished after `ms` (none for rollback's steps).
+    StepDone {
+        ms: Option<f64>,
+        result: StepResult,
+    },
+    Progress(Progress),
+    Info(Info),
+    Warning(Warning),
+}
+
+/// What a finished step reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepResult {
+    CreateB {
+        created: bool,
+    },
+    CatchUp {
+        origin_seq: u64,
+    },
+    MoveConsumers {
+        moved: usize,
+    },
+    MovePublishers {
+        a_final_seq: u64,
+        no_stream_window_ms: Option<f64>,
+        reconciled: bool,
+    },
+    Sealed,
+    SourceRemoved,
+    Retired {
+        deleted_old_stream: bool,
+        kept_old_consumers: bool,
+    },
+    /// Rollback: A's subjects restored.
+    SubjectsRestored {
+        subjects: Vec<String>,
+    },
+    /// Rollback: the old durable reset past what the new one processed.
+    ConsumerReset {
+        reset_to: u64,
+    },
+    /// Rollback: the old durable is back as it was.
+    ConsumerRestored,
+    /// Rollback: B deleted.
+    BDeleted {
+        stream: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// B catching up with A: what is left, and the server's lag for comparison.
+    CatchUp { remaining: u64, reported_lag: Option<u64> },
+    /// B took A's duplicate window, from this origin sequence on.
+    WindowRaised { duplicate_window_ns: i64, from_origin_seq: u64 },
+    /// A paused consumer draining.
+    Draining { ack_pending: u64, delivered: u64, ack_floor: u64 },
+    /// A consumer draining without a pause (publishers stopped, before 2.11).
+    DrainingUnpaused { num_pending: u64, ack_pending: u64 },
+    /// Settled at checkpoint F.
+    Settled { checkpoint: u64, drain_ms: u64 },
+    /// The new durable exists on B at `b_start`.
+    Moved {
+        checkpoint: u64,
+        b_start: u64,
+        translate_gets: u32,
+        gap_ms: f64,
+        longest_pause_ms: Option<u64>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Info {
+    AlreadyComplete,
+    Resuming { phase: String, in_progress: Option<Step> },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Warning {
+    /// No ack progress while paused: the consumer is resumed for a while.
+    PauseCut { stall_ms: u64, ack_pending: u64 },
+    /// The commit could not complete and was undone.
+    CommitUndone { error: String },
+}
+
+/// The wire shape of an event.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct WireEvent {
+    pub ts_ms: u64,
+    pub migration: String,
     pub kind: String,
     pub step: String,
     pub detail: Value,
+}
+
+impl EventKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::StepStarted => "step_started",
+            EventKind::StepDone { .. } => "step_done",
+            EventKind::Progress(_) => "progress",
+            EventKind::Info(_) => "info",
+            EventKind::Warning(_) => "warning",
+        }
+    }
+
+    fn detail(&self) -> Value {
+        match self {
+            EventKind::StepStarted => json!({}),
+            EventKind::StepDone { ms, result } => {
+                let mut d = result.detail();
+                if let Some(ms) = ms {
+                    d["ms"] = json!(ms);
+                }
+                d
+            }
+            EventKind::Progress(p) => p.detail(),
+            EventKind::Info(i) => match i {
+                Info::AlreadyComplete => json!({ "message": "migration already complete" }),
+                Info::Resuming { phase, in_progress } => {
+                    json!({ "phase": phase, "in_progress": in_progress })
+                }
+            },
+            EventKind::Warning(w) => match w {
+                Warning::PauseCut { stall_ms, ack_pending } => json!({
+                    "message": format!("no ack progress for {stall_ms} ms while paused: resuming for up to as long so held messages are processed or redelivered, then pausing again"),
+                    "ack_pending": ack_pending,
+                }),
+                Warning::CommitUndone { error } => json!({
+                    "message": "commit undone: A holds its subjects again",
+                    "error": error,
+                }),
+            },
+        }
+    }
+}
+
+impl StepResult {
+    fn detail(&self) -> Value {
+        match self {
+            StepResult::CreateB { created } => json!({ "created": created }),
+            StepResult::CatchUp { origin_seq } => json!({ "origin_seq": origin_seq }),
+            StepResult::MoveConsumers { moved } => json!({ "moved": moved }),
+            StepResult::MovePublishers { a_final_seq, no_stream_window_ms, reconciled } => {
+                let mut d = json!({ "a_final_seq": a_final_seq });
+                if let Some(w) = no_stream_window_ms {
+                    d["no_stream_window_ms"] = json!(w);
+                }
+                if *reconciled {
+                    d["reconciled"] = json!(true);
+                }
+                d
+            }
+            StepResult::Sealed | StepResult::SourceRemoved => json!({}),
+            StepResult::Retired { deleted_old_stream, kept_old_consumers } => json!({
+                "deleted_old_stream": deleted_old_stream,
+                "kept_old_consumers": kept_old_consumers,
+            }),
+            StepResult::SubjectsRestored { subjects } => json!({ "subjects": subjects }),
+            StepResult::ConsumerReset { reset_to } => json!({ "reset_to": reset_to }),
+            StepResult::ConsumerRestored => json!({ "restored": true }),
+            StepResult::BDeleted { stream } => json!({ "stream": stream }),
+        }
+    }
+}
+
+impl Progress {
+    fn detail(&self) -> Value {
+        match self {
+            Progress::CatchUp { remaining, reported_lag } => {
+                json!({ "remaining": remaining, "reported_lag": reported_lag })
+            }
+            Progress::WindowRaised { duplicate_window_ns, from_origin_seq } => json!({
+                "duplicate_window_ns": duplicate_window_ns,
+                "from_origin_seq": from_origin_seq,
+            }),
+            Progress::Draining { ack_pending, delivered, ack_floor } => json!({
+                "ack_pending": ack_pending, "delivered": delivered, "ack_floor": ack_floor,
+            }),
+            Progress::DrainingUnpaused { num_pending, ack_pending } => json!({
+                "num_pending": num_pending, "ack_pending": ack_pending, "paused": false,
+            }),
+            Progress::Settled { checkpoint, drain_ms } => {
+                json!({ "checkpoint": checkpoint, "drain_ms": drain_ms })
+            }
+            Progress::Moved { checkpoint, b_start, translate_gets, gap_ms, longest_pause_ms } => {
+                json!({
+                    "moved": true,
+                    "checkpoint": checkpoint,
+                    "b_start": b_start,
+                    "translate_gets": translate_gets,
+                    "gap_ms": gap_ms,
+                    "longest_pause_ms": longest_pause_ms,
+                })
+            }
+        }
+    }
+}
+
+impl Event {
+    pub fn new(migration: &str, step: Step, kind: EventKind) -> Self {
+        Event { ts_ms: crate::journal::now_ms(), migration: migration.into(), step, kind }
+    }
+
+    /// The documented JSON shape (docs/json.md).
+    pub fn wire(&self) -> WireEvent {
+        WireEvent {
+            ts_ms: self.ts_ms,
+            migration: self.migration.clone(),
+            kind: self.kind.name().into(),
+            step: self.step.to_string(),
+            detail: self.kind.detail(),
+        }
+    }
+}
+
+impl Serialize for Event {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.wire().serialize(s)
+    }
 }
 
 pub trait Sink: Send + Sync {
@@ -40,5 +269,38 @@ impl Sink for Collect {
 impl<F: Fn(Event) + Send + Sync> Sink for F {
     fn emit(&self, e: Event) {
         self(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wire_shape_is_the_documented_one() {
+        let e = Event {
+            ts_ms: 7,
+            migration: "A.B".into(),
+            step: Step::Consumer("w".into()),
+            kind: EventKind::Progress(Progress::Settled { checkpoint: 42, drain_ms: 3 }),
+        };
+        assert_eq!(
+            serde_json::to_value(&e).unwrap(),
+            json!({"ts_ms": 7, "migration": "A.B", "kind": "progress", "step": "consumer w",
+                   "detail": {"checkpoint": 42, "drain_ms": 3}})
+        );
+        let done = Event {
+            ts_ms: 8,
+            migration: "A.B".into(),
+            step: Step::CreateB,
+            kind: EventKind::StepDone {
+                ms: Some(1.5),
+                result: StepResult::CreateB { created: true },
+            },
+        };
+        assert_eq!(
+            serde_json::to_value(&done).unwrap()["detail"],
+            json!({"created": true, "ms": 1.5})
+        );
     }
 }

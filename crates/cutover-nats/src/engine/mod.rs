@@ -14,7 +14,7 @@ pub mod progress;
 pub mod rollback;
 pub mod run;
 
-pub use events::{Event, Sink};
+pub use events::{Event, EventKind, Info, Progress, Sink, StepResult, Warning, WireEvent};
 pub use prepare::{prepare_plan, PlanInputs};
 pub use progress::{source_progress, SourceProgress};
 pub use rollback::{forget, leases, list, rollback, Forgotten};

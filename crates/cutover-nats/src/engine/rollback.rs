@@ -8,12 +8,12 @@
 //! run created it) B are deleted, A's subjects restored and the old durables
 //! resumed. After the commit point only rolling forward is safe.
 
-use super::events::{Event, Sink};
+use super::events::{Event, EventKind, Sink, StepResult};
 use crate::api::Js;
 use crate::error::{Error, Result};
 use crate::journal::{now_ms, JournalStore, Lease};
 use cutover_core::checkpoint::assess;
-use cutover_core::journal::{ConsumerPhase, Journal, Phase};
+use cutover_core::journal::{ConsumerPhase, Journal, Phase, Step};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -40,14 +40,8 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
         )));
     }
     let lease = Lease::acquire(&store, &j.from, id, lease_ttl).await?;
-    let emit = |step: &str, detail: serde_json::Value| {
-        sink.emit(Event {
-            ts_ms: now_ms(),
-            migration: id.into(),
-            kind: "step_done".into(),
-            step: step.into(),
-            detail,
-        })
+    let emit = |step: Step, result: StepResult| {
+        sink.emit(Event::new(id, step, EventKind::StepDone { ms: None, result }))
     };
     let version = js.server_version();
     let can_pause = version.is_some_and(|v| v.features().consumer_pause);
@@ -77,7 +71,10 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
         let mut cfg = a_raw["config"].clone();
         cfg["subjects"] = json!(j.a_subjects);
         js.stream_update(&cfg).await?;
-        emit("restore_subjects", json!({ "subjects": j.a_subjects }));
+        emit(
+            Step::RestoreSubjects,
+            StepResult::SubjectsRestored { subjects: j.a_subjects.clone() },
+        );
     }
     for i in 0..j.consumers.len() {
         let c = j.consumers[i].clone();
@@ -121,7 +118,10 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
                             &json!({ "seq": o + 1 }),
                         )
                         .await?;
-                        emit(&format!("consumer {}", c.name), json!({ "reset_to": o + 1 }));
+                        emit(
+                            Step::Consumer(c.name.clone()),
+                            StepResult::ConsumerReset { reset_to: o + 1 },
+                        );
                     }
                 }
                 js.consumer_delete(&j.to, &c.name).await?;
@@ -135,11 +135,11 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
         j.consumers[i].phase = ConsumerPhase::Waiting;
         j.consumers[i].checkpoint = None;
         j.consumers[i].b_start = None;
-        emit(&format!("consumer {}", c.name), json!({ "restored": true }));
+        emit(Step::Consumer(c.name.clone()), StepResult::ConsumerRestored);
     }
     if j.created_b && js.stream_info_opt(&j.to).await?.is_some() {
         js.stream_delete(&j.to).await?;
-        emit("delete_b", json!({ "stream": j.to }));
+        emit(Step::DeleteB, StepResult::BDeleted { stream: j.to.clone() });
     }
     j.phase = Phase::RolledBack;
     j.in_progress = None;

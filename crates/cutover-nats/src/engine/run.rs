@@ -4,13 +4,13 @@
 //! after each one, so `run` on an interrupted migration picks up where it was.
 //! Waits are conditions polled with a deadline, never timers.
 
-use super::events::{Event, Sink};
+use super::events::{Event, EventKind, Info, Progress, Sink, StepResult, Warning};
 use super::progress::source_progress;
 use crate::api::Js;
 use crate::error::{Error, Result};
 use crate::journal::{now_ms, JournalStore, Lease};
 use cutover_core::checkpoint::{assess, TranslateSearch};
-use cutover_core::journal::{migration_id, ConsumerPhase, Journal, Phase, Route, Settled};
+use cutover_core::journal::{migration_id, ConsumerPhase, Journal, Phase, Route, Settled, Step};
 use cutover_core::model::{nanos, ConsumerInfo};
 use cutover_core::plan::{ConsumerPlan, Plan};
 use serde_json::{json, Value};
@@ -87,14 +87,8 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn emit(&self, kind: &str, step: &str, detail: Value) {
-        self.sink.emit(Event {
-            ts_ms: now_ms(),
-            migration: self.id.clone(),
-            kind: kind.into(),
-            step: step.into(),
-            detail,
-        });
+    fn emit(&self, step: Step, kind: EventKind) {
+        self.sink.emit(Event::new(&self.id, step, kind));
     }
 
     async fn save(&self) -> Result<()> {
@@ -109,25 +103,29 @@ impl Ctx<'_> {
             let j = self.journal.lock().await;
             return Err(Error::Interrupted {
                 id: j.id.clone(),
-                step: j.in_progress.clone().unwrap_or_else(|| j.phase.as_str().into()),
+                step: j
+                    .in_progress
+                    .as_ref()
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| j.phase.as_str().into()),
             });
         }
         Ok(())
     }
 
-    async fn begin(&self, step: &str) -> Result<Instant> {
-        self.journal.lock().await.start_step(step, now_ms());
+    async fn begin(&self, step: Step) -> Result<Instant> {
+        self.journal.lock().await.start_step(&step, now_ms());
         self.save().await?;
-        self.emit("step_started", step, json!({}));
+        self.emit(step, EventKind::StepStarted);
         Ok(Instant::now())
     }
 
     async fn done(
         &self,
-        step: &str,
+        step: Step,
         started: Instant,
         phase: Option<Phase>,
-        detail: Value,
+        result: StepResult,
     ) -> Result<()> {
         {
             let mut j = self.journal.lock().await;
@@ -137,11 +135,11 @@ impl Ctx<'_> {
             }
         }
         self.save().await?;
-        let mut d = detail;
-        d["ms"] = json!(started.elapsed().as_secs_f64() * 1000.0);
-        self.emit("step_done", step, d);
+        let name = step.to_string();
+        let ms = Some(started.elapsed().as_secs_f64() * 1000.0);
+        self.emit(step, EventKind::StepDone { ms, result });
         if let Some(f) = &self.opts.after_step {
-            f(step);
+            f(&name);
         }
         Ok(())
     }
@@ -161,23 +159,15 @@ pub async fn run(
     let journal = match store.load(&id).await? {
         Some(j) if j.phase == Phase::Done => {
             lease.release(&store).await?;
-            sink.emit(Event {
-                ts_ms: now_ms(),
-                migration: id.clone(),
-                kind: "info".into(),
-                step: "done".into(),
-                detail: json!({"message": "migration already complete"}),
-            });
+            sink.emit(Event::new(&id, Step::Done, EventKind::Info(Info::AlreadyComplete)));
             return Ok(j);
         }
         Some(j) if j.phase != Phase::RolledBack => {
-            sink.emit(Event {
-                ts_ms: now_ms(),
-                migration: id.clone(),
-                kind: "info".into(),
-                step: "resume".into(),
-                detail: json!({"phase": j.phase.as_str(), "in_progress": j.in_progress}),
-            });
+            let info = Info::Resuming {
+                phase: j.phase.as_str().into(),
+                in_progress: j.in_progress.clone(),
+            };
+            sink.emit(Event::new(&id, Step::Resume, EventKind::Info(info)));
             j
         }
         _ => {
@@ -261,7 +251,7 @@ async fn drive(ctx: &Ctx<'_>) -> Result<()> {
 }
 
 async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
-    let t = ctx.begin("create_b").await?;
+    let t = ctx.begin(Step::CreateB).await?;
     let (to, from, b_config, journaled) = {
         let j = ctx.journal.lock().await;
         (j.to.clone(), j.from.clone(), j.plan.b_config.clone(), j.created_b)
@@ -288,11 +278,11 @@ async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
             true
         }
     };
-    ctx.done("create_b", t, Some(Phase::BReady), json!({ "created": created })).await
+    ctx.done(Step::CreateB, t, Some(Phase::BReady), StepResult::CreateB { created }).await
 }
 
 async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
-    let t = ctx.begin("catch_up").await?;
+    let t = ctx.begin(Step::CatchUp).await?;
     let (from, to) = {
         let j = ctx.journal.lock().await;
         (j.from.clone(), j.to.clone())
@@ -319,13 +309,16 @@ async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
             break;
         }
         if last_emit.elapsed() > Duration::from_millis(250) {
-            ctx.emit("progress", "catch_up", json!({ "remaining": target.saturating_sub(p.sourced_origin_seq.unwrap_or(0)), "reported_lag": p.reported_lag }));
+            let remaining = target.saturating_sub(p.sourced_origin_seq.unwrap_or(0));
+            let progress = Progress::CatchUp { remaining, reported_lag: p.reported_lag };
+            ctx.emit(Step::CatchUp, EventKind::Progress(progress));
             last_emit = Instant::now();
         }
         ctx.tick(true).await?;
         tokio::time::sleep(ctx.opts.poll).await;
     }
-    ctx.done("catch_up", t, Some(Phase::CaughtUp), json!({ "origin_seq": target })).await
+    ctx.done(Step::CatchUp, t, Some(Phase::CaughtUp), StepResult::CatchUp { origin_seq: target })
+        .await
 }
 
 /// From 2.14 a sourcing stream may have no duplicate window (dedup off:
@@ -368,16 +361,13 @@ async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     let mut cfg = raw["config"].clone();
     cfg["duplicate_window"] = json!(want);
     ctx.js.stream_update(&cfg).await?;
-    ctx.emit(
-        "progress",
-        "catch_up",
-        json!({ "duplicate_window_ns": want, "from_origin_seq": need + 1 }),
-    );
+    let progress = Progress::WindowRaised { duplicate_window_ns: want, from_origin_seq: need + 1 };
+    ctx.emit(Step::CatchUp, EventKind::Progress(progress));
     Ok(())
 }
 
 async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
-    let t = ctx.begin("move_consumers").await?;
+    let t = ctx.begin(Step::MoveConsumers).await?;
     let todo: Vec<ConsumerPlan> = {
         let j = ctx.journal.lock().await;
         j.plan
@@ -418,7 +408,13 @@ async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
         };
         ctx.store.put_route(&from, &c.name, &route).await?;
     }
-    ctx.done("move_consumers", t, Some(Phase::ConsumersMoved), json!({ "moved": todo.len() })).await
+    ctx.done(
+        Step::MoveConsumers,
+        t,
+        Some(Phase::ConsumersMoved),
+        StepResult::MoveConsumers { moved: todo.len() },
+    )
+    .await
 }
 
 /// Pauses, settles and checkpoints one consumer, then creates it on B.
@@ -430,7 +426,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         (j.from.clone(), j.to.clone(), p)
     };
     let name = cp.name.as_str();
-    let step = format!("consumer {name}");
+    let step = Step::Consumer(name.to_string());
     let started = Instant::now();
     let (f, evidence) = match (prior.phase, prior.checkpoint) {
         (ConsumerPhase::Settled | ConsumerPhase::Creating, Some(f)) => (f, prior.evidence.clone()),
@@ -464,7 +460,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         p.b_filters = cp.b_filters.clone();
     }
     ctx.save().await?;
-    ctx.emit("progress", &step, json!({ "checkpoint": f, "drain_ms": drain_ms }));
+    ctx.emit(step.clone(), EventKind::Progress(Progress::Settled { checkpoint: f, drain_ms }));
     let (start, gets) = match translate(ctx, &from, &to, f).await {
         Ok(x) => x,
         Err(e) => {
@@ -503,7 +499,16 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         start_seq: start,
     };
     ctx.store.put_route(&from, name, &route).await?;
-    ctx.emit("progress", &step, json!({ "moved": true, "checkpoint": f, "b_start": start, "translate_gets": gets, "gap_ms": started.elapsed().as_secs_f64() * 1000.0, "longest_pause_ms": ctx.journal.lock().await.consumers.iter().find(|c| c.name == name).and_then(|c| c.longest_pause_ms) }));
+    let longest_pause_ms =
+        ctx.journal.lock().await.consumer_mut(name).and_then(|c| c.longest_pause_ms);
+    let moved = Progress::Moved {
+        checkpoint: f,
+        b_start: start,
+        translate_gets: gets,
+        gap_ms: started.elapsed().as_secs_f64() * 1000.0,
+        longest_pause_ms,
+    };
+    ctx.emit(step, EventKind::Progress(moved));
     if let Some(h) = &ctx.opts.after_step {
         h(&format!("consumer_created:{name}"));
     }
@@ -582,7 +587,7 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
     if !can_pause(ctx.js) {
         return drain_without_pause(ctx, stream, name).await;
     }
-    let step = format!("consumer {name}");
+    let step = Step::Consumer(name.to_string());
     ctx.js.consumer_pause(stream, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
     let mut paused_at = Instant::now();
     let (_, first) = ctx.js.consumer_info(stream, name).await?;
@@ -632,7 +637,12 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
             last_progress = Instant::now();
         }
         if last_emit.elapsed() > Duration::from_millis(250) {
-            ctx.emit("progress", &step, json!({ "ack_pending": ci.num_ack_pending, "delivered": ci.delivered.stream_seq, "ack_floor": ci.ack_floor.stream_seq }));
+            let progress = Progress::Draining {
+                ack_pending: ci.num_ack_pending,
+                delivered: ci.delivered.stream_seq,
+                ack_floor: ci.ack_floor.stream_seq,
+            };
+            ctx.emit(step.clone(), EventKind::Progress(progress));
             last_emit = Instant::now();
         }
         // No ack progress while paused: a worker died holding messages (a
@@ -643,10 +653,11 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
         // the applications keep working, then try again.
         if ci.num_ack_pending > 0 && last_progress.elapsed() > stall {
             longest = longest.max(attempt_started.elapsed());
-            ctx.emit("warning", &step, json!({
-                "message": format!("no ack progress for {stall:?} while paused: resuming for up to {stall:?} so held messages are processed or redelivered, then pausing again"),
-                "ack_pending": ci.num_ack_pending,
-            }));
+            let cut = Warning::PauseCut {
+                stall_ms: stall.as_millis() as u64,
+                ack_pending: ci.num_ack_pending,
+            };
+            ctx.emit(step.clone(), EventKind::Warning(cut));
             ctx.js.consumer_pause(stream, name, None).await?;
             let resumed = Instant::now();
             loop {
@@ -708,7 +719,7 @@ async fn drain_without_pause(
     if !stopped {
         return Err(Error::Unsafe(format!("server {} cannot pause consumers: stop the publishers and run with --publishers-stopped, or upgrade to 2.11+", ctx.js.server_version().map(|v| v.to_string()).unwrap_or_default())));
     }
-    let step = format!("consumer {name}");
+    let step = Step::Consumer(name.to_string());
     let deadline = Instant::now()
         + ctx
             .opts
@@ -744,7 +755,11 @@ async fn drain_without_pause(
             }
         }
         if last_emit.elapsed() > Duration::from_millis(250) {
-            ctx.emit("progress", &step, json!({ "num_pending": ci.num_pending, "ack_pending": ci.num_ack_pending, "paused": false }));
+            let progress = Progress::DrainingUnpaused {
+                num_pending: ci.num_pending,
+                ack_pending: ci.num_ack_pending,
+            };
+            ctx.emit(step.clone(), EventKind::Progress(progress));
             last_emit = Instant::now();
         }
         if Instant::now() > deadline {
@@ -853,7 +868,7 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
         let j = ctx.journal.lock().await;
         (j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone())
     };
-    let t = ctx.begin("move_publishers").await?;
+    let t = ctx.begin(Step::MovePublishers).await?;
     let (_, b) = ctx.js.stream_info(&to).await?;
     if !final_subjects.is_empty() && b.config.subjects == final_subjects {
         // A runner died after B took the subjects: the commit happened.
@@ -864,10 +879,14 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
         ctx.journal.lock().await.a_final_seq = Some(a_final);
         return ctx
             .done(
-                "move_publishers",
+                Step::MovePublishers,
                 t,
                 Some(Phase::SubjectsMoved),
-                json!({ "a_final_seq": a_final, "reconciled": true }),
+                StepResult::MovePublishers {
+                    a_final_seq: a_final,
+                    no_stream_window_ms: None,
+                    reconciled: true,
+                },
             )
             .await;
     }
@@ -879,10 +898,14 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
         Ok(a_final) => {
             let window_ms = released.elapsed().as_secs_f64() * 1000.0;
             ctx.done(
-                "move_publishers",
+                Step::MovePublishers,
                 t,
                 Some(Phase::SubjectsMoved),
-                json!({ "a_final_seq": a_final, "no_stream_window_ms": window_ms }),
+                StepResult::MovePublishers {
+                    a_final_seq: a_final,
+                    no_stream_window_ms: Some(window_ms),
+                    reconciled: false,
+                },
             )
             .await
         }
@@ -891,7 +914,12 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
                 // B held the subjects after all (its update answered late).
                 let a_final = ctx.js.stream_info(&from).await?.1.state.last_seq;
                 ctx.journal.lock().await.a_final_seq = Some(a_final);
-                ctx.done("move_publishers", t, Some(Phase::SubjectsMoved), json!({ "a_final_seq": a_final, "reconciled": true })).await
+                let result = StepResult::MovePublishers {
+                    a_final_seq: a_final,
+                    no_stream_window_ms: None,
+                    reconciled: true,
+                };
+                ctx.done(Step::MovePublishers, t, Some(Phase::SubjectsMoved), result).await
             }
             Ok(false) => {
                 {
@@ -900,7 +928,8 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
                     j.a_final_seq = None;
                 }
                 ctx.save().await?;
-                ctx.emit("warning", "move_publishers", json!({ "message": "commit undone: A holds its subjects again", "error": e.to_string() }));
+                let undone = Warning::CommitUndone { error: e.to_string() };
+                ctx.emit(Step::MovePublishers, EventKind::Warning(undone));
                 Err(Error::Stuck(format!("the commit did not complete ({e}); {from} holds its subjects again and publishers are served by it; the moved consumers read {from}'s messages through {to}; run again to retry the commit, or roll back")))
             }
             Err(e2) => Err(Error::Stuck(format!("the commit did not complete ({e}) and giving {from} its subjects back failed too ({e2}): publishers may have no stream; run `nats-cutover run --resume {}` now", ctx.id))),
@@ -989,14 +1018,14 @@ async fn give_subjects_back(
 
 async fn seal_a(ctx: &Ctx<'_>) -> Result<()> {
     let from = ctx.journal.lock().await.from.clone();
-    let t = ctx.begin("seal_a").await?;
+    let t = ctx.begin(Step::SealA).await?;
     let (raw, a) = ctx.js.stream_info(&from).await?;
     if !a.config.sealed {
         let mut cfg = raw["config"].clone();
         cfg["sealed"] = json!(true);
         ctx.js.stream_update(&cfg).await?;
     }
-    ctx.done("seal_a", t, Some(Phase::Sealed), json!({})).await
+    ctx.done(Step::SealA, t, Some(Phase::Sealed), StepResult::Sealed).await
 }
 
 async fn remove_source(ctx: &Ctx<'_>) -> Result<()> {
@@ -1004,7 +1033,7 @@ async fn remove_source(ctx: &Ctx<'_>) -> Result<()> {
         let j = ctx.journal.lock().await;
         (j.from.clone(), j.to.clone())
     };
-    let t = ctx.begin("remove_source").await?;
+    let t = ctx.begin(Step::RemoveSource).await?;
     // No catch-up wait here: B held every message of A before it took the
     // subjects (move_publishers waits for that), and A could store nothing after
     // releasing them. (B's newest messages are direct publishes now, without a
@@ -1026,7 +1055,7 @@ async fn remove_source(ctx: &Ctx<'_>) -> Result<()> {
         }
         ctx.js.stream_update(&cfg).await?;
     }
-    ctx.done("remove_source", t, Some(Phase::SourceRemoved), json!({})).await
+    ctx.done(Step::RemoveSource, t, Some(Phase::SourceRemoved), StepResult::SourceRemoved).await
 }
 
 async fn retire(ctx: &Ctx<'_>) -> Result<()> {
@@ -1039,7 +1068,7 @@ async fn retire(ctx: &Ctx<'_>) -> Result<()> {
             j.keep_old_consumers,
         )
     };
-    let t = ctx.begin("retire").await?;
+    let t = ctx.begin(Step::Retire).await?;
     // Kept durables stay paused until year 9999 and A is sealed: they can never
     // deliver again, so applications still bound to them wait (no error) until
     // they are redeployed to the new stream.
@@ -1054,10 +1083,10 @@ async fn retire(ctx: &Ctx<'_>) -> Result<()> {
         ctx.js.stream_delete(&from).await?;
     }
     ctx.done(
-        "retire",
+        Step::Retire,
         t,
         Some(Phase::Done),
-        json!({ "deleted_old_stream": delete_old, "kept_old_consumers": keep }),
+        StepResult::Retired { deleted_old_stream: delete_old, kept_old_consumers: keep },
     )
     .await
 }

@@ -3,7 +3,7 @@
 //! [`crate::term::display`].
 
 use crate::render;
-use cutover_nats::engine::{Event, Sink};
+use cutover_nats::engine::{Event, EventKind, Sink};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::time::Duration;
 
@@ -44,16 +44,17 @@ impl Render {
 
     fn line(&self, e: &Event) -> Option<String> {
         let t = (e.ts_ms.saturating_sub(self.t0)) as f64 / 1000.0;
-        let d = &e.detail;
-        let text = match e.kind.as_str() {
-            "step_started" => return None,
-            "step_done" => format!(
+        // The details as the JSON events carry them, for a generic key=value line.
+        let w = e.wire();
+        let text = match &e.kind {
+            EventKind::StepStarted => return None,
+            EventKind::StepDone { ms, .. } => format!(
                 "{} done in {} {}",
                 e.step,
-                render::ms(d["ms"].as_f64().unwrap_or(0.0)),
-                compact(d)
+                render::ms(ms.unwrap_or(0.0)),
+                compact(&w.detail)
             ),
-            _ => format!("{} {} {}", e.step, e.kind, compact(d)),
+            _ => format!("{} {} {}", e.step, w.kind, compact(&w.detail)),
         };
         Some(format!("[{t:>8.3}s] {text}"))
     }
@@ -88,8 +89,8 @@ impl Sink for Render {
             }
             Mode::Spinner => {
                 if let Some(b) = &self.bar {
-                    if e.kind == "step_started" {
-                        b.set_message(e.step.clone());
+                    if e.kind == EventKind::StepStarted {
+                        b.set_message(e.step.to_string());
                     } else if let Some(l) = self.line(&e) {
                         b.println(l);
                     }
@@ -102,6 +103,8 @@ impl Sink for Render {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cutover_core::journal::Step;
+    use cutover_nats::engine::StepResult;
     use serde_json::json;
 
     #[test]
@@ -118,10 +121,12 @@ mod tests {
         let r = Render::new(Mode::Lines);
         let e = Event {
             ts_ms: r.t0 + 1500,
-            kind: "step_done".into(),
-            step: "catch_up".into(),
+            kind: EventKind::StepDone {
+                ms: Some(12.345678901),
+                result: StepResult::CatchUp { origin_seq: 10 },
+            },
+            step: Step::CatchUp,
             migration: "A.B".into(),
-            detail: json!({"ms": 12.345678901, "origin_seq": 10}),
         };
         assert_eq!(r.line(&e).unwrap(), "[   1.500s] catch_up done in 12.3 ms origin_seq=10");
     }

@@ -411,7 +411,7 @@ pub fn print_journal(j: &Journal) {
         .iter()
         .map(|s| {
             vec![
-                s.step.clone(),
+                s.step.to_string(),
                 s.ended_ms
                     .map(|e| format!("{} ms", e.saturating_sub(s.started_ms)))
                     .unwrap_or_else(|| "unfinished".into()),
@@ -481,7 +481,7 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> anyhow::R
                     j.id.clone(),
                     j.phase.as_str().into(),
                     j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>().join(","),
-                    j.in_progress.clone().unwrap_or_else(|| "-".into()),
+                    j.in_progress.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
                     j.error.clone().unwrap_or_default(),
                 ]
             })

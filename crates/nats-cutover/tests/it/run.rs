@@ -119,8 +119,8 @@ async fn live_cutover_loses_nothing_and_processes_nothing_twice() {
         .lock()
         .unwrap()
         .iter()
-        .filter(|e| e.kind == "step_done")
-        .map(|e| e.step.clone())
+        .filter(|e| matches!(e.kind, engine::EventKind::StepDone { .. }))
+        .map(|e| e.step.to_string())
         .collect();
     assert_eq!(
         steps,
@@ -389,7 +389,7 @@ async fn second_runner_is_refused_and_ctrl_c_stops_safely() {
             e.js.consumer_info("ORDERS", "worker").await.map(|(_, c)| c.paused).unwrap_or(false);
         let draining = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2")
             .await
-            .map(|(_, j)| j.in_progress.as_deref() == Some("move_consumers"))
+            .map(|(_, j)| j.in_progress == Some(cutover_core::journal::Step::MoveConsumers))
             .unwrap_or(false);
         paused && draining
     })
