@@ -18,8 +18,7 @@ pub const SERVER: i32 = 4;
 pub const INTERRUPTED: i32 = 5;
 pub const NOT_VERIFIED: i32 = 6;
 
-use cutover_core::plan::PlanError;
-use cutover_nats::Error;
+use cutover_nats::{Error, ErrorKind};
 
 /// Maps the adapter's errors to exit codes: the only such mapping.
 pub fn code_for(e: &anyhow::Error) -> i32 {
@@ -28,21 +27,12 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
             return c.0;
         }
         if let Some(err) = cause.downcast_ref::<Error>() {
-            return match err {
-                Error::Connect { .. }
-                | Error::NoResponders { .. }
-                | Error::Timeout { .. }
-                | Error::Request { .. }
-                | Error::Decode { .. }
-                | Error::Api { .. } => SERVER,
-                Error::StreamNotFound(_)
-                | Error::ConsumerNotFound { .. }
-                | Error::Name(_)
-                | Error::Config(_) => BAD_INPUT,
-                Error::Plan(PlanError::ServerTooOld { .. }) | Error::Unsafe(_) => INCOMPATIBLE,
-                Error::Plan(_) => BAD_INPUT,
-                Error::Interrupted { .. } => INTERRUPTED,
-                Error::Leased { .. } | Error::Journal(_) | Error::Stuck(_) => FAILED,
+            return match err.kind() {
+                ErrorKind::Input => BAD_INPUT,
+                ErrorKind::Incompatible => INCOMPATIBLE,
+                ErrorKind::Server => SERVER,
+                ErrorKind::State => FAILED,
+                ErrorKind::Interrupted => INTERRUPTED,
             };
         }
         if cause.downcast_ref::<cutover_core::names::NameError>().is_some() {
