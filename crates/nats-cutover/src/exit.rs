@@ -36,7 +36,8 @@ exit_codes! {
     /// Invalid arguments, names, files, or a stream/consumer that does not
     /// exist; nothing was changed.
     BadInput = 2 "BAD_INPUT",
-    /// The plan is unsafe (or the server too old); nothing was changed.
+    /// The plan is unsafe (or the server too old, or its version unreadable);
+    /// nothing was changed.
     Incompatible = 3 "INCOMPATIBLE",
     /// The server could not be reached, refused the credentials, or failed a
     /// request.
