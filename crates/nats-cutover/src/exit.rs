@@ -7,6 +7,7 @@
 /// missing from [`ExitCode::ALL`] (the list the documentation is checked against).
 macro_rules! exit_codes {
     ($($(#[doc = $doc:literal])* $variant:ident = $code:literal $name:literal,)*) => {
+        /// How the process ends: a command's verdict, or a failure's code.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub enum ExitCode {
             $($(#[doc = $doc])* $variant = $code,)*
