@@ -65,10 +65,10 @@ pub fn load_context(name: Option<&str>) -> Result<Option<NatsContext>> {
         dir.join("context").join(format!("{name}.json"))
     };
     let text = std::fs::read_to_string(&path).map_err(|e| {
-        Error::Config(format!("cannot read nats context {name:?} at {}: {e}; list contexts with `nats context ls` or pass --server", path.display()))
+        Error::Input(format!("cannot read nats context {name:?} at {}: {e}; list contexts with `nats context ls` or pass --server", path.display()))
     })?;
     serde_json::from_str(&text).map(Some).map_err(|e| {
-        Error::Config(format!("nats context file {} is not valid JSON: {e}", path.display()))
+        Error::Input(format!("nats context file {} is not valid JSON: {e}", path.display()))
     })
 }
 
@@ -78,7 +78,7 @@ fn nonempty(s: &str) -> Option<String> {
 
 fn readable(flag: &str, p: &Path) -> Result<()> {
     std::fs::metadata(p).map(|_| ()).map_err(|e| {
-        Error::Config(format!(
+        Error::Input(format!(
             "cannot read {flag} file {}: {e}; check the path and its permissions",
             p.display()
         ))
@@ -123,7 +123,7 @@ impl ConnectOptions {
             let (url, auth) = split_url_auth(u)?;
             if let Some(a) = auth {
                 if url_auth.as_ref().is_some_and(|prev| *prev != a) {
-                    return Err(Error::Config(format!(
+                    return Err(Error::Input(format!(
                         "the server URLs {shown} carry different credentials; a connection uses one set: give it in one URL, or with --user/--password or --token"
                     )));
                 }
@@ -136,19 +136,19 @@ impl ConnectOptions {
         if let Some(p) = &o.creds {
             readable("--creds", p)?;
             opts = opts.credentials_file(p).await.map_err(|e| {
-                Error::Config(format!("cannot use --creds file {}: {e}", p.display()))
+                Error::Input(format!("cannot use --creds file {}: {e}", p.display()))
             })?;
             sent.push(format!("the --creds file {}", p.display()));
         }
         if let Some(p) = &o.nkey {
             readable("--nkey", p)?;
             let seed = std::fs::read_to_string(p).map_err(|e| {
-                Error::Config(format!("cannot read --nkey file {}: {e}", p.display()))
+                Error::Input(format!("cannot read --nkey file {}: {e}", p.display()))
             })?;
             let seed =
                 seed.lines().map(str::trim).find(|l| l.starts_with('S')).unwrap_or("").to_string();
             if seed.is_empty() {
-                return Err(Error::Config(format!(
+                return Err(Error::Input(format!(
                     "--nkey file {} holds no seed (a line starting with S)",
                     p.display()
                 )));
@@ -171,7 +171,7 @@ impl ConnectOptions {
                         opts = opts.user_and_password(u.clone(), p.clone().unwrap_or_default());
                         sent.push(format!("--user {u:?} with its --password"));
                     }
-                    (None, Some(_)) => return Err(Error::Config("--password needs --user".into())),
+                    (None, Some(_)) => return Err(Error::Input("--password needs --user".into())),
                     _ => {}
                 }
                 if let Some(t) = &o.token {
@@ -187,7 +187,7 @@ impl ConnectOptions {
                 opts = opts.add_client_certificate(c.clone(), k.clone()).require_tls(true);
             }
             (None, None) => {}
-            _ => return Err(Error::Config("--tlscert and --tlskey go together".into())),
+            _ => return Err(Error::Input("--tlscert and --tlskey go together".into())),
         }
         if let Some(ca) = &o.tlsca {
             readable("--tlsca", ca)?;
@@ -258,7 +258,7 @@ pub fn split_url_auth(url: &str) -> Result<(String, Option<UrlAuth>)> {
         None if info.is_empty() => None,
         None => Some(UrlAuth::Token(percent_decode(info))),
         Some(("", _)) => {
-            return Err(Error::Config(format!(
+            return Err(Error::Input(format!(
                 "the server URL {} has a password but no user: write nats://USER:PASSWORD@HOST, or nats://TOKEN@HOST for a token",
                 redact_url(url)
             )))

@@ -1,7 +1,12 @@
 //! Adapter errors. Each variant carries what the operator needs to act: the
 //! server, the stream, the consumer, the JetStream error code.
+//!
+//! Variants are named by cause; [`Error::kind`] sorts them into the few
+//! [`ErrorKind`]s callers decide on (async-nats's `Error<Kind>` idea): match the
+//! kind, never the message.
 
 use cutover_core::api_error::ApiErrorCode;
+use cutover_core::plan::PlanError;
 use thiserror::Error;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -20,16 +25,32 @@ pub enum Error {
     Request { what: String, reason: String },
     #[error("cannot read the server's answer to {what}: {reason}")]
     Decode { what: String, reason: String },
+    /// The server's version string does not parse, so what it supports cannot
+    /// be judged.
+    #[error("the server reported no version it could parse")]
+    UnknownServerVersion,
     #[error("stream {0:?} does not exist: check the name with `nats stream ls` (or create it)")]
     StreamNotFound(String),
     #[error("consumer {consumer:?} does not exist on stream {stream:?}: check the name with `nats consumer ls {stream}`")]
     ConsumerNotFound { stream: String, consumer: String },
+    /// Options or files the operator gave that cannot be used: connection
+    /// flags and credential files, a nats context, verify's `--audit` or
+    /// `--consumer`. The message names the option and the fix.
     #[error("{0}")]
-    Config(String),
+    Input(String),
+    /// The migration asked for cannot be verified as it is: not past its commit
+    /// point, a strategy or retention verify does not support, its old stream
+    /// gone, a consumer not moved.
+    #[error("{0}")]
+    NotVerifiable(String),
+    /// The old stream's state moved under verify (messages expiring or deleted
+    /// while it was read): server state, not the operator's input.
+    #[error("stream {stream} changed while verify read it (its messages are expiring or being deleted?): verify needs a stable old stream")]
+    StreamChanged { stream: String },
     #[error(transparent)]
     Name(#[from] cutover_core::names::NameError),
     #[error(transparent)]
-    Plan(#[from] cutover_core::plan::PlanError),
+    Plan(#[from] PlanError),
     #[error("the plan is unsafe: {0}")]
     Unsafe(String),
     #[error("{0}")]
@@ -42,24 +63,91 @@ pub enum Error {
     Stuck(String),
 }
 
+/// What kind of failure an [`Error`] is: what callers (the CLI's exit codes)
+/// decide on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The operator's input: flags, names, files, or a stream, consumer or
+    /// migration that does not exist or cannot be used as asked. Refused before
+    /// any change.
+    Input,
+    /// The plan is unsafe, or the server too old or unknown. Nothing changes.
+    Incompatible,
+    /// The server could not be reached, refused the credentials, did not
+    /// answer, failed a request or answered something unreadable.
+    Server,
+    /// What the server holds stops the operation: another runner's lease, a
+    /// step that did not complete, a journal that is missing or incomplete, a
+    /// stream that changed while it was read. The message says what to do.
+    State,
+    /// Stopped at a safe point on request (Ctrl-C).
+    Interrupted,
+}
+
 impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Connect { .. }
+            | Error::Api { .. }
+            | Error::NoResponders { .. }
+            | Error::Timeout { .. }
+            | Error::Request { .. }
+            | Error::Decode { .. } => ErrorKind::Server,
+            Error::UnknownServerVersion | Error::Unsafe(_) => ErrorKind::Incompatible,
+            Error::StreamNotFound(_)
+            | Error::ConsumerNotFound { .. }
+            | Error::Input(_)
+            | Error::NotVerifiable(_)
+            | Error::Name(_) => ErrorKind::Input,
+            Error::Plan(p) => match p {
+                PlanError::ServerTooOld { .. } => ErrorKind::Incompatible,
+                // Raised for A's info from the server but also for B's planned
+                // configuration, which holds the operator's --to-config values
+                // (a setting of the wrong type): input until the two are told
+                // apart.
+                PlanError::BadServerJson { .. } => ErrorKind::Input,
+                PlanError::SameStream(_)
+                | PlanError::NoConsumer
+                | PlanError::ForbiddenOverride { .. }
+                | PlanError::UnknownSetting { .. } => ErrorKind::Input,
+            },
+            Error::StreamChanged { .. }
+            | Error::Journal(_)
+            | Error::Leased { .. }
+            | Error::Stuck(_) => ErrorKind::State,
+            Error::Interrupted { .. } => ErrorKind::Interrupted,
+        }
+    }
+
     pub fn api_code(&self) -> Option<ApiErrorCode> {
         match self {
             Error::Api { code, .. } => Some(*code),
             _ => None,
         }
     }
+}
 
-    /// Errors that mean the server could not be reached or misbehaved, as opposed
-    /// to input the operator must change.
-    pub fn is_server(&self) -> bool {
-        matches!(
-            self,
-            Error::Connect { .. }
-                | Error::NoResponders { .. }
-                | Error::Timeout { .. }
-                | Error::Request { .. }
-                | Error::Decode { .. }
-        )
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_state_is_not_input() {
+        let changed = Error::StreamChanged { stream: "ORDERS".into() };
+        assert_eq!(changed.kind(), ErrorKind::State);
+        assert!(changed.to_string().starts_with("stream ORDERS changed while verify read it"));
+        assert_eq!(Error::UnknownServerVersion.kind(), ErrorKind::Incompatible);
+        let timeout = Error::Timeout { what: "stream info".into() };
+        assert_eq!(timeout.kind(), ErrorKind::Server);
+    }
+
+    #[test]
+    fn the_operators_input_is_input() {
+        assert_eq!(Error::Input("--password needs --user".into()).kind(), ErrorKind::Input);
+        assert_eq!(Error::StreamNotFound("NOPE".into()).kind(), ErrorKind::Input);
+        assert_eq!(Error::Plan(PlanError::NoConsumer).kind(), ErrorKind::Input);
+        let found = cutover_core::version::ServerVersion::parse("2.9.0").unwrap();
+        let too_old = PlanError::ServerTooOld { found };
+        assert_eq!(Error::Plan(too_old).kind(), ErrorKind::Incompatible);
     }
 }

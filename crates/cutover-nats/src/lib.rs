@@ -22,4 +22,4 @@ pub mod journal;
 pub mod verify;
 
 pub use api::Js;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};

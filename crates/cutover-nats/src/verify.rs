@@ -85,7 +85,7 @@ pub async fn verify(
 ) -> Result<Report> {
     let (_, j) = load(js, id).await?;
     if !j.phase.committed() {
-        return Err(Error::Config(format!(
+        return Err(Error::NotVerifiable(format!(
             "migration {id} is at phase {}: verify checks a migration past its commit point (publishers on {}); finish it with `nats-cutover run --resume {id}`{}",
             j.phase.as_str(),
             j.to,
@@ -94,13 +94,13 @@ pub async fn verify(
     }
     if j.plan.strategy != Strategy::Source {
         // Without source headers B's messages can only be matched by msg-id.
-        return Err(Error::Config(format!("migration {id} used strategy {}: verify matches messages by their Nats-Stream-Source origin and supports strategy source only", j.plan.strategy.as_str())));
+        return Err(Error::NotVerifiable(format!("migration {id} used strategy {}: verify matches messages by their Nats-Stream-Source origin and supports strategy source only", j.plan.strategy.as_str())));
     }
     let specs = consumer_specs(js, &j, &opts.consumers).await?;
     let a = match js.stream_info_opt(&j.from).await? {
         Some((_, a)) => a,
         None => {
-            return Err(Error::Config(format!(
+            return Err(Error::NotVerifiable(format!(
                 "stream {} no longer exists (deleted with --delete-old?): verify compares {} with it message by message, so it cannot run without it",
                 j.from, j.to
             )))
@@ -119,7 +119,7 @@ pub async fn verify(
     let (b_raw, b) = js.stream_info(&j.to).await?;
     for (name, retention) in [(&j.from, &a.config.retention), (&j.to, &b.config.retention)] {
         if retention == "workqueue" || retention == "interest" {
-            return Err(Error::Config(format!(
+            return Err(Error::NotVerifiable(format!(
                 "stream {name} has {retention} retention: acknowledged messages are removed from it, so a missing message cannot be told from a processed one; verify supports limits retention only"
             )));
         }
@@ -192,7 +192,7 @@ pub async fn verify(
         if stable && (!filtered || counted_here) {
             held = Some((first, last, deleted));
         } else if !filtered {
-            return Err(Error::Config(format!("stream {} changed while verify read it (its messages are expiring or being deleted?): verify needs a stable old stream", j.from)));
+            return Err(Error::StreamChanged { stream: j.from.clone() });
         } else {
             // A changed while it was counted: read it, as for any filter.
             counts.clear();
@@ -384,7 +384,7 @@ async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<Con
     for n in only {
         if !j.consumers.iter().any(|c| &c.name == n) {
             let names: Vec<&str> = j.consumers.iter().map(|c| c.name.as_str()).collect();
-            return Err(Error::Config(format!(
+            return Err(Error::Input(format!(
                 "migration {} did not move consumer {n:?}; it moved: {}",
                 j.id,
                 names.join(", ")
@@ -394,7 +394,7 @@ async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<Con
     let mut specs = vec![];
     for c in j.consumers.iter().filter(|c| only.is_empty() || only.contains(&c.name)) {
         let (Some(f), Some(journal_start)) = (c.checkpoint, c.b_start) else {
-            return Err(Error::Config(format!("consumer {} of migration {} has not moved yet (phase {:?}): nothing to verify for it; finish the migration first", c.name, j.id, c.phase)));
+            return Err(Error::NotVerifiable(format!("consumer {} of migration {} has not moved yet (phase {:?}): nothing to verify for it; finish the migration first", c.name, j.id, c.phase)));
         };
         let a_filters = a_filters_of(&j.plan, &c.name).ok_or_else(|| Error::Journal(format!("the journal of {} does not say which subjects consumer {} selected on {}; it cannot be verified", j.id, c.name, j.from)))?;
         let plan_b = j
@@ -431,7 +431,7 @@ async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<Con
         });
     }
     if specs.is_empty() {
-        return Err(Error::Config(format!(
+        return Err(Error::NotVerifiable(format!(
             "migration {} moved no consumer: nothing to verify",
             j.id
         )));
@@ -686,8 +686,8 @@ async fn read_audit(
                     let (_, info) = js.stream_info(one).await?;
                     (one.clone(), Some(src.to_string()), info)
                 }
-                [] => return Err(Error::Config(format!("--audit {src}: no stream is named so and none captures that subject; give the audit stream's name or a subject it captures"))),
-                many => return Err(Error::Config(format!("--audit {src}: several streams capture that subject ({}); give the audit stream's name", many.join(", ")))),
+                [] => return Err(Error::Input(format!("--audit {src}: no stream is named so and none captures that subject; give the audit stream's name or a subject it captures"))),
+                many => return Err(Error::Input(format!("--audit {src}: several streams capture that subject ({}); give the audit stream's name", many.join(", ")))),
             }
         }
     };

@@ -1,7 +1,8 @@
 //! Parse, dispatch, and turn errors into exit codes: the only place that does.
 
 use crate::cli::{Cli, Command};
-use crate::{cmd, exit};
+use crate::cmd;
+use crate::error::CliError;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
@@ -18,14 +19,11 @@ pub fn main() -> i32 {
         .with_ansi(crate::term::detect(json).log_colour)
         .init();
     if let Err(e) = cli.command.check_available() {
-        return fail(json, exit::BAD_INPUT, &e);
+        return fail(json, &CliError::Flag(e));
     }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
-        Err(e) => {
-            errln!("error: cannot start the async runtime: {e}");
-            return exit::FAILED;
-        }
+        Err(e) => return fail(json, &CliError::Runtime(e)),
     };
     let result = rt.block_on(async move {
         match cli.command {
@@ -41,16 +39,15 @@ pub fn main() -> i32 {
         }
     });
     match result {
-        Ok(code) => code,
-        Err(e) => {
-            let msg = e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
-            fail(json, exit::code_for(&e), &msg)
-        }
+        Ok(code) => code.code(),
+        Err(e) => fail(json, &e),
     }
 }
 
-/// Reports a failure (also as JSON on stdout with --json); returns its code.
-fn fail(json: bool, code: i32, msg: &str) -> i32 {
+/// Reports a failure (also as JSON on stdout with --json); returns its exit
+/// code, the one [`CliError::exit_code`] gives it.
+fn fail(json: bool, e: &CliError) -> i32 {
+    let (code, msg) = (e.exit_code().code(), e.message());
     if json {
         outln!("{}", serde_json::json!({ "error": msg, "exit_code": code }));
     }

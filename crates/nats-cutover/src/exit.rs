@@ -1,66 +1,99 @@
-//! Exit codes: the one documented list (also in docs/exit-codes.md).
-//!
-//! | code | name          | meaning |
-//! |------|---------------|---------|
-//! | 0    | OK            | done: the plan is safe, the migration completed, verification holds |
-//! | 1    | FAILED        | the operation failed for another reason (see the message) |
-//! | 2    | BAD_INPUT     | invalid arguments, names, files, or a stream/consumer that does not exist; nothing was changed |
-//! | 3    | INCOMPATIBLE  | the plan is unsafe (or the server too old); nothing was changed |
-//! | 4    | SERVER        | the server could not be reached, refused the credentials, or failed a request |
-//! | 5    | INTERRUPTED   | stopped at a safe point (Ctrl-C); the message says how to resume or roll back |
-//! | 6    | NOT_VERIFIED  | verification found lost, duplicated or extra messages |
+//! Exit codes: the one documented list, docs/exit-codes.md (a test holds the
+//! two equal). [`crate::error::CliError::exit_code`] says which one a failure
+//! gets; a command's own verdict (not verified, unsafe plan) is an [`ExitCode`]
+//! it returns.
 
-pub const OK: i32 = 0;
-pub const FAILED: i32 = 1;
-pub const BAD_INPUT: i32 = 2;
-pub const INCOMPATIBLE: i32 = 3;
-pub const SERVER: i32 = 4;
-pub const INTERRUPTED: i32 = 5;
-pub const NOT_VERIFIED: i32 = 6;
+/// Declares [`ExitCode`] and its list from one table, so that no code can be
+/// missing from [`ExitCode::ALL`] (the list the documentation is checked against).
+macro_rules! exit_codes {
+    ($($(#[doc = $doc:literal])* $variant:ident = $code:literal $name:literal,)*) => {
+        /// How the process ends: a command's verdict, or a failure's code.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ExitCode {
+            $($(#[doc = $doc])* $variant = $code,)*
+        }
 
-use cutover_core::plan::PlanError;
-use cutover_nats::Error;
+        // Only the test that holds docs/exit-codes.md to the code needs these.
+        #[cfg(test)]
+        impl ExitCode {
+            /// Every code, in the table's order.
+            pub const ALL: &'static [ExitCode] = &[$(ExitCode::$variant),*];
 
-/// Maps the adapter's errors to exit codes: the only such mapping.
-pub fn code_for(e: &anyhow::Error) -> i32 {
-    for cause in e.chain() {
-        if let Some(c) = cause.downcast_ref::<Coded>() {
-            return c.0;
+            /// The name docs/exit-codes.md gives it.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(ExitCode::$variant => $name,)*
+                }
+            }
         }
-        if let Some(err) = cause.downcast_ref::<Error>() {
-            return match err {
-                Error::Connect { .. }
-                | Error::NoResponders { .. }
-                | Error::Timeout { .. }
-                | Error::Request { .. }
-                | Error::Decode { .. }
-                | Error::Api { .. } => SERVER,
-                Error::StreamNotFound(_)
-                | Error::ConsumerNotFound { .. }
-                | Error::Name(_)
-                | Error::Config(_) => BAD_INPUT,
-                Error::Plan(PlanError::ServerTooOld { .. }) | Error::Unsafe(_) => INCOMPATIBLE,
-                Error::Plan(_) => BAD_INPUT,
-                Error::Interrupted { .. } => INTERRUPTED,
-                Error::Leased { .. } | Error::Journal(_) | Error::Stuck(_) => FAILED,
-            };
-        }
-        if cause.downcast_ref::<cutover_core::names::NameError>().is_some() {
-            return BAD_INPUT;
-        }
-    }
-    FAILED
+    };
 }
 
-/// An error that already knows its exit code (e.g. an unsafe plan, which is not
-/// an adapter error but a verdict).
-#[derive(Debug)]
-pub struct Coded(pub i32, pub String);
+exit_codes! {
+    /// Done: the plan is safe, the migration completed, verification holds.
+    Ok = 0 "OK",
+    /// The operation failed for another reason (see the message).
+    Failed = 1 "FAILED",
+    /// Invalid arguments, names, files, or a stream/consumer that does not
+    /// exist; nothing was changed.
+    BadInput = 2 "BAD_INPUT",
+    /// The plan is unsafe (or the server too old, or its version unreadable);
+    /// nothing was changed.
+    Incompatible = 3 "INCOMPATIBLE",
+    /// The server could not be reached, refused the credentials, or failed a
+    /// request.
+    Server = 4 "SERVER",
+    /// Stopped at a safe point (Ctrl-C); the message says how to resume or roll
+    /// back.
+    Interrupted = 5 "INTERRUPTED",
+    /// Verification found lost, duplicated or extra messages.
+    NotVerified = 6 "NOT_VERIFIED",
+}
 
-impl std::fmt::Display for Coded {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.1)
+impl ExitCode {
+    /// The process exit status.
+    pub fn code(self) -> i32 {
+        self as i32
     }
 }
 
-impl std::error::Error for Coded {}
+#[cfg(test)]
+mod tests {
+    use super::ExitCode;
+    use std::collections::BTreeMap;
+
+    /// The `| code | name | meaning |` rows of docs/exit-codes.md.
+    fn documented() -> BTreeMap<i32, String> {
+        let doc = include_str!("../../../docs/exit-codes.md");
+        let mut rows = BTreeMap::new();
+        for line in doc.lines().filter(|l| l.starts_with('|')) {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+            let Ok(code) = cells[0].parse::<i32>() else { continue }; // header, rule
+            let name = cells.get(1).expect("a code row has a name").to_string();
+            assert!(rows.insert(code, name).is_none(), "code {code} is documented twice");
+        }
+        rows
+    }
+
+    #[test]
+    fn the_documented_exit_codes_are_the_codes_in_the_code() {
+        let in_code: BTreeMap<i32, String> =
+            ExitCode::ALL.iter().map(|c| (c.code(), c.name().to_string())).collect();
+        assert_eq!(in_code.len(), ExitCode::ALL.len(), "two variants share a code");
+        let documented = documented();
+        for (code, name) in &documented {
+            assert_eq!(
+                in_code.get(code),
+                Some(name),
+                "docs/exit-codes.md documents {code} {name}; the code does not"
+            );
+        }
+        for (code, name) in &in_code {
+            assert_eq!(
+                documented.get(code),
+                Some(name),
+                "ExitCode has {code} {name}; docs/exit-codes.md does not document it"
+            );
+        }
+    }
+}

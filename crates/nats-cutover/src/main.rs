@@ -7,6 +7,7 @@ mod out;
 mod app;
 mod cli;
 mod cmd;
+mod error;
 mod exit;
 mod metrics;
 mod render;

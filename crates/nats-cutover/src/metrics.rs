@@ -10,7 +10,7 @@
 //! one path, one verb, text format 0.0.4, `Connection: close`. It belongs to the
 //! [`MetricsServer`] handle and stops when that drops.
 
-use crate::exit::{self, Coded};
+use crate::error::{CliError, Result};
 use cutover_core::journal::Step;
 use cutover_nats::engine::{Event, EventKind, Progress};
 use std::collections::BTreeMap;
@@ -220,10 +220,10 @@ impl Drop for MetricsServer {
 }
 
 /// Binds `addr` (exactly: nothing else is opened) and serves the registry.
-pub async fn serve(addr: SocketAddr, reg: Arc<Registry>) -> anyhow::Result<MetricsServer> {
+pub async fn serve(addr: SocketAddr, reg: Arc<Registry>) -> Result<MetricsServer> {
     let listener = TcpListener::bind(addr)
         .await
-        .map_err(|e| Coded(exit::BAD_INPUT, format!("cannot serve metrics on --metrics-addr {addr}: {e}; pick a free address and port (e.g. 127.0.0.1:9477)")))?;
+        .map_err(|e| CliError::Flag(format!("cannot serve metrics on --metrics-addr {addr}: {e}; pick a free address and port (e.g. 127.0.0.1:9477)")))?;
     let addr = listener.local_addr()?;
     let task = tokio::spawn(async move {
         loop {

@@ -25,9 +25,7 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     if req.consumers.is_empty() && !req.all_consumers {
         return Err(plan::PlanError::NoConsumer.into());
     }
-    let version = js
-        .server_version()
-        .ok_or_else(|| Error::Config("the server reported no version it could parse".into()))?;
+    let version = js.server_version().ok_or(Error::UnknownServerVersion)?;
     if version < MINIMUM {
         return Err(plan::PlanError::ServerTooOld { found: version }.into());
     }

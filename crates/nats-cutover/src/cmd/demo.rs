@@ -14,7 +14,8 @@
 
 use super::progress::{detect, Render};
 use crate::cli::{ConnArgs, DemoArgs};
-use crate::exit::{self, Coded};
+use crate::error::{CliError, Result};
+use crate::exit::ExitCode;
 use crate::render::{self, table};
 use cutover_app::load::LoadConfig;
 use cutover_app::scenario::{live_cutover, Outcome, ScenarioConfig};
@@ -33,16 +34,14 @@ pub async fn run(
     use_server: bool,
     json_out: bool,
     a: DemoArgs,
-) -> anyhow::Result<i32> {
+) -> Result<ExitCode> {
     if a.rate == 0 || a.workers == 0 {
-        return Err(Coded(exit::BAD_INPUT, "--rate and --workers must be at least 1".into()).into());
+        return Err(CliError::Flag("--rate and --workers must be at least 1".into()));
     }
     if a.duration < Duration::from_secs(2) || a.duration > Duration::from_secs(600) {
-        return Err(Coded(
-            exit::BAD_INPUT,
+        return Err(CliError::Flag(
             "--duration must be between 2s and 10m (the workload is bounded)".into(),
-        )
-        .into());
+        ));
     }
     // The local server, if one is started, lives until the end of `run`.
     let (client, server, shown) = if use_server {
@@ -55,10 +54,10 @@ pub async fn run(
         }
         (client, None, shown)
     } else {
-        let binary = installed_server_binary(PINNED_VERSION).map_err(|e| Coded(exit::FAILED, e))?;
+        let binary = installed_server_binary(PINNED_VERSION).map_err(CliError::LocalServer)?;
         let server =
             NatsServer::start_with(ServerOptions { binary: Some(binary), ..Default::default() })
-                .map_err(|e| Coded(exit::FAILED, e))?;
+                .map_err(CliError::LocalServer)?;
         if !json_out {
             outln!(
                 "nats-server {} on {} (store in {}, removed on exit)",
@@ -100,7 +99,7 @@ pub async fn run(
                 errln!("interrupted: the demo's streams and migration are left on {shown}");
             }
             drop(server);
-            return Ok(exit::INTERRUPTED);
+            return Ok(ExitCode::Interrupted);
         }
     };
     render.finish();
@@ -110,9 +109,8 @@ pub async fn run(
     if let Some(path) = &a.report {
         let mut data = crate::report::ReportData::from_outcome(&outcome);
         data.verify = Some(verify.clone());
-        crate::report::write(path, &data).map_err(|e| {
-            Coded(exit::BAD_INPUT, format!("cannot write report {}: {e}", path.display()))
-        })?;
+        crate::report::write(path, &data)
+            .map_err(|e| CliError::File(format!("cannot write report {}: {e}", path.display())))?;
         if !json_out {
             outln!("report: {}", path.display());
         }
@@ -143,34 +141,28 @@ pub async fn run(
             outln!("left on {shown} to inspect: streams {STREAM} (sealed) and {NEW_STREAM}, migration {id} (`nats-cutover status {id}`, `nats-cutover verify --migration {id}`)");
         }
     }
-    Ok(if outcome.verified && structural_holds { exit::OK } else { exit::NOT_VERIFIED })
+    Ok(if outcome.verified && structural_holds { ExitCode::Ok } else { ExitCode::NotVerified })
 }
 
 /// A server given with --server must not hold what the demo creates: it
 /// would mix with (or overwrite the state of) something real.
-async fn refuse_leftovers(js: &cutover_nats::Js) -> anyhow::Result<()> {
+async fn refuse_leftovers(js: &cutover_nats::Js) -> Result<()> {
     for s in [STREAM, NEW_STREAM] {
         if js.stream_info_opt(s).await?.is_some() {
-            return Err(Coded(
-                exit::BAD_INPUT,
-                format!(
+            return Err(CliError::DemoLeftovers(format!(
                     "stream {s} already exists on this server, and the demo creates {STREAM} and {NEW_STREAM}: remove them (`nats stream rm {s}`) if they are a previous demo's, or use another server; nothing was changed"
                 ),
-            )
-            .into());
+            ));
         }
     }
     let id = cutover_core::journal::migration_id(STREAM, NEW_STREAM);
     if cutover_nats::engine::list(js).await?.iter().any(|j| j.id == id) {
-        return Err(Coded(
-            exit::BAD_INPUT,
-            format!(
+        return Err(CliError::DemoLeftovers(format!(
                 "migration {id} already exists on this server (a previous demo's): remove it with `nats kv del {} {}`, or use another server; nothing was changed",
                 cutover_core::journal::BUCKET,
                 cutover_core::journal::journal_key(&id)
             ),
-        )
-        .into());
+        ));
     }
     Ok(())
 }

@@ -1,14 +1,15 @@
 //! `nats-cutover inspect STREAM [--consumer C]`.
 
 use crate::cli::{ConnArgs, InspectArgs};
-use crate::exit;
+use crate::error::Result;
+use crate::exit::ExitCode;
 use crate::render::{nanos, table};
 use cutover_core::checkpoint::assess;
 use cutover_core::names;
 use cutover_nats::engine::source_progress;
 use serde_json::json;
 
-pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> anyhow::Result<i32> {
+pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> Result<ExitCode> {
     names::stream(&a.stream)?;
     for c in &a.consumer {
         names::consumer(c)?;
@@ -40,7 +41,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> anyhow::Res
             "consumers": consumers.iter().map(|(raw, _, a)| json!({ "info": raw, "assessment": a })).collect::<Vec<_>>(),
         });
         outln!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(exit::OK);
+        return Ok(ExitCode::Ok);
     }
     let c = &info.config;
     outln!(
@@ -151,5 +152,5 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> anyhow::Res
             outln!("  - {line}");
         }
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }

@@ -9,6 +9,7 @@ pub mod verify;
 pub mod watch;
 
 use crate::cli::ConnArgs;
+use crate::error::Result;
 use cutover_nats::connect::ConnectOptions;
 use cutover_nats::Js;
 use std::time::Duration;
@@ -29,7 +30,7 @@ pub fn connect_options(c: &ConnArgs) -> ConnectOptions {
     }
 }
 
-pub async fn connect(c: &ConnArgs) -> anyhow::Result<Js> {
+pub async fn connect(c: &ConnArgs) -> Result<Js> {
     let client = connect_options(c).connect().await?;
     Ok(Js::new(client, c.timeout.unwrap_or(Duration::from_secs(5))))
 }

@@ -1,45 +1,38 @@
 //! `nats-cutover plan`: read-only; prints the plan, refuses unsafe ones.
 
 use crate::cli::{ConnArgs, ModeArg, PlanArgs, StrategyArg};
-use crate::exit::{self, Coded};
+use crate::error::{CliError, Result};
+use crate::exit::ExitCode;
 use crate::render::table;
-use anyhow::Context;
 use cutover_core::plan::{Mode, Plan, PlanRequest, Strategy};
 use serde_json::{Map, Value};
 
-pub fn request(a: &PlanArgs) -> anyhow::Result<PlanRequest> {
+pub fn request(a: &PlanArgs) -> Result<PlanRequest> {
     let to_config = match &a.to_config {
         None => None,
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| {
-                Coded(exit::BAD_INPUT, format!("cannot read --to-config file {}: {e}", p.display()))
+                CliError::File(format!("cannot read --to-config file {}: {e}", p.display()))
             })?;
-            let v: Value = serde_json::from_str(&text).map_err(|e| Coded(exit::BAD_INPUT, format!("--to-config file {} is not valid JSON: {e}; it holds stream settings such as {{\"storage\": \"memory\"}}", p.display())))?;
+            let v: Value = serde_json::from_str(&text).map_err(|e| CliError::File(format!("--to-config file {} is not valid JSON: {e}; it holds stream settings such as {{\"storage\": \"memory\"}}", p.display())))?;
             match v {
                 Value::Object(m) => Some(m),
                 _ => {
-                    return Err(Coded(
-                        exit::BAD_INPUT,
-                        format!(
-                            "--to-config file {} must hold a JSON object of stream settings",
-                            p.display()
-                        ),
-                    )
-                    .into())
+                    return Err(CliError::File(format!(
+                        "--to-config file {} must hold a JSON object of stream settings",
+                        p.display()
+                    )))
                 }
             }
         }
     };
     let need = |v: &Option<String>, flag: &str| {
-        v.clone()
-            .ok_or_else(|| Coded(exit::BAD_INPUT, format!("{flag} is required: name the stream")))
+        v.clone().ok_or_else(|| CliError::Flag(format!("{flag} is required: name the stream")))
     };
     if a.consumer.is_empty() && !a.all_consumers {
-        return Err(Coded(
-            exit::BAD_INPUT,
+        return Err(CliError::Flag(
             "no consumer to move: name one with --consumer NAME or pass --all-consumers".into(),
-        )
-        .into());
+        ));
     }
     Ok(PlanRequest {
         from: need(&a.from, "--from")?,
@@ -74,16 +67,15 @@ fn strip_nulls(v: Value) -> Value {
     }
 }
 
-pub fn write_plan_file(plan: &Plan, path: &std::path::Path) -> anyhow::Result<()> {
+pub fn write_plan_file(plan: &Plan, path: &std::path::Path) -> Result<()> {
     let v = serde_json::to_value(plan)?;
     let text = if path.extension().is_some_and(|e| e == "json") {
         serde_json::to_string_pretty(&v)?
     } else {
-        toml::to_string_pretty(&strip_nulls(v)).context("cannot write the plan as TOML")?
+        toml::to_string_pretty(&strip_nulls(v)).map_err(CliError::PlanToml)?
     };
-    std::fs::write(path, text).map_err(|e| {
-        Coded(exit::BAD_INPUT, format!("cannot write plan file {}: {e}", path.display()))
-    })?;
+    std::fs::write(path, text)
+        .map_err(|e| CliError::File(format!("cannot write plan file {}: {e}", path.display())))?;
     Ok(())
 }
 
@@ -148,7 +140,7 @@ pub fn print_plan(plan: &Plan) {
     }
 }
 
-pub async fn run(conn: &ConnArgs, json_out: bool, a: PlanArgs) -> anyhow::Result<i32> {
+pub async fn run(conn: &ConnArgs, json_out: bool, a: PlanArgs) -> Result<ExitCode> {
     let req = request(&a)?;
     // Names and the obvious refusals are checked before connecting.
     cutover_core::names::stream(&req.from)?;
@@ -163,5 +155,5 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: PlanArgs) -> anyhow::Result
     } else {
         print_plan(&plan);
     }
-    Ok(if plan.safe { exit::OK } else { exit::INCOMPATIBLE })
+    Ok(if plan.safe { ExitCode::Ok } else { ExitCode::Incompatible })
 }

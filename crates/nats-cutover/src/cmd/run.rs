@@ -2,7 +2,8 @@
 
 use super::progress::{detect, Render};
 use crate::cli::{ConnArgs, ForgetArgs, RollbackArgs, RunArgs, StatusArgs};
-use crate::exit::{self, Coded};
+use crate::error::{CliError, Result};
+use crate::exit::ExitCode;
 use crate::metrics::{self, Registry};
 use crate::render::table;
 use crate::report::{ConsumerPoint, ReportData};
@@ -16,35 +17,28 @@ use std::io::{BufRead, IsTerminal};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn read_plan_file(p: &std::path::Path) -> anyhow::Result<Plan> {
-    let text = std::fs::read_to_string(p).map_err(|e| {
-        Coded(exit::BAD_INPUT, format!("cannot read plan file {}: {e}", p.display()))
-    })?;
+fn read_plan_file(p: &std::path::Path) -> Result<Plan> {
+    let text = std::fs::read_to_string(p)
+        .map_err(|e| CliError::File(format!("cannot read plan file {}: {e}", p.display())))?;
     let plan: Result<Plan, String> = if p.extension().is_some_and(|e| e == "json") {
         serde_json::from_str(&text).map_err(|e| e.to_string())
     } else {
         toml::from_str(&text).map_err(|e| e.to_string())
     };
     plan.map_err(|e| {
-        Coded(
-            exit::BAD_INPUT,
-            format!(
-                "plan file {} is not a plan written by `nats-cutover plan --out`: {e}",
-                p.display()
-            ),
-        )
-        .into()
+        CliError::File(format!(
+            "plan file {} is not a plan written by `nats-cutover plan --out`: {e}",
+            p.display()
+        ))
     })
 }
 
-fn confirm(plan: &Plan) -> anyhow::Result<()> {
+fn confirm(plan: &Plan) -> Result<()> {
     super::plan::print_plan(plan);
     if !std::io::stdin().is_terminal() {
-        return Err(Coded(
-            exit::BAD_INPUT,
+        return Err(CliError::NotConfirmed(
             "refusing to run without confirmation: stdin is not a terminal; pass --yes".into(),
-        )
-        .into());
+        ));
     }
     out!("\nRun this cut-over now? [y/N] ");
     crate::out::flush();
@@ -53,13 +47,13 @@ fn confirm(plan: &Plan) -> anyhow::Result<()> {
     if matches!(line.trim(), "y" | "Y" | "yes") {
         Ok(())
     } else {
-        Err(Coded(exit::BAD_INPUT, "not confirmed; nothing was changed".into()).into())
+        Err(CliError::NotConfirmed("not confirmed; nothing was changed".into()))
     }
 }
 
 /// `run --plan FILE` executes the file as it is: a flag that would change what
 /// it says is refused rather than silently ignored.
-fn refuse_plan_contradictions(a: &RunArgs) -> anyhow::Result<()> {
+fn refuse_plan_contradictions(a: &RunArgs) -> Result<()> {
     let p = &a.plan;
     let set: Vec<&str> = [
         (p.from.is_some(), "--from"),
@@ -77,7 +71,7 @@ fn refuse_plan_contradictions(a: &RunArgs) -> anyhow::Result<()> {
     if set.is_empty() {
         return Ok(());
     }
-    Err(Coded(exit::BAD_INPUT, format!("--plan FILE fixes the streams, consumers and settings; {} would contradict it: remove {}, or plan anew without --plan", set.join(", "), if set.len() == 1 { "it" } else { "them" })).into())
+    Err(CliError::Flag(format!("--plan FILE fixes the streams, consumers and settings; {} would contradict it: remove {}, or plan anew without --plan", set.join(", "), if set.len() == 1 { "it" } else { "them" })))
 }
 
 /// Ctrl-C asks the engine to stop at the next safe point.
@@ -88,7 +82,7 @@ fn shutdown_on_ctrl_c() -> tokio::sync::watch::Receiver<bool> {
             errln!("interrupt: stopping at the next safe point (Ctrl-C again to abort at once)");
             let _ = tx.send(true);
             if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(exit::INTERRUPTED);
+                std::process::exit(ExitCode::Interrupted.code());
             }
         }
     });
@@ -214,13 +208,17 @@ impl Sampler {
     }
 }
 
-pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<i32> {
+pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode> {
     // Refuse an unwritable report path before anything changes on the server.
     if let Some(p) = &a.report {
         let dir =
             p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
         if !dir.is_dir() || p.is_dir() {
-            return Err(Coded(exit::BAD_INPUT, format!("cannot write --report {}: {} is not a directory; create it or pick another path", p.display(), dir.display())).into());
+            return Err(CliError::File(format!(
+                "cannot write --report {}: {} is not a directory; create it or pick another path",
+                p.display(),
+                dir.display()
+            )));
         }
     }
     if a.plan_file.is_some() {
@@ -239,7 +237,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
                 } else {
                     outln!("{msg}");
                 }
-                return Ok(exit::OK);
+                return Ok(ExitCode::Ok);
             }
         }
     }
@@ -260,11 +258,10 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
             .unsafe_findings()
             .map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason))
             .collect();
-        return Err(Coded(
-            exit::INCOMPATIBLE,
-            format!("the plan is unsafe, nothing was changed: {}", reasons.join("; ")),
-        )
-        .into());
+        return Err(CliError::Unsafe(format!(
+            "the plan is unsafe, nothing was changed: {}",
+            reasons.join("; ")
+        )));
     }
     if !a.yes && a.resume.is_none() {
         confirm(&plan)?;
@@ -379,7 +376,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> anyhow::Result<
     } else {
         print_journal(&j);
     }
-    Ok(if j.phase == Phase::Done { exit::OK } else { exit::FAILED })
+    Ok(if j.phase == Phase::Done { ExitCode::Ok } else { ExitCode::Failed })
 }
 
 pub fn print_journal(j: &Journal) {
@@ -431,7 +428,7 @@ pub fn print_journal(j: &Journal) {
     }
 }
 
-pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> anyhow::Result<i32> {
+pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> Result<ExitCode> {
     let js = super::connect(conn).await?;
     let list = engine::list(&js).await?;
     let mut leases = engine::leases(&js).await?;
@@ -442,11 +439,9 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> anyhow::R
         Some(id) => {
             let one: Vec<Journal> = list.into_iter().filter(|j| &j.id == id).collect();
             if one.is_empty() && leases.is_empty() {
-                return Err(Coded(
-                    exit::BAD_INPUT,
-                    format!("no migration {id:?}; `nats-cutover status` lists them"),
-                )
-                .into());
+                return Err(CliError::NoMigration(format!(
+                    "no migration {id:?}; `nats-cutover status` lists them"
+                )));
             }
             one
         }
@@ -467,7 +462,7 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> anyhow::R
             "{}",
             serde_json::to_string_pretty(&json!({ "migrations": list, "leases": leases }))?
         );
-        return Ok(exit::OK);
+        return Ok(ExitCode::Ok);
     }
     if list.is_empty() && leases.is_empty() {
         outln!("no migrations on this server");
@@ -511,10 +506,10 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> anyhow::R
             .collect();
         outln!("\nleases:\n{}", table(&["stream", "migration", "holder", "state", ""], &rows));
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
-pub async fn forget(conn: &ConnArgs, json_out: bool, a: ForgetArgs) -> anyhow::Result<i32> {
+pub async fn forget(conn: &ConnArgs, json_out: bool, a: ForgetArgs) -> Result<ExitCode> {
     let js = super::connect(conn).await?;
     let f = engine::forget(&js, &a.id).await?;
     if json_out {
@@ -527,10 +522,10 @@ pub async fn forget(conn: &ConnArgs, json_out: bool, a: ForgetArgs) -> anyhow::R
             if f.lease_removed { " and its expired lease" } else { "" }
         );
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
-pub async fn rollback(conn: &ConnArgs, json_out: bool, a: RollbackArgs) -> anyhow::Result<i32> {
+pub async fn rollback(conn: &ConnArgs, json_out: bool, a: RollbackArgs) -> Result<ExitCode> {
     let js = super::connect(conn).await?;
     let render = Render::new(detect(json_out));
     let j = engine::rollback(&js, &a.id, &render, a.lease_ttl).await;
@@ -541,5 +536,5 @@ pub async fn rollback(conn: &ConnArgs, json_out: bool, a: RollbackArgs) -> anyho
     } else {
         print_journal(&j);
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }

@@ -3,7 +3,8 @@
 
 use super::progress::{detect, Mode};
 use crate::cli::{ConnArgs, VerifyArgs};
-use crate::exit::{self, Coded};
+use crate::error::{CliError, Result};
+use crate::exit::ExitCode;
 use crate::render::{self, table};
 use cutover_core::journal::migration_id;
 use cutover_core::names;
@@ -12,7 +13,7 @@ use cutover_nats::engine;
 use cutover_nats::verify::{verify, VerifyOptions, VerifyProgress};
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> anyhow::Result<i32> {
+pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> Result<ExitCode> {
     let id = match (&a.migration, &a.from, &a.to) {
         (Some(id), _, _) => id.clone(),
         (None, Some(from), Some(to)) => {
@@ -21,11 +22,9 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> anyhow::Resu
             migration_id(from, to)
         }
         _ => {
-            return Err(Coded(
-                exit::BAD_INPUT,
+            return Err(CliError::Flag(
                 "name the migration: --migration FROM.TO, or --from A --to B".into(),
-            )
-            .into())
+            ))
         }
     };
     for c in &a.consumer {
@@ -33,11 +32,9 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> anyhow::Resu
     }
     let js = super::connect(conn).await?;
     if !engine::list(&js).await?.iter().any(|j| j.id == id) {
-        return Err(Coded(
-            exit::BAD_INPUT,
-            format!("no migration {id:?} on this server; `nats-cutover status` lists them"),
-        )
-        .into());
+        return Err(CliError::NoMigration(format!(
+            "no migration {id:?} on this server; `nats-cutover status` lists them"
+        )));
     }
     let opts = VerifyOptions {
         consumers: a.consumer.clone(),
@@ -70,7 +67,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> anyhow::Resu
     } else {
         print_report(&report);
     }
-    Ok(if report.holds { exit::OK } else { exit::NOT_VERIFIED })
+    Ok(if report.holds { ExitCode::Ok } else { ExitCode::NotVerified })
 }
 
 fn n(v: u64) -> String {

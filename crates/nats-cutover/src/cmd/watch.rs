@@ -8,7 +8,8 @@
 //! `--metrics-addr`. Read-only: it never changes the consumer.
 
 use crate::cli::{ConnArgs, WatchArgs};
-use crate::exit::{self, Coded};
+use crate::error::{CliError, Result};
+use crate::exit::ExitCode;
 use crate::metrics::{self, Registry};
 use cutover_core::checkpoint::assess;
 use cutover_core::lag::{self, LagSample, Status};
@@ -19,25 +20,21 @@ use serde_json::json;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> anyhow::Result<i32> {
+pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> Result<ExitCode> {
     names::stream(&a.stream)?;
     names::consumer(&a.consumer)?;
     if a.interval < Duration::from_millis(10) || a.interval > Duration::from_secs(3600) {
-        return Err(Coded(exit::BAD_INPUT, "--interval must be between 10ms and 1h".into()).into());
+        return Err(CliError::Flag("--interval must be between 10ms and 1h".into()));
     }
     if a.window < 2 {
-        return Err(Coded(
-            exit::BAD_INPUT,
+        return Err(CliError::Flag(
             "--window must be at least 2 reads (no progress is only evidence over time)".into(),
-        )
-        .into());
+        ));
     }
     if a.count == Some(0) {
-        return Err(Coded(
-            exit::BAD_INPUT,
+        return Err(CliError::Flag(
             "--count must be at least 1 (omit it to watch until Ctrl-C)".into(),
-        )
-        .into());
+        ));
     }
     let js = super::connect(conn).await?;
     // The first read is checked: a wrong stream or consumer name is bad input,
@@ -142,7 +139,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> anyhow::Resul
             );
         }
     }
-    Ok(exit::OK)
+    Ok(ExitCode::Ok)
 }
 
 fn update(
