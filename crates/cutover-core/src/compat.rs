@@ -2,7 +2,10 @@
 //! the cut-over can be exact, each judged ok / changed on purpose / unsafe, with
 //! the reason. A plan with any unsafe finding is refused before the first write.
 
-use crate::model::{nanos, ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo};
+use crate::model::{
+    nanos, AckPolicy, ConsumerConfig, ConsumerInfo, DiscardPolicy, ReplayPolicy, RetentionPolicy,
+    StreamConfig, StreamInfo,
+};
 use crate::subject;
 use crate::version::ServerVersion;
 use serde::{Deserialize, Serialize};
@@ -166,12 +169,12 @@ pub(crate) fn check_streams(
         }
     }
     // Retention.
-    match (ac.retention.as_str(), b.retention.as_str()) {
+    match (&ac.retention, &b.retention) {
         (x, y) if x == y => r.add(s, "retention", x, y, Verdict::Ok, "unchanged"),
-        (_, "interest") => r.add(s, "retention", &ac.retention, &b.retention, Verdict::Unsafe, "an interest stream drops messages nobody is subscribed to; until the new consumer exists on B every sourced message would be dropped; create B with limits retention"),
+        (_, RetentionPolicy::Interest) => r.add(s, "retention", &ac.retention, &b.retention, Verdict::Unsafe, "an interest stream drops messages nobody is subscribed to; until the new consumer exists on B every sourced message would be dropped; create B with limits retention"),
         (x, y) => r.add(s, "retention", x, y, Verdict::ChangedOnPurpose, "retention changes with the new stream (the reason to migrate)"),
     }
-    if b.retention == "interest" && ac.retention == "interest" {
+    if b.retention == RetentionPolicy::Interest && ac.retention == RetentionPolicy::Interest {
         r.findings.pop();
         r.add(s, "retention", "interest", "interest", Verdict::Unsafe, "an interest stream drops messages nobody is subscribed to; until the new consumer exists on B every sourced message would be dropped; create B with limits retention");
     }
@@ -205,8 +208,8 @@ pub(crate) fn check_streams(
                     "max_bytes" => a.state.bytes as i64,
                     _ => -1,
                 };
-                if now > y || b.discard == "new" {
-                    r.add(s, name, av, bv, Verdict::Unsafe, format!("B keeps less than A ({y} vs {}): with discard {} it would {} messages the consumers may not have processed", if av > 0 { av.to_string() } else { "unlimited".into() }, b.discard, if b.discard == "new" { "refuse sourced" } else { "drop" }));
+                if now > y || b.discard == DiscardPolicy::New {
+                    r.add(s, name, av, bv, Verdict::Unsafe, format!("B keeps less than A ({y} vs {}): with discard {} it would {} messages the consumers may not have processed", if av > 0 { av.to_string() } else { "unlimited".into() }, b.discard, if b.discard == DiscardPolicy::New { "refuse sourced" } else { "drop" }));
                 } else {
                     r.add(s, name, av, bv, Verdict::ChangedOnPurpose, format!("B keeps less than A but more than A holds now ({now}); watch consumer lag"));
                 }
@@ -219,7 +222,7 @@ pub(crate) fn check_streams(
         (Some(x), Some(y)) if y >= x => r.add(s, "max_age", dur(ac.max_age), dur(b.max_age), Verdict::ChangedOnPurpose, "B keeps messages longer"),
         _ => r.add(s, "max_age", dur(ac.max_age), dur(b.max_age), Verdict::ChangedOnPurpose, "B keeps messages for less time: a consumer lagging more than that would lose messages; check lag first"),
     }
-    if b.discard == "new"
+    if b.discard == DiscardPolicy::New
         && [b.max_msgs, b.max_bytes, b.max_msgs_per_subject].iter().any(|v| *v > 0)
     {
         r.add(s, "discard", &ac.discard, &b.discard, Verdict::ChangedOnPurpose, "discard new: when B is full, publishes are refused (publishers see errors, nothing is silently dropped)");
@@ -227,8 +230,8 @@ pub(crate) fn check_streams(
         r.same_or_changed(
             s,
             "discard",
-            ac.discard.clone(),
-            b.discard.clone(),
+            ac.discard.as_str(),
+            b.discard.as_str(),
             "discard policy changes",
         );
     }
@@ -266,8 +269,8 @@ pub(crate) fn check_streams(
     r.same_or_changed(
         s,
         "storage",
-        ac.storage.clone(),
-        b.storage.clone(),
+        ac.storage.as_str(),
+        b.storage.as_str(),
         "storage changes with the new stream",
     );
     r.same_or_changed(
@@ -291,16 +294,16 @@ pub(crate) fn check_streams(
     if !b.allow_direct {
         r.add(s, "allow_direct", ac.allow_direct, b.allow_direct, Verdict::ChangedOnPurpose, "B has no direct get: translation uses STREAM.MSG.GET (same count of requests, slower each)");
     }
-    if b.retention == "workqueue" {
+    if b.retention == RetentionPolicy::WorkQueue {
         // consumer.go: a consumer on a work queue must deliver all (10101), so
         // the new durable cannot start after the checkpoint.
         r.add(s, "retention", &ac.retention, &b.retention, Verdict::Unsafe, "B would be a work queue, where a consumer must deliver all (error 10101): the new durable could not start after the checkpoint; moving to or between work queues is not supported yet; give B limits retention (--to-config {\"retention\": \"limits\"})");
-    } else if ac.retention != "limits" && !version.at_least(2, 14, 0) {
+    } else if ac.retention != RetentionPolicy::Limits && !version.at_least(2, 14, 0) {
         // ADR-60 (nats-server 2.14.0, PR 7613): before it, a stream sourcing a
         // work-queue or interest stream is not reliable (its source consumer
         // competes with the durables).
         r.add(s, "retention", &ac.retention, &b.retention, Verdict::Unsafe, format!("A has {} retention: reliable sourcing from work-queue and interest streams needs nats-server 2.14 (ADR-60); this server is {version}: upgrade first", ac.retention));
-    } else if ac.retention == "workqueue" {
+    } else if ac.retention == RetentionPolicy::WorkQueue {
         r.add(s, "retention", &ac.retention, &b.retention, Verdict::Ok, "work queue to limits: B keeps every message A held; each moved consumer keeps its filters");
     }
 }
@@ -397,9 +400,9 @@ pub(crate) fn check_consumer(
             "an ephemeral consumer has no durable state to move; its owner recreates it on B",
         );
     }
-    match cc.ack_policy.as_str() {
-        "none" => r.add(s, "ack_policy", "none", "", Verdict::Unsafe, "ack policy none: the server never learns which messages were processed, so no exact checkpoint exists and exactly-once is impossible; use explicit acks"),
-        "all" => r.add(s, "ack_policy", "all", "all", Verdict::Ok, "cumulative acks: num_ack_pending still tells when everything delivered is settled"),
+    match &cc.ack_policy {
+        AckPolicy::None => r.add(s, "ack_policy", "none", "", Verdict::Unsafe, "ack policy none: the server never learns which messages were processed, so no exact checkpoint exists and exactly-once is impossible; use explicit acks"),
+        AckPolicy::All => r.add(s, "ack_policy", "all", "all", Verdict::Ok, "cumulative acks: num_ack_pending still tells when everything delivered is settled"),
         p => r.add(s, "ack_policy", p, p, Verdict::Ok, "explicit acks give an exact settled position"),
     }
     r.add(s, "ack_wait", dur(cc.ack_wait), dur(cc.ack_wait), Verdict::Ok, "carried over unchanged");
@@ -443,7 +446,7 @@ pub(crate) fn check_consumer(
         );
     }
     r.add(s, "deliver_policy", &cc.deliver_policy, "by_start_sequence", Verdict::ChangedOnPurpose, "the new durable starts at the translated checkpoint; the original policy only mattered when the old one was created");
-    if cc.replay_policy == "original" {
+    if cc.replay_policy == ReplayPolicy::Original {
         r.add(s, "replay_policy", "original", "original", Verdict::ChangedOnPurpose, "replay original paces by B's timestamps, which are the sourcing times, not A's publish times");
     }
     if cc.inactive_threshold > 0 {

@@ -8,7 +8,7 @@
 //! [`PLAN_FORMAT`]; fields are only ever added.
 
 use crate::compat::{self, Finding, Report, Verdict};
-use crate::model::{nanos, ConsumerInfo, StreamConfig, StreamInfo};
+use crate::model::{nanos, ConsumerInfo, RetentionPolicy, StorageType, StreamConfig, StreamInfo};
 use crate::quiescence::{self, QuiescentBound};
 use crate::version::{Features, ServerVersion, MINIMUM};
 use serde::{Deserialize, Serialize};
@@ -447,7 +447,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
     }
     // B holds a copy of A while it sources it: the account must have room.
     if let Some(acc) = &facts.account {
-        let (used_key, limit_key) = if b_view.storage == "memory" {
+        let (used_key, limit_key) = if b_view.storage == StorageType::Memory {
             ("memory", "max_memory")
         } else {
             ("storage", "max_storage")
@@ -480,7 +480,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
             "stream {d} sources or mirrors {}: after the cut-over it would receive nothing new; point it at {} first (or migrate it too)", req.from, req.to
         ));
     }
-    if b_view.retention == "workqueue" {
+    if b_view.retention == RetentionPolicy::WorkQueue {
         for (i, (c1, f1)) in workqueue_filters.iter().enumerate() {
             for (c2, f2) in &workqueue_filters[i + 1..] {
                 if c1 != c2 && crate::subject::overlaps(f1, f2) {

@@ -108,7 +108,7 @@ pub async fn verify(
     };
     let (b_raw, b) = js.stream_info(&j.to).await?;
     for (name, retention) in [(&j.from, &a.config.retention), (&j.to, &b.config.retention)] {
-        if retention == "workqueue" || retention == "interest" {
+        if retention.removes_acked() {
             return Err(Error::Config(format!(
                 "stream {name} has {retention} retention: acknowledged messages are removed from it, so a missing message cannot be told from a processed one; verify supports limits retention only"
             )));
