@@ -486,7 +486,9 @@ pub(crate) fn check_against_server(
     }
 }
 
-/// Consumer-level rules. `b_source_transforms` map A's subjects to B's.
+/// Consumer-level rules, in the report's order. Returns the consumer's filters
+/// as B stores their subjects (empty: all), or `None` when they cannot be
+/// mapped exactly.
 pub(crate) fn check_consumer(
     r: &mut Report,
     c: &ConsumerInfo,
@@ -497,6 +499,19 @@ pub(crate) fn check_consumer(
     let scope = format!("consumer {}", c.name);
     let s = scope.as_str();
     let cc: &ConsumerConfig = &c.config;
+    rule_durable(r, s, cc);
+    rule_ack_policy(r, s, cc);
+    rule_redelivery(r, s, cc);
+    rule_push_or_pull(r, s, cc);
+    rule_start_and_replay(r, s, cc);
+    rule_inactive_threshold(r, s, cc);
+    rule_carried_flags(r, s, cc);
+    rule_pause(r, s, c, version, publishers_stopped);
+    rule_filters(r, s, cc, b)
+}
+
+/// Only a durable has state to move.
+fn rule_durable(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     if !cc.is_durable() {
         r.add(
             s,
@@ -507,11 +522,19 @@ pub(crate) fn check_consumer(
             "an ephemeral consumer has no durable state to move; its owner recreates it on B",
         );
     }
+}
+
+/// The checkpoint is exact only where the server learns what was processed.
+fn rule_ack_policy(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     match &cc.ack_policy {
         AckPolicy::None => r.add(s, "ack_policy", "none", "", Verdict::Unsafe, "ack policy none: the server never learns which messages were processed, so no exact checkpoint exists and exactly-once is impossible; use explicit acks"),
         AckPolicy::All => r.add(s, "ack_policy", "all", "all", Verdict::Ok, "cumulative acks: num_ack_pending still tells when everything delivered is settled"),
         p => r.add(s, "ack_policy", p, p, Verdict::Ok, "explicit acks give an exact settled position"),
     }
+}
+
+/// Acknowledgement and redelivery settings, carried over to the new durable.
+fn rule_redelivery(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     r.add(s, "ack_wait", dur(cc.ack_wait), dur(cc.ack_wait), Verdict::Ok, "carried over unchanged");
     r.add(
         s,
@@ -536,6 +559,10 @@ pub(crate) fn check_consumer(
             "carried over unchanged",
         );
     }
+}
+
+/// How the applications receive: push keeps its deliver subject, pull fetches.
+fn rule_push_or_pull(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     if cc.is_push() {
         r.add(s, "deliver_subject", cc.deliver_subject.clone().unwrap_or_default(), "same", Verdict::Ok, format!(
             "push consumer: the new durable on B keeps deliver subject{} so the applications' subscriptions receive from B without a redeploy",
@@ -552,13 +579,22 @@ pub(crate) fn check_consumer(
             "carried over unchanged",
         );
     }
+}
+
+fn rule_start_and_replay(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     r.add(s, "deliver_policy", &cc.deliver_policy, "by_start_sequence", Verdict::ChangedOnPurpose, "the new durable starts at the translated checkpoint; the original policy only mattered when the old one was created");
     if cc.replay_policy == ReplayPolicy::Original {
         r.add(s, "replay_policy", "original", "original", Verdict::ChangedOnPurpose, "replay original paces by B's timestamps, which are the sourcing times, not A's publish times");
     }
+}
+
+fn rule_inactive_threshold(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     if cc.inactive_threshold > 0 {
         r.add(s, "inactive_threshold", dur(cc.inactive_threshold), dur(cc.inactive_threshold), Verdict::ChangedOnPurpose, "the durable is deleted after this long without a pull; redeploy the instances to B within it or the new durable vanishes");
     }
+}
+
+fn rule_carried_flags(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     if cc.headers_only {
         r.add(s, "headers_only", true, true, Verdict::Ok, "carried over unchanged");
     }
@@ -572,6 +608,17 @@ pub(crate) fn check_consumer(
             "carried over unchanged",
         );
     }
+}
+
+/// The old consumer is held at an exact position by a pause (2.11+), or by
+/// publishers that were stopped.
+fn rule_pause(
+    r: &mut Report,
+    s: &str,
+    c: &ConsumerInfo,
+    version: ServerVersion,
+    publishers_stopped: bool,
+) {
     if c.paused {
         r.add(
             s,
@@ -587,7 +634,16 @@ pub(crate) fn check_consumer(
             "server {version} cannot pause consumers (2.11+), so the old consumer cannot be held at an exact position while publishers run; stop the publishers and pass --publishers-stopped, or upgrade the server"
         ));
     }
-    // Filters through B's source transform.
+}
+
+/// The consumer's filters through B's source filter and subject transforms:
+/// the new durable must select the same messages, with subjects as B stores them.
+fn rule_filters(
+    r: &mut Report,
+    s: &str,
+    cc: &ConsumerConfig,
+    b: &StreamConfig,
+) -> Option<Vec<String>> {
     let src = b.sources.first();
     let transforms = src.map(|x| x.subject_transforms.clone()).unwrap_or_default();
     let src_filter = src.and_then(|x| x.filter_subject.clone()).filter(|f| !f.is_empty());
