@@ -18,7 +18,7 @@
 //!
 //! Nothing is written but the ephemeral ordered consumers, deleted at the end.
 
-use crate::api::{Js, StoredMsg};
+use crate::api::{Action, Js, Lookup, StoredMsg, Via};
 use crate::engine::rollback::load;
 use crate::error::{Error, Result};
 use async_nats::header::{HeaderName, NATS_MESSAGE_ID};
@@ -257,7 +257,8 @@ pub async fn verify(
     // Hash matches become findings only with the real ids equal.
     let candidates = bside.slip_candidates().to_vec();
     for c in &candidates {
-        let direct = js.get_msg(&j.to, c.direct_b_seq, true, b_direct_get).await?;
+        let direct =
+            js.get_msg(&j.to, c.direct_b_seq, Lookup::Exact, Via::direct_if(b_direct_get)).await?;
         if direct.as_ref().and_then(|m| m.header("Nats-Msg-Id")) == Some(c.msg_id.as_str()) {
             bside.confirm_slip(c);
         }
@@ -471,7 +472,7 @@ async fn count_selected(js: &Js, stream: &str, filters: &[String]) -> Option<u64
     } else {
         cfg["filter_subjects"] = json!(filters);
     }
-    let v = js.consumer_create(stream, &name, &cfg, true).await;
+    let v = js.consumer_create(stream, &name, &cfg, Action::Create).await;
     let _ = js.consumer_delete(stream, &name).await;
     v.ok()?["num_pending"].as_u64()
 }
@@ -512,7 +513,7 @@ async fn slip_window(
     let (mut lo, mut hi, mut cand) = (b_first.max(1), last.seq, last.seq);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        match js.get_msg(&j.to, mid, false, direct).await? {
+        match js.get_msg(&j.to, mid, Lookup::AtOrAfter, Via::direct_if(direct)).await? {
             Some(m) if m.seq < hi => {
                 if is_direct(&m) {
                     cand = m.seq;
@@ -646,9 +647,9 @@ async fn enrich(
             continue;
         }
         let m = match (o.b_seq, o.a_seq) {
-            (Some(b), _) => js.get_msg(&to, b, true, b_direct).await?,
+            (Some(b), _) => js.get_msg(&to, b, Lookup::Exact, Via::direct_if(b_direct)).await?,
             (None, Some(a)) if o.kind != Kind::AuditUnknown => {
-                js.get_msg(&from, a, true, a_direct).await?
+                js.get_msg(&from, a, Lookup::Exact, Via::direct_if(a_direct)).await?
             }
             _ => None,
         };
@@ -674,20 +675,20 @@ async fn locate(
     direct: bool,
 ) -> Result<Option<u64>> {
     let origin_of = |m: &StoredMsg| -> Result<u64> { Ok(m.origin_seq(from)?.unwrap_or(u64::MAX)) };
-    let last_origin = match js.get_msg(to, b_last, true, direct).await? {
+    let last_origin = match js.get_msg(to, b_last, Lookup::Exact, Via::direct_if(direct)).await? {
         Some(m) => Some(origin_of(&m)?),
         None => None,
     };
     let mut s = TranslateSearch::new(origin - 1, b_first, b_last, last_origin);
     while let Some(p) = s.next_probe() {
-        let probe = match js.get_msg(to, p, false, direct).await? {
+        let probe = match js.get_msg(to, p, Lookup::AtOrAfter, Via::direct_if(direct)).await? {
             Some(m) if m.seq <= b_last => Some((m.seq, origin_of(&m)?)),
             _ => None,
         };
         s.observe(probe);
     }
     let Some(at) = s.result() else { return Ok(None) };
-    Ok(match js.get_msg(to, at, false, direct).await? {
+    Ok(match js.get_msg(to, at, Lookup::AtOrAfter, Via::direct_if(direct)).await? {
         Some(m) if m.origin_seq(from)? == Some(origin) => Some(m.seq),
         _ => None,
     })
