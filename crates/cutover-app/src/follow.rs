@@ -2,6 +2,7 @@
 
 use async_nats::jetstream::kv::{self, Operation};
 use cutover_core::journal::{route_key, Route};
+use cutover_nats::journal::IfMissing;
 use futures::StreamExt;
 use tokio::sync::watch;
 
@@ -32,7 +33,9 @@ impl Follower {
         consumer: &str,
     ) -> Result<Self, async_nats::Error> {
         let js = cutover_nats::Js::new(client, std::time::Duration::from_secs(5));
-        let store = cutover_nats::journal::JournalStore::open(&js, true).await?.expect("bucket");
+        let store = cutover_nats::journal::JournalStore::open(&js, IfMissing::Create)
+            .await?
+            .expect("bucket");
         let kv: kv::Store = store.kv().clone();
         let key = route_key(stream, consumer);
         let original = Binding { stream: stream.into(), consumer: consumer.into() };

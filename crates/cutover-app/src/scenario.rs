@@ -5,6 +5,7 @@
 use crate::load::{Load, LoadConfig, LoadReport};
 use cutover_core::journal::Journal;
 use cutover_core::plan::{Plan, PlanRequest};
+use cutover_nats::api::Action;
 use cutover_nats::engine::{self, Event, EventKind, RunOptions, Sink};
 use cutover_nats::journal::now_ms;
 use cutover_nats::Js;
@@ -86,7 +87,7 @@ pub async fn live_cutover(
     let js = Js::new(client.clone(), Duration::from_secs(5));
     let l = &cfg.load;
     js.stream_create(&json!({"name": l.stream, "subjects": [format!("{}.>", l.subject_prefix)], "duplicate_window": 120_000_000_000i64, "allow_direct": true})).await?;
-    js.consumer_create(&l.stream, &l.consumer, &json!({"durable_name": l.consumer, "ack_policy": "explicit", "ack_wait": cfg.ack_wait.as_nanos() as u64, "max_ack_pending": 1000, "max_deliver": 5}), true).await?;
+    js.consumer_create(&l.stream, &l.consumer, &json!({"durable_name": l.consumer, "ack_policy": "explicit", "ack_wait": cfg.ack_wait.as_nanos() as u64, "max_ack_pending": 1000, "max_deliver": 5}), Action::Create).await?;
     let started_ms = now_ms();
     let t0 = Instant::now();
     let mut load = Load::start(client.clone(), l.clone()).await;

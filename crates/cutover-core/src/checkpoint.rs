@@ -24,7 +24,7 @@
 //! interpolation guess (one get when A and B line up one to one) alternating with
 //! bisection, so never more than about `2 * log2(N)` gets.
 
-use crate::model::ConsumerInfo;
+use crate::model::{AckPolicy, ConsumerInfo};
 use serde::{Deserialize, Serialize};
 
 /// What can be said about a consumer's position right now.
@@ -47,7 +47,7 @@ pub fn assess(c: &ConsumerInfo) -> Assessment {
     let d = c.delivered.stream_seq;
     let f = c.ack_floor.stream_seq;
     let mut why = vec![];
-    let ack_none = c.config.ack_policy == "none";
+    let ack_none = c.config.ack_policy == AckPolicy::None;
     if ack_none {
         why.push("ack policy is none: the server does not know which messages were processed, so no position is settled".into());
         return Assessment {
@@ -229,7 +229,7 @@ mod tests {
         let a = assess(&info(100, 100, 0, false));
         assert!(a.settled && !a.stable);
         let mut i = info(5, 5, 0, true);
-        i.config.ack_policy = "none".into();
+        i.config.ack_policy = AckPolicy::None;
         assert!(!assess(&i).settled);
     }
 

@@ -2,7 +2,10 @@
 //! the cut-over can be exact, each judged ok / changed on purpose / unsafe, with
 //! the reason. A plan with any unsafe finding is refused before the first write.
 
-use crate::model::{nanos, ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo};
+use crate::model::{
+    nanos, AckPolicy, ConsumerConfig, ConsumerInfo, DiscardPolicy, ReplayPolicy, RetentionPolicy,
+    StreamConfig, StreamInfo,
+};
 use crate::subject;
 use crate::version::ServerVersion;
 use serde::{Deserialize, Serialize};
@@ -85,6 +88,9 @@ impl Report {
     }
 }
 
+/// The scope of stream-level findings.
+const STREAM: &str = "stream";
+
 fn limit(v: i64) -> Option<i64> {
     (v > 0).then_some(v)
 }
@@ -98,7 +104,8 @@ fn dur(ns: i64) -> String {
 }
 
 /// Stream-level rules. `b` is B's configuration as it will be while sourcing;
-/// `b_final_subjects` the subjects B takes at the commit point.
+/// `b_final_subjects` the subjects B takes at the commit point. Each rule adds
+/// its findings in turn: the order is the report's order.
 pub(crate) fn check_streams(
     r: &mut Report,
     a: &StreamInfo,
@@ -108,8 +115,26 @@ pub(crate) fn check_streams(
     retry_horizon: Duration,
     version: ServerVersion,
 ) {
-    let s = "stream";
     let ac = &a.config;
+    rule_a_takes_publishes(r, ac);
+    rule_subjects(r, ac, b, b_final_subjects, b_exists);
+    rule_sources(r, ac, b);
+    rule_retention(r, ac, b);
+    rule_limits(r, a, b);
+    rule_max_age(r, ac, b);
+    rule_discard(r, ac, b);
+    rule_max_msg_size(r, ac, b);
+    rule_duplicate_window(r, ac, b, retry_horizon, version);
+    rule_sourced_msg_id_dedup(r, version);
+    rule_carried_settings(r, ac, b);
+    rule_b_not_sealed(r, b);
+    rule_allow_direct(r, ac, b);
+    rule_retention_sourcing(r, ac, b, version);
+}
+
+/// A must be a stream publishers write to, whose subjects can be released.
+fn rule_a_takes_publishes(r: &mut Report, ac: &StreamConfig) {
+    let s = STREAM;
     if ac.mirror.is_some() {
         r.add(s, "mirror", "A is a mirror", "", Verdict::Unsafe, "A is a mirror and takes no publishes; promote it first (mirror promotion needs 2.12) or migrate its origin");
     }
@@ -119,7 +144,18 @@ pub(crate) fn check_streams(
     if ac.subject_transform.is_some() {
         r.add(s, "subject_transform", "set on A", "", Verdict::Unsafe, "A rewrites subjects on ingest; B would have to repeat it for direct publishes after the cut-over, which this version does not plan; remove the transform or migrate by hand");
     }
-    // Subjects: publishers keep publishing to A's subjects, so B must take all of them.
+}
+
+/// Publishers keep publishing to A's subjects, so B must take all of them, and
+/// only at the commit point.
+fn rule_subjects(
+    r: &mut Report,
+    ac: &StreamConfig,
+    b: &StreamConfig,
+    b_final_subjects: &[String],
+    b_exists: bool,
+) {
+    let s = STREAM;
     for subj in &ac.subjects {
         if !b_final_subjects.iter().any(|bs| subject::covers(bs, subj)) {
             r.add(s, "subjects", subj, b_final_subjects.join(","), Verdict::Unsafe, format!("publishers to {subj} would find no stream after the cut-over: B's subjects must cover every subject of A"));
@@ -140,7 +176,11 @@ pub(crate) fn check_streams(
     if b_exists && !b.subjects.is_empty() {
         r.add(s, "subjects", "", b.subjects.join(","), Verdict::Unsafe, "B already takes direct publishes: they would interleave with A's history and the checkpoint could not be translated by origin sequence; give B no subjects until the cut-over");
     }
-    // Sources.
+}
+
+/// B sources exactly A, so every message in B carries an origin sequence of A.
+fn rule_sources(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
+    let s = STREAM;
     let sources_a: Vec<_> = b.sources.iter().filter(|x| x.name == ac.name).collect();
     if sources_a.len() != 1 || b.sources.len() != 1 || b.mirror.is_some() {
         r.add(s, "sources", "", b.sources.iter().map(|x| x.name.clone()).collect::<Vec<_>>().join(","), Verdict::Unsafe, format!("B must source exactly one stream, {}, and nothing else, so that every message in B carries an origin sequence of A", ac.name));
@@ -165,61 +205,91 @@ pub(crate) fn check_streams(
             r.add(s, "sources.external", "", "set", Verdict::Unsafe, "B sources A from another domain/account; this version translates checkpoints only within one account");
         }
     }
-    // Retention.
-    match (ac.retention.as_str(), b.retention.as_str()) {
+}
+
+/// Retention may change, but B must not drop what nobody is subscribed to yet.
+fn rule_retention(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
+    let s = STREAM;
+    match (&ac.retention, &b.retention) {
         (x, y) if x == y => r.add(s, "retention", x, y, Verdict::Ok, "unchanged"),
-        (_, "interest") => r.add(s, "retention", &ac.retention, &b.retention, Verdict::Unsafe, "an interest stream drops messages nobody is subscribed to; until the new consumer exists on B every sourced message would be dropped; create B with limits retention"),
+        (_, RetentionPolicy::Interest) => r.add(s, "retention", &ac.retention, &b.retention, Verdict::Unsafe, "an interest stream drops messages nobody is subscribed to; until the new consumer exists on B every sourced message would be dropped; create B with limits retention"),
         (x, y) => r.add(s, "retention", x, y, Verdict::ChangedOnPurpose, "retention changes with the new stream (the reason to migrate)"),
     }
-    if b.retention == "interest" && ac.retention == "interest" {
+    if b.retention == RetentionPolicy::Interest && ac.retention == RetentionPolicy::Interest {
         r.findings.pop();
         r.add(s, "retention", "interest", "interest", Verdict::Unsafe, "an interest stream drops messages nobody is subscribed to; until the new consumer exists on B every sourced message would be dropped; create B with limits retention");
     }
-    // Limits that could drop messages not consumed yet.
-    let held = a.state.messages as i64;
+}
+
+/// Limits that could drop messages not consumed yet.
+fn rule_limits(r: &mut Report, a: &StreamInfo, b: &StreamConfig) {
+    let ac = &a.config;
     for (name, av, bv) in [
         ("max_msgs", ac.max_msgs, b.max_msgs),
         ("max_bytes", ac.max_bytes, b.max_bytes),
         ("max_msgs_per_subject", ac.max_msgs_per_subject, b.max_msgs_per_subject),
     ] {
-        match (limit(av), limit(bv)) {
-            (_, None) => r.add(
-                s,
-                name,
-                av,
-                bv,
-                if limit(av).is_some() { Verdict::ChangedOnPurpose } else { Verdict::Ok },
-                if limit(av).is_some() { "B keeps more than A" } else { "unlimited" },
-            ),
-            (Some(x), Some(y)) if y >= x => r.add(
-                s,
-                name,
-                av,
-                bv,
-                if x == y { Verdict::Ok } else { Verdict::ChangedOnPurpose },
-                "B keeps at least as much as A",
-            ),
-            (_, Some(y)) => {
-                let now = match name {
-                    "max_msgs" => held,
-                    "max_bytes" => a.state.bytes as i64,
-                    _ => -1,
-                };
-                if now > y || b.discard == "new" {
-                    r.add(s, name, av, bv, Verdict::Unsafe, format!("B keeps less than A ({y} vs {}): with discard {} it would {} messages the consumers may not have processed", if av > 0 { av.to_string() } else { "unlimited".into() }, b.discard, if b.discard == "new" { "refuse sourced" } else { "drop" }));
-                } else {
-                    r.add(s, name, av, bv, Verdict::ChangedOnPurpose, format!("B keeps less than A but more than A holds now ({now}); watch consumer lag"));
-                }
+        rule_limit(r, a, b, name, av, bv);
+    }
+}
+
+/// One count or size limit: A's value `av` against B's `bv`.
+fn rule_limit(r: &mut Report, a: &StreamInfo, b: &StreamConfig, name: &str, av: i64, bv: i64) {
+    let s = STREAM;
+    match (limit(av), limit(bv)) {
+        (_, None) => r.add(
+            s,
+            name,
+            av,
+            bv,
+            if limit(av).is_some() { Verdict::ChangedOnPurpose } else { Verdict::Ok },
+            if limit(av).is_some() { "B keeps more than A" } else { "unlimited" },
+        ),
+        (Some(x), Some(y)) if y >= x => r.add(
+            s,
+            name,
+            av,
+            bv,
+            if x == y { Verdict::Ok } else { Verdict::ChangedOnPurpose },
+            "B keeps at least as much as A",
+        ),
+        (_, Some(y)) => {
+            let now = match name {
+                "max_msgs" => a.state.messages as i64,
+                "max_bytes" => a.state.bytes as i64,
+                _ => -1,
+            };
+            if now > y || b.discard == DiscardPolicy::New {
+                r.add(s, name, av, bv, Verdict::Unsafe, format!("B keeps less than A ({y} vs {}): with discard {} it would {} messages the consumers may not have processed", if av > 0 { av.to_string() } else { "unlimited".into() }, b.discard, if b.discard == DiscardPolicy::New { "refuse sourced" } else { "drop" }));
+            } else {
+                r.add(
+                    s,
+                    name,
+                    av,
+                    bv,
+                    Verdict::ChangedOnPurpose,
+                    format!(
+                        "B keeps less than A but more than A holds now ({now}); watch consumer lag"
+                    ),
+                );
             }
         }
     }
+}
+
+fn rule_max_age(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
+    let s = STREAM;
     match (limit(ac.max_age), limit(b.max_age)) {
         (x, y) if x == y => r.add(s, "max_age", dur(ac.max_age), dur(b.max_age), Verdict::Ok, "unchanged"),
         (_, None) => r.add(s, "max_age", dur(ac.max_age), dur(b.max_age), Verdict::ChangedOnPurpose, "B keeps messages longer"),
         (Some(x), Some(y)) if y >= x => r.add(s, "max_age", dur(ac.max_age), dur(b.max_age), Verdict::ChangedOnPurpose, "B keeps messages longer"),
         _ => r.add(s, "max_age", dur(ac.max_age), dur(b.max_age), Verdict::ChangedOnPurpose, "B keeps messages for less time: a consumer lagging more than that would lose messages; check lag first"),
     }
-    if b.discard == "new"
+}
+
+fn rule_discard(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
+    let s = STREAM;
+    if b.discard == DiscardPolicy::New
         && [b.max_msgs, b.max_bytes, b.max_msgs_per_subject].iter().any(|v| *v > 0)
     {
         r.add(s, "discard", &ac.discard, &b.discard, Verdict::ChangedOnPurpose, "discard new: when B is full, publishes are refused (publishers see errors, nothing is silently dropped)");
@@ -227,11 +297,15 @@ pub(crate) fn check_streams(
         r.same_or_changed(
             s,
             "discard",
-            ac.discard.clone(),
-            b.discard.clone(),
+            ac.discard.as_str(),
+            b.discard.as_str(),
             "discard policy changes",
         );
     }
+}
+
+fn rule_max_msg_size(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
+    let s = STREAM;
     if limit(b.max_msg_size).is_some()
         && (limit(ac.max_msg_size).is_none() || b.max_msg_size < ac.max_msg_size)
     {
@@ -245,10 +319,20 @@ pub(crate) fn check_streams(
             "B accepts larger messages",
         );
     }
-    // Duplicate window: the publishers' retries across the subject move land in
-    // B, so B needs one covering the retry horizon; and B must not drop what A
-    // stored: a publisher that reuses a msg-id after A's window has passed gets
-    // a new message in A, and a longer window on B would drop its sourced copy.
+}
+
+/// The publishers' retries across the subject move land in B, so B needs a
+/// duplicate window covering the retry horizon; and B must not drop what A
+/// stored: a publisher that reuses a msg-id after A's window has passed gets a
+/// new message in A, and a longer window on B would drop its sourced copy.
+fn rule_duplicate_window(
+    r: &mut Report,
+    ac: &StreamConfig,
+    b: &StreamConfig,
+    retry_horizon: Duration,
+    version: ServerVersion,
+) {
+    let s = STREAM;
     let (aw, bw) = (nanos(ac.duplicate_window), nanos(b.duplicate_window));
     if b.duplicate_window <= 0 || bw < retry_horizon {
         r.add(s, "duplicate_window", dur(ac.duplicate_window), dur(b.duplicate_window), Verdict::Unsafe, format!("B needs an explicit duplicate_window of at least the publishers' retry horizon ({retry_horizon:?}) so that retried publishes land once"));
@@ -260,14 +344,22 @@ pub(crate) fn check_streams(
             if version.features().sourcing_streams_get_no_default_dedup_window { "; on 2.14+ a sourcing stream gets no window unless set, so it is set explicitly" } else { "" }
         ));
     }
+}
+
+fn rule_sourced_msg_id_dedup(r: &mut Report, version: ServerVersion) {
     if version.features().duplicate_sourced_msg_id_stalls_source {
         r.add("server", "sourced msg-id dedup", version, "", Verdict::ChangedOnPurpose, "on 2.10-2.12.5 a duplicate Nats-Msg-Id arriving by source stalls sourcing: publishers must not retry into B a message that also reaches B from A (they do not in strategy source: B takes the subjects only after A released them)");
     }
+}
+
+/// Settings that only change on purpose with the new stream.
+fn rule_carried_settings(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
+    let s = STREAM;
     r.same_or_changed(
         s,
         "storage",
-        ac.storage.clone(),
-        b.storage.clone(),
+        ac.storage.as_str(),
+        b.storage.as_str(),
         "storage changes with the new stream",
     );
     r.same_or_changed(
@@ -285,22 +377,40 @@ pub(crate) fn check_streams(
         "placement changes with the new stream",
     );
     r.same_or_changed(s, "deny_delete", ac.deny_delete, b.deny_delete, "deny_delete changes");
+}
+
+fn rule_b_not_sealed(r: &mut Report, b: &StreamConfig) {
     if b.sealed {
-        r.add(s, "sealed", "", "true", Verdict::Unsafe, "B is sealed and can take nothing");
+        r.add(STREAM, "sealed", "", "true", Verdict::Unsafe, "B is sealed and can take nothing");
     }
+}
+
+fn rule_allow_direct(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
+    let s = STREAM;
     if !b.allow_direct {
         r.add(s, "allow_direct", ac.allow_direct, b.allow_direct, Verdict::ChangedOnPurpose, "B has no direct get: translation uses STREAM.MSG.GET (same count of requests, slower each)");
     }
-    if b.retention == "workqueue" {
+}
+
+/// Work queues on either side: B cannot be one, and sourcing from one (or from
+/// an interest stream) is reliable only from 2.14.
+fn rule_retention_sourcing(
+    r: &mut Report,
+    ac: &StreamConfig,
+    b: &StreamConfig,
+    version: ServerVersion,
+) {
+    let s = STREAM;
+    if b.retention == RetentionPolicy::WorkQueue {
         // consumer.go: a consumer on a work queue must deliver all (10101), so
         // the new durable cannot start after the checkpoint.
         r.add(s, "retention", &ac.retention, &b.retention, Verdict::Unsafe, "B would be a work queue, where a consumer must deliver all (error 10101): the new durable could not start after the checkpoint; moving to or between work queues is not supported yet; give B limits retention (--to-config {\"retention\": \"limits\"})");
-    } else if ac.retention != "limits" && !version.at_least(2, 14, 0) {
+    } else if ac.retention != RetentionPolicy::Limits && !version.at_least(2, 14, 0) {
         // ADR-60 (nats-server 2.14.0, PR 7613): before it, a stream sourcing a
         // work-queue or interest stream is not reliable (its source consumer
         // competes with the durables).
         r.add(s, "retention", &ac.retention, &b.retention, Verdict::Unsafe, format!("A has {} retention: reliable sourcing from work-queue and interest streams needs nats-server 2.14 (ADR-60); this server is {version}: upgrade first", ac.retention));
-    } else if ac.retention == "workqueue" {
+    } else if ac.retention == RetentionPolicy::WorkQueue {
         r.add(s, "retention", &ac.retention, &b.retention, Verdict::Ok, "work queue to limits: B keeps every message A held; each moved consumer keeps its filters");
     }
 }
@@ -308,7 +418,7 @@ pub(crate) fn check_streams(
 /// Rules on what was asked, before any server state: streams clients find by
 /// name, A's own sources, the retry horizon against A's window.
 pub(crate) fn check_request(r: &mut Report, req: &crate::plan::PlanRequest, a: &StreamInfo) {
-    let s = "stream";
+    let s = STREAM;
     for (prefix, what) in [("KV_", "a KV bucket"), ("OBJ_", "an object store")] {
         if let Some(bucket) = a.config.name.strip_prefix(prefix) {
             r.add(s, "name", &a.config.name, &req.to, Verdict::Unsafe, format!(
@@ -344,7 +454,7 @@ pub(crate) fn check_against_server(
     b_final_subjects: &[String],
     checks: &crate::plan::ServerChecks,
 ) {
-    let s = "stream";
+    let s = STREAM;
     for (other, subjects) in &checks.other_streams {
         for bs in b_final_subjects {
             if let Some(os) = subjects.iter().find(|os| subject::overlaps(bs, os)) {
@@ -376,7 +486,9 @@ pub(crate) fn check_against_server(
     }
 }
 
-/// Consumer-level rules. `b_source_transforms` map A's subjects to B's.
+/// Consumer-level rules, in the report's order. Returns the consumer's filters
+/// as B stores their subjects (empty: all), or `None` when they cannot be
+/// mapped exactly.
 pub(crate) fn check_consumer(
     r: &mut Report,
     c: &ConsumerInfo,
@@ -387,6 +499,19 @@ pub(crate) fn check_consumer(
     let scope = format!("consumer {}", c.name);
     let s = scope.as_str();
     let cc: &ConsumerConfig = &c.config;
+    rule_durable(r, s, cc);
+    rule_ack_policy(r, s, cc);
+    rule_redelivery(r, s, cc);
+    rule_push_or_pull(r, s, cc);
+    rule_start_and_replay(r, s, cc);
+    rule_inactive_threshold(r, s, cc);
+    rule_carried_flags(r, s, cc);
+    rule_pause(r, s, c, version, publishers_stopped);
+    rule_filters(r, s, cc, b)
+}
+
+/// Only a durable has state to move.
+fn rule_durable(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     if !cc.is_durable() {
         r.add(
             s,
@@ -397,11 +522,19 @@ pub(crate) fn check_consumer(
             "an ephemeral consumer has no durable state to move; its owner recreates it on B",
         );
     }
-    match cc.ack_policy.as_str() {
-        "none" => r.add(s, "ack_policy", "none", "", Verdict::Unsafe, "ack policy none: the server never learns which messages were processed, so no exact checkpoint exists and exactly-once is impossible; use explicit acks"),
-        "all" => r.add(s, "ack_policy", "all", "all", Verdict::Ok, "cumulative acks: num_ack_pending still tells when everything delivered is settled"),
+}
+
+/// The checkpoint is exact only where the server learns what was processed.
+fn rule_ack_policy(r: &mut Report, s: &str, cc: &ConsumerConfig) {
+    match &cc.ack_policy {
+        AckPolicy::None => r.add(s, "ack_policy", "none", "", Verdict::Unsafe, "ack policy none: the server never learns which messages were processed, so no exact checkpoint exists and exactly-once is impossible; use explicit acks"),
+        AckPolicy::All => r.add(s, "ack_policy", "all", "all", Verdict::Ok, "cumulative acks: num_ack_pending still tells when everything delivered is settled"),
         p => r.add(s, "ack_policy", p, p, Verdict::Ok, "explicit acks give an exact settled position"),
     }
+}
+
+/// Acknowledgement and redelivery settings, carried over to the new durable.
+fn rule_redelivery(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     r.add(s, "ack_wait", dur(cc.ack_wait), dur(cc.ack_wait), Verdict::Ok, "carried over unchanged");
     r.add(
         s,
@@ -426,6 +559,10 @@ pub(crate) fn check_consumer(
             "carried over unchanged",
         );
     }
+}
+
+/// How the applications receive: push keeps its deliver subject, pull fetches.
+fn rule_push_or_pull(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     if cc.is_push() {
         r.add(s, "deliver_subject", cc.deliver_subject.clone().unwrap_or_default(), "same", Verdict::Ok, format!(
             "push consumer: the new durable on B keeps deliver subject{} so the applications' subscriptions receive from B without a redeploy",
@@ -442,13 +579,22 @@ pub(crate) fn check_consumer(
             "carried over unchanged",
         );
     }
+}
+
+fn rule_start_and_replay(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     r.add(s, "deliver_policy", &cc.deliver_policy, "by_start_sequence", Verdict::ChangedOnPurpose, "the new durable starts at the translated checkpoint; the original policy only mattered when the old one was created");
-    if cc.replay_policy == "original" {
+    if cc.replay_policy == ReplayPolicy::Original {
         r.add(s, "replay_policy", "original", "original", Verdict::ChangedOnPurpose, "replay original paces by B's timestamps, which are the sourcing times, not A's publish times");
     }
+}
+
+fn rule_inactive_threshold(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     if cc.inactive_threshold > 0 {
         r.add(s, "inactive_threshold", dur(cc.inactive_threshold), dur(cc.inactive_threshold), Verdict::ChangedOnPurpose, "the durable is deleted after this long without a pull; redeploy the instances to B within it or the new durable vanishes");
     }
+}
+
+fn rule_carried_flags(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     if cc.headers_only {
         r.add(s, "headers_only", true, true, Verdict::Ok, "carried over unchanged");
     }
@@ -462,6 +608,17 @@ pub(crate) fn check_consumer(
             "carried over unchanged",
         );
     }
+}
+
+/// The old consumer is held at an exact position by a pause (2.11+), or by
+/// publishers that were stopped.
+fn rule_pause(
+    r: &mut Report,
+    s: &str,
+    c: &ConsumerInfo,
+    version: ServerVersion,
+    publishers_stopped: bool,
+) {
     if c.paused {
         r.add(
             s,
@@ -477,7 +634,16 @@ pub(crate) fn check_consumer(
             "server {version} cannot pause consumers (2.11+), so the old consumer cannot be held at an exact position while publishers run; stop the publishers and pass --publishers-stopped, or upgrade the server"
         ));
     }
-    // Filters through B's source transform.
+}
+
+/// The consumer's filters through B's source filter and subject transforms:
+/// the new durable must select the same messages, with subjects as B stores them.
+fn rule_filters(
+    r: &mut Report,
+    s: &str,
+    cc: &ConsumerConfig,
+    b: &StreamConfig,
+) -> Option<Vec<String>> {
     let src = b.sources.first();
     let transforms = src.map(|x| x.subject_transforms.clone()).unwrap_or_default();
     let src_filter = src.and_then(|x| x.filter_subject.clone()).filter(|f| !f.is_empty());

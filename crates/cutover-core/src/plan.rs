@@ -8,7 +8,7 @@
 //! [`PLAN_FORMAT`]; fields are only ever added.
 
 use crate::compat::{self, Finding, Report, Verdict};
-use crate::model::{nanos, ConsumerInfo, StreamConfig, StreamInfo};
+use crate::model::{nanos, ConsumerInfo, RetentionPolicy, StorageType, StreamConfig, StreamInfo};
 use crate::quiescence::{self, QuiescentBound};
 use crate::version::{Features, ServerVersion, MINIMUM};
 use serde::{Deserialize, Serialize};
@@ -352,37 +352,12 @@ pub fn b_consumer_config(old_raw_config: &Value, b_filters: &[String]) -> Value 
 }
 
 pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> {
-    if req.from == req.to {
-        return Err(PlanError::SameStream(req.from.clone()));
-    }
-    if facts.version < MINIMUM {
-        return Err(PlanError::ServerTooOld { found: facts.version });
-    }
-    if facts.consumers_raw.is_empty() {
-        return Err(PlanError::NoConsumer);
-    }
+    refuse_early(req, facts)?;
     let a: StreamInfo = parse("stream", &facts.a_raw)?;
-    // Publishers' retries must land in B's window, which is A's.
-    let retry_horizon = req.retry_horizon.unwrap_or(if a.config.duplicate_window > 0 {
-        nanos(a.config.duplicate_window)
-    } else {
-        DEFAULT_RETRY_HORIZON
-    });
-    let a_cfg_raw = facts.a_raw.get("config").cloned().unwrap_or(Value::Null);
-    let (b_config, b_final_subjects, b_exists) = match &facts.b_raw {
-        Some(b) => {
-            let cfg = b.get("config").cloned().unwrap_or(Value::Null);
-            let subjects =
-                b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), retry_horizon)?.1;
-            (cfg, subjects, true)
-        }
-        None => {
-            let (cfg, subjects) =
-                b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), retry_horizon)?;
-            (cfg, subjects, false)
-        }
-    };
+    let retry_horizon = retry_horizon(req, &a);
+    let (b_config, b_final_subjects, b_exists) = planned_b(req, facts, retry_horizon)?;
     let b_view: StreamConfig = parse("planned stream B", &b_config)?;
+    // The findings, rule by rule: their order is the report's.
     let mut r = Report::new();
     compat::check_request(&mut r, req, &a);
     compat::check_against_server(&mut r, &a, &b_view, &b_final_subjects, &facts.checks);
@@ -395,6 +370,88 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         retry_horizon,
         facts.version,
     );
+    rule_strategy(&mut r, req, facts.version);
+    rule_mode(&mut r, req);
+    let moved = plan_consumers(&mut r, req, facts, &b_view)?;
+    rule_account_storage(&mut r, facts, &a, &b_view);
+    rule_consumers_left_behind(&mut r, req, facts);
+    rule_downstream(&mut r, req, facts);
+    rule_work_queue_overlaps(&mut r, &b_view, &moved.filters);
+    let features = facts.version.features();
+    let dw = nanos(b_view.duplicate_window);
+    let steps = steps(req, b_exists, dw, features, &moved.plans, &b_final_subjects);
+    let safe = !r.findings.iter().any(|f| f.verdict == Verdict::Unsafe);
+    Ok(Plan {
+        format: PLAN_FORMAT,
+        from: req.from.clone(),
+        to: req.to.clone(),
+        strategy: req.strategy,
+        mode: req.mode,
+        server_version: facts.version,
+        features,
+        relies_on: relies_on(features, facts.version),
+        b_exists,
+        b_config,
+        b_final_subjects,
+        consumers: moved.plans,
+        findings: r.findings,
+        checkpoint_rule: checkpoint_rule(req),
+        timer_note: TIMER_NOTE.to_string(),
+        steps,
+        quiescence: moved.quiescence,
+        publishers_stopped: req.publishers_stopped,
+        retry_horizon_ms: retry_horizon.as_millis() as u64,
+        safe,
+    })
+}
+
+/// Requests refused before anything else is read or judged.
+fn refuse_early(req: &PlanRequest, facts: &ServerFacts) -> Result<(), PlanError> {
+    if req.from == req.to {
+        return Err(PlanError::SameStream(req.from.clone()));
+    }
+    if facts.version < MINIMUM {
+        return Err(PlanError::ServerTooOld { found: facts.version });
+    }
+    if facts.consumers_raw.is_empty() {
+        return Err(PlanError::NoConsumer);
+    }
+    Ok(())
+}
+
+/// Publishers' retries must land in B's window, which is A's.
+fn retry_horizon(req: &PlanRequest, a: &StreamInfo) -> Duration {
+    req.retry_horizon.unwrap_or(if a.config.duplicate_window > 0 {
+        nanos(a.config.duplicate_window)
+    } else {
+        DEFAULT_RETRY_HORIZON
+    })
+}
+
+/// B's configuration (as it exists, or as it will be created), the subjects it
+/// takes at the commit point, and whether it exists.
+fn planned_b(
+    req: &PlanRequest,
+    facts: &ServerFacts,
+    retry_horizon: Duration,
+) -> Result<(Value, Vec<String>, bool), PlanError> {
+    let a_cfg_raw = facts.a_raw.get("config").cloned().unwrap_or(Value::Null);
+    Ok(match &facts.b_raw {
+        Some(b) => {
+            let cfg = b.get("config").cloned().unwrap_or(Value::Null);
+            let subjects =
+                b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), retry_horizon)?.1;
+            (cfg, subjects, true)
+        }
+        None => {
+            let (cfg, subjects) =
+                b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), retry_horizon)?;
+            (cfg, subjects, false)
+        }
+    })
+}
+
+fn rule_strategy(r: &mut Report, req: &PlanRequest, version: ServerVersion) {
     match req.strategy {
         Strategy::Source => {}
         other => r.add(
@@ -406,7 +463,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
             format!(
                 "strategy {} is planned for a later version{}; use --strategy source",
                 other.as_str(),
-                if other == Strategy::Mirror && !facts.version.features().mirror_promotion {
+                if other == Strategy::Mirror && !version.features().mirror_promotion {
                     " and needs mirror promotion (2.12+)"
                 } else {
                     ""
@@ -414,19 +471,39 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
             ),
         ),
     }
+}
+
+fn rule_mode(r: &mut Report, req: &PlanRequest) {
     if req.mode == Mode::Fence {
         r.add("plan", "mode", "fence", "", Verdict::Unsafe, "fence mode needs applications built on the cutover-app library following the control record; not available in this version; use --mode drain");
     }
-    let mut consumers = vec![];
-    let mut quiescence = vec![];
-    let mut workqueue_filters: Vec<(String, String)> = vec![];
+}
+
+/// What [`plan_consumers`] found: the consumers that can move, the timer bounds
+/// where no pause exists, and each moved consumer's filters on B.
+#[derive(Default)]
+struct Consumers {
+    plans: Vec<ConsumerPlan>,
+    quiescence: Vec<(String, QuiescentBound)>,
+    /// (consumer, filter on B; `>` for all), for the work-queue overlap rule.
+    filters: Vec<(String, String)>,
+}
+
+/// Each consumer's rules, in the order asked, and the plan of each that can move.
+fn plan_consumers(
+    r: &mut Report,
+    req: &PlanRequest,
+    facts: &ServerFacts,
+    b_view: &StreamConfig,
+) -> Result<Consumers, PlanError> {
+    let mut moved = Consumers::default();
     for raw in &facts.consumers_raw {
         let c: ConsumerInfo = parse("consumer", raw)?;
         if let Some(b_filters) =
-            compat::check_consumer(&mut r, &c, &b_view, facts.version, req.publishers_stopped)
+            compat::check_consumer(r, &c, b_view, facts.version, req.publishers_stopped)
         {
             let old_cfg = raw.get("config").cloned().unwrap_or(Value::Null);
-            consumers.push(ConsumerPlan {
+            moved.plans.push(ConsumerPlan {
                 name: c.name.clone(),
                 push: c.config.is_push(),
                 b_config: b_consumer_config(&old_cfg, &b_filters),
@@ -435,37 +512,48 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
             });
             let fs = if b_filters.is_empty() { vec![">".to_string()] } else { b_filters };
             for f in fs {
-                workqueue_filters.push((c.name.clone(), f));
+                moved.filters.push((c.name.clone(), f));
             }
         }
         if !facts.version.features().consumer_pause && req.publishers_stopped {
-            quiescence.push((
+            moved.quiescence.push((
                 c.name.clone(),
                 quiescence::bound(&c.config, c.num_pending, Duration::from_millis(100), 1),
             ));
         }
     }
-    // B holds a copy of A while it sources it: the account must have room.
-    if let Some(acc) = &facts.account {
-        let (used_key, limit_key) = if b_view.storage == "memory" {
-            ("memory", "max_memory")
-        } else {
-            ("storage", "max_storage")
-        };
-        let used = acc[used_key].as_i64().unwrap_or(0);
-        let limit = acc["limits"][limit_key].as_i64().unwrap_or(-1);
-        let need = a.state.bytes as i64;
-        if limit > 0 && used + need > limit {
-            r.add("stream", "account storage", format!("{used} of {limit} bytes used"), format!("+{need} bytes"), Verdict::Unsafe, format!(
-                "B copies A's {need} bytes while it sources A, but the account has {} of {limit} {used_key} bytes left: B would stop sourcing; raise the account's JetStream limit or make room first", limit - used
-            ));
-        } else {
-            r.add("stream", "account storage", format!("{used} bytes used"), format!("+{need} bytes"), Verdict::Ok, if limit > 0 { format!("B's copy of A fits the account's {used_key} limit ({limit} bytes)") } else { format!("B holds a copy of A ({need} bytes) until A is deleted; the account has no {used_key} limit") });
-        }
+    Ok(moved)
+}
+
+/// B holds a copy of A while it sources it: the account must have room.
+fn rule_account_storage(
+    r: &mut Report,
+    facts: &ServerFacts,
+    a: &StreamInfo,
+    b_view: &StreamConfig,
+) {
+    let Some(acc) = &facts.account else { return };
+    let (used_key, limit_key) = if b_view.storage == StorageType::Memory {
+        ("memory", "max_memory")
+    } else {
+        ("storage", "max_storage")
+    };
+    let used = acc[used_key].as_i64().unwrap_or(0);
+    let limit = acc["limits"][limit_key].as_i64().unwrap_or(-1);
+    let need = a.state.bytes as i64;
+    if limit > 0 && used + need > limit {
+        r.add("stream", "account storage", format!("{used} of {limit} bytes used"), format!("+{need} bytes"), Verdict::Unsafe, format!(
+            "B copies A's {need} bytes while it sources A, but the account has {} of {limit} {used_key} bytes left: B would stop sourcing; raise the account's JetStream limit or make room first", limit - used
+        ));
+    } else {
+        r.add("stream", "account storage", format!("{used} bytes used"), format!("+{need} bytes"), Verdict::Ok, if limit > 0 { format!("B's copy of A fits the account's {used_key} limit ({limit} bytes)") } else { format!("B holds a copy of A ({need} bytes) until A is deleted; the account has no {used_key} limit") });
     }
-    // After the commit point A is sealed and takes nothing new: whatever else reads
-    // A would silently stop receiving. Durables must move too (or be deleted
-    // first); ephemeral ones are their owners' to recreate on B.
+}
+
+/// After the commit point A is sealed and takes nothing new: whatever else reads
+/// A would silently stop receiving. Durables must move too (or be deleted
+/// first); ephemeral ones are their owners' to recreate on B.
+fn rule_consumers_left_behind(r: &mut Report, req: &PlanRequest, facts: &ServerFacts) {
     for (name, durable) in &facts.other_consumers {
         if *durable {
             r.add("stream", "consumers", name, "", Verdict::Unsafe, format!(
@@ -475,12 +563,23 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
             r.add("stream", "consumers", name, "", Verdict::ChangedOnPurpose, format!("ephemeral consumer {name} on {} stops receiving new messages at the cut-over; its owner must subscribe to {} instead", req.from, req.to));
         }
     }
+}
+
+fn rule_downstream(r: &mut Report, req: &PlanRequest, facts: &ServerFacts) {
     for d in &facts.downstream {
         r.add("stream", "downstream", d, "", Verdict::Unsafe, format!(
             "stream {d} sources or mirrors {}: after the cut-over it would receive nothing new; point it at {} first (or migrate it too)", req.from, req.to
         ));
     }
-    if b_view.retention == "workqueue" {
+}
+
+/// A work queue allows one consumer per subject: the moved filters must not overlap.
+fn rule_work_queue_overlaps(
+    r: &mut Report,
+    b_view: &StreamConfig,
+    workqueue_filters: &[(String, String)],
+) {
+    if b_view.retention == RetentionPolicy::WorkQueue {
         for (i, (c1, f1)) in workqueue_filters.iter().enumerate() {
             for (c2, f2) in &workqueue_filters[i + 1..] {
                 if c1 != c2 && crate::subject::overlaps(f1, f2) {
@@ -489,14 +588,17 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
             }
         }
     }
-    let features = facts.version.features();
+}
+
+/// The server features the plan relies on, and what their absence means.
+fn relies_on(features: Features, version: ServerVersion) -> Vec<String> {
     let mut relies_on = vec![];
     if features.consumer_pause {
         relies_on.push("consumer pause (2.11+): the old consumer is held at an exact position while publishers keep publishing".into());
     } else {
         relies_on.push(format!(
             "no consumer pause on {}: publishers must be stopped (--publishers-stopped)",
-            facts.version
+            version
         ));
     }
     if features.consumer_reset {
@@ -511,11 +613,28 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
     if features.duplicate_sourced_msg_id_stalls_source {
         relies_on.push("2.10-2.12.5: a duplicate msg-id arriving by source stalls sourcing; strategy source never sends one".into());
     }
-    let timer_note = "no quiescent interval is waited for: the exact signal is num_ack_pending = 0 on a paused consumer. The seed's ack_wait × (max_pending + 1) is not a bound of anything: redelivery timers run per message and in parallel (max_ack_pending limits how many are in flight, not how many ack_waits pass one after another), it ignores backoff and max_deliver, and no timer can prove that a slow worker has finished".to_string();
-    let checkpoint_rule = format!(
+    relies_on
+}
+
+/// Why `run` waits for no timer (see [`Plan::timer_note`]).
+const TIMER_NOTE: &str = "no quiescent interval is waited for: the exact signal is num_ack_pending = 0 on a paused consumer. The seed's ack_wait × (max_pending + 1) is not a bound of anything: redelivery timers run per message and in parallel (max_ack_pending limits how many are in flight, not how many ack_waits pass one after another), it ignores backoff and max_deliver, and no timer can prove that a slow worker has finished";
+
+/// How each consumer's checkpoint is taken and carried to B.
+fn checkpoint_rule(req: &PlanRequest) -> String {
+    format!(
         "pause the old consumer; wait until num_ack_pending = 0 (a pause is bounded: after min(run --max-pause, default 5 s, and ack_wait) without ack progress, from a dead worker, a nak with backoff or a client's partial batch, the consumer is resumed for as long and paused again; the longest pause is reported; a consumer that never settles within --settle-timeout is resumed and nothing moves); F = delivered.stream_seq (every sequence <= F was delivered and settled, or not selected by the filter; the ack floor is not used: MaxDeliver-exhausted messages keep it below F); the new durable on {} starts at the first sequence whose Nats-Stream-Source origin sequence is > F, found by O(log N) direct gets; it is created only once positioned", req.to
-    );
-    let dw = nanos(b_view.duplicate_window);
+    )
+}
+
+/// The steps `run` takes, in order.
+fn steps(
+    req: &PlanRequest,
+    b_exists: bool,
+    dw: Duration,
+    features: Features,
+    consumers: &[ConsumerPlan],
+    b_final_subjects: &[String],
+) -> Vec<Step> {
     let mut steps = vec![];
     let mut add = |title: &str, detail: String| {
         let n = steps.len() as u32 + 1;
@@ -541,7 +660,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         },
     );
     add("catch up", format!("wait until {}'s newest Nats-Stream-Source origin sequence reaches {}'s last sequence (sequences compared, not the lag field)", req.to, req.from));
-    for c in &consumers {
+    for c in consumers {
         add(&format!("move consumer {}", c.name), format!(
             "pause {}/{n}, settle, checkpoint F, translate F to {}, create durable {n} on {} at the next sequence{}; publish the new route in the control record",
             req.from, req.to, req.to,
@@ -564,29 +683,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
             req.from, req.from
         ),
     );
-    let safe = !r.findings.iter().any(|f| f.verdict == Verdict::Unsafe);
-    Ok(Plan {
-        format: PLAN_FORMAT,
-        from: req.from.clone(),
-        to: req.to.clone(),
-        strategy: req.strategy,
-        mode: req.mode,
-        server_version: facts.version,
-        features,
-        relies_on,
-        b_exists,
-        b_config,
-        b_final_subjects,
-        consumers,
-        findings: r.findings,
-        checkpoint_rule,
-        timer_note,
-        steps,
-        quiescence,
-        publishers_stopped: req.publishers_stopped,
-        retry_horizon_ms: retry_horizon.as_millis() as u64,
-        safe,
-    })
+    steps
 }
 
 #[cfg(test)]

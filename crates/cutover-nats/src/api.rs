@@ -47,6 +47,46 @@ impl StoredMsg {
     }
 }
 
+/// Which message [`Js::get_msg`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Exactly the sequence asked for; `None` when it is not stored.
+    Exact,
+    /// The first message stored at or after it (`next_by_subj: ">"`; server
+    /// `LoadNextMsg` semantics); `None` when there is none.
+    AtOrAfter,
+}
+
+/// How a message get reaches the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// `$JS.API.DIRECT.GET`: answered by any replica; the stream must allow it.
+    Direct,
+    /// `$JS.API.STREAM.MSG.GET`: answered by the stream leader.
+    Leader,
+}
+
+impl Via {
+    /// Direct get where the stream allows it (`allow_direct`).
+    pub fn direct_if(allow_direct: bool) -> Self {
+        if allow_direct {
+            Via::Direct
+        } else {
+            Via::Leader
+        }
+    }
+}
+
+/// What [`Js::consumer_create`] may do to a consumer of that name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// `action: "create"`: fails if one exists with another configuration and
+    /// succeeds if it is identical, which makes the step idempotent for resumes.
+    Create,
+    /// No action: creates it, or updates one that exists.
+    CreateOrUpdate,
+}
+
 #[derive(Clone)]
 pub struct Js {
     pub client: Client,
@@ -237,18 +277,16 @@ impl Js {
         Ok(names)
     }
 
-    /// Creates a consumer. `action: "create"` fails if one exists with another
-    /// configuration and succeeds if it is identical, which makes the step
-    /// idempotent for resumes.
+    /// Creates a consumer, or with [`Action::CreateOrUpdate`] updates one too.
     pub async fn consumer_create(
         &self,
         stream: &str,
         name: &str,
         config: &Value,
-        create_only: bool,
+        action: Action,
     ) -> Result<Value> {
         let mut body = json!({ "stream_name": stream, "config": config });
-        if create_only {
+        if action == Action::Create {
             body["action"] = json!("create");
         }
         self.api(
@@ -301,22 +339,21 @@ impl Js {
         Ok(v["paused"].as_bool().unwrap_or(false))
     }
 
-    /// The first message at or after `seq` (`next_by_subj: ">"`; server
-    /// `LoadNextMsg` semantics), or exactly `seq` when `exact`. `None` when there
-    /// is none. Uses direct get when the stream allows it, STREAM.MSG.GET otherwise.
+    /// The message at `seq` ([`Lookup::Exact`]) or the first one at or after it
+    /// ([`Lookup::AtOrAfter`]); `None` when there is none.
     pub async fn get_msg(
         &self,
         stream: &str,
         seq: u64,
-        exact: bool,
-        direct: bool,
+        lookup: Lookup,
+        via: Via,
     ) -> Result<Option<StoredMsg>> {
         self.gets.fetch_add(1, Ordering::Relaxed);
         let mut req = json!({ "seq": seq });
-        if !exact {
+        if lookup == Lookup::AtOrAfter {
             req["next_by_subj"] = json!(">");
         }
-        self.get_with(stream, req, direct).await
+        self.get_with(stream, req, via == Via::Direct).await
     }
 
     /// The first message at or after `seq` whose subject matches `filter`

@@ -25,14 +25,24 @@ fn jerr(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Journal(format!("{what} in KV bucket {BUCKET}: {e}"))
 }
 
+/// What [`JournalStore::open`] does when the bucket does not exist yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfMissing {
+    /// Create it (the first `run`).
+    Create,
+    /// Return `None`: there is no migration to read, resume or roll back.
+    ReturnNone,
+}
+
 impl JournalStore {
-    /// Opens the bucket; creates it when `create` (the first `run`).
-    pub async fn open(js: &Js, create: bool) -> Result<Option<Self>> {
+    /// Opens the bucket; `None` when it does not exist and `if_missing` is
+    /// [`IfMissing::ReturnNone`].
+    pub async fn open(js: &Js, if_missing: IfMissing) -> Result<Option<Self>> {
         let ctx = async_nats::jetstream::new(js.client.clone());
         // Probe with the raw API so "no bucket" is told apart from real errors.
         match js.stream_info_opt(&format!("KV_{BUCKET}")).await? {
             Some(_) => {}
-            None if !create => return Ok(None),
+            None if if_missing == IfMissing::ReturnNone => return Ok(None),
             None => {
                 ctx.create_key_value(kv::Config {
                     bucket: BUCKET.into(),

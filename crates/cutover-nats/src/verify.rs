@@ -18,7 +18,7 @@
 //!
 //! Nothing is written but the ephemeral ordered consumers, deleted at the end.
 
-use crate::api::{Js, StoredMsg};
+use crate::api::{Action, Js, Lookup, StoredMsg, Via};
 use crate::engine::rollback::load;
 use crate::error::{Error, Result};
 use async_nats::header::{HeaderName, NATS_MESSAGE_ID};
@@ -118,7 +118,7 @@ pub async fn verify(
     }
     let (b_raw, b) = js.stream_info(&j.to).await?;
     for (name, retention) in [(&j.from, &a.config.retention), (&j.to, &b.config.retention)] {
-        if retention == "workqueue" || retention == "interest" {
+        if retention.removes_acked() {
             return Err(Error::NotVerifiable(format!(
                 "stream {name} has {retention} retention: acknowledged messages are removed from it, so a missing message cannot be told from a processed one; verify supports limits retention only"
             )));
@@ -268,7 +268,8 @@ pub async fn verify(
     // Hash matches become findings only with the real ids equal.
     let candidates = bside.slip_candidates().to_vec();
     for c in &candidates {
-        let direct = js.get_msg(&j.to, c.direct_b_seq, true, b_direct_get).await?;
+        let direct =
+            js.get_msg(&j.to, c.direct_b_seq, Lookup::Exact, Via::direct_if(b_direct_get)).await?;
         if direct.as_ref().and_then(|m| m.header("Nats-Msg-Id")) == Some(c.msg_id.as_str()) {
             bside.confirm_slip(c);
         }
@@ -331,7 +332,10 @@ async fn evicted_by_b(
             None => None,
         })
     };
-    let b_first = oldest_origin(js.get_msg(to, b.state.first_seq, false, bc.allow_direct).await?)?;
+    let b_first = oldest_origin(
+        js.get_msg(to, b.state.first_seq, Lookup::AtOrAfter, Via::direct_if(bc.allow_direct))
+            .await?,
+    )?;
     let mut by_subject: std::collections::HashMap<String, Option<u64>> = Default::default();
     let mut checked = 0u64;
     for (i, lost) in candidates.iter().enumerate() {
@@ -347,7 +351,9 @@ async fn evicted_by_b(
             if !per_subject {
                 continue;
             }
-            let Some(m) = js.get_msg(from, s, true, a.config.allow_direct).await? else {
+            let Some(m) =
+                js.get_msg(from, s, Lookup::Exact, Via::direct_if(a.config.allow_direct)).await?
+            else {
                 continue;
             };
             if !by_subject.contains_key(&m.subject) {
@@ -566,7 +572,7 @@ async fn count_selected(js: &Js, stream: &str, filters: &[String]) -> Option<u64
     } else {
         cfg["filter_subjects"] = json!(filters);
     }
-    let v = js.consumer_create(stream, &name, &cfg, true).await;
+    let v = js.consumer_create(stream, &name, &cfg, Action::Create).await;
     let _ = js.consumer_delete(stream, &name).await;
     v.ok()?["num_pending"].as_u64()
 }
@@ -607,7 +613,7 @@ async fn slip_window(
     let (mut lo, mut hi, mut cand) = (b_first.max(1), last.seq, last.seq);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        match js.get_msg(&j.to, mid, false, direct).await? {
+        match js.get_msg(&j.to, mid, Lookup::AtOrAfter, Via::direct_if(direct)).await? {
             Some(m) if m.seq < hi => {
                 if is_direct(&m) {
                     cand = m.seq;
@@ -741,9 +747,9 @@ async fn enrich(
             continue;
         }
         let m = match (o.b_seq, o.a_seq) {
-            (Some(b), _) => js.get_msg(&to, b, true, b_direct).await?,
+            (Some(b), _) => js.get_msg(&to, b, Lookup::Exact, Via::direct_if(b_direct)).await?,
             (None, Some(a)) if o.kind != Kind::AuditUnknown => {
-                js.get_msg(&from, a, true, a_direct).await?
+                js.get_msg(&from, a, Lookup::Exact, Via::direct_if(a_direct)).await?
             }
             _ => None,
         };
@@ -769,20 +775,20 @@ async fn locate(
     direct: bool,
 ) -> Result<Option<u64>> {
     let origin_of = |m: &StoredMsg| -> Result<u64> { Ok(m.origin_seq(from)?.unwrap_or(u64::MAX)) };
-    let last_origin = match js.get_msg(to, b_last, true, direct).await? {
+    let last_origin = match js.get_msg(to, b_last, Lookup::Exact, Via::direct_if(direct)).await? {
         Some(m) => Some(origin_of(&m)?),
         None => None,
     };
     let mut s = TranslateSearch::new(origin - 1, b_first, b_last, last_origin);
     while let Some(p) = s.next_probe() {
-        let probe = match js.get_msg(to, p, false, direct).await? {
+        let probe = match js.get_msg(to, p, Lookup::AtOrAfter, Via::direct_if(direct)).await? {
             Some(m) if m.seq <= b_last => Some((m.seq, origin_of(&m)?)),
             _ => None,
         };
         s.observe(probe);
     }
     let Some(at) = s.result() else { return Ok(None) };
-    Ok(match js.get_msg(to, at, false, direct).await? {
+    Ok(match js.get_msg(to, at, Lookup::AtOrAfter, Via::direct_if(direct)).await? {
         Some(m) if m.origin_seq(from)? == Some(origin) => Some(m.seq),
         _ => None,
     })

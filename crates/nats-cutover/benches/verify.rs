@@ -20,6 +20,7 @@
 
 use async_nats::jetstream::{self, consumer::pull, consumer::pull::OrderedConfig};
 use cutover_core::plan::{Mode, PlanRequest, Strategy};
+use cutover_nats::api::Action;
 use cutover_nats::engine::{self, events::NoSink, RunOptions};
 use cutover_nats::verify::{verify, VerifyOptions};
 use cutover_nats::Js;
@@ -140,7 +141,7 @@ fn main() {
         if !filter.is_empty() {
             cc["filter_subject"] = json!(filter);
         }
-        js.consumer_create("ORDERS", "worker", &cc, true).await.unwrap();
+        js.consumer_create("ORDERS", "worker", &cc, Action::Create).await.unwrap();
         let payload = vec![b'x'; payload_len];
         let t = Instant::now();
         publish_many(&ctx, n, "m", &payload, 4096).await;

@@ -390,12 +390,30 @@ fn script_json(v: &Value) -> String {
 }
 
 pub fn render(d: &ReportData) -> String {
-    let plan = &d.plan;
-    let (verdict_class, verdict) = d.verdict();
     let generated = time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default();
     let mut h = String::new();
+    header(&mut h, d, &generated);
+    timeline_section(&mut h);
+    summary_section(&mut h, d);
+    verification_section(&mut h, d);
+    consumers_section(&mut h, d);
+    plan_section(&mut h, &d.plan);
+    let _ = write!(h, "<footer>{} engine events recorded.</footer>", d.events.len());
+    let _ = write!(
+        h,
+        "<script id=chart-data type=application/json>{}</script>",
+        script_json(&chart_data(d))
+    );
+    let _ = write!(h, "<script>{CHART}</script></body></html>");
+    h
+}
+
+/// The document's head, the error capture, and the header with the verdict.
+fn header(h: &mut String, d: &ReportData, generated: &str) {
+    let plan = &d.plan;
+    let (verdict_class, verdict) = d.verdict();
     let _ = write!(
         h,
         "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width,initial-scale=1\"><title>nats-cutover {} report: {} to {}</title><style>{CSS}</style></head><body>",
@@ -414,20 +432,48 @@ pub fn render(d: &ReportData) -> String {
         esc(&d.server_version),
         plan.strategy.as_str(),
         plan.mode.as_str(),
-        esc(&generated),
+        esc(generated),
         esc(verdict)
     );
     if let Some(e) = &d.error {
         let _ = write!(h, "<p class=\"verdict bad\">error: {}</p>", esc(e));
     }
     h.push_str("</header>");
+}
 
+fn timeline_section(h: &mut String) {
     h.push_str("<section><h2>Timeline</h2><div id=chart role=img aria-label=\"timeline of rates and consumer state with the cut-over steps\"></div>");
     h.push_str("<p class=note>Time in seconds from the start. Bands: the cut-over's steps. Red: a consumer's checkpoint F (paused and settled). Teal: its new durable positioned on the new stream.</p></section>");
+}
 
+fn summary_section(h: &mut String, d: &ReportData) {
     h.push_str("<section><h2>Summary</h2>");
+    let mut rows = workload_rows(d.load.as_ref());
+    rows.push(vec![
+        "cut-over duration".into(),
+        d.cutover_ms().map(ms).unwrap_or_else(|| "-".into()),
+    ]);
+    table(h, &["measure", "value"], &rows);
+    let spans = step_spans(&d.events, d.started_ms);
+    let step_rows: Vec<Vec<String>> = spans
+        .iter()
+        .map(|s| {
+            vec![
+                s.name.clone(),
+                format!("{:.3} s", s.start),
+                s.ms.map(ms).unwrap_or_else(|| "unfinished".into()),
+            ]
+        })
+        .collect();
+    h.push_str("<h3>Steps</h3>");
+    table(h, &["step", "started at", "duration"], &step_rows);
+    h.push_str("</section>");
+}
+
+/// The summary's rows about the workload, when one was measured.
+fn workload_rows(load: Option<&LoadSection>) -> Vec<Vec<String>> {
     let mut rows: Vec<Vec<String>> = vec![];
-    match &d.load {
+    match load {
         Some(l) => {
             let r = &l.report;
             rows.push(vec!["workload".into(), format!("{} msg/s, {} workers", l.rate, l.workers)]);
@@ -452,103 +498,103 @@ pub fn render(d: &ReportData) -> String {
                 .into(),
         ]),
     }
-    rows.push(vec![
-        "cut-over duration".into(),
-        d.cutover_ms().map(ms).unwrap_or_else(|| "-".into()),
-    ]);
-    table(&mut h, &["measure", "value"], &rows);
-    let spans = step_spans(&d.events, d.started_ms);
-    let step_rows: Vec<Vec<String>> = spans
-        .iter()
-        .map(|s| {
-            vec![
-                s.name.clone(),
-                format!("{:.3} s", s.start),
-                s.ms.map(ms).unwrap_or_else(|| "unfinished".into()),
-            ]
-        })
-        .collect();
-    h.push_str("<h3>Steps</h3>");
-    table(&mut h, &["step", "started at", "duration"], &step_rows);
-    h.push_str("</section>");
+    rows
+}
 
+fn verification_section(h: &mut String, d: &ReportData) {
     h.push_str("<section><h2>Verification</h2>");
     match &d.load {
-        Some(l) => {
-            let r = &l.report;
-            let _ = write!(
-                h,
-                "<p>Every message the publisher got a JetStream ack for was compared with what the workers processed: {} published, {} processed once, {} lost, {} duplicated, {} extra, {} publish failure(s).</p>",
-                r.published,
-                r.processed_unique,
-                r.lost.len(),
-                r.duplicated.len(),
-                r.extra.len(),
-                r.publish_failures
-            );
-            if !r.lost.is_empty() {
-                let _ = write!(h, "<p class=bad>lost (first 20): {}</p>", esc(&format!("{:?}", &r.lost[..r.lost.len().min(20)])));
-            }
-            if !r.duplicated.is_empty() {
-                let _ = write!(h, "<p class=bad>duplicated (id, times; first 20): {}</p>", esc(&format!("{:?}", &r.duplicated[..r.duplicated.len().min(20)])));
-            }
-        }
+        Some(l) => workload_verification(h, &l.report),
         None => h.push_str("<p>No workload was measured. The evidence each checkpoint was taken from (the paused, settled consumer state) is under Consumers.</p>"),
     }
     match &d.verify {
-        Some(Ok(v)) => verify_section(&mut h, v),
+        Some(Ok(v)) => verify_section(h, v),
         Some(Err(e)) => {
-            let _ = write!(h, "<p class=bad>The streams could not be verified: {}. Run <code>nats-cutover verify --migration {}.{}</code>.</p>", esc(e), esc(&plan.from), esc(&plan.to));
+            let _ = write!(h, "<p class=bad>The streams could not be verified: {}. Run <code>nats-cutover verify --migration {}.{}</code>.</p>", esc(e), esc(&d.plan.from), esc(&d.plan.to));
         }
         None => {}
     }
     h.push_str("</section>");
+}
 
+/// Every message the publisher got an ack for against what the workers processed.
+fn workload_verification(h: &mut String, r: &LoadReport) {
+    let _ = write!(
+        h,
+        "<p>Every message the publisher got a JetStream ack for was compared with what the workers processed: {} published, {} processed once, {} lost, {} duplicated, {} extra, {} publish failure(s).</p>",
+        r.published,
+        r.processed_unique,
+        r.lost.len(),
+        r.duplicated.len(),
+        r.extra.len(),
+        r.publish_failures
+    );
+    if !r.lost.is_empty() {
+        let _ = write!(
+            h,
+            "<p class=bad>lost (first 20): {}</p>",
+            esc(&format!("{:?}", &r.lost[..r.lost.len().min(20)]))
+        );
+    }
+    if !r.duplicated.is_empty() {
+        let _ = write!(
+            h,
+            "<p class=bad>duplicated (id, times; first 20): {}</p>",
+            esc(&format!("{:?}", &r.duplicated[..r.duplicated.len().min(20)]))
+        );
+    }
+}
+
+fn consumers_section(h: &mut String, d: &ReportData) {
     h.push_str("<section><h2>Consumers</h2>");
     match &d.journal {
-        Some(j) => {
-            let rows: Vec<Vec<String>> = j
-                .consumers
-                .iter()
-                .map(|c| {
-                    let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
-                    vec![
-                        c.name.clone(),
-                        format!("{:?}", c.phase).to_lowercase(),
-                        opt(c.checkpoint),
-                        opt(c.b_start),
-                        c.translate_gets.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
-                        c.drain_ms.map(|x| format!("{x} ms")).unwrap_or_else(|| "-".into()),
-                        c.nudges.to_string(),
-                        c.evidence
-                            .as_ref()
-                            .map(|e| format!("delivered {}, ack floor {}, ack pending {}, pending {}, paused {}", e.delivered_stream_seq, e.ack_floor_stream_seq, e.num_ack_pending, e.num_pending, e.paused))
-                            .unwrap_or_else(|| "-".into()),
-                    ]
-                })
-                .collect();
-            let _ = write!(h, "<p>Migration {}, phase {}.</p>", esc(&j.id), esc(j.phase.as_str()));
-            let (f_col, start_col) =
-                (format!("checkpoint F on {}", j.from), format!("start on {}", j.to));
-            table(
-                &mut h,
-                &[
-                    "consumer",
-                    "phase",
-                    &f_col,
-                    &start_col,
-                    "gets",
-                    "drain",
-                    "nudges",
-                    "settled state at F",
-                ],
-                &rows,
-            );
-        }
+        Some(j) => consumers_table(h, j),
         None => h.push_str("<p>No journal was written.</p>"),
     }
     h.push_str("</section>");
+}
 
+/// Each consumer's progress and the settled state its checkpoint was taken from.
+fn consumers_table(h: &mut String, j: &Journal) {
+    let rows: Vec<Vec<String>> = j
+        .consumers
+        .iter()
+        .map(|c| {
+            let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+            vec![
+                c.name.clone(),
+                format!("{:?}", c.phase).to_lowercase(),
+                opt(c.checkpoint),
+                opt(c.b_start),
+                c.translate_gets.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
+                c.drain_ms.map(|x| format!("{x} ms")).unwrap_or_else(|| "-".into()),
+                c.nudges.to_string(),
+                c.evidence
+                    .as_ref()
+                    .map(|e| {
+                        format!(
+                            "delivered {}, ack floor {}, ack pending {}, pending {}, paused {}",
+                            e.delivered_stream_seq,
+                            e.ack_floor_stream_seq,
+                            e.num_ack_pending,
+                            e.num_pending,
+                            e.paused
+                        )
+                    })
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    let _ = write!(h, "<p>Migration {}, phase {}.</p>", esc(&j.id), esc(j.phase.as_str()));
+    let (f_col, start_col) = (format!("checkpoint F on {}", j.from), format!("start on {}", j.to));
+    table(
+        h,
+        &["consumer", "phase", &f_col, &start_col, "gets", "drain", "nudges", "settled state at F"],
+        &rows,
+    );
+}
+
+fn plan_section(h: &mut String, plan: &Plan) {
     h.push_str("<section><h2>Plan</h2>");
     let _ = write!(
         h,
@@ -575,7 +621,7 @@ pub fn render(d: &ReportData) -> String {
         })
         .collect();
     h.push_str("<h3>Findings</h3>");
-    table(&mut h, &["scope", "setting", "from", "to", "verdict", "reason"], &findings);
+    table(h, &["scope", "setting", "from", "to", "verdict", "reason"], &findings);
     let _ = write!(
         h,
         "<h3>Checkpoint rule</h3><p>{}</p><h3>Steps</h3><ol>",
@@ -585,15 +631,6 @@ pub fn render(d: &ReportData) -> String {
         let _ = write!(h, "<li><b>{}</b>: {}</li>", esc(&s.title), esc(&s.detail));
     }
     h.push_str("</ol></section>");
-
-    let _ = write!(h, "<footer>{} engine events recorded.</footer>", d.events.len());
-    let _ = write!(
-        h,
-        "<script id=chart-data type=application/json>{}</script>",
-        script_json(&chart_data(d))
-    );
-    let _ = write!(h, "<script>{CHART}</script></body></html>");
-    h
 }
 
 const CSS: &str = r#"

@@ -9,16 +9,16 @@
 //! resumed. After the commit point only rolling forward is safe.
 
 use super::events::{Event, EventKind, Sink, StepResult};
-use crate::api::Js;
+use crate::api::{Js, Lookup, Via};
 use crate::error::{Error, Result};
-use crate::journal::{now_ms, JournalStore, Lease};
+use crate::journal::{now_ms, IfMissing, JournalStore, Lease};
 use cutover_core::checkpoint::assess;
 use cutover_core::journal::{ConsumerPhase, Journal, Phase, Step};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
 pub async fn load(js: &Js, id: &str) -> Result<(JournalStore, Journal)> {
-    let store = JournalStore::open(js, false)
+    let store = JournalStore::open(js, IfMissing::ReturnNone)
         .await?
         .ok_or_else(|| Error::Journal("no migration journal on this server (KV bucket CUTOVER does not exist): no migration was started here; start one with `nats-cutover run`".into()))?;
     let j = store.load(id).await?.ok_or_else(|| {
@@ -103,7 +103,9 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
                     // The new durable processed B messages up to f_b: the old one
                     // must resume after their origin sequence.
                     let (_, b) = js.stream_info(&j.to).await?;
-                    let m = js.get_msg(&j.to, f_b, true, b.config.allow_direct).await?;
+                    let m = js
+                        .get_msg(&j.to, f_b, Lookup::Exact, Via::direct_if(b.config.allow_direct))
+                        .await?;
                     let origin = match m {
                         Some(m) => m.origin_seq(&j.from)?,
                         None => None,
@@ -150,7 +152,7 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
 }
 
 pub async fn list(js: &Js) -> Result<Vec<Journal>> {
-    match JournalStore::open(js, false).await? {
+    match JournalStore::open(js, IfMissing::ReturnNone).await? {
         Some(s) => s.list().await,
         None => Ok(vec![]),
     }
@@ -170,7 +172,7 @@ pub struct Forgotten {
 /// changed anything, and its expired lease; refuses a live one. The routes of a
 /// finished migration stay: applications follow them.
 pub async fn forget(js: &Js, id: &str) -> Result<Forgotten> {
-    let store = JournalStore::open(js, false).await?.ok_or_else(|| {
+    let store = JournalStore::open(js, IfMissing::ReturnNone).await?.ok_or_else(|| {
         Error::Journal(
             "no migration journal on this server (KV bucket CUTOVER does not exist)".into(),
         )
@@ -214,7 +216,7 @@ pub async fn forget(js: &Js, id: &str) -> Result<Forgotten> {
 /// Every lease, for `status` (orphans included: a lease whose migration has
 /// no journal, left by a runner that died before writing one).
 pub async fn leases(js: &Js) -> Result<Vec<crate::journal::LeaseInfo>> {
-    match JournalStore::open(js, false).await? {
+    match JournalStore::open(js, IfMissing::ReturnNone).await? {
         Some(s) => s.leases().await,
         None => Ok(vec![]),
     }

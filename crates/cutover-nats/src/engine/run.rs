@@ -6,9 +6,9 @@
 
 use super::events::{Event, EventKind, Info, Progress, Sink, StepResult, Warning};
 use super::progress::source_progress;
-use crate::api::Js;
+use crate::api::{Action, Js, Lookup, Via};
 use crate::error::{Error, Result};
-use crate::journal::{now_ms, JournalStore, Lease};
+use crate::journal::{now_ms, IfMissing, JournalStore, Lease};
 use cutover_core::checkpoint::{assess, TranslateSearch};
 use cutover_core::journal::{migration_id, ConsumerPhase, Journal, Phase, Route, Settled, Step};
 use cutover_core::model::{nanos, ConsumerInfo};
@@ -154,7 +154,7 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Journal> {
     let id = migration_id(&plan.from, &plan.to);
-    let store = JournalStore::open(js, true).await?.expect("created");
+    let store = JournalStore::open(js, IfMissing::Create).await?.expect("created");
     let lease = Lease::acquire(&store, &plan.from, &id, opts.lease_ttl).await?;
     let journal = match store.load(&id).await? {
         Some(j) if j.phase == Phase::Done => {
@@ -566,7 +566,7 @@ async fn create_durable(
             existing.config.opt_start_seq
         )));
     }
-    match ctx.js.consumer_create(to, name, cfg, true).await {
+    match ctx.js.consumer_create(to, name, cfg, Action::Create).await {
         Ok(_) => Ok(()),
         Err(e) => {
             // The request may have taken effect even though its answer was
@@ -819,7 +819,7 @@ pub async fn translate_once(js: &Js, from: &str, to: &str, f: u64) -> Result<Opt
     let gets_before = js.gets();
     let mut s = TranslateSearch::new(f, b.state.first_seq, b_last, last_origin);
     while let Some(p) = s.next_probe() {
-        let m = js.get_msg(to, p, false, direct).await?;
+        let m = js.get_msg(to, p, Lookup::AtOrAfter, Via::direct_if(direct)).await?;
         let probe = match m {
             Some(m) if m.seq <= b_last => {
                 let o = m.origin_seq(from)?.ok_or_else(|| {
@@ -836,7 +836,9 @@ pub async fn translate_once(js: &Js, from: &str, to: &str, f: u64) -> Result<Opt
     // If B started sourcing mid-stream, A messages after F but before B's
     // first origin would be skipped: refuse instead.
     if start == b.state.first_seq.max(1) && b.state.messages > 0 {
-        if let Some(first) = js.get_msg(to, b.state.first_seq, false, direct).await? {
+        if let Some(first) =
+            js.get_msg(to, b.state.first_seq, Lookup::AtOrAfter, Via::direct_if(direct)).await?
+        {
             if let Some(o) = first.origin_seq(from)? {
                 if o > f + 1 {
                     if let Some(seq) = js.next_sourced(&a, b_source.as_ref(), f).await? {

@@ -2,6 +2,7 @@
 //! code, and nothing changed on the server (snapshots before and after).
 
 use crate::common::*;
+use cutover_nats::api::Action;
 use cutover_testkit::{free_port, NatsServer, ServerOptions};
 use serde_json::json;
 
@@ -309,9 +310,14 @@ async fn account_without_room_for_b_is_refused() {
         .unwrap();
     let js = cutover_nats::Js::new(client.clone(), std::time::Duration::from_secs(5));
     js.stream_create(&json!({"name": "A", "subjects": ["x.>"], "max_bytes": 15000})).await.unwrap();
-    js.consumer_create("A", "C", &json!({"durable_name": "C", "ack_policy": "explicit"}), false)
-        .await
-        .unwrap();
+    js.consumer_create(
+        "A",
+        "C",
+        &json!({"durable_name": "C", "ack_policy": "explicit"}),
+        Action::CreateOrUpdate,
+    )
+    .await
+    .unwrap();
     let ctx = async_nats::jetstream::new(client);
     for i in 0..12 {
         ctx.publish("x.1", vec![b'x'; 1000].into())

@@ -2,6 +2,7 @@
 //! ground for the fault campaign).
 
 use crate::common::wait_until;
+use cutover_nats::api::Action;
 use cutover_nats::Js;
 use cutover_testkit::Cluster;
 use serde_json::json;
@@ -49,7 +50,7 @@ async fn live_cutover_on_a_three_node_cluster_with_r3_streams() {
         js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "duplicate_window": 120_000_000_000i64})).await.is_ok()
     })
     .await;
-    js.consumer_create("ORDERS", "worker", &json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000}), true).await.unwrap();
+    js.consumer_create("ORDERS", "worker", &json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000}), Action::Create).await.unwrap();
     let load = Load::start(client.clone(), load_cfg(500, 20_000)).await;
     until_processed(&load, 300).await;
     let plan =

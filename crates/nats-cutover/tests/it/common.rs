@@ -1,6 +1,7 @@
 //! Shared helpers: a server per test, a client, the CLI, and server snapshots.
 
 use async_nats::jetstream;
+use cutover_nats::api::Action;
 use cutover_nats::Js;
 use cutover_testkit::NatsServer;
 use serde_json::{json, Value};
@@ -28,7 +29,10 @@ impl Env {
 
     pub async fn consumer(&self, stream: &str, cfg: Value) {
         let name = cfg["durable_name"].as_str().unwrap().to_string();
-        self.js.consumer_create(stream, &name, &cfg, false).await.expect("create consumer");
+        self.js
+            .consumer_create(stream, &name, &cfg, Action::CreateOrUpdate)
+            .await
+            .expect("create consumer");
     }
 
     /// Publishes n messages to `subject` with msg-ids `{prefix}-{i}`, awaiting acks.

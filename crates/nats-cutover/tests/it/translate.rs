@@ -5,6 +5,7 @@ use crate::common::*;
 use crate::run::request;
 use cutover_core::checkpoint::assess;
 use cutover_core::journal::Phase;
+use cutover_nats::api::{Lookup, Via};
 use cutover_nats::engine::{self, events::Collect, run::translate_once, RunOptions};
 use futures::StreamExt;
 use serde_json::json;
@@ -58,13 +59,13 @@ async fn assert_exact_start(e: &Env, f: u64, start: u64) {
     let mut s = start;
     while s > first {
         s -= 1;
-        if let Some(m) = e.js.get_msg("B", s, true, true).await.unwrap() {
+        if let Some(m) = e.js.get_msg("B", s, Lookup::Exact, Via::Direct).await.unwrap() {
             let o = m.origin_seq("A").unwrap().unwrap();
             assert!(o <= f, "B {s} has origin {o} > F {f}: start {start} too late");
             break;
         }
     }
-    if let Some(m) = e.js.get_msg("B", start, false, true).await.unwrap() {
+    if let Some(m) = e.js.get_msg("B", start, Lookup::AtOrAfter, Via::Direct).await.unwrap() {
         let o = m.origin_seq("A").unwrap().unwrap();
         assert!(o > f, "B {} has origin {o} <= F {f}: start {start} too early", m.seq);
     }
@@ -122,7 +123,11 @@ async fn filtered_consumer_checkpoint_translates_exactly() {
     // The first t.a at or after the start is the sixth one, A sequence 16.
     let mut next = start;
     loop {
-        let m = e.js.get_msg("B", next, false, true).await.unwrap().expect("a t.a after F");
+        let m =
+            e.js.get_msg("B", next, Lookup::AtOrAfter, Via::Direct)
+                .await
+                .unwrap()
+                .expect("a t.a after F");
         if m.subject == "t.a" {
             assert_eq!(m.origin_seq("A").unwrap(), Some(16));
             break;

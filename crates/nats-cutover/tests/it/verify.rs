@@ -8,8 +8,9 @@ use async_nats::jetstream::consumer::pull;
 use cutover_app::load::Load;
 use cutover_core::journal::{Journal, Phase};
 use cutover_core::verify::{AKnown, Counts, Kind, Report};
+use cutover_nats::api::{Action, Lookup, Via};
 use cutover_nats::engine::{self, events::Collect, RunOptions};
-use cutover_nats::journal::JournalStore;
+use cutover_nats::journal::{IfMissing, JournalStore};
 use cutover_nats::verify::{verify, VerifyOptions};
 use futures::StreamExt;
 use serde_json::json;
@@ -234,9 +235,15 @@ async fn restart_new_durable(e: &Env, mut j: Journal, delta: i64) {
     e.js.consumer_delete("ORDERS_V2", "worker").await.unwrap();
     let mut cfg = j.plan.consumers.iter().find(|c| c.name == "worker").unwrap().b_config.clone();
     cfg["opt_start_seq"] = json!(start);
-    e.js.consumer_create("ORDERS_V2", "worker", &cfg, true).await.unwrap();
+    e.js.consumer_create("ORDERS_V2", "worker", &cfg, Action::Create).await.unwrap();
     j.consumers[i].b_start = Some(start);
-    JournalStore::open(&e.js, false).await.unwrap().unwrap().save(&j).await.unwrap();
+    JournalStore::open(&e.js, IfMissing::ReturnNone)
+        .await
+        .unwrap()
+        .unwrap()
+        .save(&j)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -339,7 +346,7 @@ async fn live_migration_with_audit_verifies_clean_and_names_a_missing_and_a_doub
     // One record lost, one doubled.
     let rec = |seq: u64| {
         let js = e.js.clone();
-        async move { js.get_msg("AUDIT", seq, true, false).await.unwrap().unwrap() }
+        async move { js.get_msg("AUDIT", seq, Lookup::Exact, Via::Leader).await.unwrap().unwrap() }
     };
     let deleted: cutover_core::audit::AuditRecord =
         serde_json::from_slice(&rec(100).await.payload).unwrap();
