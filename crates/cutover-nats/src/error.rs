@@ -61,6 +61,11 @@ pub enum Error {
     Interrupted { id: String, step: String },
     #[error("{0}")]
     Stuck(String),
+    /// A run stopped by a failure, after its compensating actions: the cause,
+    /// the state the migration is left in, and the command that continues or
+    /// undoes it.
+    #[error("{cause}\n{state}; {next}")]
+    RunStopped { cause: Box<Error>, state: String, next: String },
 }
 
 /// What kind of failure an [`Error`] is: what callers (the CLI's exit codes)
@@ -116,12 +121,14 @@ impl Error {
             | Error::Leased { .. }
             | Error::Stuck(_) => ErrorKind::State,
             Error::Interrupted { .. } => ErrorKind::Interrupted,
+            Error::RunStopped { cause, .. } => cause.kind(),
         }
     }
 
     pub fn api_code(&self) -> Option<ApiErrorCode> {
         match self {
             Error::Api { code, .. } => Some(*code),
+            Error::RunStopped { cause, .. } => cause.api_code(),
             _ => None,
         }
     }

@@ -221,7 +221,47 @@ pub async fn run(
     }
     let lease = ctx.lease.into_inner();
     let _ = lease.release(&store).await;
-    result.map(|_| j)
+    result.map(|_| j.clone()).map_err(|e| stopped(e, &j))
+}
+
+/// Says, with a run's error, what state the migration is left in (after the
+/// compensating actions ran) and the one command that continues or undoes it.
+fn stopped(e: Error, j: &Journal) -> Error {
+    if matches!(e, Error::Interrupted { .. } | Error::Leased { .. }) {
+        return e; // they say it themselves
+    }
+    let id = &j.id;
+    let moved: Vec<&str> = j
+        .consumers
+        .iter()
+        .filter(|c| c.phase >= ConsumerPhase::Created)
+        .map(|c| c.name.as_str())
+        .collect();
+    let (state, next) = if j.phase == Phase::RolledBack {
+        (
+            format!("nothing was changed (migration {id} ended rolled back)"),
+            "fix the cause and run again".to_string(),
+        )
+    } else if j.phase.committed() {
+        (
+            format!("past the commit point: {} serves the publishers", j.to),
+            format!("`nats-cutover run --resume {id}` finishes the migration"),
+        )
+    } else {
+        (
+            format!(
+                "{} still serves the publishers; {}",
+                j.from,
+                if moved.is_empty() {
+                    "every consumer is as it was".to_string()
+                } else {
+                    format!("moved to {} (reading {}'s messages through it): {}", j.to, j.from, moved.join(", "))
+                }
+            ),
+            format!("`nats-cutover run --resume {id}` continues, `nats-cutover rollback {id}` undoes it"),
+        )
+    };
+    Error::RunStopped { cause: Box::new(e), state, next }
 }
 
 async fn drive(ctx: &Ctx<'_>) -> Result<()> {

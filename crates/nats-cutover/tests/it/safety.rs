@@ -472,3 +472,93 @@ async fn verify_does_not_call_copies_evicted_by_b_lost() {
     assert_eq!(out.code, 6, "{out:?}");
     assert_eq!(out.json()["summary"]["lost"], 1);
 }
+
+/// A server whose runner user `op` may not send one JetStream API request
+/// (a permissions violation: the request is dropped and times out), and an
+/// `admin` user for the test and its publishers.
+async fn env_denying(subject: &str) -> Env {
+    let conf = format!(
+        r#"accounts: {{ APP: {{ jetstream: enabled, users: [
+            {{ user: admin, password: a }},
+            {{ user: op, password: o, permissions: {{ publish: {{ deny: ["{subject}"] }} }} }}
+        ] }} }}"#
+    );
+    let server = cutover_testkit::NatsServer::start_with(cutover_testkit::ServerOptions {
+        config: Some(conf),
+        ..Default::default()
+    })
+    .unwrap();
+    let client = async_nats::ConnectOptions::with_user_and_password("admin".into(), "a".into())
+        .connect(server.url())
+        .await
+        .unwrap();
+    Env {
+        js: cutover_nats::Js::new(client.clone(), std::time::Duration::from_secs(5)),
+        ctx: async_nats::jetstream::new(client),
+        server,
+    }
+}
+
+/// Failure injection: each write the runner makes fails in turn (it may not
+/// send that request). Whatever fails, publishers can still publish, and the
+/// old consumer is as it was (running), or moved and delivering from B; the
+/// message says what to run next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_that_fails_leaves_publishers_served_and_consumers_working() {
+    // (denied request, the consumer is moved when the run stops)
+    let cases = [
+        ("$JS.API.STREAM.CREATE.ORDERS_V2", false),
+        ("$JS.API.CONSUMER.PAUSE.ORDERS.worker", false),
+        ("$JS.API.CONSUMER.CREATE.ORDERS_V2.worker", false),
+        ("$JS.API.STREAM.UPDATE.ORDERS_V2", false),
+        ("$JS.API.STREAM.UPDATE.ORDERS", true),
+        ("$JS.API.CONSUMER.DELETE.ORDERS.worker", true),
+    ];
+    for (denied, moved) in cases {
+        let e = env_denying(denied).await;
+        crate::run::orders_stream(&e, 30_000).await;
+        e.publish("orders.eu", "before", 5).await;
+        let url = e.server.url().replacen("://", "://op:o@", 1);
+        let out = cli(&[
+            "--server",
+            &url,
+            "--timeout",
+            "1s",
+            "run",
+            "--from",
+            "ORDERS",
+            "--to",
+            "ORDERS_V2",
+            "--consumer",
+            "worker",
+            "--yes",
+            "--lease-ttl",
+            "2s",
+        ]);
+        assert_ne!(out.code, 0, "denied {denied}: the run cannot succeed: {out:?}");
+        assert!(
+            ["run --resume", "rollback", "run again", "nothing was changed"]
+                .iter()
+                .any(|next| out.stderr.contains(next)),
+            "denied {denied}: the message names what to run next: {out:?}"
+        );
+        // Publishers are served by some stream.
+        e.publish("orders.eu", "after", 1).await;
+        // The consumer delivers: the old one, or the new one on B.
+        let (stream, other) = if moved { ("ORDERS_V2", "ORDERS") } else { ("ORDERS", "ORDERS_V2") };
+        let (raw, c) = e.js.consumer_info(stream, "worker").await.unwrap();
+        assert!(!c.paused, "denied {denied}: {stream}/worker is paused: {raw:#}");
+        if !moved {
+            let new = e.js.consumer_info_opt(other, "worker").await;
+            assert!(
+                matches!(new, Ok(None) | Err(cutover_nats::Error::StreamNotFound(_))),
+                "denied {denied}: a new durable exists beside the old one"
+            );
+        }
+        eprintln!(
+            "denied {denied}: exit {}, {}",
+            out.code,
+            out.stderr.lines().last().unwrap_or("")
+        );
+    }
+}
