@@ -106,6 +106,8 @@ pub enum Warning {
     PauseCut { stall_ms: u64, ack_pending: u64 },
     /// The commit could not complete and was undone.
     CommitUndone { error: String },
+    /// Rollback left something as it found it (and says why).
+    Skipped { what: String },
 }
 
 /// The wire shape of an event.
@@ -155,6 +157,7 @@ impl EventKind {
                     "message": "commit undone: A holds its subjects again",
                     "error": error,
                 }),
+                Warning::Skipped { what } => json!({ "message": what }),
             },
         }
     }

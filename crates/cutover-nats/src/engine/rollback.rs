@@ -8,7 +8,7 @@
 //! run created it) B are deleted, A's subjects restored and the old durables
 //! resumed. After the commit point only rolling forward is safe.
 
-use super::events::{Event, EventKind, Sink, StepResult};
+use super::events::{Event, EventKind, Sink, StepResult, Warning};
 use crate::api::{Js, Lookup, Via};
 use crate::error::{Error, Result};
 use crate::journal::{now_ms, IfMissing, JournalStore, Lease};
@@ -58,10 +58,24 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
             )));
         }
     }
+    // A stream that is gone or sealed moved on since (another migration, or by
+    // hand): it cannot take publishes back, and nothing of it is restored; the
+    // rollback only removes what this migration left elsewhere.
+    let a_now = js.stream_info_opt(&j.from).await?.filter(|(_, a)| !a.config.sealed);
+    if a_now.is_none() {
+        let what = format!(
+            "{} is gone or sealed: its subjects and consumers are left as they are",
+            j.from
+        );
+        sink.emit(Event::new(
+            id,
+            Step::RestoreSubjects,
+            EventKind::Warning(Warning::Skipped { what }),
+        ));
+    }
     // Publishers first: A takes its subjects back if it released them.
-    let (a_raw, a) = js.stream_info(&j.from).await?;
-    if a.config.subjects != j.a_subjects {
-        if let Some((b_raw, b)) = b_now {
+    if let Some((a_raw, _)) = a_now.as_ref().filter(|(_, a)| a.config.subjects != j.a_subjects) {
+        if let Some((b_raw, b)) = &b_now {
             if !b.config.subjects.is_empty() {
                 let mut cfg = b_raw["config"].clone();
                 cfg["subjects"] = json!([]);
@@ -81,7 +95,11 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
         // From `creating` on, the new durable may exist (its create request was
         // journaled first): the server says whether it does.
         if c.phase >= ConsumerPhase::Creating {
-            if let Some((_, bc)) = js.consumer_info_opt(&j.to, &c.name).await? {
+            let on_b = match &b_now {
+                Some(_) => js.consumer_info_opt(&j.to, &c.name).await?,
+                None => None,
+            };
+            if let Some((_, bc)) = on_b {
                 // Hold the new durable still and learn what it settled.
                 js.consumer_pause(&j.to, &c.name, Some("9999-01-01T00:00:00Z")).await?;
                 let deadline = Instant::now()
@@ -99,7 +117,7 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 };
                 let start = c.b_start.unwrap_or(u64::MAX);
-                if f_b >= start {
+                if f_b >= start && a_now.is_some() {
                     // The new durable processed B messages up to f_b: the old one
                     // must resume after their origin sequence.
                     let (_, b) = js.stream_info(&j.to).await?;
@@ -130,9 +148,13 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
             }
             store.delete_route(&j.from, &c.name).await?;
         }
-        // As the operator left it: running, or paused until the same time.
-        if c.was_paused || can_pause {
-            js.consumer_pause(&j.from, &c.name, c.paused_until.as_deref()).await?;
+        // As the operator left it: running, or paused until the same time (a
+        // durable deleted since, with its stream moved on, stays gone).
+        if a_now.is_some() && (c.was_paused || can_pause) {
+            match js.consumer_pause(&j.from, &c.name, c.paused_until.as_deref()).await {
+                Ok(_) | Err(Error::ConsumerNotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
         j.consumers[i].phase = ConsumerPhase::Waiting;
         j.consumers[i].checkpoint = None;

@@ -562,3 +562,47 @@ async fn a_write_that_fails_leaves_publishers_served_and_consumers_working() {
         );
     }
 }
+
+/// An old journal whose streams moved on by hand since (B deleted, A sealed
+/// and its durable gone) rolls back: it removes what the migration left (its
+/// route) and touches nothing else, instead of failing forever.
+#[tokio::test(flavor = "multi_thread")]
+async fn rollback_of_an_old_journal_after_the_streams_moved_on() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 5).await;
+    let args = [
+        "run",
+        "--from",
+        "ORDERS",
+        "--to",
+        "ORDERS_V2",
+        "--consumer",
+        "worker",
+        "--yes",
+        "--lease-ttl",
+        "1s",
+    ];
+    let out = crate::run::run_cli(&e, &args, Some("move_consumers"));
+    assert_eq!(out.code, 86, "{out:?}");
+    // The operator gave up on it and moved A on by hand.
+    e.js.stream_delete("ORDERS_V2").await.unwrap();
+    e.js.consumer_delete("ORDERS", "worker").await.unwrap();
+    let (raw, _) = e.js.stream_info("ORDERS").await.unwrap();
+    let mut cfg = raw["config"].clone();
+    cfg["sealed"] = json!(true);
+    e.js.stream_update(&cfg).await.unwrap();
+    let out = crate::run::retry_cli(
+        &e,
+        &["rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"],
+        &["is held by runner"],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_eq!(j.phase, Phase::RolledBack);
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert!(a.config.sealed, "A left as it was");
+    let st = e.cli(&["--json", "status"]).json();
+    assert_eq!(st["migrations"][0]["phase"], "rolled_back", "{st:#}");
+}
