@@ -606,3 +606,37 @@ async fn rollback_of_an_old_journal_after_the_streams_moved_on() {
     let st = e.cli(&["--json", "status"]).json();
     assert_eq!(st["migrations"][0]["phase"], "rolled_back", "{st:#}");
 }
+
+/// The most common reason to migrate: a work queue becomes a limits stream
+/// (a new name, `--to-config {"retention":"limits"}`), live, with workers on
+/// the queue. Sourcing from a work queue is reliable from 2.14 (ADR-60).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_work_queue_moves_to_a_limits_stream_live() {
+    let e = env().await;
+    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "retention": "workqueue"})).await;
+    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000})).await;
+    let load =
+        cutover_app::load::Load::start(e.js.client.clone(), crate::run::load_cfg(500, 20_000))
+            .await;
+    until_processed(&load, 200).await;
+    let cfg = to_config(&e, "limits", json!({"retention": "limits"}));
+    let out = e.cli(&[
+        "run",
+        "--from",
+        "ORDERS",
+        "--to",
+        "ORDERS_V2",
+        "--consumer",
+        "worker",
+        "--to-config",
+        &cfg,
+        "--yes",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let after = load.published() + 200;
+    crate::run::until_published(&load, after).await;
+    let r = crate::run::finish(load).await;
+    crate::run::assert_exact(&r);
+    let (_, b) = e.js.stream_info("ORDERS_V2").await.unwrap();
+    assert_eq!(b.config.retention.as_str(), "limits");
+}
