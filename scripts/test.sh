@@ -6,8 +6,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 command -v cargo >/dev/null || { echo "cargo is needed: install a Rust toolchain (rustup)" >&2; exit 1; }
 scripts/install-nats-server.sh "${NATS_SERVER_VERSION:-2.15.1}"
-# The oldest supported server, for the version-dependent tests (no consumer pause).
-scripts/install-nats-server.sh 2.10.26
+# The oldest supported server (no consumer pause) and the newest of each minor
+# between, for the version matrix (tests/it/versions.rs).
+for v in 2.10.26 2.11.11 2.12.8 2.14.6; do scripts/install-nats-server.sh "$v"; done
 # The nats-py applications the tests run beside a cut-over (tests/apps/).
 CUTOVER_TEST_PYTHON="$(scripts/install-test-apps.sh | tail -1)"
 export CUTOVER_TEST_PYTHON
