@@ -34,6 +34,9 @@ pub struct RunOptions {
     /// The longest a consumer stays paused without ack progress before it is
     /// resumed for as long and paused again (capped by its ack_wait).
     pub max_pause: Duration,
+    /// How long sourcing may make no progress while A has more before a wait
+    /// for it gives up (safely).
+    pub stall_timeout: Duration,
     /// How long the commit window may last before it is undone (A takes its
     /// subjects back): publishers get no responders meanwhile.
     pub commit_timeout: Duration,
@@ -54,6 +57,7 @@ impl Default for RunOptions {
             drain_pause: Duration::from_secs(120),
             settle_timeout: None,
             commit_timeout: Duration::from_secs(5),
+            stall_timeout: Duration::from_secs(30),
             max_pause: Duration::from_secs(5),
             after_step: None,
         }
@@ -343,11 +347,13 @@ async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
     let (_, a) = ctx.js.stream_info(&from).await?;
     let target = a.state.last_seq;
     let mut last_emit = Instant::now();
+    let mut stall = Stall::new(ctx.opts.stall_timeout);
     loop {
         let p = source_progress(ctx.js, &to, &from).await?;
         if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= target) {
             break;
         }
+        stall.check(&p, &to, &from)?;
         if last_emit.elapsed() > Duration::from_millis(250) {
             let remaining = target.saturating_sub(p.sourced_origin_seq.unwrap_or(0));
             let progress = Progress::CatchUp { remaining, reported_lag: p.reported_lag };
@@ -359,6 +365,40 @@ async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
     }
     ctx.done(Step::CatchUp, t, Some(Phase::CaughtUp), StepResult::CatchUp { origin_seq: target })
         .await
+}
+
+/// Waits for sourcing are bounded by progress, not by time: B may take hours
+/// to catch up a large stream, but not `limit` without sourcing anything new
+/// while A has more (a source error, a duplicate msg-id that stalls sourcing
+/// on servers before 2.12.8, a full account).
+struct Stall {
+    limit: Duration,
+    last: Option<u64>,
+    since: Instant,
+}
+
+impl Stall {
+    fn new(limit: Duration) -> Self {
+        Self { limit, last: None, since: Instant::now() }
+    }
+
+    fn check(&mut self, p: &super::SourceProgress, to: &str, from: &str) -> Result<()> {
+        if p.sourced_origin_seq != self.last || p.caught_up {
+            self.last = p.sourced_origin_seq;
+            self.since = Instant::now();
+            return Ok(());
+        }
+        if self.since.elapsed() > self.limit {
+            return Err(Error::Stuck(format!(
+                "{to} sourced nothing new from {from} for {:?} (it holds origin {} of {}'s {}): see the source's error with `nats stream info {to}` (a duplicate msg-id stalls sourcing on servers before 2.12.8; a full account stops it)",
+                self.limit,
+                p.sourced_origin_seq.map(|s| s.to_string()).unwrap_or_else(|| "none".into()),
+                from,
+                p.origin_last_seq
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// From 2.14 a sourcing stream may have no duplicate window (dedup off:
@@ -390,11 +430,13 @@ async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     let first_recent = ctx.js.first_since(from, &since, a.config.allow_direct).await?;
     // B must hold A's messages before `first_recent` (all of A's if none is recent).
     let need = first_recent.map(|m| m.seq.saturating_sub(1)).unwrap_or(a.state.last_seq);
+    let mut stall = Stall::new(ctx.opts.stall_timeout);
     loop {
         let p = source_progress(ctx.js, to, from).await?;
         if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= need) {
             break;
         }
+        stall.check(&p, to, from)?;
         ctx.tick(true).await?;
         tokio::time::sleep(ctx.opts.poll).await;
     }
@@ -816,10 +858,12 @@ async fn drain_without_pause(
 
 /// The first B sequence after origin sequence F, once B has sourced F.
 async fn translate(ctx: &Ctx<'_>, from: &str, to: &str, f: u64) -> Result<(u64, u32)> {
+    let mut stall = Stall::new(ctx.opts.stall_timeout);
     loop {
         if let Some(r) = translate_once(ctx.js, from, to, f).await? {
             return Ok(r);
         }
+        stall.check(&source_progress(ctx.js, to, from).await?, to, from)?;
         ctx.tick(true).await?;
         tokio::time::sleep(ctx.opts.poll).await;
     }

@@ -640,3 +640,34 @@ async fn a_work_queue_moves_to_a_limits_stream_live() {
     let (_, b) = e.js.stream_info("ORDERS_V2").await.unwrap();
     assert_eq!(b.config.retention.as_str(), "limits");
 }
+
+/// A wait for sourcing is bounded by progress: a B that stops sourcing (here a
+/// message larger than B's max_msg_size, set behind the plan's back) fails the
+/// run after the stall timeout, with the consumer untouched, instead of waiting
+/// forever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_source_is_reported_not_waited_for() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 3).await;
+    let mut h = async_nats::HeaderMap::new();
+    h.insert("Nats-Msg-Id", "big");
+    e.ctx
+        .publish_with_headers("orders.eu", h, vec![b'x'; 2048].into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mut plan =
+        engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    plan.b_config["max_msg_size"] = json!(512);
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let opts =
+        RunOptions { stall_timeout: std::time::Duration::from_secs(1), ..Default::default() };
+    let err = engine::run(&e.js, plan, &opts, &Collect::default(), rx).await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("sourced nothing new from ORDERS"), "{text}");
+    assert!(text.contains("every consumer is as it was"), "{text}");
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused);
+}
