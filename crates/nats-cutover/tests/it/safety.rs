@@ -671,3 +671,31 @@ async fn a_stalled_source_is_reported_not_waited_for() {
     let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert!(!c.paused);
 }
+
+/// Same bound for a message nak'd with a delay (a poison message retried with
+/// backoff): it stays ack-pending for 6 s while paused, but no single pause
+/// lasts longer than max_pause, and the move stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_nak_with_backoff_does_not_hold_the_consumer_paused() {
+    use async_nats::jetstream::AckKind;
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    let load =
+        cutover_app::load::Load::start(e.js.client.clone(), crate::run::load_cfg(300, 20_000))
+            .await;
+    until_processed(&load, 100).await;
+    let m = crate::run::take_one_and_die(&e).await;
+    m.ack_with(AckKind::Nak(Some(std::time::Duration::from_secs(6)))).await.unwrap();
+    let plan =
+        engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let opts = RunOptions { max_pause: std::time::Duration::from_secs(1), ..Default::default() };
+    let j = engine::run(&e.js, plan, &opts, &Collect::default(), rx).await.unwrap();
+    let c = &j.consumers[0];
+    let longest = c.longest_pause_ms.expect("longest pause recorded");
+    assert!(longest < 4_000, "longest pause {longest} ms: {c:?}");
+    let after = load.published() + 100;
+    crate::run::until_published(&load, after).await;
+    let r = crate::run::finish(load).await;
+    crate::run::assert_exact(&r);
+}
