@@ -57,6 +57,7 @@ pub struct Sample {
 #[derive(Default)]
 struct Shared {
     processed: Mutex<HashMap<u64, u32>>,
+    redelivered: Mutex<std::collections::HashSet<u64>>,
     published: Mutex<Vec<u64>>,
     publish_failures: AtomicU64,
     retried: AtomicU64,
@@ -89,6 +90,8 @@ pub struct LoadReport {
     pub lost: Vec<u64>,
     /// Processed more than once: (id, times).
     pub duplicated: Vec<(u64, u32)>,
+    /// Processed at least once from a JetStream redelivery (delivered > 1).
+    pub redelivered: Vec<u64>,
     /// Processed but never acknowledged to the publisher.
     pub extra: Vec<u64>,
     pub publish_failures: u64,
@@ -162,6 +165,11 @@ impl Load {
                             .and_then(|s| s.parse::<u64>().ok())
                         {
                             *shared.processed.lock().unwrap().entry(id).or_default() += 1;
+                            // A JetStream redelivery (an ack lost, say, while a
+                            // consumer leader changed): at-least-once, not the move.
+                            if m.info().is_ok_and(|i| i.delivered > 1) {
+                                shared.redelivered.lock().unwrap().insert(id);
+                            }
                         }
                         shared.processed_count.fetch_add(1, Ordering::Relaxed);
                         let now = Instant::now();
@@ -272,7 +280,10 @@ impl Load {
         let mut extra: Vec<u64> =
             processed.keys().copied().filter(|id| !pubset.contains(id)).collect();
         extra.sort();
+        let mut redelivered: Vec<u64> = s.redelivered.lock().unwrap().iter().copied().collect();
+        redelivered.sort();
         LoadReport {
+            redelivered,
             published: published.len() as u64,
             processed_unique: processed.len() as u64,
             processed_total: processed.values().map(|n| *n as u64).sum(),

@@ -10,6 +10,9 @@ pub struct ApiErrorCode(pub u64);
 
 impl ApiErrorCode {
     pub const CONSUMER_NOT_FOUND: Self = Self(10014);
+    /// "JetStream system temporarily unavailable" (server JSClusterNotAvailErr):
+    /// a cluster without a meta or stream leader for the moment.
+    pub const CLUSTER_NOT_AVAILABLE: Self = Self(10008);
     pub const STREAM_SUBJECT_OVERLAP: Self = Self(10065);
     pub const STREAM_NOT_FOUND: Self = Self(10059);
     pub const STREAM_NAME_EXISTS: Self = Self(10058);

@@ -131,7 +131,26 @@ impl Js {
     }
 
     /// One JetStream API request; an `error` in the answer becomes [`Error::Api`].
+    /// One JetStream API request. Failures that a cluster shows while it elects
+    /// a leader (no answer in time, no responders, "JetStream system temporarily
+    /// unavailable") are tried again for up to three request timeouts: every
+    /// request the engine makes is idempotent or reconciled with the server.
     pub async fn api(&self, what: &str, subject: &str, body: &Value) -> Result<Value> {
+        let deadline = std::time::Instant::now() + self.timeout * 3;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match self.api_once(what, subject, body).await {
+                Err(e) if transient(&e) && std::time::Instant::now() + backoff < deadline => {
+                    tracing::debug!("{what}: {e}; trying again in {backoff:?}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    async fn api_once(&self, what: &str, subject: &str, body: &Value) -> Result<Value> {
         let payload = if body.is_null() {
             Bytes::new()
         } else {
@@ -476,6 +495,15 @@ impl Js {
                 }))
             }
         }
+    }
+}
+
+/// A failure a cluster shows while it elects a leader.
+fn transient(e: &Error) -> bool {
+    match e {
+        Error::Timeout { .. } | Error::NoResponders { .. } => true,
+        Error::Api { code, .. } => *code == ApiErrorCode::CLUSTER_NOT_AVAILABLE,
+        _ => false,
     }
 }
 

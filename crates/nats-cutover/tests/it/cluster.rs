@@ -69,3 +69,136 @@ async fn live_cutover_on_a_three_node_cluster_with_r3_streams() {
     let (_, b) = js.stream_info("ORDERS_V2").await.unwrap();
     assert_eq!(b.config.num_replicas, 3);
 }
+
+/// Leaders change under the cut-over: when the runner sends its key requests
+/// (creating B, pausing the consumer, creating the new durable, releasing A's
+/// subjects, retiring), the leaders of the streams and consumers involved are
+/// stepped down through the API (JetStream leader step-down). A run that fails
+/// on an election is run again (it resumes); nothing is lost, nothing is
+/// processed twice but JetStream's own redeliveries, and verify holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leaders_stepping_down_during_the_cutover_lose_nothing() {
+    use crate::run::{finish, load_cfg, until_processed, until_published};
+    use cutover_app::load::Load;
+    use futures::StreamExt;
+    let cluster = Cluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+    let urls: Vec<String> = cluster.urls().split(',').map(String::from).collect();
+    // The test's own requests use another inbox prefix than the runner's.
+    let client =
+        async_nats::ConnectOptions::new().custom_inbox_prefix("_TEST").connect(urls).await.unwrap();
+    let js = Js::new(client.clone(), Duration::from_secs(5));
+    wait_until("an R3 stream to be created", Duration::from_secs(30), || async {
+        js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "duplicate_window": 120_000_000_000i64})).await.is_ok()
+    })
+    .await;
+    js.consumer_create("ORDERS", "worker", &json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000}), Action::Create).await.unwrap();
+    let cfg = cutover_app::load::LoadConfig {
+        duration: Duration::from_secs(300),
+        ..load_cfg(300, 90_000)
+    };
+    let load = Load::start(client.clone(), cfg).await;
+    until_processed(&load, 300).await;
+    // (runner request, leaders to step down when it is seen)
+    let triggers: Vec<(&str, Vec<String>)> = vec![
+        ("$JS.API.STREAM.CREATE.ORDERS_V2", vec!["STREAM.LEADER.STEPDOWN.ORDERS".into()]),
+        (
+            "$JS.API.CONSUMER.PAUSE.ORDERS.worker",
+            vec!["CONSUMER.LEADER.STEPDOWN.ORDERS.worker".into()],
+        ),
+        (
+            "$JS.API.CONSUMER.CREATE.ORDERS_V2.worker",
+            vec!["STREAM.LEADER.STEPDOWN.ORDERS_V2".into()],
+        ),
+        (
+            "$JS.API.STREAM.UPDATE.ORDERS",
+            vec!["STREAM.LEADER.STEPDOWN.ORDERS".into(), "STREAM.LEADER.STEPDOWN.ORDERS_V2".into()],
+        ),
+        (
+            "$JS.API.CONSUMER.DELETE.ORDERS.worker",
+            vec!["CONSUMER.LEADER.STEPDOWN.ORDERS_V2.worker".into()],
+        ),
+    ];
+    let mut api = client.subscribe("$JS.API.>").await.unwrap();
+    client.flush().await.unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (chaos_js, flag) = (js.clone(), stop.clone());
+    let chaos = tokio::spawn(async move {
+        let mut n = 0u32;
+        let mut fired = std::collections::HashSet::new();
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            let m = match tokio::time::timeout(Duration::from_millis(100), api.next()).await {
+                Ok(Some(m)) => m,
+                _ => continue,
+            };
+            if !m.reply.as_ref().is_some_and(|r| r.starts_with("_INBOX.")) {
+                continue;
+            }
+            for (subject, downs) in &triggers {
+                if m.subject.as_str() == *subject && fired.insert(*subject) {
+                    for d in downs {
+                        n += chaos_js.api("step down", d, &json!({})).await.is_ok() as u32;
+                    }
+                }
+            }
+        }
+        n
+    });
+    let servers = cluster.urls();
+    let mut attempts = vec![];
+    let done = loop {
+        // The same command again resumes the migration it started, if any.
+        let started = std::time::Instant::now();
+        let out = crate::common::cli(&[
+            "--server",
+            &servers,
+            "--timeout",
+            "3s",
+            "run",
+            "--from",
+            "ORDERS",
+            "--to",
+            "ORDERS_V2",
+            "--consumer",
+            "worker",
+            "--yes",
+            "--lease-ttl",
+            "2s",
+        ]);
+        eprintln!("run attempt: exit {} after {:?}", out.code, started.elapsed());
+        if out.code == 0 {
+            break true;
+        }
+        attempts.push(out.stderr.lines().next().unwrap_or("").to_string());
+        if attempts.len() >= 15 {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let stepped = chaos.await.unwrap();
+    eprintln!("{stepped} step-downs; failed attempts before success: {attempts:#?}");
+    assert!(done, "the migration did not finish: {attempts:#?}");
+    assert!(stepped >= 4, "leaders were stepped down at the runner's key requests ({stepped})");
+    let after = load.published() + 300;
+    until_published(&load, after).await;
+    let r = finish(load).await;
+    // A consumer leader change can lose acks in flight, and JetStream then
+    // redelivers (at least once): such a second processing comes with
+    // delivered > 1. Any other one would be the move's: none is allowed.
+    eprintln!(
+        "published {}, lost {}, processed twice {} (all redeliveries: {})",
+        r.published,
+        r.lost.len(),
+        r.duplicated.len(),
+        r.redelivered.len()
+    );
+    assert!(r.lost.is_empty(), "lost: {:?}", r.lost);
+    assert_eq!(r.publish_failures, 0);
+    let by_move: Vec<_> =
+        r.duplicated.iter().filter(|(id, _)| r.redelivered.binary_search(id).is_err()).collect();
+    assert!(by_move.is_empty(), "processed twice without a redelivery: {by_move:?}");
+    let v = cutover_nats::verify::verify(&js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {})
+        .await
+        .unwrap();
+    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
+}
