@@ -699,3 +699,25 @@ async fn a_nak_with_backoff_does_not_hold_the_consumer_paused() {
     let r = crate::run::finish(load).await;
     crate::run::assert_exact(&r);
 }
+
+/// verify does not call a move exact when A sources another stream (what X
+/// received after A was sealed reached neither stream): here A started
+/// sourcing X after the plan was made, behind its back.
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_refuses_to_prove_a_move_whose_old_stream_sources_another() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 3).await;
+    e.stream(json!({"name": "X", "subjects": ["x.>"]})).await;
+    let plan =
+        engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    let (raw, _) = e.js.stream_info("ORDERS").await.unwrap();
+    let mut cfg = raw["config"].clone();
+    cfg["sources"] = json!([{"name": "X"}]);
+    e.js.stream_update(&cfg).await.unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let out = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("stream ORDERS sources X"), "{out:?}");
+}
