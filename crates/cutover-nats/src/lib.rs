@@ -13,12 +13,15 @@
 //! - [`journal`]: the migration journal and lease in a KV bucket.
 //! - [`engine`]: `run`, `status`, `rollback`: the cut-over, step by step.
 //! - [`verify`]: structural verification of a finished migration.
+//! - [`observe`]: beside a run: the event recorder, the consumer sampler, and
+//!   what a run leaves for its report.
 
 pub mod api;
 pub mod connect;
 pub mod engine;
 pub mod error;
 pub mod journal;
+pub mod observe;
 pub mod verify;
 
 pub use api::Js;

@@ -108,7 +108,7 @@ pub async fn run(
     let verify = verify_streams(client).await;
     if let Some(path) = &a.report {
         let mut data = crate::report::ReportData::from_outcome(&outcome);
-        data.verify = Some(verify.clone());
+        data.run.verify = Some(verify.clone());
         crate::report::write(path, &data)
             .map_err(|e| CliError::File(format!("cannot write report {}: {e}", path.display())))?;
         if !json_out {
@@ -172,9 +172,7 @@ async fn verify_streams(
 ) -> Result<cutover_core::verify::Report, String> {
     let js = cutover_nats::Js::new(client, Duration::from_secs(5));
     let id = cutover_core::journal::migration_id(STREAM, NEW_STREAM);
-    cutover_nats::verify::verify(&js, &id, &cutover_nats::verify::VerifyOptions::default(), &|_| {})
-        .await
-        .map_err(|e| e.to_string())
+    cutover_nats::observe::verify_migration(&js, &id).await
 }
 
 pub fn summary_json(o: &Outcome) -> serde_json::Value {
