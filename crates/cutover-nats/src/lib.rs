@@ -15,6 +15,7 @@
 //! - [`verify`]: structural verification of a finished migration.
 //! - [`observe`]: beside a run: the event recorder, the consumer sampler, and
 //!   what a run leaves for its report.
+//! - [`test_hooks`]: the crash hook, only with the `test-hooks` feature.
 
 pub mod api;
 pub mod connect;
@@ -22,6 +23,7 @@ pub mod engine;
 pub mod error;
 pub mod journal;
 pub mod observe;
+pub mod test_hooks;
 pub mod verify;
 
 pub use api::Js;

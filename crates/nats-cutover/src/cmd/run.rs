@@ -147,22 +147,14 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         confirm(&plan)?;
     }
     let render = Render::new(detect(json_out));
-    let crash_after = std::env::var("NATS_CUTOVER_TEST_CRASH_AFTER").ok();
     let opts = RunOptions {
         delete_old: a.delete_old,
         keep_old_consumers: a.keep_old_consumers,
         lease_ttl: a.lease_ttl,
         settle_timeout: a.settle_timeout,
         max_pause: a.max_pause,
-        // Test hook: die like a killed process right after the named step was
-        // journaled, so resume can be tested at every step.
-        after_step: crash_after.map(|s| {
-            Arc::new(move |step: &str| {
-                if step == s {
-                    std::process::exit(86);
-                }
-            }) as Arc<dyn Fn(&str) + Send + Sync>
-        }),
+        // Only in the binary the tests run: die after a named step.
+        after_step: cutover_nats::test_hooks::crash_after_step(),
         ..Default::default()
     };
     let reg = a.metrics_addr.map(|_| Registry::new(metrics::RUN));
