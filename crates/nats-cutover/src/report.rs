@@ -13,11 +13,11 @@
 //! once the chart is drawn, `data-errors` if a script error or a
 //! `console.error` happened.
 
-use cutover_app::load::{LoadReport, Sample};
-use cutover_app::scenario::Outcome;
 use cutover_core::journal::Journal;
 use cutover_core::plan::Plan;
 use cutover_core::verify::Report as VerifyReport;
+use cutover_demo::load::{LoadReport, Sample};
+use cutover_demo::scenario::Outcome;
 use cutover_nats::engine::{Event, EventKind, Progress};
 use cutover_nats::observe::RunRecord;
 use serde::Serialize;

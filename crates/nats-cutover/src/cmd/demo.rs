@@ -1,6 +1,6 @@
 //! `nats-cutover demo`: a local server, a live workload, a cut-over while it
 //! runs, and the evidence. Everything it starts is stopped and removed on exit,
-//! Ctrl-C included. The scenario itself is `cutover_app::scenario`.
+//! Ctrl-C included. The scenario itself is `cutover_demo::scenario`.
 //!
 //! With `--server` (or `--context`) on the command line it uses that server
 //! instead: it refuses one that already has the demo's streams or migration,
@@ -17,9 +17,9 @@ use crate::cli::{ConnArgs, DemoArgs};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::render::{self, table};
-use cutover_app::load::LoadConfig;
-use cutover_app::scenario::{live_cutover, Outcome, ScenarioConfig};
 use cutover_core::plan::DEFAULT_RETRY_HORIZON;
+use cutover_demo::load::LoadConfig;
+use cutover_demo::scenario::{live_cutover, Outcome, ScenarioConfig};
 use cutover_nats::connect::redact_urls;
 use cutover_testkit::{installed_server_binary, NatsServer, ServerOptions, PINNED_VERSION};
 use serde_json::json;
