@@ -20,8 +20,8 @@ use crate::render::{self, table};
 use cutover_core::plan::DEFAULT_RETRY_HORIZON;
 use cutover_demo::load::LoadConfig;
 use cutover_demo::scenario::{live_cutover, Outcome, ScenarioConfig};
+use cutover_localserver::{installed_server_binary, LocalServer, PINNED_VERSION};
 use cutover_nats::connect::redact_urls;
-use cutover_testkit::{installed_server_binary, NatsServer, ServerOptions, PINNED_VERSION};
 use serde_json::json;
 use std::time::Duration;
 
@@ -56,8 +56,7 @@ pub async fn run(
     } else {
         let binary = installed_server_binary(PINNED_VERSION).map_err(CliError::LocalServer)?;
         let server =
-            NatsServer::start_with(ServerOptions { binary: Some(binary), ..Default::default() })
-                .map_err(CliError::LocalServer)?;
+            LocalServer::start(binary, Default::default()).map_err(CliError::LocalServer)?;
         if !json_out {
             outln!(
                 "nats-server {} on {} (store in {}, removed on exit)",
