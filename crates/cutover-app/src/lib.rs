@@ -14,13 +14,12 @@
 //! - [`publisher`]: retrying publisher with stall statistics.
 //! - [`follow`]: the route follower.
 //! - [`worker`]: a pull-consumer loop that follows the route.
-//! - [`load`]: a live workload (publisher + workers) that records what it processed.
-//! - [`scenario`]: the live cut-over scenario the demo, benchmark and report share.
 //! - [`audit`]: one audit record per processed message, for `verify --audit`.
+//!
+//! The live workload the demo, benchmark and tests run is `cutover-demo`, built
+//! on this crate.
 
 pub mod audit;
 pub mod follow;
-pub mod load;
 pub mod publisher;
-pub mod scenario;
 pub mod worker;

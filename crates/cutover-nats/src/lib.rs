@@ -13,12 +13,17 @@
 //! - [`journal`]: the migration journal and lease in a KV bucket.
 //! - [`engine`]: `run`, `status`, `rollback`: the cut-over, step by step.
 //! - [`verify`]: structural verification of a finished migration.
+//! - [`observe`]: beside a run: the event recorder, the consumer sampler, and
+//!   what a run leaves for its report.
+//! - [`test_hooks`]: the crash hook, only with the `test-hooks` feature.
 
 pub mod api;
 pub mod connect;
 pub mod engine;
 pub mod error;
 pub mod journal;
+pub mod observe;
+pub mod test_hooks;
 pub mod verify;
 
 pub use api::Js;

@@ -12,7 +12,8 @@
 
 use crate::error::{CliError, Result};
 use cutover_core::journal::Step;
-use cutover_nats::engine::{Event, EventKind, Progress};
+use cutover_nats::engine::{Event, EventKind, Progress, Sink};
+use cutover_nats::observe::ConsumerSample;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -312,6 +313,37 @@ pub fn record_event(reg: &Registry, from: &str, e: &Event) {
         }
         EventKind::Warning(_) => reg.add(&WARNINGS, &[], 1.0),
         EventKind::Info(_) => {}
+    }
+}
+
+/// Passes the engine's events on to `inner`, feeding `run`'s metrics on the
+/// way.
+pub struct Feed<'a> {
+    pub inner: &'a dyn Sink,
+    pub reg: Arc<Registry>,
+    /// The stream the consumers leave.
+    pub from: String,
+}
+
+impl Sink for Feed<'_> {
+    fn emit(&self, e: Event) {
+        record_event(&self.reg, &self.from, &e);
+        self.inner.emit(e);
+    }
+}
+
+/// `run`'s consumer gauges from one sample of the sampler; `from` and `to` are
+/// the plan's streams.
+pub fn record_sample(reg: &Registry, from: &str, to: &str, s: &ConsumerSample) {
+    let l = [("stream_name", s.stream.as_str()), ("consumer_name", s.consumer.as_str())];
+    reg.set(&NUM_PENDING, &l, s.num_pending as f64);
+    reg.set(&NUM_ACK_PENDING, &l, s.num_ack_pending as f64);
+    if s.stream == to {
+        // The old durable no longer delivers: drop its series rather than
+        // leave its last value standing.
+        let old = [("stream_name", from), ("consumer_name", s.consumer.as_str())];
+        reg.remove(&NUM_PENDING, &old);
+        reg.remove(&NUM_ACK_PENDING, &old);
     }
 }
 

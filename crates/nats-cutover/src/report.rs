@@ -13,43 +13,30 @@
 //! once the chart is drawn, `data-errors` if a script error or a
 //! `console.error` happened.
 
-use cutover_app::load::{LoadReport, Sample};
-use cutover_app::scenario::Outcome;
 use cutover_core::journal::Journal;
 use cutover_core::plan::Plan;
 use cutover_core::verify::Report as VerifyReport;
+use cutover_demo::load::{LoadReport, Sample};
+use cutover_demo::scenario::Outcome;
 use cutover_nats::engine::{Event, EventKind, Progress};
+use cutover_nats::observe::RunRecord;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Everything a report shows; `demo` fills it from its [`Outcome`], `run` from
-/// the engine's events and the consumer states it sampled.
+/// Everything a report shows: what the run left ([`RunRecord`], assembled by
+/// `cutover_nats::observe`) and, for the demo, the workload it measured.
 #[derive(Debug, Clone)]
 pub struct ReportData {
     /// What ran: "demo" or "run".
     pub kind: String,
-    pub server_version: String,
-    /// Wall clock (ms since the epoch) of t = 0 on the timeline; event
-    /// timestamps are wall clock, sample times are relative to this.
-    pub started_ms: u64,
+    pub run: RunRecord,
     /// The live workload, when there was one (the demo's).
     pub load: Option<LoadSection>,
-    pub consumer_samples: Vec<ConsumerPoint>,
-    pub events: Vec<Event>,
-    /// The final journal (absent if the run failed before writing one).
-    pub journal: Option<Journal>,
-    pub plan: Plan,
     /// How long the cut-over took, when measured by the caller; otherwise the
     /// span of the step events.
     pub cutover_ms: Option<f64>,
-    /// The run's error, if it failed (a report of a failed run is the one most
-    /// worth reading).
-    pub error: Option<String>,
-    /// The structural verification of the finished migration (`verify`), or why
-    /// it could not run; `None` when not attempted (the migration did not finish).
-    pub verify: Option<Result<VerifyReport, String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -61,55 +48,42 @@ pub struct LoadSection {
     pub verified: bool,
 }
 
-/// One read of a consumer's state, `t_ms` after `started_ms`.
-#[derive(Debug, Clone, Serialize)]
-pub struct ConsumerPoint {
-    pub t_ms: u64,
-    pub stream: String,
-    pub consumer: String,
-    pub num_pending: u64,
-    pub num_ack_pending: u64,
-}
-
 impl ReportData {
     pub fn from_outcome(o: &Outcome) -> Self {
-        let consumer = o.plan.consumers.first().map(|c| c.name.clone()).unwrap_or_default();
         Self {
             kind: "demo".into(),
-            server_version: o.server_version.clone(),
-            started_ms: o.started_ms,
+            run: RunRecord {
+                server_version: o.server_version.clone(),
+                started_ms: o.started_ms,
+                plan: o.plan.clone(),
+                events: o.events.clone(),
+                consumer_samples: o.consumer_samples.clone(),
+                journal: Some(o.journal.clone()),
+                error: None,
+                verify: None,
+            },
             load: Some(LoadSection {
                 rate: o.rate,
                 workers: o.workers,
                 report: o.load.clone(),
                 verified: o.verified,
             }),
-            consumer_samples: o
-                .consumer_samples
-                .iter()
-                .map(|s| ConsumerPoint {
-                    t_ms: s.t_ms,
-                    stream: s.stream.clone(),
-                    consumer: consumer.clone(),
-                    num_pending: s.num_pending,
-                    num_ack_pending: s.num_ack_pending,
-                })
-                .collect(),
-            events: o.events.clone(),
-            journal: Some(o.journal.clone()),
-            plan: o.plan.clone(),
             cutover_ms: Some(o.cutover_ms),
-            error: None,
-            verify: None,
         }
+    }
+
+    /// `run`'s report.
+    pub fn from_run(run: RunRecord) -> Self {
+        Self { kind: "run".into(), run, load: None, cutover_ms: None }
     }
 
     /// The cut-over's duration: measured by the caller, else first step start
     /// to last step end.
     fn cutover_ms(&self) -> Option<f64> {
         self.cutover_ms.or_else(|| {
-            let first = self.events.iter().find(|e| e.kind == EventKind::StepStarted)?.ts_ms;
+            let first = self.run.events.iter().find(|e| e.kind == EventKind::StepStarted)?.ts_ms;
             let last = self
+                .run
                 .events
                 .iter()
                 .rev()
@@ -120,17 +94,17 @@ impl ReportData {
     }
 
     fn verdict(&self) -> (&'static str, &'static str) {
-        if let Some(Ok(v)) = &self.verify {
+        if let Some(Ok(v)) = &self.run.verify {
             if !v.holds {
                 return ("bad", "NOT VERIFIED: the streams show lost, duplicated, out-of-order or misplaced messages");
             }
         }
-        match (&self.error, &self.load) {
+        match (&self.run.error, &self.load) {
             (Some(_), _) => ("bad", "FAILED"),
             (None, Some(l)) if l.verified => ("good", "VERIFIED: every published message was processed exactly once"),
             (None, Some(_)) => ("bad", "NOT VERIFIED: messages were lost, duplicated or extra"),
-            (None, None) => match &self.journal {
-                Some(j) if j.phase == cutover_core::journal::Phase::Done => match &self.verify {
+            (None, None) => match &self.run.journal {
+                Some(j) if j.phase == cutover_core::journal::Phase::Done => match &self.run.verify {
                     Some(Ok(_)) => ("good", "VERIFIED: every consumer moved at an exact checkpoint, the new stream holds every message once"),
                     _ => ("good", "DONE: every consumer moved at an exact checkpoint"),
                 },
@@ -249,18 +223,18 @@ pub fn checkpoint_markers(events: &[Event], started_ms: u64) -> (Vec<Marker>, Ve
 pub fn chart_data(d: &ReportData) -> Value {
     let rates = d.load.as_ref().map(|l| rates(&l.report.samples, 300)).unwrap_or_default();
     let mut consumers: Vec<(String, Vec<Value>)> = vec![];
-    for p in &d.consumer_samples {
+    for p in &d.run.consumer_samples {
         let point = json!({ "t": p.t_ms as f64 / 1000.0, "pending": p.num_pending, "ack_pending": p.num_ack_pending, "stream": p.stream });
         match consumers.iter_mut().find(|(n, _)| *n == p.consumer) {
             Some((_, v)) => v.push(point),
             None => consumers.push((p.consumer.clone(), vec![point])),
         }
     }
-    let steps = step_spans(&d.events, d.started_ms);
-    let (checkpoints, moves) = checkpoint_markers(&d.events, d.started_ms);
+    let steps = step_spans(&d.run.events, d.run.started_ms);
+    let (checkpoints, moves) = checkpoint_markers(&d.run.events, d.run.started_ms);
     let mut t_max: f64 = 0.0;
     t_max = rates.iter().map(|r| r.t).fold(t_max, f64::max);
-    t_max = d.consumer_samples.iter().map(|p| p.t_ms as f64 / 1000.0).fold(t_max, f64::max);
+    t_max = d.run.consumer_samples.iter().map(|p| p.t_ms as f64 / 1000.0).fold(t_max, f64::max);
     t_max = steps.iter().map(|s| s.end.unwrap_or(s.start)).fold(t_max, f64::max);
     json!({
         "t_max": t_max,
@@ -399,8 +373,8 @@ pub fn render(d: &ReportData) -> String {
     summary_section(&mut h, d);
     verification_section(&mut h, d);
     consumers_section(&mut h, d);
-    plan_section(&mut h, &d.plan);
-    let _ = write!(h, "<footer>{} engine events recorded.</footer>", d.events.len());
+    plan_section(&mut h, &d.run.plan);
+    let _ = write!(h, "<footer>{} engine events recorded.</footer>", d.run.events.len());
     let _ = write!(
         h,
         "<script id=chart-data type=application/json>{}</script>",
@@ -412,7 +386,7 @@ pub fn render(d: &ReportData) -> String {
 
 /// The document's head, the error capture, and the header with the verdict.
 fn header(h: &mut String, d: &ReportData, generated: &str) {
-    let plan = &d.plan;
+    let plan = &d.run.plan;
     let (verdict_class, verdict) = d.verdict();
     let _ = write!(
         h,
@@ -429,13 +403,13 @@ fn header(h: &mut String, d: &ReportData, generated: &str) {
         esc(&d.kind),
         esc(&plan.from),
         esc(&plan.to),
-        esc(&d.server_version),
+        esc(&d.run.server_version),
         plan.strategy.as_str(),
         plan.mode.as_str(),
         esc(generated),
         esc(verdict)
     );
-    if let Some(e) = &d.error {
+    if let Some(e) = &d.run.error {
         let _ = write!(h, "<p class=\"verdict bad\">error: {}</p>", esc(e));
     }
     h.push_str("</header>");
@@ -454,7 +428,7 @@ fn summary_section(h: &mut String, d: &ReportData) {
         d.cutover_ms().map(ms).unwrap_or_else(|| "-".into()),
     ]);
     table(h, &["measure", "value"], &rows);
-    let spans = step_spans(&d.events, d.started_ms);
+    let spans = step_spans(&d.run.events, d.run.started_ms);
     let step_rows: Vec<Vec<String>> = spans
         .iter()
         .map(|s| {
@@ -507,10 +481,10 @@ fn verification_section(h: &mut String, d: &ReportData) {
         Some(l) => workload_verification(h, &l.report),
         None => h.push_str("<p>No workload was measured. The evidence each checkpoint was taken from (the paused, settled consumer state) is under Consumers.</p>"),
     }
-    match &d.verify {
+    match &d.run.verify {
         Some(Ok(v)) => verify_section(h, v),
         Some(Err(e)) => {
-            let _ = write!(h, "<p class=bad>The streams could not be verified: {}. Run <code>nats-cutover verify --migration {}.{}</code>.</p>", esc(e), esc(&d.plan.from), esc(&d.plan.to));
+            let _ = write!(h, "<p class=bad>The streams could not be verified: {}. Run <code>nats-cutover verify --migration {}.{}</code>.</p>", esc(e), esc(&d.run.plan.from), esc(&d.run.plan.to));
         }
         None => {}
     }
@@ -547,7 +521,7 @@ fn workload_verification(h: &mut String, r: &LoadReport) {
 
 fn consumers_section(h: &mut String, d: &ReportData) {
     h.push_str("<section><h2>Consumers</h2>");
-    match &d.journal {
+    match &d.run.journal {
         Some(j) => consumers_table(h, j),
         None => h.push_str("<p>No journal was written.</p>"),
     }

@@ -1,6 +1,6 @@
 //! `nats-cutover demo`: a local server, a live workload, a cut-over while it
 //! runs, and the evidence. Everything it starts is stopped and removed on exit,
-//! Ctrl-C included. The scenario itself is `cutover_app::scenario`.
+//! Ctrl-C included. The scenario itself is `cutover_demo::scenario`.
 //!
 //! With `--server` (or `--context`) on the command line it uses that server
 //! instead: it refuses one that already has the demo's streams or migration,
@@ -17,11 +17,11 @@ use crate::cli::{ConnArgs, DemoArgs};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::render::{self, table};
-use cutover_app::load::LoadConfig;
-use cutover_app::scenario::{live_cutover, Outcome, ScenarioConfig};
 use cutover_core::plan::DEFAULT_RETRY_HORIZON;
+use cutover_demo::load::LoadConfig;
+use cutover_demo::scenario::{live_cutover, Outcome, ScenarioConfig};
+use cutover_localserver::{installed_server_binary, LocalServer, PINNED_VERSION};
 use cutover_nats::connect::redact_urls;
-use cutover_testkit::{installed_server_binary, NatsServer, ServerOptions, PINNED_VERSION};
 use serde_json::json;
 use std::time::Duration;
 
@@ -56,8 +56,7 @@ pub async fn run(
     } else {
         let binary = installed_server_binary(PINNED_VERSION).map_err(CliError::LocalServer)?;
         let server =
-            NatsServer::start_with(ServerOptions { binary: Some(binary), ..Default::default() })
-                .map_err(CliError::LocalServer)?;
+            LocalServer::start(binary, Default::default()).map_err(CliError::LocalServer)?;
         if !json_out {
             outln!(
                 "nats-server {} on {} (store in {}, removed on exit)",
@@ -108,7 +107,7 @@ pub async fn run(
     let verify = verify_streams(client).await;
     if let Some(path) = &a.report {
         let mut data = crate::report::ReportData::from_outcome(&outcome);
-        data.verify = Some(verify.clone());
+        data.run.verify = Some(verify.clone());
         crate::report::write(path, &data)
             .map_err(|e| CliError::File(format!("cannot write report {}: {e}", path.display())))?;
         if !json_out {
@@ -172,9 +171,7 @@ async fn verify_streams(
 ) -> Result<cutover_core::verify::Report, String> {
     let js = cutover_nats::Js::new(client, Duration::from_secs(5));
     let id = cutover_core::journal::migration_id(STREAM, NEW_STREAM);
-    cutover_nats::verify::verify(&js, &id, &cutover_nats::verify::VerifyOptions::default(), &|_| {})
-        .await
-        .map_err(|e| e.to_string())
+    cutover_nats::observe::verify_migration(&js, &id).await
 }
 
 pub fn summary_json(o: &Outcome) -> serde_json::Value {

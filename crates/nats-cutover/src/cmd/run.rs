@@ -6,16 +6,15 @@ use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::metrics::{self, Registry};
 use crate::render::table;
-use crate::report::{ConsumerPoint, ReportData};
+use crate::report::ReportData;
 use cutover_core::journal::{ConsumerPhase, Journal, Phase};
 use cutover_core::plan::Plan;
-use cutover_nats::engine::{self, Event, RunOptions, Sink};
+use cutover_nats::engine::{self, RunOptions, Sink};
 use cutover_nats::journal::now_ms;
-use cutover_nats::Js;
+use cutover_nats::observe::{self, ConsumerSample, Observe, OnSample};
 use serde_json::json;
 use std::io::{BufRead, IsTerminal};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 fn read_plan_file(p: &std::path::Path) -> Result<Plan> {
     let text = std::fs::read_to_string(p)
@@ -89,125 +88,6 @@ fn shutdown_on_ctrl_c() -> tokio::sync::watch::Receiver<bool> {
     rx
 }
 
-/// Passes the engine's events on to the renderer, recording them for the
-/// report and feeding the metrics on the way.
-struct Tap<'a> {
-    inner: &'a dyn Sink,
-    events: Option<Mutex<Vec<Event>>>,
-    metrics: Option<(Arc<Registry>, String)>,
-}
-
-impl Sink for Tap<'_> {
-    fn emit(&self, e: Event) {
-        if let Some((reg, from)) = &self.metrics {
-            metrics::record_event(reg, from, &e);
-        }
-        if let Some(ev) = &self.events {
-            ev.lock().unwrap().push(e.clone());
-        }
-        self.inner.emit(e);
-    }
-}
-
-/// Reads every consumer of the plan every 100 ms while the engine works (the
-/// new durable once it exists, else the old one): the report's timeline and the
-/// metrics' consumer gauges. The engine's own reads are not enough: it only
-/// reads a consumer while draining it. Stops when dropped.
-struct Sampler {
-    task: tokio::task::JoinHandle<()>,
-    reader: Arc<SampleReader>,
-}
-
-struct SampleReader {
-    js: Js,
-    from: String,
-    to: String,
-    consumers: Vec<String>,
-    t0: Instant,
-    reg: Option<Arc<Registry>>,
-    points: Mutex<Vec<ConsumerPoint>>,
-}
-
-impl SampleReader {
-    async fn read(&self) {
-        let (from, to) = (&self.from, &self.to);
-        for c in &self.consumers {
-            let cur = match self.js.consumer_info_opt(to, c).await {
-                Ok(Some((_, ci))) => Some((to, ci)),
-                _ => self
-                    .js
-                    .consumer_info_opt(from, c)
-                    .await
-                    .ok()
-                    .flatten()
-                    .map(|(_, ci)| (from, ci)),
-            };
-            let Some((stream, ci)) = cur else { continue };
-            if let Some(reg) = &self.reg {
-                let l = [("stream_name", stream.as_str()), ("consumer_name", c.as_str())];
-                reg.set(&metrics::NUM_PENDING, &l, ci.num_pending as f64);
-                reg.set(&metrics::NUM_ACK_PENDING, &l, ci.num_ack_pending as f64);
-                if stream == to {
-                    // The old durable no longer delivers: drop its series
-                    // rather than leave its last value standing.
-                    let old = [("stream_name", from.as_str()), ("consumer_name", c.as_str())];
-                    reg.remove(&metrics::NUM_PENDING, &old);
-                    reg.remove(&metrics::NUM_ACK_PENDING, &old);
-                }
-            }
-            let p = ConsumerPoint {
-                t_ms: self.t0.elapsed().as_millis() as u64,
-                stream: stream.clone(),
-                consumer: c.clone(),
-                num_pending: ci.num_pending,
-                num_ack_pending: ci.num_ack_pending,
-            };
-            self.points.lock().unwrap().push(p);
-        }
-    }
-}
-
-impl Drop for Sampler {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Sampler {
-    fn start(js: Js, plan: &Plan, t0: Instant, reg: Option<Arc<Registry>>) -> Self {
-        let reader = Arc::new(SampleReader {
-            js,
-            from: plan.from.clone(),
-            to: plan.to.clone(),
-            consumers: plan.consumers.iter().map(|c| c.name.clone()).collect(),
-            t0,
-            reg,
-            points: Mutex::default(),
-        });
-        let r = reader.clone();
-        let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                r.read().await;
-            }
-        });
-        Self { task, reader }
-    }
-
-    /// Stops sampling and reads once more, so the timeline ends with the state
-    /// the run left (a short run may fit between two ticks).
-    async fn finish(mut self) -> Vec<ConsumerPoint> {
-        self.task.abort();
-        // Wait for the aborted task so its last read cannot land after ours.
-        let _ = (&mut self.task).await;
-        self.reader.read().await;
-        let points = self.reader.points.lock().unwrap().clone();
-        points
-    }
-}
-
 pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode> {
     // Refuse an unwritable report path before anything changes on the server.
     if let Some(p) = &a.report {
@@ -267,22 +147,14 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         confirm(&plan)?;
     }
     let render = Render::new(detect(json_out));
-    let crash_after = std::env::var("NATS_CUTOVER_TEST_CRASH_AFTER").ok();
     let opts = RunOptions {
         delete_old: a.delete_old,
         keep_old_consumers: a.keep_old_consumers,
         lease_ttl: a.lease_ttl,
         settle_timeout: a.settle_timeout,
         max_pause: a.max_pause,
-        // Test hook: die like a killed process right after the named step was
-        // journaled, so resume can be tested at every step.
-        after_step: crash_after.map(|s| {
-            Arc::new(move |step: &str| {
-                if step == s {
-                    std::process::exit(86);
-                }
-            }) as Arc<dyn Fn(&str) + Send + Sync>
-        }),
+        // Only in the binary the tests run: die after a named step.
+        after_step: cutover_nats::test_hooks::crash_after_step(),
         ..Default::default()
     };
     let reg = a.metrics_addr.map(|_| Registry::new(metrics::RUN));
@@ -294,20 +166,20 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         }
         _ => None,
     };
-    let tap = Tap {
-        inner: &render,
-        events: a.report.as_ref().map(|_| Mutex::default()),
-        metrics: reg.clone().map(|r| (r, plan.from.clone())),
+    let feed =
+        reg.clone().map(|reg| metrics::Feed { inner: &render, reg, from: plan.from.clone() });
+    let sink: &dyn Sink = match &feed {
+        Some(f) => f,
+        None => &render,
     };
-    let (started_ms, t0) = (now_ms(), Instant::now());
-    let sampler = (a.report.is_some() || reg.is_some())
-        .then(|| Sampler::start(js.clone(), &plan, t0, reg.clone()));
-    let result = engine::run(&js, plan.clone(), &opts, &tap, shutdown_on_ctrl_c()).await;
+    let on_sample = reg.clone().map(|reg| {
+        let (from, to) = (plan.from.clone(), plan.to.clone());
+        Arc::new(move |s: &ConsumerSample| metrics::record_sample(&reg, &from, &to, s)) as OnSample
+    });
+    let observe = Observe { record: a.report.is_some(), on_sample };
+    let (result, record) =
+        observe::run(&js, plan.clone(), &opts, sink, shutdown_on_ctrl_c(), observe).await;
     render.finish();
-    let points = match sampler {
-        Some(s) => s.finish().await,
-        None => vec![],
-    };
     if let Some(reg) = &reg {
         match &result {
             Ok(j) => reg.set(
@@ -318,53 +190,18 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
             Err(_) => reg.add(&metrics::ERRORS, &[], 1.0),
         }
     }
-    if let Some(path) = &a.report {
-        // A failed run's report matters most: take the journal it left in KV.
-        let journal = match &result {
-            Ok(j) => Some(j.clone()),
-            Err(_) => engine::rollback::load(
-                &js,
-                &cutover_core::journal::migration_id(&plan.from, &plan.to),
-            )
-            .await
-            .ok()
-            .map(|(_, j)| j),
-        };
-        let mut data = ReportData {
-            kind: "run".into(),
-            server_version: js.server_version().map(|v| v.to_string()).unwrap_or_default(),
-            started_ms,
-            load: None,
-            consumer_samples: points,
-            events: tap.events.map(|e| e.into_inner().unwrap()).unwrap_or_default(),
-            journal,
-            plan: plan.clone(),
-            cutover_ms: None,
-            error: result.as_ref().err().map(|e| e.to_string()),
-            verify: None,
-        };
-        if let Ok(j) = &result {
-            if j.phase == Phase::Done {
-                // The report carries the proof, as `verify` gives it: both
-                // streams are read once, headers only.
-                if !json_out {
-                    outln!("verifying {} for the report (reads both streams' headers once)", j.id);
-                }
-                data.verify = Some(
-                    cutover_nats::verify::verify(
-                        &js,
-                        &j.id,
-                        &cutover_nats::verify::VerifyOptions::default(),
-                        &|_| {},
-                    )
-                    .await
-                    .map_err(|e| e.to_string()),
-                );
+    if let (Some(path), Some(mut record)) = (&a.report, record) {
+        if let Some(id) = record.done().map(str::to_owned) {
+            // The report carries the proof, as `verify` gives it: both
+            // streams are read once, headers only.
+            if !json_out {
+                outln!("verifying {id} for the report (reads both streams' headers once)");
             }
+            record.verify = Some(observe::verify_migration(&js, &id).await);
         }
         // The migration's outcome decides the exit code; a report that cannot
         // be written (the directory was checked up front) is only warned about.
-        match crate::report::write(path, &data) {
+        match crate::report::write(path, &ReportData::from_run(record)) {
             Ok(()) if !json_out => outln!("report: {}", path.display()),
             Ok(()) => {}
             Err(e) => errln!("warning: cannot write report {}: {e}", path.display()),

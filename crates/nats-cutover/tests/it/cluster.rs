@@ -39,8 +39,8 @@ async fn three_node_cluster_serves_a_replicated_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn live_cutover_on_a_three_node_cluster_with_r3_streams() {
     use crate::run::{assert_exact, finish, load_cfg, request, until_processed, until_published};
-    use cutover_app::load::Load;
     use cutover_core::journal::Phase;
+    use cutover_demo::load::Load;
     use cutover_nats::engine::{self, events::Collect, RunOptions};
     let cluster = Cluster::start(3).unwrap_or_else(|e| panic!("{e}"));
     let urls: Vec<String> = cluster.urls().split(',').map(String::from).collect();

@@ -10,8 +10,8 @@
 
 use crate::common::*;
 use crate::run::{assert_exact, finish, load_cfg, orders_stream, until_processed, until_published};
-use cutover_app::load::Load;
 use cutover_core::journal::Phase;
+use cutover_demo::load::Load;
 use cutover_nats::engine;
 use futures::StreamExt;
 use std::collections::HashSet;

@@ -1,9 +1,9 @@
 //! The cut-over under live load, end to end, against a real server.
 
 use crate::common::*;
-use cutover_app::load::{Load, LoadConfig, LoadReport};
 use cutover_core::journal::{ConsumerPhase, Phase};
 use cutover_core::plan::PlanRequest;
+use cutover_demo::load::{Load, LoadConfig, LoadReport};
 use cutover_nats::engine::{self, events::Collect, RunOptions};
 use serde_json::json;
 use std::time::Duration;

@@ -202,7 +202,7 @@ async fn a_commit_that_fails_gives_a_its_subjects_back_at_once() {
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
     let load =
-        cutover_app::load::Load::start(e.js.client.clone(), crate::run::load_cfg(300, 20_000))
+        cutover_demo::load::Load::start(e.js.client.clone(), crate::run::load_cfg(300, 20_000))
             .await;
     until_processed(&load, 100).await;
     let args = [
@@ -420,7 +420,7 @@ async fn a_dead_worker_does_not_hold_the_consumer_paused() {
     let e = env().await;
     crate::run::orders_stream(&e, 8_000).await;
     let load =
-        cutover_app::load::Load::start(e.js.client.clone(), crate::run::load_cfg(300, 20_000))
+        cutover_demo::load::Load::start(e.js.client.clone(), crate::run::load_cfg(300, 20_000))
             .await;
     until_processed(&load, 100).await;
     let held = crate::run::take_one_and_die(&e).await;

@@ -5,9 +5,9 @@
 use crate::common::*;
 use crate::run::{finish, load_cfg, orders_stream, request, until_processed, until_published};
 use async_nats::jetstream::consumer::pull;
-use cutover_app::load::Load;
 use cutover_core::journal::{Journal, Phase};
 use cutover_core::verify::{AKnown, Counts, Kind, Report};
+use cutover_demo::load::Load;
 use cutover_nats::api::{Action, Lookup, Via};
 use cutover_nats::engine::{self, events::Collect, RunOptions};
 use cutover_nats::journal::{IfMissing, JournalStore};

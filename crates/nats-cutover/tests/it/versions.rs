@@ -3,8 +3,8 @@
 
 use crate::common::*;
 use crate::run::{assert_exact, load_cfg, request};
-use cutover_app::load::Load;
 use cutover_core::journal::Phase;
+use cutover_demo::load::Load;
 use cutover_nats::engine::{self, events::Collect, RunOptions};
 use cutover_nats::Js;
 use cutover_testkit::{NatsServer, ServerOptions};

@@ -3,12 +3,12 @@
 //! duplicated, max publisher stall, max consumer gap, each step's duration and
 //! the translation's gets; writes JSON to target/bench/cutover.json.
 //!
-//! `cargo bench -p cutover-app --bench cutover` (release build). Knobs through the
+//! `cargo bench -p cutover-demo --bench cutover` (release build). Knobs through the
 //! environment: BENCH_RATE (5000), BENCH_WORKERS (8), BENCH_SECONDS (9),
 //! BENCH_RUNS (3), BENCH_PROCESSING_US (1000).
 
-use cutover_app::load::LoadConfig;
-use cutover_app::scenario::{live_cutover, Outcome, ScenarioConfig};
+use cutover_demo::load::LoadConfig;
+use cutover_demo::scenario::{live_cutover, Outcome, ScenarioConfig};
 use cutover_nats::engine::events::NoSink;
 use cutover_testkit::{NatsServer, PINNED_VERSION};
 use std::time::Duration;

@@ -8,11 +8,14 @@ use cutover_core::plan::{Plan, PlanRequest};
 use cutover_nats::api::Action;
 use cutover_nats::engine::{self, Event, EventKind, RunOptions, Sink};
 use cutover_nats::journal::now_ms;
+use cutover_nats::observe::{ConsumerSample, Recorder, Sampled, Sampler};
 use cutover_nats::Js;
 use serde::Serialize;
 use serde_json::json;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// How often the scenario reads the consumer for the timeline.
+const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Clone)]
 pub struct ScenarioConfig {
@@ -21,15 +24,6 @@ pub struct ScenarioConfig {
     /// When the cut-over starts, from the start of the workload.
     pub cutover_at: Duration,
     pub ack_wait: Duration,
-}
-
-/// Consumer state sampled over time for the timeline.
-#[derive(Debug, Clone, Serialize)]
-pub struct ConsumerSample {
-    pub t_ms: u64,
-    pub stream: String,
-    pub num_pending: u64,
-    pub num_ack_pending: u64,
 }
 
 /// Everything a scenario measured.
@@ -43,6 +37,7 @@ pub struct Outcome {
     /// timestamps are wall clock too.
     pub started_ms: u64,
     pub load: LoadReport,
+    /// The consumer read every 50 ms, from the start of the workload.
     pub consumer_samples: Vec<ConsumerSample>,
     pub events: Vec<Event>,
     pub journal: Journal,
@@ -65,18 +60,6 @@ impl Outcome {
     }
 }
 
-struct Recorder<'a> {
-    inner: &'a dyn Sink,
-    events: Mutex<Vec<Event>>,
-}
-
-impl Sink for Recorder<'_> {
-    fn emit(&self, e: Event) {
-        self.events.lock().unwrap().push(e.clone());
-        self.inner.emit(e);
-    }
-}
-
 /// Creates the stream and durable, runs the workload, cuts over at
 /// `cutover_at`, lets the workload finish on the new stream, and measures.
 pub async fn live_cutover(
@@ -91,43 +74,16 @@ pub async fn live_cutover(
     let started_ms = now_ms();
     let t0 = Instant::now();
     let mut load = Load::start(client.clone(), l.clone()).await;
-    let samples: Arc<Mutex<Vec<ConsumerSample>>> = Arc::default();
-    let sampler = {
-        let (js, samples, old, new, c) = (
-            js.clone(),
-            samples.clone(),
-            l.stream.clone(),
-            cfg.new_stream.clone(),
-            l.consumer.clone(),
-        );
-        tokio::spawn(async move {
-            loop {
-                // Whichever durable is current: the new one once it exists.
-                let cur = match js.consumer_info_opt(&new, &c).await {
-                    Ok(Some((_, ci))) => Some((new.clone(), ci)),
-                    _ => js
-                        .consumer_info_opt(&old, &c)
-                        .await
-                        .ok()
-                        .flatten()
-                        .map(|(_, ci)| (old.clone(), ci)),
-                };
-                if let Some((s, ci)) = cur {
-                    samples.lock().unwrap().push(ConsumerSample {
-                        t_ms: t0.elapsed().as_millis() as u64,
-                        stream: s,
-                        num_pending: ci.num_pending,
-                        num_ack_pending: ci.num_ack_pending,
-                    });
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
+    let sampled = Sampled {
+        from: l.stream.clone(),
+        to: cfg.new_stream.clone(),
+        consumers: vec![l.consumer.clone()],
     };
+    let sampler = Sampler::start(js.clone(), sampled, SAMPLE_EVERY, t0, None);
     tokio::time::sleep(cfg.cutover_at).await;
     let mut req = PlanRequest::source(&l.stream, &cfg.new_stream, &[&l.consumer]);
     req.retry_horizon = Some(l.retry_horizon);
-    let rec = Recorder { inner: sink, events: Mutex::new(vec![]) };
+    let rec = Recorder::new(sink);
     let result = async {
         let plan = engine::prepare_plan(&js, &req).await?;
         let (_tx, rx) = tokio::sync::watch::channel(false);
@@ -139,7 +95,7 @@ pub async fn live_cutover(
     let (plan, journal, cutover_ms) = match result {
         Ok(x) => x,
         Err(e) => {
-            sampler.abort();
+            drop(sampler);
             let _ = load.stop().await;
             return Err(e);
         }
@@ -149,13 +105,12 @@ pub async fn live_cutover(
     load.finish_publishing().await;
     let drained = load.drain(Duration::from_secs(30)).await;
     let report = load.stop().await;
-    sampler.abort();
+    let consumer_samples = sampler.finish().await;
     let verified = drained
         && report.lost.is_empty()
         && report.duplicated.is_empty()
         && report.extra.is_empty()
         && report.publish_failures == 0;
-    let consumer_samples = samples.lock().unwrap().clone();
     Ok(Outcome {
         server_version: js.server_version().map(|v| v.to_string()).unwrap_or_default(),
         rate: l.rate,
@@ -164,7 +119,7 @@ pub async fn live_cutover(
         started_ms,
         load: report,
         consumer_samples,
-        events: rec.events.into_inner().unwrap(),
+        events: rec.into_events(),
         journal,
         plan,
         cutover_ms,

@@ -4,9 +4,9 @@
 //!
 //! Bounded by construction: at most `max_messages`, for at most `duration`.
 
-use crate::publisher::Publisher;
-use crate::worker::{consume, Outcome, WorkerOptions};
 use bytes::Bytes;
+use cutover_app::publisher::Publisher;
+use cutover_app::worker::{consume, Outcome, WorkerOptions};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -130,7 +130,7 @@ impl Load {
             let audit = audit_subject.clone().map(|subject| {
                 (
                     subject,
-                    crate::audit::Worker {
+                    cutover_app::audit::Worker {
                         consumer: cfg.consumer.clone(),
                         instance: format!("load-{i}"),
                         version: env!("CARGO_PKG_VERSION").into(),
@@ -149,9 +149,13 @@ impl Load {
                         if let Some((subject, worker)) = &audit {
                             // Recorded before the ack: an acknowledged message always
                             // has its record. A failed record is a failed processing.
-                            if let Err(e) =
-                                crate::audit::record_message(&audit_client, subject, &m, worker)
-                                    .await
+                            if let Err(e) = cutover_app::audit::record_message(
+                                &audit_client,
+                                subject,
+                                &m,
+                                worker,
+                            )
+                            .await
                             {
                                 tracing::warn!("{e}");
                                 return (Outcome::Nak, m);
