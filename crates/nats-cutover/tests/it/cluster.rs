@@ -79,7 +79,7 @@ async fn live_cutover_on_a_three_node_cluster_with_r3_streams() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leaders_stepping_down_during_the_cutover_lose_nothing() {
     use crate::run::{finish, load_cfg, until_processed, until_published};
-    use cutover_app::load::Load;
+    use cutover_demo::load::Load;
     use futures::StreamExt;
     let cluster = Cluster::start(3).unwrap_or_else(|e| panic!("{e}"));
     let urls: Vec<String> = cluster.urls().split(',').map(String::from).collect();
@@ -92,7 +92,7 @@ async fn leaders_stepping_down_during_the_cutover_lose_nothing() {
     })
     .await;
     js.consumer_create("ORDERS", "worker", &json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000}), Action::Create).await.unwrap();
-    let cfg = cutover_app::load::LoadConfig {
+    let cfg = cutover_demo::load::LoadConfig {
         duration: Duration::from_secs(300),
         ..load_cfg(300, 90_000)
     };

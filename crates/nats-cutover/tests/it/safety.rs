@@ -616,7 +616,7 @@ async fn a_work_queue_moves_to_a_limits_stream_live() {
     e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "retention": "workqueue"})).await;
     e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000})).await;
     let load =
-        cutover_app::load::Load::start(e.js.client.clone(), crate::run::load_cfg(500, 20_000))
+        cutover_demo::load::Load::start(e.js.client.clone(), crate::run::load_cfg(500, 20_000))
             .await;
     until_processed(&load, 200).await;
     let cfg = to_config(&e, "limits", json!({"retention": "limits"}));
@@ -681,7 +681,7 @@ async fn a_nak_with_backoff_does_not_hold_the_consumer_paused() {
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
     let load =
-        cutover_app::load::Load::start(e.js.client.clone(), crate::run::load_cfg(300, 20_000))
+        cutover_demo::load::Load::start(e.js.client.clone(), crate::run::load_cfg(300, 20_000))
             .await;
     until_processed(&load, 100).await;
     let m = crate::run::take_one_and_die(&e).await;
