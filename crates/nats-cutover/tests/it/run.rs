@@ -603,9 +603,10 @@ async fn several_consumers_move_in_one_run() {
     assert_eq!(b.extra, published);
 }
 
-/// The server itself restarts in the middle of the drain: the runner stops with
-/// an error, publishers retry through the outage with the same msg-ids, workers
-/// reconnect, and `run --resume` finishes the migration exactly.
+/// The server itself restarts in the middle of the drain: the runner rides
+/// through it (requests tried again) or stops with an error, publishers retry
+/// through the outage with the same msg-ids, workers reconnect, and `run
+/// --resume` finishes the migration exactly (or finds it finished).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn server_restart_during_the_drain_then_resume() {
     let mut e = env().await;
@@ -633,7 +634,11 @@ async fn server_restart_during_the_drain_then_resume() {
     // Workers reconnect and keep processing after the restart.
     let before = load.processed();
     until_processed(&load, before + 100).await;
-    assert!(first.is_err(), "the runner cannot finish across a server restart: {first:?}");
+    // The runner rides through the restart (its requests are tried again while
+    // the server is away) or stops safely; either way the resume below ends it.
+    if let Ok(j) = &first {
+        assert_eq!(j.phase, Phase::Done, "{j:?}");
+    }
     drop(held);
     wait_until("the server to answer again", Duration::from_secs(20), || async {
         e.js.stream_info("ORDERS").await.is_ok()
