@@ -1,7 +1,7 @@
 //! A pull-consumer worker loop that follows its consumer across a migration.
 
 use crate::follow::{Binding, Follower};
-use async_nats::jetstream::{self, consumer::PullConsumer};
+use async_nats::jetstream::{self, consumer::pull, consumer::PullConsumer};
 use futures::StreamExt;
 use std::future::Future;
 use std::time::Duration;
@@ -45,7 +45,7 @@ pub async fn consume<F, Fut>(
     stream: &str,
     consumer: &str,
     opts: WorkerOptions,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     mut handler: F,
 ) -> Result<u64, async_nats::Error>
 where
@@ -54,65 +54,107 @@ where
 {
     let ctx = jetstream::new(client.clone());
     let follower = Follower::start(client, stream, consumer).await?;
-    let mut route = follower.subscribe();
+    let mut sig =
+        Signals { route: follower.subscribe(), route_open: true, shutdown, shutdown_open: true };
     let mut acked = 0u64;
-    let mut route_open = true;
-    let mut shutdown_open = true;
-    'outer: loop {
-        if *shutdown.borrow() {
-            break;
-        }
-        let binding = route.borrow_and_update().clone();
+    while !*sig.shutdown.borrow() {
+        let binding = sig.route.borrow_and_update().clone();
         let Some(pull) = bind(&ctx, &binding).await else {
             // Not there (yet, or any more): wait for a route change or retry soon.
-            tokio::select! {
-                _ = route.changed(), if route_open => {}
-                _ = shutdown.changed(), if shutdown_open => {}
-                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-            }
+            sig.wait(Duration::from_millis(20)).await;
             continue;
         };
-        let mut batch =
-            match pull.fetch().max_messages(opts.batch).expires(opts.expires).messages().await {
-                Ok(b) => b,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    continue;
-                }
-            };
-        loop {
-            tokio::select! {
-                biased;
-                m = batch.next() => {
-                    let Some(m) = m else { break };
-                    let Ok(m) = m else { break };
-                    let (outcome, m) = handler(m).await;
-                    match outcome {
-                        Outcome::Ack => {
-                            if m.double_ack().await.is_ok() {
-                                acked += 1;
-                            }
-                        }
-                        Outcome::Nak => {
-                            let _ = m.ack_with(jetstream::AckKind::Nak(None)).await;
-                        }
-                        Outcome::Die => break 'outer,
-                    }
-                }
-                // The route moved: nothing is in flight on the old consumer (the
-                // engine moves it only once settled), so switch now. A closed
-                // channel means no more changes, not a change: keep consuming.
-                changed = route.changed(), if route_open => match changed {
-                    Ok(()) => break,
-                    Err(_) => route_open = false,
-                },
-                // A dropped sender means nobody can ask to stop any more.
-                res = shutdown.changed(), if shutdown_open => match res {
-                    Ok(()) => if *shutdown.borrow() { break 'outer },
-                    Err(_) => shutdown_open = false,
-                },
-            }
+        let Ok(mut batch) =
+            pull.fetch().max_messages(opts.batch).expires(opts.expires).messages().await
+        else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        };
+        if let After::Stop = work(&mut batch, &mut sig, &mut handler, &mut acked).await {
+            break;
         }
     }
     Ok(acked)
+}
+
+/// What the worker loop listens to besides messages: route changes and the
+/// request to stop. A closed channel means no more changes, not a change.
+struct Signals {
+    route: watch::Receiver<Binding>,
+    route_open: bool,
+    shutdown: watch::Receiver<bool>,
+    /// A dropped sender means nobody can ask to stop any more.
+    shutdown_open: bool,
+}
+
+impl Signals {
+    /// Waits for a route change, a request to stop, or `at_most`.
+    async fn wait(&mut self, at_most: Duration) {
+        tokio::select! {
+            _ = self.route.changed(), if self.route_open => {}
+            _ = self.shutdown.changed(), if self.shutdown_open => {}
+            _ = tokio::time::sleep(at_most) => {}
+        }
+    }
+}
+
+/// How a batch ended.
+enum After {
+    /// Used up, or the route moved: fetch again (from the route's consumer).
+    Fetch,
+    /// Asked to stop, or the handler died.
+    Stop,
+}
+
+/// Handles a batch's messages until it ends, the route moves or the worker is
+/// to stop.
+async fn work<F, Fut>(
+    batch: &mut pull::Batch,
+    sig: &mut Signals,
+    handler: &mut F,
+    acked: &mut u64,
+) -> After
+where
+    F: FnMut(jetstream::Message) -> Fut,
+    Fut: Future<Output = (Outcome, jetstream::Message)>,
+{
+    loop {
+        tokio::select! {
+            biased;
+            m = batch.next() => {
+                let Some(Ok(m)) = m else { return After::Fetch };
+                let (outcome, m) = handler(m).await;
+                if !settle(outcome, m, acked).await {
+                    return After::Stop;
+                }
+            }
+            // The route moved: nothing is in flight on the old consumer (the
+            // engine moves it only once settled), so switch now.
+            changed = sig.route.changed(), if sig.route_open => match changed {
+                Ok(()) => return After::Fetch,
+                Err(_) => sig.route_open = false,
+            },
+            res = sig.shutdown.changed(), if sig.shutdown_open => match res {
+                Ok(()) => if *sig.shutdown.borrow() { return After::Stop },
+                Err(_) => sig.shutdown_open = false,
+            },
+        }
+    }
+}
+
+/// Acknowledges or naks a handled message, counting the confirmed acks; false
+/// when the handler died holding it.
+async fn settle(outcome: Outcome, m: jetstream::Message, acked: &mut u64) -> bool {
+    match outcome {
+        Outcome::Ack => {
+            if m.double_ack().await.is_ok() {
+                *acked += 1;
+            }
+        }
+        Outcome::Nak => {
+            let _ = m.ack_with(jetstream::AckKind::Nak(None)).await;
+        }
+        Outcome::Die => return false,
+    }
+    true
 }

@@ -101,84 +101,155 @@ pub fn acked_between(a: &LagSample, b: &LagSample) -> u64 {
 }
 
 /// The status of a consumer from its recent samples, oldest first; `window` is
-/// how many samples make a full window (at least 2).
+/// how many samples make a full window (at least 2). The first rule that
+/// applies decides, in this order.
 pub fn status(samples: &[LagSample], window: usize) -> Verdict {
     let window = window.max(2);
-    let Some(last) = samples.last() else {
+    if samples.is_empty() {
         return Verdict { status: Status::Ok, reason: "no read yet".into() };
-    };
-    // The current regime: the samples since `paused` last changed, at most a window.
-    let tail = &samples[samples.len().saturating_sub(window)..];
-    let start = tail.iter().rposition(|s| s.paused != last.paused).map_or(0, |i| i + 1);
-    let w = &tail[start..];
-    let full = w.len() >= window;
-    let first = &w[0];
-    let pairs = || w.windows(2).map(|p| (&p[0], &p[1]));
-    let ack_progress = pairs()
-        .any(|(a, b)| b.ack_floor_stream_seq > a.ack_floor_stream_seq || acked_between(a, b) > 0);
-    let ticks = w.len() - 1;
+    }
+    let r = Regime::of(samples, window);
+    settled(&r)
+        .or_else(|| stalled(&r))
+        .or_else(|| stopped(&r))
+        .or_else(|| paused_draining(&r))
+        .or_else(|| draining(&r))
+        .unwrap_or_else(|| delivering(&r))
+}
 
-    if last.num_ack_pending == 0 && (last.num_pending == 0 || last.paused) {
-        let reason = if last.paused {
-            format!(
-                "paused and nothing awaits an ack: position {} is stable ({} pending stay put)",
-                last.delivered_stream_seq, last.num_pending
-            )
-        } else {
-            "caught up: nothing pending, nothing awaiting an ack".to_string()
-        };
-        return Verdict { status: Status::Ok, reason };
+/// The current regime: the samples since `paused` last changed, at most a
+/// window (never empty).
+struct Regime<'a> {
+    w: &'a [LagSample],
+    window: usize,
+    /// As many samples as a window.
+    full: bool,
+}
+
+impl<'a> Regime<'a> {
+    fn of(samples: &'a [LagSample], window: usize) -> Self {
+        let last = samples.last().expect("a sample");
+        let tail = &samples[samples.len().saturating_sub(window)..];
+        let start = tail.iter().rposition(|s| s.paused != last.paused).map_or(0, |i| i + 1);
+        let w = &tail[start..];
+        Self { w, window, full: w.len() >= window }
     }
-    if full && w.iter().all(|s| s.num_ack_pending > 0) && !ack_progress {
-        return Verdict {
-            status: Status::Stalled,
-            reason: format!(
-                "{} message(s) await an ack and none was acknowledged for {ticks} ticks (ack floor stuck at {}): a worker holds them or max_ack_pending is reached; only ack_wait expiry moves them",
-                last.num_ack_pending, last.ack_floor_stream_seq
-            ),
-        };
+
+    fn first(&self) -> &LagSample {
+        &self.w[0]
     }
-    if !last.paused
-        && last.num_pending > 0
-        && full
-        && last.delivered_stream_seq == first.delivered_stream_seq
-        && last.num_waiting == 0
-    {
-        return Verdict {
-            status: Status::Stopped,
-            reason: format!("{} message(s) pending, nothing delivered for {ticks} ticks and no pull request waiting: no worker is pulling", last.num_pending),
-        };
+
+    fn last(&self) -> &LagSample {
+        &self.w[self.w.len() - 1]
     }
-    if last.paused {
-        return Verdict {
-            status: Status::Draining,
-            reason: format!(
-                "paused: {} message(s) still await an ack, no new deliveries",
-                last.num_ack_pending
-            ),
-        };
+
+    fn ticks(&self) -> usize {
+        self.w.len() - 1
     }
-    if last.num_pending == 0 && w.len() >= 2 && last.num_ack_pending < first.num_ack_pending {
-        return Verdict {
-            status: Status::Draining,
-            reason: format!(
-                "nothing left to deliver; ack pending fell from {} to {} over {ticks} ticks",
-                first.num_ack_pending, last.num_ack_pending
-            ),
-        };
+
+    fn pairs(&self) -> impl Iterator<Item = (&LagSample, &LagSample)> {
+        self.w.windows(2).map(|p| (&p[0], &p[1]))
     }
-    let reason = if !full {
+
+    /// Was anything acknowledged between two samples?
+    fn ack_progress(&self) -> bool {
+        self.pairs().any(|(a, b)| {
+            b.ack_floor_stream_seq > a.ack_floor_stream_seq || acked_between(a, b) > 0
+        })
+    }
+}
+
+/// Nothing awaits an ack, and nothing is pending or the consumer is paused.
+fn settled(r: &Regime) -> Option<Verdict> {
+    let last = r.last();
+    if last.num_ack_pending != 0 || (last.num_pending != 0 && !last.paused) {
+        return None;
+    }
+    let reason = if last.paused {
         format!(
-            "{} pending, {} awaiting an ack; watching ({} of {window} samples)",
+            "paused and nothing awaits an ack: position {} is stable ({} pending stay put)",
+            last.delivered_stream_seq, last.num_pending
+        )
+    } else {
+        "caught up: nothing pending, nothing awaiting an ack".to_string()
+    };
+    Some(Verdict { status: Status::Ok, reason })
+}
+
+/// Messages await an ack all window long and none was acknowledged.
+fn stalled(r: &Regime) -> Option<Verdict> {
+    if !r.full || !r.w.iter().all(|s| s.num_ack_pending > 0) || r.ack_progress() {
+        return None;
+    }
+    let last = r.last();
+    Some(Verdict {
+        status: Status::Stalled,
+        reason: format!(
+            "{} message(s) await an ack and none was acknowledged for {} ticks (ack floor stuck at {}): a worker holds them or max_ack_pending is reached; only ack_wait expiry moves them",
+            last.num_ack_pending, r.ticks(), last.ack_floor_stream_seq
+        ),
+    })
+}
+
+/// Messages pending, nothing delivered all window long, nobody pulling.
+fn stopped(r: &Regime) -> Option<Verdict> {
+    let last = r.last();
+    let idle = !last.paused
+        && last.num_pending > 0
+        && r.full
+        && last.delivered_stream_seq == r.first().delivered_stream_seq
+        && last.num_waiting == 0;
+    idle.then(|| Verdict {
+        status: Status::Stopped,
+        reason: format!("{} message(s) pending, nothing delivered for {} ticks and no pull request waiting: no worker is pulling", last.num_pending, r.ticks()),
+    })
+}
+
+/// Paused, with acks still to come.
+fn paused_draining(r: &Regime) -> Option<Verdict> {
+    let last = r.last();
+    last.paused.then(|| Verdict {
+        status: Status::Draining,
+        reason: format!(
+            "paused: {} message(s) still await an ack, no new deliveries",
+            last.num_ack_pending
+        ),
+    })
+}
+
+/// Nothing left to deliver, and the acks pending falling.
+fn draining(r: &Regime) -> Option<Verdict> {
+    let (first, last) = (r.first(), r.last());
+    let falling =
+        last.num_pending == 0 && r.w.len() >= 2 && last.num_ack_pending < first.num_ack_pending;
+    falling.then(|| Verdict {
+        status: Status::Draining,
+        reason: format!(
+            "nothing left to deliver; ack pending fell from {} to {} over {} ticks",
+            first.num_ack_pending,
+            last.num_ack_pending,
+            r.ticks()
+        ),
+    })
+}
+
+/// Otherwise all is well: still watching, or delivering.
+fn delivering(r: &Regime) -> Verdict {
+    let (first, last) = (r.first(), r.last());
+    let reason = if !r.full {
+        format!(
+            "{} pending, {} awaiting an ack; watching ({} of {} samples)",
             last.num_pending,
             last.num_ack_pending,
-            w.len()
+            r.w.len(),
+            r.window
         )
     } else {
         format!(
-            "delivering: {} delivered and {} acknowledged over {ticks} ticks; {} pending, {} awaiting an ack",
+            "delivering: {} delivered and {} acknowledged over {} ticks; {} pending, {} awaiting an ack",
             last.delivered_stream_seq.saturating_sub(first.delivered_stream_seq),
-            pairs().map(|(a, b)| acked_between(a, b)).sum::<u64>(),
+            r.pairs().map(|(a, b)| acked_between(a, b)).sum::<u64>(),
+            r.ticks(),
             last.num_pending,
             last.num_ack_pending
         )

@@ -9,27 +9,40 @@ fn tokens(s: &str) -> Vec<&str> {
 
 /// Does the (possibly wildcard) `pattern` match the literal-or-wildcard `subject`
 /// when `subject`'s wildcards are read as literal tokens? Used both for plain
-/// matching and for "is every subject of `subject` covered by `pattern`".
+/// matching ([`matches`]) and for "is every subject of `subject` covered by
+/// `pattern`". Allocation-free: through [`matches`] it runs for every message
+/// verification reads, once per consumer.
 pub fn covers(pattern: &str, subject: &str) -> bool {
-    let p = tokens(pattern);
-    let s = tokens(subject);
-    for (i, pt) in p.iter().enumerate() {
-        match *pt {
-            ">" => return s.len() > i,
-            "*" => {
-                // A `*` covers one token, but not a `>` tail of unknown length.
-                match s.get(i) {
-                    Some(&">") | None => return false,
-                    Some(_) => {}
+    let (mut p, mut s) = (pattern.split('.'), subject.split('.'));
+    loop {
+        match (p.next(), s.next()) {
+            (Some(">"), Some(_)) => return true,
+            // A `*` covers one token, but not a `>` tail of unknown length.
+            (Some("*"), Some(t)) => {
+                if t == ">" {
+                    return false;
                 }
             }
-            lit => match s.get(i) {
-                Some(t) if *t == lit => {}
-                _ => return false,
-            },
+            (Some(lit), Some(t)) => {
+                if lit != t {
+                    return false;
+                }
+            }
+            (None, None) => return true,
+            _ => return false,
         }
     }
-    p.len() == s.len()
+}
+
+/// Does a literal subject (a message's) match a filter? The one subject
+/// matcher: [`covers`], whose wildcard cases a literal subject never meets.
+pub fn matches(filter: &str, subject: &str) -> bool {
+    covers(filter, subject)
+}
+
+/// Is the literal subject selected by any of the filters (none: everything)?
+pub fn selects(filters: &[String], subject: &str) -> bool {
+    filters.is_empty() || filters.iter().any(|f| matches(f, subject))
 }
 
 /// Can some subject match both patterns? (Stream subjects must not overlap.)
@@ -130,6 +143,7 @@ pub fn map_filter_through(filter: &str, transforms: &[SubjectTransform]) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn t(src: &str, dest: &str) -> SubjectTransform {
         SubjectTransform { src: src.into(), dest: dest.into() }
@@ -144,6 +158,51 @@ mod tests {
         assert!(!covers("orders.*", "orders.eu.new"));
         assert!(!covers("orders.eu", "orders.*"));
         assert!(covers(">", "a"));
+    }
+
+    #[test]
+    fn matching_is_subject_matching() {
+        assert!(matches("orders.>", "orders.eu.x"));
+        assert!(!matches("orders.>", "orders"));
+        assert!(matches("orders.*", "orders.eu"));
+        assert!(!matches("orders.*", "orders.eu.x"));
+        assert!(matches(">", "a"));
+        assert!(!matches("a.b", "a"));
+        assert!(selects(&[], "anything"));
+        assert!(selects(&["a.*".into(), "b".into()], "b"));
+        assert!(!selects(&["a.*".into()], "b"));
+    }
+
+    /// [`covers`] as it was written first, over token vectors: the definition.
+    fn covers_by_index(pattern: &str, subject: &str) -> bool {
+        let (p, s) = (tokens(pattern), tokens(subject));
+        for (i, pt) in p.iter().enumerate() {
+            match *pt {
+                ">" => return s.len() > i,
+                "*" => match s.get(i) {
+                    Some(&">") | None => return false,
+                    Some(_) => {}
+                },
+                lit => match s.get(i) {
+                    Some(t) if *t == lit => {}
+                    _ => return false,
+                },
+            }
+        }
+        p.len() == s.len()
+    }
+
+    proptest! {
+        #[test]
+        fn matches_agrees_with_covers_on_literal_subjects(f in "[ab*]{1}(\\.[ab*]{1}){0,3}(\\.>)?", s in "[ab]{1}(\\.[ab]{1}){0,4}") {
+            prop_assert_eq!(matches(&f, &s), covers(&f, &s));
+            prop_assert_eq!(matches(&f, &s), covers_by_index(&f, &s));
+        }
+
+        #[test]
+        fn covers_agrees_with_its_definition(f in "[ab*>]{1}(\\.[ab*>]{1}){0,3}", s in "[ab*>]{1}(\\.[ab*>]{1}){0,4}") {
+            prop_assert_eq!(covers(&f, &s), covers_by_index(&f, &s));
+        }
     }
 
     #[test]

@@ -116,31 +116,42 @@ impl ConnectOptions {
         let o = self.clone().resolve()?;
         let server = o.server_url();
         let shown = redact_urls(&server);
-        // `--server` takes a comma-separated list, as the nats CLI does.
-        let mut urls = vec![];
-        let mut url_auth: Option<UrlAuth> = None;
-        for u in server.split(',').map(str::trim).filter(|u| !u.is_empty()) {
-            let (url, auth) = split_url_auth(u)?;
-            if let Some(a) = auth {
-                if url_auth.as_ref().is_some_and(|prev| *prev != a) {
-                    return Err(Error::Input(format!(
-                        "the server URLs {shown} carry different credentials; a connection uses one set: give it in one URL, or with --user/--password or --token"
-                    )));
-                }
-                url_auth = Some(a);
-            }
-            urls.push(url);
-        }
-        let mut opts = async_nats::ConnectOptions::new().name("nats-cutover");
+        let (urls, url_auth) = server_urls(&server, &shown)?;
+        // What was sent, for the error if the server refuses it.
         let mut sent = vec![];
-        if let Some(p) = &o.creds {
+        let opts = async_nats::ConnectOptions::new().name("nats-cutover");
+        let opts = o.with_files(opts, &mut sent).await?;
+        let opts = o.with_auth(opts, url_auth, &mut sent)?;
+        let mut opts = o.with_tls(opts)?;
+        let timeout = o.timeout.unwrap_or(Duration::from_secs(5));
+        opts = opts.connection_timeout(timeout).request_timeout(Some(timeout));
+        // Fail fast on the first connect: an operator's typo must not hang.
+        tokio::time::timeout(timeout + Duration::from_secs(1), opts.connect(urls))
+            .await
+            .map_err(|_| Error::Connect {
+                server: shown.clone(),
+                reason: format!("no answer within {timeout:?}"),
+            })?
+            .map_err(|e| Error::Connect {
+                server: shown.clone(),
+                reason: connect_reason(&e, &sent),
+            })
+    }
+
+    /// The --creds and --nkey files.
+    async fn with_files(
+        &self,
+        mut opts: async_nats::ConnectOptions,
+        sent: &mut Vec<String>,
+    ) -> Result<async_nats::ConnectOptions> {
+        if let Some(p) = &self.creds {
             readable("--creds", p)?;
             opts = opts.credentials_file(p).await.map_err(|e| {
                 Error::Input(format!("cannot use --creds file {}: {e}", p.display()))
             })?;
             sent.push(format!("the --creds file {}", p.display()));
         }
-        if let Some(p) = &o.nkey {
+        if let Some(p) = &self.nkey {
             readable("--nkey", p)?;
             let seed = std::fs::read_to_string(p).map_err(|e| {
                 Error::Input(format!("cannot read --nkey file {}: {e}", p.display()))
@@ -156,6 +167,16 @@ impl ConnectOptions {
             opts = opts.nkey(seed);
             sent.push(format!("the --nkey file {}", p.display()));
         }
+        Ok(opts)
+    }
+
+    /// The URL's credentials, else --user/--password and --token.
+    fn with_auth(
+        &self,
+        mut opts: async_nats::ConnectOptions,
+        url_auth: Option<UrlAuth>,
+        sent: &mut Vec<String>,
+    ) -> Result<async_nats::ConnectOptions> {
         match url_auth {
             Some(UrlAuth::Token(t)) => {
                 opts = opts.token(t);
@@ -166,7 +187,7 @@ impl ConnectOptions {
                 opts = opts.user_and_password(u, p);
             }
             None => {
-                match (&o.user, &o.password) {
+                match (&self.user, &self.password) {
                     (Some(u), p) => {
                         opts = opts.user_and_password(u.clone(), p.clone().unwrap_or_default());
                         sent.push(format!("--user {u:?} with its --password"));
@@ -174,13 +195,18 @@ impl ConnectOptions {
                     (None, Some(_)) => return Err(Error::Input("--password needs --user".into())),
                     _ => {}
                 }
-                if let Some(t) = &o.token {
+                if let Some(t) = &self.token {
                     opts = opts.token(t.clone());
                     sent.push("--token".into());
                 }
             }
         }
-        match (&o.tlscert, &o.tlskey) {
+        Ok(opts)
+    }
+
+    /// A client certificate and a CA (either one requires TLS).
+    fn with_tls(&self, mut opts: async_nats::ConnectOptions) -> Result<async_nats::ConnectOptions> {
+        match (&self.tlscert, &self.tlskey) {
             (Some(c), Some(k)) => {
                 readable("--tlscert", c)?;
                 readable("--tlskey", k)?;
@@ -189,24 +215,33 @@ impl ConnectOptions {
             (None, None) => {}
             _ => return Err(Error::Input("--tlscert and --tlskey go together".into())),
         }
-        if let Some(ca) = &o.tlsca {
+        if let Some(ca) = &self.tlsca {
             readable("--tlsca", ca)?;
             opts = opts.add_root_certificates(ca.clone()).require_tls(true);
         }
-        let timeout = o.timeout.unwrap_or(Duration::from_secs(5));
-        opts = opts.connection_timeout(timeout).request_timeout(Some(timeout));
-        // Fail fast on the first connect: an operator's typo must not hang.
-        tokio::time::timeout(timeout + Duration::from_secs(1), opts.connect(urls))
-            .await
-            .map_err(|_| Error::Connect {
-                server: shown.clone(),
-                reason: format!("no answer within {timeout:?}"),
-            })?
-            .map_err(|e| Error::Connect {
-                server: shown.clone(),
-                reason: connect_reason(&e, &sent),
-            })
+        Ok(opts)
     }
+}
+
+/// `--server` takes a comma-separated list, as the nats CLI does; credentials
+/// in the URLs must be the same in each that carries some. `shown`: the list
+/// redacted, for errors.
+fn server_urls(server: &str, shown: &str) -> Result<(Vec<String>, Option<UrlAuth>)> {
+    let mut urls = vec![];
+    let mut url_auth: Option<UrlAuth> = None;
+    for u in server.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+        let (url, auth) = split_url_auth(u)?;
+        if let Some(a) = auth {
+            if url_auth.as_ref().is_some_and(|prev| *prev != a) {
+                return Err(Error::Input(format!(
+                    "the server URLs {shown} carry different credentials; a connection uses one set: give it in one URL, or with --user/--password or --token"
+                )));
+            }
+            url_auth = Some(a);
+        }
+        urls.push(url);
+    }
+    Ok((urls, url_auth))
 }
 
 /// Credentials carried by a server URL.

@@ -26,6 +26,7 @@ use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::Deliv
 use cutover_core::audit::AuditRecord;
 use cutover_core::checkpoint::TranslateSearch;
 use cutover_core::journal::Journal;
+use cutover_core::model::StreamInfo;
 use cutover_core::plan::Strategy;
 use cutover_core::source_header;
 use cutover_core::verify::{
@@ -84,6 +85,80 @@ pub async fn verify(
     progress: &(dyn Fn(VerifyProgress) + Sync),
 ) -> Result<Report> {
     let (_, j) = load(js, id).await?;
+    verifiable(id, &j)?;
+    let specs = consumer_specs(js, &j, &opts.consumers).await?;
+    let a = stream_a(js, &j).await?;
+    let (b_raw, b) = js.stream_info(&j.to).await?;
+    keeps_acked(&j, &a, &b)?;
+    let first_n = opts.first_n.max(1);
+    let mut facts = facts_of(&j, &a, &b, opts);
+    let b_direct_get = b.config.allow_direct;
+    // Direct publishes a retry could have duplicated: their id hashes, first.
+    let slip =
+        slip_window(js, &j, b.state.first_seq, b.state.last_seq, b_direct_get, opts, progress)
+            .await?;
+    let mut aside = ASide::new(&specs);
+    let mut bside = BSide::new(&specs, first_n, slip);
+    let total = a.state.messages + b.state.messages;
+    let started = Instant::now();
+    let known = a_state(js, &j, &a, &b_raw, &specs).await?;
+    known.apply(&mut aside);
+    let reader = AReader {
+        js: js.clone(),
+        name: j.from.clone(),
+        first: a.state.first_seq,
+        last: a.state.last_seq,
+        stall: opts.stall_timeout,
+        read: Arc::new(AtomicU64::new(0)),
+    };
+    // A is read on a task of its own, so that its messages are handled on
+    // another thread than B's; the set owns it (dropping verify stops it).
+    let mut a_task = reader.spawn(aside);
+    let streams_progress = |b_read: u64| {
+        let done = b_read + reader.read.load(Ordering::Relaxed);
+        progress(VerifyProgress { phase: "streams", done, total });
+    };
+    read_b(js, &j.from, &b, &mut bside, opts.stall_timeout, &streams_progress).await?;
+    let mut aside = AReader::join(&mut a_task, &j.from).await?;
+    known.recount(&reader, &mut aside, &bside).await?;
+    let read = read_stats(started, aside.read + bside.read);
+    confirm_slips(js, &j.to, b_direct_get, &mut bside).await?;
+    let audit = match &opts.audit {
+        Some(src) => Some(read_audit(js, src, &specs, &facts, first_n, opts, progress).await?),
+        None => None,
+    };
+    let candidates = verify::lost_candidates(&aside, &bside);
+    if candidates.iter().any(|c| !c.is_empty()) {
+        facts.evicted_by_b = evicted_by_b(js, &a, &b, candidates).await?;
+    }
+    let mut report = verify::finish(aside, bside, audit, &facts, first_n);
+    report.read = Some(read);
+    enrich(js, &mut report, &a, &b).await?;
+    Ok(report)
+}
+
+/// The facts about the streams as verification began, for the report.
+fn facts_of(j: &Journal, a: &StreamInfo, b: &StreamInfo, opts: &VerifyOptions) -> Facts {
+    Facts {
+        migration: j.id.clone(),
+        from: j.from.clone(),
+        to: j.to.clone(),
+        a_first_seq: a.state.first_seq,
+        a_last_seq: a.state.last_seq,
+        b_last_seq: b.state.last_seq,
+        audit_source: opts.audit.clone(),
+        evicted_by_b: vec![],
+    }
+}
+
+/// How long reading A and B took, for `messages` messages.
+fn read_stats(started: Instant, messages: u64) -> ReadStats {
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    ReadStats { ms, messages, per_sec: if ms > 0.0 { messages as f64 * 1000.0 / ms } else { 0.0 } }
+}
+
+/// Verify checks a migration past its commit point, moved by sourcing.
+fn verifiable(id: &str, j: &Journal) -> Result<()> {
     if !j.phase.committed() {
         return Err(Error::NotVerifiable(format!(
             "migration {id} is at phase {}: verify checks a migration past its commit point (publishers on {}); finish it with `nats-cutover run --resume {id}`{}",
@@ -96,7 +171,11 @@ pub async fn verify(
         // Without source headers B's messages can only be matched by msg-id.
         return Err(Error::NotVerifiable(format!("migration {id} used strategy {}: verify matches messages by their Nats-Stream-Source origin and supports strategy source only", j.plan.strategy.as_str())));
     }
-    let specs = consumer_specs(js, &j, &opts.consumers).await?;
+    Ok(())
+}
+
+/// A, which must still exist and source nothing.
+async fn stream_a(js: &Js, j: &Journal) -> Result<StreamInfo> {
     let a = match js.stream_info_opt(&j.from).await? {
         Some((_, a)) => a,
         None => {
@@ -116,7 +195,12 @@ pub async fn verify(
             j.from, names.join(", "), j.from, j.to
         )));
     }
-    let (b_raw, b) = js.stream_info(&j.to).await?;
+    Ok(a)
+}
+
+/// Both streams keep acknowledged messages (limits retention): otherwise a
+/// missing message cannot be told from a processed one.
+fn keeps_acked(j: &Journal, a: &StreamInfo, b: &StreamInfo) -> Result<()> {
     for (name, retention) in [(&j.from, &a.config.retention), (&j.to, &b.config.retention)] {
         if retention.removes_acked() {
             return Err(Error::NotVerifiable(format!(
@@ -124,111 +208,152 @@ pub async fn verify(
             )));
         }
     }
-    let first_n = opts.first_n.max(1);
-    let facts = Facts {
-        migration: j.id.clone(),
-        from: j.from.clone(),
-        to: j.to.clone(),
-        a_first_seq: a.state.first_seq,
-        a_last_seq: a.state.last_seq,
-        b_last_seq: b.state.last_seq,
-        audit_source: opts.audit.clone(),
-        evicted_by_b: vec![],
-    };
-    let b_direct_get = b.config.allow_direct;
-    // Direct publishes a retry could have duplicated: their id hashes, first.
-    let slip =
-        slip_window(js, &j, b.state.first_seq, b.state.last_seq, b_direct_get, opts, progress)
-            .await?;
-    let mut aside = ASide::new(&specs);
-    let mut bside = BSide::new(&specs, first_n, slip);
-    let total = a.state.messages + b.state.messages;
-    let started = Instant::now();
-    let from = j.from.clone();
-    let src_header = HeaderName::from_str(source_header::HEADER).expect("header name");
-    // A's state: which sequences it holds (its deleted ones listed), when it
-    // has few enough deletions to list. With it, consumers that select
-    // everything need no read of A, and filtered ones may be counted instead.
-    let countable: Vec<usize> = if no_transform(&j.plan.b_config) && no_transform(&b_raw["config"])
-    {
+    Ok(())
+}
+
+/// What A's state says, when it can stand in for a read of A: the sequences A
+/// holds (from first to last but the deleted ones), and the counted consumers
+/// with the number of A's messages each one's filter selects.
+#[derive(Debug, Default)]
+struct AState {
+    held: Option<(u64, u64, Vec<u64>)>,
+    counts: Vec<(usize, u64)>,
+}
+
+impl AState {
+    /// Consumers that select everything take A's state; the counted ones wait
+    /// for B ([`AState::recount`]).
+    fn apply(&self, aside: &mut ASide) {
+        if let Some((first, last, deleted)) = &self.held {
+            aside.holds(*first, *last, deleted);
+            for &(i, _) in &self.counts {
+                aside.defer(i);
+            }
+        }
+    }
+
+    /// The counted consumers: B's origins must be exactly as many as A's
+    /// count, else A is read for them after all, to name what differs.
+    async fn recount(&self, reader: &AReader, aside: &mut ASide, bside: &BSide) -> Result<()> {
+        let Some((first, last, deleted)) = &self.held else { return Ok(()) };
+        let unequal: Vec<usize> = self
+            .counts
+            .iter()
+            .filter(|(i, n)| !aside.counted(*i, bside, *first, *last, deleted, *n))
+            .map(|x| x.0)
+            .collect();
+        if !unequal.is_empty() {
+            aside.feed_only(&unequal);
+            reader.read(aside).await?;
+        }
+        Ok(())
+    }
+}
+
+/// A's state: which sequences it holds (its deleted ones listed), when it has
+/// few enough deletions to list. With it, consumers that select everything
+/// need no read of A, and filtered ones may be counted instead.
+async fn a_state(
+    js: &Js,
+    j: &Journal,
+    a: &StreamInfo,
+    b_raw: &serde_json::Value,
+    specs: &[ConsumerSpec],
+) -> Result<AState> {
+    let countable = countable_consumers(j, b_raw, specs);
+    let filtered = specs.iter().any(|s| !s.a_filters.is_empty());
+    let mut out = AState::default();
+    if a.state.num_deleted > MAX_DELETED_DETAILS || (filtered && countable.is_empty()) {
+        return Ok(out);
+    }
+    // Counted first, then A's state checked unchanged since its first
+    // look (no sequence added: same last; none removed: same count).
+    for &i in &countable {
+        match count_selected(js, &j.from, &specs[i].a_filters).await {
+            Some(n) => out.counts.push((i, n)),
+            None => break,
+        }
+    }
+    let (first, last, deleted, stable) = deleted_sequences(js, &j.from, a).await?;
+    // The counts hold for this state only if A did not change since.
+    let counted_here = (first, last) == (a.state.first_seq, a.state.last_seq)
+        && out.counts.len() == countable.len();
+    if stable && (!filtered || counted_here) {
+        out.held = Some((first, last, deleted));
+    } else if !filtered {
+        return Err(Error::StreamChanged { stream: j.from.clone() });
+    } else {
+        // A changed while it was counted: read it, as for any filter.
+        out.counts.clear();
+    }
+    Ok(out)
+}
+
+/// The consumers whose selected messages of A may be counted, not read.
+fn countable_consumers(
+    j: &Journal,
+    b_raw: &serde_json::Value,
+    specs: &[ConsumerSpec],
+) -> Vec<usize> {
+    if no_transform(&j.plan.b_config) && no_transform(&b_raw["config"]) {
         (0..specs.len()).filter(|i| verify::countable(&specs[*i])).collect()
     } else {
         // A transform may give B's copy another subject than A's message: a B
         // message the filter selects need not be one A's filter selects, so
         // counts prove nothing. A is read.
         vec![]
-    };
-    let filtered = specs.iter().any(|s| !s.a_filters.is_empty());
-    let mut counts: Vec<(usize, u64)> = vec![];
-    let mut held: Option<(u64, u64, Vec<u64>)> = None;
-    if a.state.num_deleted <= MAX_DELETED_DETAILS && (!filtered || !countable.is_empty()) {
-        // Counted first, then A's state checked unchanged since its first
-        // look (no sequence added: same last; none removed: same count).
-        for &i in &countable {
-            match count_selected(js, &j.from, &specs[i].a_filters).await {
-                Some(n) => counts.push((i, n)),
-                None => break,
-            }
-        }
-        let v = js
-            .api(
-                &format!("read stream {}'s deleted sequences", j.from),
-                &format!("STREAM.INFO.{}", j.from),
-                &json!({ "deleted_details": true }),
-            )
-            .await?;
-        let st = &v["state"];
-        let deleted: Vec<u64> = st["deleted"]
-            .as_array()
-            .map(|d| d.iter().filter_map(|x| x.as_u64()).collect())
-            .unwrap_or_default();
-        let (first, last) =
-            (st["first_seq"].as_u64().unwrap_or(0), st["last_seq"].as_u64().unwrap_or(0));
-        let stable = st["messages"].as_u64() == Some(a.state.messages)
-            && deleted.len() as u64 == st["num_deleted"].as_u64().unwrap_or(0);
-        // The counts hold for this state only if A did not change since.
-        let counted_here = (first, last) == (a.state.first_seq, a.state.last_seq)
-            && counts.len() == countable.len();
-        if stable && (!filtered || counted_here) {
-            held = Some((first, last, deleted));
-        } else if !filtered {
-            return Err(Error::StreamChanged { stream: j.from.clone() });
-        } else {
-            // A changed while it was counted: read it, as for any filter.
-            counts.clear();
-        }
     }
-    if let Some((first, last, deleted)) = &held {
-        aside.holds(*first, *last, deleted);
-        for &(i, _) in &counts {
-            aside.defer(i);
-        }
-    }
-    let (a_first, a_last) = (a.state.first_seq, a.state.last_seq);
-    // A is read on a task of its own, so that its messages are handled on
-    // another thread than B's; the set owns it (dropping verify stops it).
-    let a_read = Arc::new(AtomicU64::new(0));
-    let mut a_task = tokio::task::JoinSet::new();
-    {
-        let (js, name, stall, a_read) =
-            (js.clone(), j.from.clone(), opts.stall_timeout, a_read.clone());
-        let mut aside = aside;
-        a_task.spawn(async move {
-            read_a(&js, &name, a_first, a_last, &mut aside, stall, &a_read).await.map(|_| aside)
-        });
-    }
-    let read_b = read(
+}
+
+/// A's first and last sequence and its deleted ones, and whether it is still
+/// as it was first seen (same number of messages, every deletion listed).
+async fn deleted_sequences(
+    js: &Js,
+    from: &str,
+    a: &StreamInfo,
+) -> Result<(u64, u64, Vec<u64>, bool)> {
+    let v = js
+        .api(
+            &format!("read stream {from}'s deleted sequences"),
+            &format!("STREAM.INFO.{from}"),
+            &json!({ "deleted_details": true }),
+        )
+        .await?;
+    let st = &v["state"];
+    let deleted: Vec<u64> = st["deleted"]
+        .as_array()
+        .map(|d| d.iter().filter_map(|x| x.as_u64()).collect())
+        .unwrap_or_default();
+    let (first, last) =
+        (st["first_seq"].as_u64().unwrap_or(0), st["last_seq"].as_u64().unwrap_or(0));
+    let stable = st["messages"].as_u64() == Some(a.state.messages)
+        && deleted.len() as u64 == st["num_deleted"].as_u64().unwrap_or(0);
+    Ok((first, last, deleted, stable))
+}
+
+/// Reads B from its first to its last sequence (as verification began) into
+/// `bside`; `progress` gets the number read every so often.
+async fn read_b(
+    js: &Js,
+    from: &str,
+    b: &StreamInfo,
+    bside: &mut BSide,
+    stall: Duration,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<u64> {
+    let src_header = HeaderName::from_str(source_header::HEADER).expect("header name");
+    read(
         js,
-        &j.to,
+        &b.config.name,
         b.state.first_seq,
         b.state.last_seq,
         &[],
         true,
-        opts.stall_timeout,
+        stall,
         |m, seq, ts_ms| {
             let h = m.headers.as_ref();
             let src = h.and_then(|h| h.get(src_header.clone())).map(|v| v.as_str());
-            let origin = match src.map(|v| (v, source_header::seq_from(v, &from))) {
+            let origin = match src.map(|v| (v, source_header::seq_from(v, from))) {
                 None => Origin::Direct,
                 Some((_, Ok(Some(o)))) => Origin::A(o),
                 Some((v, Ok(None))) => Origin::Other(v.split([' ', ':']).next().unwrap_or(v)),
@@ -237,68 +362,24 @@ pub async fn verify(
             let msg_id = h.and_then(|h| h.get(NATS_MESSAGE_ID)).map(|v| v.as_str());
             bside.message(&BMsg { seq, subject: m.subject.as_str(), origin, msg_id, ts_ms });
             if bside.read & (PROGRESS_EVERY - 1) == 0 {
-                progress(VerifyProgress {
-                    phase: "streams",
-                    done: bside.read + a_read.load(Ordering::Relaxed),
-                    total,
-                });
+                progress(bside.read);
             }
             true
         },
-    );
-    read_b.await?;
-    let mut aside = a_task.join_next().await.expect("the read of A").map_err(|e| {
-        Error::Request { what: format!("read stream {}", j.from), reason: e.to_string() }
-    })??;
-    // The counted consumers: B's origins must be exactly as many as A's count,
-    // else A is read for them after all, to name what differs.
-    if let Some((first, last, deleted)) = &held {
-        let unequal: Vec<usize> = counts
-            .iter()
-            .filter(|(i, n)| !aside.counted(*i, &bside, *first, *last, deleted, *n))
-            .map(|x| x.0)
-            .collect();
-        if !unequal.is_empty() {
-            aside.feed_only(&unequal);
-            read_a(js, &j.from, a_first, a_last, &mut aside, opts.stall_timeout, &a_read).await?;
-        }
-    }
-    let read_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let read_msgs = aside.read + bside.read;
-    // Hash matches become findings only with the real ids equal.
+    )
+    .await
+}
+
+/// Hash matches become findings only with the real ids equal.
+async fn confirm_slips(js: &Js, to: &str, direct: bool, bside: &mut BSide) -> Result<()> {
     let candidates = bside.slip_candidates().to_vec();
     for c in &candidates {
-        let direct =
-            js.get_msg(&j.to, c.direct_b_seq, Lookup::Exact, Via::direct_if(b_direct_get)).await?;
-        if direct.as_ref().and_then(|m| m.header("Nats-Msg-Id")) == Some(c.msg_id.as_str()) {
+        let m = js.get_msg(to, c.direct_b_seq, Lookup::Exact, Via::direct_if(direct)).await?;
+        if m.as_ref().and_then(|m| m.header("Nats-Msg-Id")) == Some(c.msg_id.as_str()) {
             bside.confirm_slip(c);
         }
     }
-    let audit = match &opts.audit {
-        Some(src) => Some(read_audit(js, src, &specs, &facts, first_n, opts, progress).await?),
-        None => None,
-    };
-    let mut facts = facts;
-    let candidates = verify::lost_candidates(&aside, &bside);
-    if candidates.iter().any(|c| !c.is_empty()) {
-        facts.evicted_by_b = evicted_by_b(js, &a, &b, candidates).await?;
-    }
-    let mut report = verify::finish(aside, bside, audit, &facts, first_n);
-    report.read = Some(ReadStats {
-        ms: read_ms,
-        messages: read_msgs,
-        per_sec: if read_ms > 0.0 { read_msgs as f64 * 1000.0 / read_ms } else { 0.0 },
-    });
-    enrich(
-        js,
-        &mut report,
-        a.config.allow_direct,
-        b_direct_get,
-        b.state.first_seq,
-        b.state.last_seq,
-    )
-    .await?;
-    Ok(report)
+    Ok(())
 }
 
 /// At most this many lost candidates are checked against B's limits; beyond,
@@ -313,8 +394,8 @@ const MAX_EVICTION_CHECKS: u64 = 10_000;
 /// the plan prevents those).
 async fn evicted_by_b(
     js: &Js,
-    a: &cutover_core::model::StreamInfo,
-    b: &cutover_core::model::StreamInfo,
+    a: &StreamInfo,
+    b: &StreamInfo,
     candidates: Vec<RoaringTreemap>,
 ) -> Result<Vec<RoaringTreemap>> {
     let (from, to) = (a.config.name.as_str(), b.config.name.as_str());
@@ -518,28 +599,60 @@ where
     result.map(|_| n)
 }
 
-/// Reads A for the consumers whose sets a read fills (none: nothing is read).
-async fn read_a(
-    js: &Js,
-    name: &str,
+/// How A is read: on a task of its own beside B, and again afterwards for
+/// the counted consumers whose counts differ.
+#[derive(Clone)]
+struct AReader {
+    js: Js,
+    name: String,
     first: u64,
     last: u64,
-    aside: &mut ASide,
     stall: Duration,
-    a_read: &AtomicU64,
-) -> Result<u64> {
-    if !aside.reads() {
-        return Ok(0);
-    }
-    let filters = aside.read_filters().unwrap_or_default();
-    read(js, name, first, last, &filters, true, stall, |m, seq, _| {
-        aside.message(seq, m.subject.as_str());
-        if aside.read & (PROGRESS_EVERY - 1) == 0 {
-            a_read.store(aside.read, Ordering::Relaxed);
+    /// Messages read so far, for the progress of both reads together.
+    read: Arc<AtomicU64>,
+}
+
+impl AReader {
+    /// Reads A for the consumers whose sets a read fills (none: nothing is read).
+    async fn read(&self, aside: &mut ASide) -> Result<u64> {
+        if !aside.reads() {
+            return Ok(0);
         }
-        true
-    })
-    .await
+        let filters = aside.read_filters().unwrap_or_default();
+        read(
+            &self.js,
+            &self.name,
+            self.first,
+            self.last,
+            &filters,
+            true,
+            self.stall,
+            |m, seq, _| {
+                aside.message(seq, m.subject.as_str());
+                if aside.read & (PROGRESS_EVERY - 1) == 0 {
+                    self.read.store(aside.read, Ordering::Relaxed);
+                }
+                true
+            },
+        )
+        .await
+    }
+
+    /// A's side back from the task [`AReader::spawn`] started.
+    async fn join(task: &mut tokio::task::JoinSet<Result<ASide>>, name: &str) -> Result<ASide> {
+        task.join_next().await.expect("the read of A").map_err(|e| Error::Request {
+            what: format!("read stream {name}"),
+            reason: e.to_string(),
+        })?
+    }
+
+    /// Reads A into `aside` on a task the returned set owns.
+    fn spawn(&self, mut aside: ASide) -> tokio::task::JoinSet<Result<ASide>> {
+        let mut task = tokio::task::JoinSet::new();
+        let me = self.clone();
+        task.spawn(async move { me.read(&mut aside).await.map(|_| aside) });
+        task
+    }
 }
 
 /// Does no subject transform apply to what B sources (in B's configuration as
@@ -724,14 +837,9 @@ async fn read_audit(
 
 /// Fills in ids and subjects of the listed offenders (a get each, at most the
 /// first N per kind) and the B sequence of extra messages.
-async fn enrich(
-    js: &Js,
-    r: &mut Report,
-    a_direct: bool,
-    b_direct: bool,
-    b_first: u64,
-    b_last: u64,
-) -> Result<()> {
+async fn enrich(js: &Js, r: &mut Report, a: &StreamInfo, b: &StreamInfo) -> Result<()> {
+    let (a_direct, b_direct) = (a.config.allow_direct, b.config.allow_direct);
+    let (b_first, b_last) = (b.state.first_seq, b.state.last_seq);
     let (from, to) = (r.from.clone(), r.to.clone());
     for o in r.offenders.iter_mut() {
         // Consumer-level findings name no message.

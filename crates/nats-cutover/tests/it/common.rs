@@ -1,54 +1,15 @@
 //! Shared helpers: a server per test, a client, the CLI, and server snapshots.
+//! The server and the client are cutover-nats' test helpers (its own
+//! integration tests use them too); this adds what the CLI's tests need.
 
-use async_nats::jetstream;
-use cutover_nats::api::Action;
-use cutover_nats::Js;
-use cutover_testkit::NatsServer;
+#[path = "../../../cutover-nats/tests/it/common.rs"]
+mod server;
+
 use serde_json::{json, Value};
+pub use server::*;
 use std::process::Command;
-use std::time::{Duration, Instant};
-
-pub struct Env {
-    pub server: NatsServer,
-    pub js: Js,
-    pub ctx: jetstream::Context,
-}
-
-pub async fn env() -> Env {
-    let server = NatsServer::start();
-    let client = async_nats::connect(server.url()).await.expect("connect to test server");
-    let js = Js::new(client.clone(), Duration::from_secs(5));
-    let ctx = jetstream::new(client);
-    Env { server, js, ctx }
-}
 
 impl Env {
-    pub async fn stream(&self, cfg: Value) {
-        self.js.stream_create(&cfg).await.expect("create stream");
-    }
-
-    pub async fn consumer(&self, stream: &str, cfg: Value) {
-        let name = cfg["durable_name"].as_str().unwrap().to_string();
-        self.js
-            .consumer_create(stream, &name, &cfg, Action::CreateOrUpdate)
-            .await
-            .expect("create consumer");
-    }
-
-    /// Publishes n messages to `subject` with msg-ids `{prefix}-{i}`, awaiting acks.
-    pub async fn publish(&self, subject: &str, prefix: &str, n: usize) {
-        for i in 0..n {
-            let mut h = async_nats::HeaderMap::new();
-            h.insert("Nats-Msg-Id", format!("{prefix}-{i}").as_str());
-            self.ctx
-                .publish_with_headers(subject.to_string(), h, format!("{i}").into())
-                .await
-                .expect("publish")
-                .await
-                .expect("publish ack");
-        }
-    }
-
     pub fn cli(&self, args: &[&str]) -> Out {
         let mut full = vec!["--server", self.server.url()];
         full.extend_from_slice(args);
@@ -125,22 +86,6 @@ pub fn cli(args: &[&str]) -> Out {
         code: o.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&o.stdout).into(),
         stderr: String::from_utf8_lossy(&o.stderr).into(),
-    }
-}
-
-/// Waits for a condition with a deadline: never a bare sleep.
-pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if f().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

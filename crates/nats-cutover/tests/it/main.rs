@@ -17,7 +17,8 @@ mod report;
 mod run;
 mod safety;
 mod tls;
-mod translate;
 mod verify;
+#[path = "../../../cutover-nats/tests/it/verify_fixture.rs"]
+mod verify_fixture;
 mod versions;
 mod watch;

@@ -2,9 +2,9 @@
 //! with a number of gets that grows logarithmically, never a scan.
 
 use crate::common::*;
-use crate::run::request;
 use cutover_core::checkpoint::assess;
 use cutover_core::journal::Phase;
+use cutover_core::plan::PlanRequest;
 use cutover_nats::api::{Lookup, Via};
 use cutover_nats::engine::{self, events::Collect, run::translate_once, RunOptions};
 use futures::StreamExt;
@@ -165,7 +165,7 @@ async fn max_deliver_exhausted_messages_below_the_checkpoint_stay_exhausted() {
         e.js.consumer_info("A", "C").await.unwrap().1.num_ack_pending == 0
     })
     .await;
-    let plan = engine::prepare_plan(&e.js, &request("A", "B", &["C"])).await.unwrap();
+    let plan = engine::prepare_plan(&e.js, &PlanRequest::source("A", "B", &["C"])).await.unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let j =
         engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
@@ -198,7 +198,7 @@ async fn empty_stream_moves_and_new_messages_arrive_on_b() {
     e.stream(json!({"name": "A", "subjects": ["t.>"], "duplicate_window": 120_000_000_000i64}))
         .await;
     e.consumer("A", json!({"durable_name": "C", "ack_policy": "explicit"})).await;
-    let plan = engine::prepare_plan(&e.js, &request("A", "B", &["C"])).await.unwrap();
+    let plan = engine::prepare_plan(&e.js, &PlanRequest::source("A", "B", &["C"])).await.unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let j =
         engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
