@@ -13,8 +13,10 @@ use crate::api::{Js, Lookup, Via};
 use crate::error::{Error, Result};
 use crate::journal::{now_ms, IfMissing, JournalStore, Lease};
 use cutover_core::checkpoint::assess;
-use cutover_core::journal::{ConsumerPhase, Journal, Phase, Step};
+use cutover_core::journal::{ConsumerPhase, ConsumerProgress, Journal, Phase, Step};
+use cutover_core::model::{ConsumerInfo, StreamInfo};
 use serde_json::json;
+use serde_json::Value;
 use std::time::{Duration, Instant};
 
 pub async fn load(js: &Js, id: &str) -> Result<(JournalStore, Journal)> {
@@ -28,7 +30,7 @@ pub async fn load(js: &Js, id: &str) -> Result<(JournalStore, Journal)> {
 }
 
 pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -> Result<Journal> {
-    let (store, mut j) = load(js, id).await?;
+    let (store, j) = load(js, id).await?;
     if j.phase == Phase::RolledBack {
         return Ok(j);
     }
@@ -40,137 +42,187 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
         )));
     }
     let lease = Lease::acquire(&store, &j.from, id, lease_ttl).await?;
-    let emit = |step: Step, result: StepResult| {
-        sink.emit(Event::new(id, step, EventKind::StepDone { ms: None, result }))
-    };
-    let version = js.server_version();
-    let can_pause = version.is_some_and(|v| v.features().consumer_pause);
-    // The journal may trail the server by one write (it is written before each
-    // effect): ask the server whether B took the subjects already.
-    let b_now = js.stream_info_opt(&j.to).await?;
-    if let Some((_, b)) = &b_now {
-        let finals = &j.plan.b_final_subjects;
-        if !finals.is_empty() && &b.config.subjects == finals {
-            lease.release(&store).await?;
-            return Err(Error::Unsafe(format!(
-                "migration {id} passed its commit point: {} holds the subjects and publishers write to it, so only rolling forward is safe: `nats-cutover run --resume {id}`",
-                j.to
-            )));
+    let result = Undo { js, store: &store, sink }.run(j).await;
+    let _ = lease.release(&store).await;
+    result
+}
+
+/// The rollback's steps, each asking the server rather than the journal.
+struct Undo<'a> {
+    js: &'a Js,
+    store: &'a JournalStore,
+    sink: &'a dyn Sink,
+}
+
+impl Undo<'_> {
+    fn emit(&self, j: &Journal, step: Step, kind: EventKind) {
+        self.sink.emit(Event::new(&j.id, step, kind));
+    }
+
+    fn done(&self, j: &Journal, step: Step, result: StepResult) {
+        self.emit(j, step, EventKind::StepDone { ms: None, result });
+    }
+
+    async fn run(&self, mut j: Journal) -> Result<Journal> {
+        let b_now = self.js.stream_info_opt(&j.to).await?;
+        refuse_if_committed(&j, b_now.as_ref().map(|(_, b)| b))?;
+        let a_now = self.a_still_serving(&j).await?;
+        if let Some((a_raw, a)) = &a_now {
+            if a.config.subjects != j.a_subjects {
+                self.restore_subjects(&j, a_raw, b_now.as_ref()).await?;
+            }
         }
+        for i in 0..j.consumers.len() {
+            self.undo_consumer(&j, &j.consumers[i], a_now.is_some(), b_now.is_some()).await?;
+            let c = &mut j.consumers[i];
+            c.phase = ConsumerPhase::Waiting;
+            c.checkpoint = None;
+            c.b_start = None;
+            let name = c.name.clone();
+            self.done(&j, Step::Consumer(name), StepResult::ConsumerRestored);
+        }
+        if j.created_b && self.js.stream_info_opt(&j.to).await?.is_some() {
+            self.js.stream_delete(&j.to).await?;
+            self.done(&j, Step::DeleteB, StepResult::BDeleted { stream: j.to.clone() });
+        }
+        j.phase = Phase::RolledBack;
+        j.in_progress = None;
+        j.updated_ms = now_ms();
+        self.store.save(&j).await?;
+        Ok(j)
     }
-    // A stream that is gone or sealed moved on since (another migration, or by
-    // hand): it cannot take publishes back, and nothing of it is restored; the
-    // rollback only removes what this migration left elsewhere.
-    let a_now = js.stream_info_opt(&j.from).await?.filter(|(_, a)| !a.config.sealed);
-    if a_now.is_none() {
-        let what = format!(
-            "{} is gone or sealed: its subjects and consumers are left as they are",
-            j.from
-        );
-        sink.emit(Event::new(
-            id,
-            Step::RestoreSubjects,
-            EventKind::Warning(Warning::Skipped { what }),
-        ));
+
+    /// A, if it can still take publishes. A stream that is gone or sealed moved
+    /// on since (another migration, or by hand): nothing of it is restored; the
+    /// rollback only removes what this migration left elsewhere.
+    async fn a_still_serving(&self, j: &Journal) -> Result<Option<(Value, StreamInfo)>> {
+        let a_now = self.js.stream_info_opt(&j.from).await?.filter(|(_, a)| !a.config.sealed);
+        if a_now.is_none() {
+            let what = format!(
+                "{} is gone or sealed: its subjects and consumers are left as they are",
+                j.from
+            );
+            self.emit(j, Step::RestoreSubjects, EventKind::Warning(Warning::Skipped { what }));
+        }
+        Ok(a_now)
     }
-    // Publishers first: A takes its subjects back if it released them.
-    if let Some((a_raw, _)) = a_now.as_ref().filter(|(_, a)| a.config.subjects != j.a_subjects) {
-        if let Some((b_raw, b)) = &b_now {
+
+    /// Publishers first: A takes its subjects back (B gives up any it holds).
+    async fn restore_subjects(
+        &self,
+        j: &Journal,
+        a_raw: &Value,
+        b_now: Option<&(Value, StreamInfo)>,
+    ) -> Result<()> {
+        if let Some((b_raw, b)) = b_now {
             if !b.config.subjects.is_empty() {
                 let mut cfg = b_raw["config"].clone();
                 cfg["subjects"] = json!([]);
-                js.stream_update(&cfg).await?;
+                self.js.stream_update(&cfg).await?;
             }
         }
         let mut cfg = a_raw["config"].clone();
         cfg["subjects"] = json!(j.a_subjects);
-        js.stream_update(&cfg).await?;
-        emit(
-            Step::RestoreSubjects,
-            StepResult::SubjectsRestored { subjects: j.a_subjects.clone() },
-        );
+        self.js.stream_update(&cfg).await?;
+        let subjects = j.a_subjects.clone();
+        self.done(j, Step::RestoreSubjects, StepResult::SubjectsRestored { subjects });
+        Ok(())
     }
-    for i in 0..j.consumers.len() {
-        let c = j.consumers[i].clone();
+
+    /// One consumer: the new durable (if it may exist and does) is held,
+    /// settled, the old one reset past what it processed, and it is deleted
+    /// with its route; the old durable gets its state back.
+    async fn undo_consumer(
+        &self,
+        j: &Journal,
+        c: &ConsumerProgress,
+        a_serving: bool,
+        b_exists: bool,
+    ) -> Result<()> {
         // From `creating` on, the new durable may exist (its create request was
         // journaled first): the server says whether it does.
         if c.phase >= ConsumerPhase::Creating {
-            let on_b = match &b_now {
-                Some(_) => js.consumer_info_opt(&j.to, &c.name).await?,
-                None => None,
+            let on_b = match b_exists {
+                true => self.js.consumer_info_opt(&j.to, &c.name).await?,
+                false => None,
             };
             if let Some((_, bc)) = on_b {
-                // Hold the new durable still and learn what it settled.
-                js.consumer_pause(&j.to, &c.name, Some("9999-01-01T00:00:00Z")).await?;
-                let deadline = Instant::now()
-                    + Duration::from_secs(60)
-                        .max(cutover_core::model::nanos(bc.config.ack_wait) * 3);
-                let f_b = loop {
-                    let (_, ci) = js.consumer_info(&j.to, &c.name).await?;
-                    if let Some(f) = assess(&ci).stable.then_some(ci.delivered.stream_seq) {
-                        break f;
-                    }
-                    if Instant::now() > deadline {
-                        let _ = js.consumer_pause(&j.to, &c.name, None).await;
-                        return Err(Error::Stuck(format!("consumer {}/{} did not settle for the rollback; its workers hold messages; try again", j.to, c.name)));
-                    }
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                };
-                let start = c.b_start.unwrap_or(u64::MAX);
-                if f_b >= start && a_now.is_some() {
-                    // The new durable processed B messages up to f_b: the old one
-                    // must resume after their origin sequence.
-                    let (_, b) = js.stream_info(&j.to).await?;
-                    let m = js
-                        .get_msg(&j.to, f_b, Lookup::Exact, Via::direct_if(b.config.allow_direct))
-                        .await?;
-                    let origin = match m {
-                        Some(m) => m.origin_seq(&j.from)?,
-                        None => None,
-                    };
-                    if let Some(o) = origin.filter(|o| Some(*o) > c.checkpoint) {
-                        if !version.is_some_and(|v| v.features().consumer_reset) {
-                            return Err(Error::Unsafe(format!("consumer {} processed messages on {} up to origin {o}; moving the old durable past them needs consumer reset (2.14+); roll forward instead", c.name, j.to)));
-                        }
-                        js.api(
-                            &format!("reset consumer {}/{}", j.from, c.name),
-                            &format!("CONSUMER.RESET.{}.{}", j.from, c.name),
-                            &json!({ "seq": o + 1 }),
-                        )
-                        .await?;
-                        emit(
-                            Step::Consumer(c.name.clone()),
-                            StepResult::ConsumerReset { reset_to: o + 1 },
-                        );
-                    }
+                let f_b = self.settle_new_durable(j, &c.name, &bc).await?;
+                if f_b >= c.b_start.unwrap_or(u64::MAX) && a_serving {
+                    self.reset_old_past(j, c, f_b).await?;
                 }
-                js.consumer_delete(&j.to, &c.name).await?;
+                self.js.consumer_delete(&j.to, &c.name).await?;
             }
-            store.delete_route(&j.from, &c.name).await?;
+            self.store.delete_route(&j.from, &c.name).await?;
         }
         // As the operator left it: running, or paused until the same time (a
         // durable deleted since, with its stream moved on, stays gone).
-        if a_now.is_some() && (c.was_paused || can_pause) {
-            match js.consumer_pause(&j.from, &c.name, c.paused_until.as_deref()).await {
+        let can_pause = self.js.server_version().is_some_and(|v| v.features().consumer_pause);
+        if a_serving && (c.was_paused || can_pause) {
+            match self.js.consumer_pause(&j.from, &c.name, c.paused_until.as_deref()).await {
                 Ok(_) | Err(Error::ConsumerNotFound { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
-        j.consumers[i].phase = ConsumerPhase::Waiting;
-        j.consumers[i].checkpoint = None;
-        j.consumers[i].b_start = None;
-        emit(Step::Consumer(c.name.clone()), StepResult::ConsumerRestored);
+        Ok(())
     }
-    if j.created_b && js.stream_info_opt(&j.to).await?.is_some() {
-        js.stream_delete(&j.to).await?;
-        emit(Step::DeleteB, StepResult::BDeleted { stream: j.to.clone() });
+
+    /// Holds the new durable still and returns what it settled: its delivered
+    /// stream sequence once nothing is ack-pending.
+    async fn settle_new_durable(&self, j: &Journal, name: &str, bc: &ConsumerInfo) -> Result<u64> {
+        self.js.consumer_pause(&j.to, name, Some("9999-01-01T00:00:00Z")).await?;
+        let deadline = Instant::now()
+            + Duration::from_secs(60).max(cutover_core::model::nanos(bc.config.ack_wait) * 3);
+        loop {
+            let (_, ci) = self.js.consumer_info(&j.to, name).await?;
+            if assess(&ci).stable {
+                return Ok(ci.delivered.stream_seq);
+            }
+            if Instant::now() > deadline {
+                let _ = self.js.consumer_pause(&j.to, name, None).await;
+                return Err(Error::Stuck(format!("consumer {}/{name} did not settle for the rollback; its workers hold messages; try again", j.to)));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
-    j.phase = Phase::RolledBack;
-    j.in_progress = None;
-    j.updated_ms = now_ms();
-    store.save(&j).await?;
-    lease.release(&store).await?;
-    Ok(j)
+
+    /// The new durable processed B messages up to `f_b`: the old one must
+    /// resume after their origin sequence (consumer reset, 2.14+).
+    async fn reset_old_past(&self, j: &Journal, c: &ConsumerProgress, f_b: u64) -> Result<()> {
+        let (_, b) = self.js.stream_info(&j.to).await?;
+        let via = Via::direct_if(b.config.allow_direct);
+        let origin = match self.js.get_msg(&j.to, f_b, Lookup::Exact, via).await? {
+            Some(m) => m.origin_seq(&j.from)?,
+            None => None,
+        };
+        let Some(o) = origin.filter(|o| Some(*o) > c.checkpoint) else { return Ok(()) };
+        if !self.js.server_version().is_some_and(|v| v.features().consumer_reset) {
+            return Err(Error::Unsafe(format!("consumer {} processed messages on {} up to origin {o}; moving the old durable past them needs consumer reset (2.14+); roll forward instead", c.name, j.to)));
+        }
+        self.js
+            .api(
+                &format!("reset consumer {}/{}", j.from, c.name),
+                &format!("CONSUMER.RESET.{}.{}", j.from, c.name),
+                &json!({ "seq": o + 1 }),
+            )
+            .await?;
+        let step = Step::Consumer(c.name.clone());
+        self.done(j, step, StepResult::ConsumerReset { reset_to: o + 1 });
+        Ok(())
+    }
+}
+
+/// The journal may trail the server by one write (it is written before each
+/// effect): once B holds the subjects, the commit happened.
+fn refuse_if_committed(j: &Journal, b: Option<&StreamInfo>) -> Result<()> {
+    let finals = &j.plan.b_final_subjects;
+    match b {
+        Some(b) if !finals.is_empty() && &b.config.subjects == finals => Err(Error::Unsafe(format!(
+            "migration {} passed its commit point: {} holds the subjects and publishers write to it, so only rolling forward is safe: `nats-cutover run --resume {}`",
+            j.id, j.to, j.id
+        ))),
+        _ => Ok(()),
+    }
 }
 
 pub async fn list(js: &Js) -> Result<Vec<Journal>> {

@@ -183,21 +183,7 @@ pub async fn run(
                     .collect();
                 return Err(Error::Unsafe(reasons.join("; ")));
             }
-            let (_, a) = js.stream_info(&plan.from).await?;
-            let mut paused = vec![];
-            for c in &plan.consumers {
-                let (_, ci) = js.consumer_info(&plan.from, &c.name).await?;
-                // An operator's pause is kept: rollback restores it and the new
-                // durable starts with it.
-                paused.push((
-                    c.name.clone(),
-                    ci.paused.then(|| ci.config.pause_until.clone().unwrap_or(FOREVER.into())),
-                ));
-            }
-            let mut j =
-                Journal::new(plan, a.config.subjects.clone(), &paused, opts.delete_old, now_ms());
-            j.keep_old_consumers = opts.keep_old_consumers && !opts.delete_old;
-            j
+            new_journal(js, plan, opts).await?
         }
     };
     let ctx = Ctx {
@@ -226,6 +212,24 @@ pub async fn run(
     let lease = ctx.lease.into_inner();
     let _ = lease.release(&store).await;
     result.map(|_| j.clone()).map_err(|e| stopped(e, &j))
+}
+
+/// A new migration's journal: A's subjects and each consumer's pause as the
+/// run found them (an operator's pause is kept: rollback restores it and the
+/// new durable starts with it).
+async fn new_journal(js: &Js, plan: Plan, opts: &RunOptions) -> Result<Journal> {
+    let (_, a) = js.stream_info(&plan.from).await?;
+    let mut paused = vec![];
+    for c in &plan.consumers {
+        let (_, ci) = js.consumer_info(&plan.from, &c.name).await?;
+        paused.push((
+            c.name.clone(),
+            ci.paused.then(|| ci.config.pause_until.clone().unwrap_or(FOREVER.into())),
+        ));
+    }
+    let mut j = Journal::new(plan, a.config.subjects.clone(), &paused, opts.delete_old, now_ms());
+    j.keep_old_consumers = opts.keep_old_consumers && !opts.delete_old;
+    Ok(j)
 }
 
 /// Says, with a run's error, what state the migration is left in (after the
@@ -508,41 +512,8 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         (j.from.clone(), j.to.clone(), p)
     };
     let name = cp.name.as_str();
-    let step = Step::Consumer(name.to_string());
     let started = Instant::now();
-    let (f, evidence) = match (prior.phase, prior.checkpoint) {
-        (ConsumerPhase::Settled | ConsumerPhase::Creating, Some(f)) => (f, prior.evidence.clone()),
-        _ => match drain(ctx, &from, name).await {
-            Ok((f, ci)) => (
-                f,
-                Some(Settled {
-                    delivered_stream_seq: ci.delivered.stream_seq,
-                    ack_floor_stream_seq: ci.ack_floor.stream_seq,
-                    num_ack_pending: ci.num_ack_pending,
-                    num_pending: ci.num_pending,
-                    paused: ci.paused,
-                }),
-            ),
-            Err(e) => {
-                // Never leave applications stalled on a consumer we paused but
-                // did not move: let it deliver again before reporting.
-                let _ = undo_consumer(ctx, &from, name, &prior).await;
-                return Err(e);
-            }
-        },
-    };
-    let drain_ms = started.elapsed().as_millis() as u64;
-    {
-        let mut j = ctx.journal.lock().await;
-        let p = j.consumer_mut(name).unwrap();
-        p.phase = ConsumerPhase::Settled;
-        p.checkpoint = Some(f);
-        p.drain_ms = Some(drain_ms);
-        p.evidence = evidence;
-        p.b_filters = cp.b_filters.clone();
-    }
-    ctx.save().await?;
-    ctx.emit(step.clone(), EventKind::Progress(Progress::Settled { checkpoint: f, drain_ms }));
+    let f = checkpoint(ctx, cp, &from, &prior).await?;
     let (start, gets) = match translate(ctx, &from, &to, f).await {
         Ok(x) => x,
         Err(e) => {
@@ -565,6 +536,66 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         undo_consumer(ctx, &from, name, &prior).await?;
         return Err(e);
     }
+    moved(ctx, name, &from, &to, f, (start, gets), started).await
+}
+
+/// The consumer's checkpoint F: journaled already (a resumed run), or taken
+/// now by draining it, then journaled with its evidence. A drain that fails
+/// gives the old durable back before reporting.
+async fn checkpoint(
+    ctx: &Ctx<'_>,
+    cp: &ConsumerPlan,
+    from: &str,
+    prior: &cutover_core::journal::ConsumerProgress,
+) -> Result<u64> {
+    let name = cp.name.as_str();
+    if let (ConsumerPhase::Settled | ConsumerPhase::Creating, Some(f)) =
+        (prior.phase, prior.checkpoint)
+    {
+        return Ok(f);
+    }
+    let started = Instant::now();
+    let (f, ci) = match drain(ctx, from, name).await {
+        Ok(x) => x,
+        Err(e) => {
+            // Never leave applications stalled on a consumer we paused but
+            // did not move: let it deliver again before reporting.
+            let _ = undo_consumer(ctx, from, name, prior).await;
+            return Err(e);
+        }
+    };
+    let drain_ms = started.elapsed().as_millis() as u64;
+    {
+        let mut j = ctx.journal.lock().await;
+        let p = j.consumer_mut(name).unwrap();
+        p.phase = ConsumerPhase::Settled;
+        p.checkpoint = Some(f);
+        p.drain_ms = Some(drain_ms);
+        p.evidence = Some(Settled {
+            delivered_stream_seq: ci.delivered.stream_seq,
+            ack_floor_stream_seq: ci.ack_floor.stream_seq,
+            num_ack_pending: ci.num_ack_pending,
+            num_pending: ci.num_pending,
+            paused: ci.paused,
+        });
+        p.b_filters = cp.b_filters.clone();
+    }
+    ctx.save().await?;
+    let settled = Progress::Settled { checkpoint: f, drain_ms };
+    ctx.emit(Step::Consumer(name.into()), EventKind::Progress(settled));
+    Ok(f)
+}
+
+/// The new durable exists: journal it, publish its route, report the move.
+async fn moved(
+    ctx: &Ctx<'_>,
+    name: &str,
+    from: &str,
+    to: &str,
+    f: u64,
+    (start, gets): (u64, u32),
+    started: Instant,
+) -> Result<()> {
     {
         let mut j = ctx.journal.lock().await;
         let p = j.consumer_mut(name).unwrap();
@@ -574,13 +605,13 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
     }
     ctx.save().await?;
     let route = Route {
-        stream: to.clone(),
+        stream: to.to_string(),
         consumer: name.to_string(),
         migration: ctx.id.clone(),
         checkpoint: f,
         start_seq: start,
     };
-    ctx.store.put_route(&from, name, &route).await?;
+    ctx.store.put_route(from, name, &route).await?;
     let longest_pause_ms =
         ctx.journal.lock().await.consumer_mut(name).and_then(|c| c.longest_pause_ms);
     let moved = Progress::Moved {
@@ -590,7 +621,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         gap_ms: started.elapsed().as_secs_f64() * 1000.0,
         longest_pause_ms,
     };
-    ctx.emit(step, EventKind::Progress(moved));
+    ctx.emit(Step::Consumer(name.into()), EventKind::Progress(moved));
     if let Some(h) = &ctx.opts.after_step {
         h(&format!("consumer_created:{name}"));
     }
@@ -669,107 +700,40 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
     if !can_pause(ctx.js) {
         return drain_without_pause(ctx, stream, name).await;
     }
-    let step = Step::Consumer(name.to_string());
     ctx.js.consumer_pause(stream, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
-    let mut paused_at = Instant::now();
     let (_, first) = ctx.js.consumer_info(stream, name).await?;
     let ack_wait = nanos(first.config.ack_wait).max(Duration::from_millis(1));
-    let deadline = Instant::now()
-        + ctx.opts.settle_timeout.unwrap_or((ack_wait * 10).max(Duration::from_secs(60)));
-    // How long a pause may last without ack progress (see below).
-    let stall = ctx.opts.max_pause.min(ack_wait);
-    let mut attempt_started = Instant::now();
-    let mut longest = Duration::ZERO;
+    let mut d = Drain {
+        ctx,
+        stream,
+        name,
+        step: Step::Consumer(name.to_string()),
+        deadline: Instant::now()
+            + ctx.opts.settle_timeout.unwrap_or((ack_wait * 10).max(Duration::from_secs(60))),
+        // How long a pause may last without ack progress (see cut_pause).
+        stall: ctx.opts.max_pause.min(ack_wait),
+        paused_at: Instant::now(),
+        attempt_started: Instant::now(),
+        longest: Duration::ZERO,
+        last_progress: Instant::now(),
+        last_emit: Instant::now(),
+    };
     let mut last: Option<ConsumerInfo> = None;
-    let mut last_progress = Instant::now();
-    let mut last_emit = Instant::now();
     loop {
         let (_, ci) = ctx.js.consumer_info(stream, name).await?;
-        let a = assess(&ci);
-        if a.stable {
-            // Two consecutive reads that agree: replicated consumers report state
-            // from their store, which may trail the leader by a proposal.
-            if let Some(prev) = &last {
-                if prev.delivered == ci.delivered
-                    && prev.ack_floor == ci.ack_floor
-                    && prev.num_ack_pending == 0
-                {
-                    let f = a.checkpoint.expect("stable has a checkpoint");
-                    // From here on the old consumer stays paused whatever happens.
-                    ctx.js.consumer_pause(stream, name, Some(FOREVER)).await?;
-                    let (_, again) = ctx.js.consumer_info(stream, name).await?;
-                    let b = assess(&again);
-                    if b.stable && b.checkpoint == Some(f) {
-                        longest = longest.max(attempt_started.elapsed());
-                        let mut j = ctx.journal.lock().await;
-                        j.consumer_mut(name).unwrap().longest_pause_ms =
-                            Some(longest.as_millis() as u64);
-                        return Ok((f, again));
-                    }
-                    last = None;
-                    continue;
-                }
+        if let Some(prev) = &last {
+            if let Some(settled) = d.try_settle(prev, &ci).await? {
+                return Ok(settled);
             }
         }
-        let progressed = last
-            .as_ref()
-            .map(|p| p.ack_floor != ci.ack_floor || p.num_ack_pending != ci.num_ack_pending)
-            .unwrap_or(true);
-        if progressed {
-            last_progress = Instant::now();
-        }
-        if last_emit.elapsed() > Duration::from_millis(250) {
-            let progress = Progress::Draining {
-                ack_pending: ci.num_ack_pending,
-                delivered: ci.delivered.stream_seq,
-                ack_floor: ci.ack_floor.stream_seq,
-            };
-            ctx.emit(step.clone(), EventKind::Progress(progress));
-            last_emit = Instant::now();
-        }
-        // No ack progress while paused: a worker died holding messages (a
-        // paused consumer withholds their redelivery: server consumer.go
-        // loopAndGatherMsgs stops before getNextMsg), a message was nak'd with
-        // a backoff, or a client holds a partial batch. The pause is bounded:
-        // resume for as long, so held messages are processed or redelivered and
-        // the applications keep working, then try again.
-        if ci.num_ack_pending > 0 && last_progress.elapsed() > stall {
-            longest = longest.max(attempt_started.elapsed());
-            let cut = Warning::PauseCut {
-                stall_ms: stall.as_millis() as u64,
-                ack_pending: ci.num_ack_pending,
-            };
-            ctx.emit(step.clone(), EventKind::Warning(cut));
-            ctx.js.consumer_pause(stream, name, None).await?;
-            let resumed = Instant::now();
-            loop {
-                let (_, n) = ctx.js.consumer_info(stream, name).await?;
-                // What blocked is settled (the oldest pending message acked,
-                // or nothing pending), or the resumed interval is over.
-                if n.num_ack_pending == 0
-                    || n.ack_floor != ci.ack_floor
-                    || resumed.elapsed() > stall
-                {
-                    break;
-                }
-                ctx.tick(true).await?;
-                tokio::time::sleep(ctx.opts.poll).await;
-            }
-            ctx.js.consumer_pause(stream, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
-            paused_at = Instant::now();
-            attempt_started = Instant::now();
-            let mut j = ctx.journal.lock().await;
-            j.consumer_mut(name).unwrap().nudges += 1;
-            last_progress = Instant::now();
+        d.note_progress(last.as_ref(), &ci);
+        if ci.num_ack_pending > 0 && d.last_progress.elapsed() > d.stall {
+            d.cut_pause(&ci).await?;
             last = None;
             continue;
         }
-        // Keep the drain pause from lapsing while we wait.
-        if paused_at.elapsed() > ctx.opts.drain_pause / 3 {
-            ctx.js.consumer_pause(stream, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
-            paused_at = Instant::now();
-        }
-        if Instant::now() > deadline {
+        d.keep_paused().await?;
+        if Instant::now() > d.deadline {
             return Err(Error::Stuck(format!(
                 "consumer {stream}/{name} did not settle: {} message(s) still unacknowledged; the consumer was resumed, nothing moved; check its workers and run again",
                 ci.num_ack_pending
@@ -778,6 +742,119 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
         last = Some(ci);
         ctx.tick(true).await?;
         tokio::time::sleep(ctx.opts.poll).await;
+    }
+}
+
+/// One consumer's paused drain: its state between reads.
+struct Drain<'a, 'c> {
+    ctx: &'a Ctx<'c>,
+    stream: &'a str,
+    name: &'a str,
+    step: Step,
+    deadline: Instant,
+    stall: Duration,
+    paused_at: Instant,
+    attempt_started: Instant,
+    longest: Duration,
+    last_progress: Instant,
+    last_emit: Instant,
+}
+
+impl Drain<'_, '_> {
+    /// Settled: two consecutive reads that agree with nothing ack-pending
+    /// (replicated consumers report state from their store, which may trail
+    /// the leader by a proposal). Then the consumer is paused for good and read
+    /// once more; F is final only if that read agrees.
+    async fn try_settle(
+        &mut self,
+        prev: &ConsumerInfo,
+        ci: &ConsumerInfo,
+    ) -> Result<Option<(u64, ConsumerInfo)>> {
+        let a = assess(ci);
+        let agree = prev.delivered == ci.delivered
+            && prev.ack_floor == ci.ack_floor
+            && prev.num_ack_pending == 0;
+        if !a.stable || !agree {
+            return Ok(None);
+        }
+        let f = a.checkpoint.expect("stable has a checkpoint");
+        // From here on the old consumer stays paused whatever happens.
+        self.ctx.js.consumer_pause(self.stream, self.name, Some(FOREVER)).await?;
+        let (_, again) = self.ctx.js.consumer_info(self.stream, self.name).await?;
+        let b = assess(&again);
+        if !(b.stable && b.checkpoint == Some(f)) {
+            return Ok(None);
+        }
+        self.longest = self.longest.max(self.attempt_started.elapsed());
+        let mut j = self.ctx.journal.lock().await;
+        j.consumer_mut(self.name).unwrap().longest_pause_ms = Some(self.longest.as_millis() as u64);
+        Ok(Some((f, again)))
+    }
+
+    /// Ack progress restarts the stall clock; progress is reported every 250 ms.
+    fn note_progress(&mut self, last: Option<&ConsumerInfo>, ci: &ConsumerInfo) {
+        let progressed = last
+            .map(|p| p.ack_floor != ci.ack_floor || p.num_ack_pending != ci.num_ack_pending)
+            .unwrap_or(true);
+        if progressed {
+            self.last_progress = Instant::now();
+        }
+        if self.last_emit.elapsed() > Duration::from_millis(250) {
+            let progress = Progress::Draining {
+                ack_pending: ci.num_ack_pending,
+                delivered: ci.delivered.stream_seq,
+                ack_floor: ci.ack_floor.stream_seq,
+            };
+            self.ctx.emit(self.step.clone(), EventKind::Progress(progress));
+            self.last_emit = Instant::now();
+        }
+    }
+
+    /// No ack progress while paused: a worker died holding messages (a paused
+    /// consumer withholds their redelivery: server consumer.go
+    /// loopAndGatherMsgs stops before getNextMsg), a message was nak'd with a
+    /// backoff, or a client holds a partial batch. The pause is bounded: resume
+    /// for as long, so held messages are processed or redelivered and the
+    /// applications keep working, then pause again.
+    async fn cut_pause(&mut self, ci: &ConsumerInfo) -> Result<()> {
+        let (js, stream, name) = (self.ctx.js, self.stream, self.name);
+        self.longest = self.longest.max(self.attempt_started.elapsed());
+        let cut = Warning::PauseCut {
+            stall_ms: self.stall.as_millis() as u64,
+            ack_pending: ci.num_ack_pending,
+        };
+        self.ctx.emit(self.step.clone(), EventKind::Warning(cut));
+        js.consumer_pause(stream, name, None).await?;
+        let resumed = Instant::now();
+        loop {
+            let (_, n) = js.consumer_info(stream, name).await?;
+            // What blocked is settled (the oldest pending message acked, or
+            // nothing pending), or the resumed interval is over.
+            if n.num_ack_pending == 0
+                || n.ack_floor != ci.ack_floor
+                || resumed.elapsed() > self.stall
+            {
+                break;
+            }
+            self.ctx.tick(true).await?;
+            tokio::time::sleep(self.ctx.opts.poll).await;
+        }
+        js.consumer_pause(stream, name, Some(&rfc3339_in(self.ctx.opts.drain_pause))).await?;
+        self.paused_at = Instant::now();
+        self.attempt_started = Instant::now();
+        self.last_progress = Instant::now();
+        self.ctx.journal.lock().await.consumer_mut(name).unwrap().nudges += 1;
+        Ok(())
+    }
+
+    /// Keeps the drain pause from lapsing while we wait.
+    async fn keep_paused(&mut self) -> Result<()> {
+        if self.paused_at.elapsed() > self.ctx.opts.drain_pause / 3 {
+            let until = rfc3339_in(self.ctx.opts.drain_pause);
+            self.ctx.js.consumer_pause(self.stream, self.name, Some(&until)).await?;
+            self.paused_at = Instant::now();
+        }
+        Ok(())
     }
 }
 
