@@ -8,6 +8,22 @@ use cutover_core::journal::Phase;
 use cutover_nats::engine::{self, events::Collect, RunOptions};
 use serde_json::json;
 
+/// A live workload on ORDERS at `rate` msg/s, once `n` messages were processed.
+async fn live_load(e: &Env, rate: u32, n: u64) -> cutover_demo::load::Load {
+    let cfg = crate::run::load_cfg(rate, 20_000);
+    let load = cutover_demo::load::Load::start(e.js.client.clone(), cfg).await;
+    until_processed(&load, n).await;
+    load
+}
+
+/// `n` more publishes, then every message processed exactly once.
+async fn exact_after(load: cutover_demo::load::Load, n: u64) {
+    let after = load.published() + n;
+    crate::run::until_published(&load, after).await;
+    let r = crate::run::finish(load).await;
+    crate::run::assert_exact(&r);
+}
+
 /// `plan` with these arguments refuses (exit 3) naming `why`, and the server is
 /// exactly as before (the scratch check of B's configuration is deleted).
 async fn refuses(e: &Env, args: &[&str], why: &str) {
@@ -201,10 +217,7 @@ async fn an_operator_paused_consumer_stays_paused_until_the_same_time() {
 async fn a_commit_that_fails_gives_a_its_subjects_back_at_once() {
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
-    let load =
-        cutover_demo::load::Load::start(e.js.client.clone(), crate::run::load_cfg(300, 20_000))
-            .await;
-    until_processed(&load, 100).await;
+    let load = live_load(&e, 300, 100).await;
     let args = [
         "run",
         "--from",
@@ -419,10 +432,7 @@ async fn status_lists_orphan_leases_and_forget_refuses_live_migrations() {
 async fn a_dead_worker_does_not_hold_the_consumer_paused() {
     let e = env().await;
     crate::run::orders_stream(&e, 8_000).await;
-    let load =
-        cutover_demo::load::Load::start(e.js.client.clone(), crate::run::load_cfg(300, 20_000))
-            .await;
-    until_processed(&load, 100).await;
+    let load = live_load(&e, 300, 100).await;
     let held = crate::run::take_one_and_die(&e).await;
     let plan =
         engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
@@ -437,10 +447,7 @@ async fn a_dead_worker_does_not_hold_the_consumer_paused() {
     // Bounded by max_pause (plus polling), far below the 8 s ack_wait the old
     // rule (1.5 × ack_wait) would have paused for.
     assert!(longest < 4_000, "longest pause {longest} ms: {c:?}");
-    let after = load.published() + 100;
-    crate::run::until_published(&load, after).await;
-    let r = crate::run::finish(load).await;
-    crate::run::assert_exact(&r);
+    exact_after(load, 100).await;
 }
 
 /// verify tells the truth after B's own limits: copies of A's messages that
@@ -615,10 +622,7 @@ async fn a_work_queue_moves_to_a_limits_stream_live() {
     let e = env().await;
     e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "retention": "workqueue"})).await;
     e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000})).await;
-    let load =
-        cutover_demo::load::Load::start(e.js.client.clone(), crate::run::load_cfg(500, 20_000))
-            .await;
-    until_processed(&load, 200).await;
+    let load = live_load(&e, 500, 200).await;
     let cfg = to_config(&e, "limits", json!({"retention": "limits"}));
     let out = e.cli(&[
         "run",
@@ -633,10 +637,7 @@ async fn a_work_queue_moves_to_a_limits_stream_live() {
         "--yes",
     ]);
     assert_eq!(out.code, 0, "{out:?}");
-    let after = load.published() + 200;
-    crate::run::until_published(&load, after).await;
-    let r = crate::run::finish(load).await;
-    crate::run::assert_exact(&r);
+    exact_after(load, 200).await;
     let (_, b) = e.js.stream_info("ORDERS_V2").await.unwrap();
     assert_eq!(b.config.retention.as_str(), "limits");
 }
@@ -680,10 +681,7 @@ async fn a_nak_with_backoff_does_not_hold_the_consumer_paused() {
     use async_nats::jetstream::AckKind;
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
-    let load =
-        cutover_demo::load::Load::start(e.js.client.clone(), crate::run::load_cfg(300, 20_000))
-            .await;
-    until_processed(&load, 100).await;
+    let load = live_load(&e, 300, 100).await;
     let m = crate::run::take_one_and_die(&e).await;
     m.ack_with(AckKind::Nak(Some(std::time::Duration::from_secs(6)))).await.unwrap();
     let plan =
@@ -694,10 +692,7 @@ async fn a_nak_with_backoff_does_not_hold_the_consumer_paused() {
     let c = &j.consumers[0];
     let longest = c.longest_pause_ms.expect("longest pause recorded");
     assert!(longest < 4_000, "longest pause {longest} ms: {c:?}");
-    let after = load.published() + 100;
-    crate::run::until_published(&load, after).await;
-    let r = crate::run::finish(load).await;
-    crate::run::assert_exact(&r);
+    exact_after(load, 100).await;
 }
 
 /// verify does not call a move exact when A sources another stream (what X
