@@ -1,0 +1,78 @@
+//! cutover-app's own tests (one binary), each against a real nats-server from
+//! the test kit: what an application links, without the CLI or the engine.
+
+use cutover_app::follow::{Binding, Follower};
+use cutover_app::publisher::Publisher;
+use cutover_core::journal::{route_key, Route};
+use cutover_nats::journal::{IfMissing, JournalStore};
+use cutover_nats::Js;
+use cutover_testkit::NatsServer;
+use futures::StreamExt;
+use serde_json::json;
+use std::time::Duration;
+
+async fn connect(s: &NatsServer) -> (async_nats::Client, Js) {
+    let client = async_nats::connect(s.url()).await.expect("connect to the test server");
+    let js = Js::new(client.clone(), Duration::from_secs(5));
+    (client, js)
+}
+
+/// A publish that finds no stream (the subject move under way) is retried
+/// with the same msg-id until a stream takes it, and is stored once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publish_retries_until_a_stream_takes_the_subject_and_lands_once() {
+    let s = NatsServer::start();
+    let (client, js) = connect(&s).await;
+    let publisher = Publisher::new(client, Duration::from_secs(30));
+    // A plain subscriber sees each attempt (and answers none, so each one
+    // times out and is retried): the stream appears after the second.
+    let watcher = async_nats::connect(s.url()).await.unwrap();
+    let mut attempts = watcher.subscribe("late.x").await.unwrap();
+    watcher.flush().await.unwrap();
+    let pending =
+        tokio::spawn(async move { publisher.publish("late.x", "id-1", "v".into()).await });
+    for _ in 0..2 {
+        let seen = tokio::time::timeout(Duration::from_secs(10), attempts.next()).await;
+        assert!(seen.is_ok_and(|m| m.is_some()), "the publisher tries again");
+    }
+    attempts.unsubscribe().await.unwrap();
+    watcher.flush().await.unwrap();
+    js.stream_create(&json!({"name": "LATE", "subjects": ["late.>"]})).await.unwrap();
+    let p = pending.await.unwrap().expect("published");
+    assert_eq!(p.stream, "LATE");
+    assert!(!p.duplicate);
+    assert!(p.attempts >= 3, "stored on a retry: {p:?}");
+    // The same msg-id again: the stream's window takes it once.
+    let again = Publisher::new(js.client.clone(), Duration::from_secs(5));
+    let p2 = again.publish("late.x", "id-1", "v".into()).await.unwrap();
+    assert!(p2.duplicate, "a retry with the same msg-id is a duplicate");
+    let (_, info) = js.stream_info("LATE").await.unwrap();
+    assert_eq!(info.state.messages, 1);
+}
+
+/// The follower starts on the original binding, moves when the route record
+/// appears, and moves back when it is deleted (a rollback).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_follower_follows_the_route_record_and_a_rollback() {
+    let s = NatsServer::start();
+    let (client, js) = connect(&s).await;
+    let follower = Follower::start(client, "ORDERS", "worker").await.unwrap();
+    let original = Binding { stream: "ORDERS".into(), consumer: "worker".into() };
+    assert_eq!(follower.current(), original);
+    let mut rx = follower.subscribe();
+    let store = JournalStore::open(&js, IfMissing::Create).await.unwrap().unwrap();
+    let route = Route {
+        stream: "ORDERS_V2".into(),
+        consumer: "worker".into(),
+        migration: "ORDERS.ORDERS_V2".into(),
+        checkpoint: 10,
+        start_seq: 11,
+    };
+    store.put_route("ORDERS", "worker", &route).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), rx.changed()).await.unwrap().unwrap();
+    assert_eq!(follower.current().stream, "ORDERS_V2");
+    store.delete_route("ORDERS", "worker").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), rx.changed()).await.unwrap().unwrap();
+    assert_eq!(follower.current(), original);
+    assert_eq!(route_key("ORDERS", "worker"), "route.ORDERS.worker");
+}
