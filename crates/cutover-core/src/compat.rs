@@ -181,6 +181,10 @@ fn rule_subjects(
 /// B sources exactly A, so every message in B carries an origin sequence of A.
 fn rule_sources(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
     let s = STREAM;
+    if let Some(m) = &b.mirror {
+        rule_mirror(r, ac, b, m);
+        return;
+    }
     let sources_a: Vec<_> = b.sources.iter().filter(|x| x.name == ac.name).collect();
     if sources_a.len() != 1 || b.sources.len() != 1 || b.mirror.is_some() {
         r.add(s, "sources", "", b.sources.iter().map(|x| x.name.clone()).collect::<Vec<_>>().join(","), Verdict::Unsafe, format!("B must source exactly one stream, {}, and nothing else, so that every message in B carries an origin sequence of A", ac.name));
@@ -204,6 +208,50 @@ fn rule_sources(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
         if src.external.is_some() {
             r.add(s, "sources.external", "", "set", Verdict::Unsafe, "B sources A from another domain/account; this version translates checkpoints only within one account");
         }
+    }
+}
+
+/// Strategy mirror: B mirrors exactly A, whole and unchanged, so its sequences
+/// are A's.
+fn rule_mirror(
+    r: &mut Report,
+    ac: &StreamConfig,
+    b: &StreamConfig,
+    m: &crate::model::StreamSource,
+) {
+    let s = STREAM;
+    let whole = m.filter_subject.as_deref().is_none_or(|f| f.is_empty() || f == ">")
+        && m.subject_transforms.is_empty()
+        && m.opt_start_seq.is_none_or(|x| x <= 1);
+    if m.name != ac.name || !b.sources.is_empty() {
+        r.add(
+            s,
+            "mirror",
+            "",
+            &m.name,
+            Verdict::Unsafe,
+            format!("B must mirror {} and source nothing", ac.name),
+        );
+    } else if !whole {
+        r.add(s, "mirror", "", &m.name, Verdict::Unsafe, "B's mirror filters, transforms or starts mid-stream: its sequences would not be A's whole history; mirror all of A");
+    } else if m.external.is_some() {
+        r.add(
+            s,
+            "mirror.external",
+            "",
+            "set",
+            Verdict::Unsafe,
+            "B mirrors A from another domain/account; not supported in this version",
+        );
+    } else {
+        r.add(
+            s,
+            "mirror",
+            "",
+            &m.name,
+            Verdict::Ok,
+            "B mirrors A: same sequences, the checkpoint carries over unchanged",
+        );
     }
 }
 

@@ -275,6 +275,7 @@ pub fn b_config_from(
     to: &str,
     overrides: Option<&Map<String, Value>>,
     retry_horizon: Duration,
+    strategy: Strategy,
 ) -> Result<(Value, Vec<String>), PlanError> {
     let mut b = a_config.as_object().cloned().unwrap_or_default();
     let a_name = b.get("name").and_then(|v| v.as_str()).unwrap_or_default().to_string();
@@ -325,7 +326,15 @@ pub fn b_config_from(
     }
     b.insert("name".into(), json!(to));
     b.insert("subjects".into(), json!([]));
-    b.insert("sources".into(), json!([{ "name": a_name }]));
+    match strategy {
+        // A mirror keeps A's sequences. It records the msg-ids it stores (it
+        // does not check them: stream.go processJetStreamMsg "If we're mirroring
+        // we can't deduplicate on our own", then storeMsgIdLocked) when its
+        // window is set, so after promotion a retry of a message A stored meets
+        // its id.
+        Strategy::Mirror => b.insert("mirror".into(), json!({ "name": a_name })),
+        _ => b.insert("sources".into(), json!([{ "name": a_name }])),
+    };
     b.insert("metadata".into(), json!({ "nats-cutover.from": a_name }));
     Ok((Value::Object(b), final_subjects))
 }
@@ -439,13 +448,24 @@ fn planned_b(
     Ok(match &facts.b_raw {
         Some(b) => {
             let cfg = b.get("config").cloned().unwrap_or(Value::Null);
-            let subjects =
-                b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), retry_horizon)?.1;
+            let subjects = b_config_from(
+                &a_cfg_raw,
+                &req.to,
+                req.to_config.as_ref(),
+                retry_horizon,
+                req.strategy,
+            )?
+            .1;
             (cfg, subjects, true)
         }
         None => {
-            let (cfg, subjects) =
-                b_config_from(&a_cfg_raw, &req.to, req.to_config.as_ref(), retry_horizon)?;
+            let (cfg, subjects) = b_config_from(
+                &a_cfg_raw,
+                &req.to,
+                req.to_config.as_ref(),
+                retry_horizon,
+                req.strategy,
+            )?;
             (cfg, subjects, false)
         }
     })
@@ -454,6 +474,14 @@ fn planned_b(
 fn rule_strategy(r: &mut Report, req: &PlanRequest, version: ServerVersion) {
     match req.strategy {
         Strategy::Source => {}
+        Strategy::Mirror if version.features().mirror_promotion => r.add(
+            "plan",
+            "strategy",
+            "mirror",
+            "",
+            Verdict::Ok,
+            "B mirrors A: every message keeps its sequence, so each checkpoint carries over unchanged (no translation); at the commit point B is promoted (mirror removed and subjects added in one update, 2.12+), keeping sequences, timestamps and the gaps of deleted messages; B's explicit duplicate window records the mirrored msg-ids, so a publisher's retry across the move lands once",
+        ),
         other => r.add(
             "plan",
             "strategy",
@@ -621,6 +649,12 @@ const TIMER_NOTE: &str = "no quiescent interval is waited for: the exact signal 
 
 /// How each consumer's checkpoint is taken and carried to B.
 fn checkpoint_rule(req: &PlanRequest) -> String {
+    if req.strategy == Strategy::Mirror {
+        return format!(
+            "pause the old consumer; wait until num_ack_pending = 0 (a pause is bounded: after min(run --max-pause, default 5 s, and ack_wait) without ack progress the consumer is resumed for as long and paused again); F = delivered.stream_seq; {} mirrors {} with the same sequences, so the new durable starts at F + 1 once {} holds F; it is created only once positioned",
+            req.to, req.from, req.to
+        );
+    }
     format!(
         "pause the old consumer; wait until num_ack_pending = 0 (a pause is bounded: after min(run --max-pause, default 5 s, and ack_wait) without ack progress, from a dead worker, a nak with backoff or a client's partial batch, the consumer is resumed for as long and paused again; the longest pause is reported; a consumer that never settles within --settle-timeout is resumed and nothing moves); F = delivered.stream_seq (every sequence <= F was delivered and settled, or not selected by the filter; the ack floor is not used: MaxDeliver-exhausted messages keep it below F); the new durable on {} starts at the first sequence whose Nats-Stream-Source origin sequence is > F, found by O(log N) direct gets; it is created only once positioned", req.to
     )
@@ -635,6 +669,7 @@ fn steps(
     consumers: &[ConsumerPlan],
     b_final_subjects: &[String],
 ) -> Vec<Step> {
+    let mirror = req.strategy == Strategy::Mirror;
     let mut steps = vec![];
     let mut add = |title: &str, detail: String| {
         let n = steps.len() as u32 + 1;
@@ -646,6 +681,11 @@ fn steps(
         "create B",
         if b_exists {
             format!("{} exists: checked compatible and sourcing {}", req.to, req.from)
+        } else if mirror {
+            format!(
+                "create {} mirroring {}, no subjects, allow_direct, duplicate_window {dw:?} (A's: the mirror records the msg-ids it stores, for retries after the promotion)",
+                req.to, req.from
+            )
         } else {
             format!(
                 "create {} sourcing {}, no subjects, allow_direct, duplicate_window {dw:?} (A's){}",
@@ -659,7 +699,17 @@ fn steps(
             )
         },
     );
-    add("catch up", format!("wait until {}'s newest Nats-Stream-Source origin sequence reaches {}'s last sequence (sequences compared, not the lag field)", req.to, req.from));
+    add(
+        "catch up",
+        if mirror {
+            format!(
+                "wait until {}'s last sequence reaches {}'s (a mirror keeps A's sequences)",
+                req.to, req.from
+            )
+        } else {
+            format!("wait until {}'s newest Nats-Stream-Source origin sequence reaches {}'s last sequence (sequences compared, not the lag field)", req.to, req.from)
+        },
+    );
     for c in consumers {
         add(&format!("move consumer {}", c.name), format!(
             "pause {}/{n}, settle, checkpoint F, translate F to {}, create durable {n} on {} at the next sequence{}; publish the new route in the control record",
@@ -667,6 +717,21 @@ fn steps(
             if c.push { " with the same deliver subject/group (subscribers keep receiving)" } else { "" },
             n = c.name
         ));
+    }
+    if mirror {
+        add("commit point: move publishers", format!(
+            "update {a}: subjects [], wait until {b} holds every message {a} stored, promote {b} (remove its mirror and take subjects {s:?} in one update); publishes in between get no responders and are retried with the same Nats-Msg-Id, and a retry of a message {a} already stored meets its id in {b}'s window",
+            a = req.from, b = req.to, s = b_final_subjects
+        ));
+        add("seal A", format!("seal {} (nothing can enter it any more)", req.from));
+        add(
+            "retire",
+            format!(
+                "delete the old consumers on {}; keep sealed {} unless --delete-old",
+                req.from, req.from
+            ),
+        );
+        return steps;
     }
     add("commit point: move publishers", format!(
         "update {a}: subjects [], wait until {b} holds every message {a} stored, update {b}: subjects {s:?}; publishes in between get no responders and are retried with the same Nats-Msg-Id, and a retry of a message {a} already stored meets its sourced copy in {b}'s duplicate window",
@@ -724,6 +789,25 @@ mod tests {
         assert_eq!(p.consumers[0].b_config["filter_subject"], "orders.eu");
         assert_eq!(p.consumers[0].a_filters, Some(vec!["orders.eu".to_string()]));
         assert_eq!(p.consumers[0].b_config["deliver_policy"], "by_start_sequence");
+    }
+
+    #[test]
+    fn strategy_mirror_needs_mirror_promotion_and_mirrors_a() {
+        let a =
+            json!({"name": "A", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64});
+        let c = vec![consumer(json!({"durable_name": "C", "ack_policy": "explicit"}))];
+        let mut r = req();
+        r.strategy = Strategy::Mirror;
+        let p = build(&r, &facts(a.clone(), c.clone())).unwrap();
+        assert!(p.safe, "{:#?}", p.unsafe_findings().collect::<Vec<_>>());
+        assert_eq!(p.b_config["mirror"], json!({"name": "A"}));
+        assert!(p.b_config.get("sources").is_none());
+        assert_eq!(p.b_config["duplicate_window"], 120_000_000_000i64, "explicit: it records ids");
+        let mut old = facts(a, c);
+        old.version = ServerVersion::new(2, 11, 11);
+        let p = build(&r, &old).unwrap();
+        assert!(!p.safe);
+        assert!(p.unsafe_findings().any(|f| f.reason.contains("mirror promotion (2.12+)")));
     }
 
     #[test]

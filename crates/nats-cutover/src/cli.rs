@@ -300,13 +300,13 @@ pub struct InspectArgs {
     pub consumer: Vec<String>,
 }
 
-/// How B gets A's messages. Only `source` exists in this version; the others
-/// are planned (the plan document knows them) and hidden from help; naming one
-/// is refused by [`Command::check_available`] before anything connects.
+/// How B gets A's messages: `source` (B sources A; sequences renumbered,
+/// checkpoints translated) or `mirror` (B mirrors A and is promoted at the
+/// commit point, 2.12+; sequences kept). `dual-write` is planned and hidden;
+/// naming it is refused by [`Command::check_available`] before anything connects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StrategyArg {
     Source,
-    #[value(hide = true)]
     Mirror,
     #[value(hide = true)]
     DualWrite,
@@ -328,6 +328,11 @@ impl Command {
         match self {
             Command::Plan(a) => available(a.strategy, a.mode),
             Command::Run(a) => available(a.plan.strategy, a.plan.mode),
+            // The demo's scenario and its proof are built for strategy source.
+            Command::Demo(a) if a.strategy == StrategyArg::Mirror => Err(
+                "the demo runs strategy source; try --strategy mirror with `run` on your own streams"
+                    .into(),
+            ),
             Command::Demo(a) => available(a.strategy, a.mode),
             _ => Ok(()),
         }
@@ -338,9 +343,9 @@ fn available(strategy: StrategyArg, mode: ModeArg) -> Result<(), String> {
     fn name(v: impl ValueEnum) -> String {
         v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
     }
-    if strategy != StrategyArg::Source {
+    if strategy == StrategyArg::DualWrite {
         return Err(format!(
-            "--strategy {} is not available in this version (it is planned); use --strategy source",
+            "--strategy {} is not available in this version (it is planned); use --strategy source or mirror",
             name(strategy)
         ));
     }

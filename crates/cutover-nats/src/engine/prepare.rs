@@ -123,8 +123,13 @@ async fn check_b_config(js: &Js, draft: &Plan) -> Result<ConfigCheck> {
     let mut cfg = draft.b_config.clone();
     cfg["name"] = json!(scratch);
     cfg["subjects"] = json!([]);
-    cfg["sources"] =
-        json!([{ "name": draft.from, "filter_subject": format!("_cutover.check.{}", draft.from) }]);
+    let nothing =
+        json!({ "name": draft.from, "filter_subject": format!("_cutover.check.{}", draft.from) });
+    if cfg.get("mirror").is_some() {
+        cfg["mirror"] = nothing;
+    } else {
+        cfg["sources"] = json!([nothing]);
+    }
     cfg["metadata"] = json!({ "nats-cutover.check": draft.to });
     // A scratch left by a plan that died is replaced.
     if js.stream_info_opt(&scratch).await?.is_some() {

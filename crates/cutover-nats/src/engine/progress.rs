@@ -25,6 +25,9 @@ pub struct SourceProgress {
 pub async fn source_progress(js: &Js, b: &str, origin: &str) -> Result<SourceProgress> {
     let (_, b_info) = js.stream_info(b).await?;
     let (_, a_info) = js.stream_info(origin).await?;
+    if b_info.config.mirror.as_ref().is_some_and(|m| m.name == origin) {
+        return mirror_progress(js, &b_info, &a_info).await;
+    }
     let reported_lag = b_info.sources.iter().find(|s| s.name == origin).map(|s| s.lag);
     let a_last = a_info.state.last_seq;
     let sourced = if b_info.state.messages == 0 {
@@ -58,5 +61,29 @@ pub async fn source_progress(js: &Js, b: &str, origin: &str) -> Result<SourcePro
         b_last_seq: b_info.state.last_seq,
         caught_up,
         reported_lag,
+    })
+}
+
+/// A mirror keeps A's sequences: it holds everything of A up to its own last
+/// sequence, and is caught up when A has no message after that.
+async fn mirror_progress(
+    js: &Js,
+    b_info: &cutover_core::model::StreamInfo,
+    a_info: &cutover_core::model::StreamInfo,
+) -> Result<SourceProgress> {
+    let (b_last, a_last) = (b_info.state.last_seq, a_info.state.last_seq);
+    let caught_up = b_last >= a_last
+        || a_info.state.messages == 0
+        || js
+            .next_matching(&a_info.config.name, b_last + 1, ">", a_info.config.allow_direct)
+            .await?
+            .is_none();
+    Ok(SourceProgress {
+        origin: a_info.config.name.clone(),
+        origin_last_seq: a_last,
+        sourced_origin_seq: (b_last > 0).then_some(b_last),
+        b_last_seq: b_last,
+        caught_up,
+        reported_lag: b_info.mirror.as_ref().map(|m| m.lag),
     })
 }

@@ -15,6 +15,7 @@ use crate::journal::{now_ms, IfMissing, JournalStore, Lease};
 use cutover_core::checkpoint::assess;
 use cutover_core::journal::{ConsumerPhase, ConsumerProgress, Journal, Phase, Step};
 use cutover_core::model::{ConsumerInfo, StreamInfo};
+use cutover_core::plan::Strategy;
 use serde_json::json;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -191,9 +192,14 @@ impl Undo<'_> {
     async fn reset_old_past(&self, j: &Journal, c: &ConsumerProgress, f_b: u64) -> Result<()> {
         let (_, b) = self.js.stream_info(&j.to).await?;
         let via = Via::direct_if(b.config.allow_direct);
-        let origin = match self.js.get_msg(&j.to, f_b, Lookup::Exact, via).await? {
-            Some(m) => m.origin_seq(&j.from)?,
-            None => None,
+        let origin = if j.plan.strategy == Strategy::Mirror {
+            // A mirror has A's sequences.
+            Some(f_b)
+        } else {
+            match self.js.get_msg(&j.to, f_b, Lookup::Exact, via).await? {
+                Some(m) => m.origin_seq(&j.from)?,
+                None => None,
+            }
         };
         let Some(o) = origin.filter(|o| Some(*o) > c.checkpoint) else { return Ok(()) };
         if !self.js.server_version().is_some_and(|v| v.features().consumer_reset) {

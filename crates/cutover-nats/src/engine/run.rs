@@ -306,7 +306,9 @@ async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
     };
     let created = match ctx.js.stream_info_opt(&to).await? {
         Some((_, b)) => {
-            if !b.config.sources.iter().any(|s| s.name == from) {
+            let takes_a = b.config.sources.iter().any(|s| s.name == from)
+                || b.config.mirror.as_ref().is_some_and(|m| m.name == from);
+            if !takes_a {
                 return Err(Error::Unsafe(format!("stream {to} exists but does not source {from}; it was changed since the plan was made")));
             }
             journaled
@@ -317,7 +319,8 @@ async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
             ctx.journal.lock().await.created_b = true;
             ctx.save().await?;
             let mut cfg = b_config.clone();
-            if dedup_off_while_sourcing(ctx.js) {
+            // (A mirror checks no msg-id, so it needs no such start.)
+            if cfg.get("mirror").is_none() && dedup_off_while_sourcing(ctx.js) {
                 // See raise_window: B starts without dedup and gets A's window
                 // once it holds A's history older than that window.
                 cfg["duplicate_window"] = json!(0);
@@ -952,6 +955,16 @@ async fn translate(ctx: &Ctx<'_>, from: &str, to: &str, f: u64) -> Result<(u64, 
 pub async fn translate_once(js: &Js, from: &str, to: &str, f: u64) -> Result<Option<(u64, u32)>> {
     let (_, a) = js.stream_info(from).await?;
     let (_, b) = js.stream_info(to).await?;
+    if b.config.mirror.as_ref().is_some_and(|m| m.name == from) {
+        // A mirror has A's sequences: the start is F + 1 once it holds F (or
+        // A has nothing between what the mirror holds and F).
+        let held = b.state.last_seq >= f
+            || js
+                .next_matching(from, b.state.last_seq + 1, ">", a.config.allow_direct)
+                .await?
+                .is_none_or(|m| m.seq > f);
+        return Ok(held.then_some((f + 1, 0)));
+    }
     let b_source = b.config.sources.iter().find(|s| s.name == from).cloned();
     let direct = b.config.allow_direct;
     let last = if b.state.messages == 0 { None } else { js.last_msg(to, direct).await? };
@@ -1140,6 +1153,12 @@ async fn commit_window(
     if b.config.subjects != final_subjects {
         let mut cfg = b_raw["config"].clone();
         cfg["subjects"] = json!(final_subjects);
+        // A mirror is promoted in the same update: mirror removed, subjects
+        // added (2.12+: stream.go configUpdateCheckLocked allows dropping the
+        // mirror; updateWithAdvisory stops the mirror consumer).
+        if let Some(c) = cfg.as_object_mut() {
+            c.remove("mirror");
+        }
         ctx.js.stream_update(&cfg).await?;
     }
     Ok(a.state.last_seq)

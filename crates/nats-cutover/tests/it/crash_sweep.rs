@@ -59,7 +59,7 @@ enum Point {
 /// request, then finishes the migration by `undo` (rollback, or resume where
 /// rollback is refused past the commit point) or resume, and checks the
 /// workload: none lost, none twice.
-async fn sweep_point(k: usize, undo: bool) -> Point {
+async fn sweep_point(k: usize, undo: bool, strategy: &str) -> Point {
     let e = env().await;
     orders_stream(&e, 30_000).await;
     let watcher = async_nats::connect(e.server.url()).await.unwrap();
@@ -76,6 +76,7 @@ async fn sweep_point(k: usize, undo: bool) -> Point {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
         .args(["--server", e.server.url(), "--json", "run", "--from", "ORDERS", "--to"])
         .args(["ORDERS_V2", "--consumer", "worker", "--yes", "--lease-ttl", "1s"])
+        .args(["--strategy", strategy])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -125,11 +126,8 @@ async fn sweep_point(k: usize, undo: bool) -> Point {
             retry_lease(&e, &["--json", "run", "--resume", ID, "--lease-ttl", "1s"]).await
         } else {
             // Killed before the journal existed: a new run.
-            retry_lease(
-                &e,
-                &["--json", "run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer"],
-            )
-            .await
+            let new = ["--json", "run", "--strategy", strategy, "--from", "ORDERS", "--to"];
+            retry_lease(&e, &[&new[..], &["ORDERS_V2", "--consumer"]].concat()).await
         };
         assert_eq!(out.code, 0, "resume after {key:?}: {out:?}");
         let (_, j) = engine::rollback::load(&e.js, ID).await.unwrap();
@@ -170,10 +168,10 @@ async fn retry_lease(e: &Env, args: &[&str]) -> Out {
     }
 }
 
-async fn sweep(undo: bool) {
+async fn sweep(undo: bool, strategy: &str) {
     let mut points = vec![];
     for k in 1.. {
-        match sweep_point(k, undo).await {
+        match sweep_point(k, undo, strategy).await {
             Point::Killed(key) => points.push(key),
             Point::Finished => break,
         }
@@ -185,10 +183,20 @@ async fn sweep(undo: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crash_after_every_request_then_resume_is_exact() {
-    sweep(false).await;
+    sweep(false, "source").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crash_after_every_request_then_rollback_is_exact() {
-    sweep(true).await;
+    sweep(true, "source").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crash_after_every_request_then_resume_is_exact_with_mirror() {
+    sweep(false, "mirror").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crash_after_every_request_then_rollback_is_exact_with_mirror() {
+    sweep(true, "mirror").await;
 }
