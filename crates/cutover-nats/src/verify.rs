@@ -93,10 +93,9 @@ pub async fn verify(
     let first_n = opts.first_n.max(1);
     let mut facts = facts_of(&j, &a, &b, opts);
     let b_direct_get = b.config.allow_direct;
+    let origins = Origins::of_journal(&j, &a);
     // Direct publishes a retry could have duplicated: their id hashes, first.
-    let slip =
-        slip_window(js, &j, b.state.first_seq, b.state.last_seq, b_direct_get, opts, progress)
-            .await?;
+    let slip = slip_window(js, &j, &b, origins, opts, progress).await?;
     let mut aside = ASide::new(&specs);
     let mut bside = BSide::new(&specs, first_n, slip);
     let total = a.state.messages + b.state.messages;
@@ -118,7 +117,7 @@ pub async fn verify(
         let done = b_read + reader.read.load(Ordering::Relaxed);
         progress(VerifyProgress { phase: "streams", done, total });
     };
-    read_b(js, &j.from, &b, &mut bside, opts.stall_timeout, &streams_progress).await?;
+    read_b(js, &j.from, &b, origins, &mut bside, opts.stall_timeout, &streams_progress).await?;
     let mut aside = AReader::join(&mut a_task, &j.from).await?;
     known.recount(&reader, &mut aside, &bside).await?;
     let read = read_stats(started, aside.read + bside.read);
@@ -129,11 +128,11 @@ pub async fn verify(
     };
     let candidates = verify::lost_candidates(&aside, &bside);
     if candidates.iter().any(|c| !c.is_empty()) {
-        facts.evicted_by_b = evicted_by_b(js, &a, &b, candidates).await?;
+        facts.evicted_by_b = evicted_by_b(js, &a, &b, origins, candidates).await?;
     }
     let mut report = verify::finish(aside, bside, audit, &facts, first_n);
     report.read = Some(read);
-    enrich(js, &mut report, &a, &b).await?;
+    enrich(js, &mut report, &a, &b, origins).await?;
     Ok(report)
 }
 
@@ -157,6 +156,42 @@ fn read_stats(started: Instant, messages: u64) -> ReadStats {
     ReadStats { ms, messages, per_sec: if ms > 0.0 { messages as f64 * 1000.0 / ms } else { 0.0 } }
 }
 
+/// How a message of B names the message of A it copies: by its
+/// `Nats-Stream-Source` header (strategy source), or by its own sequence, up
+/// to A's last one when it released its subjects (strategy mirror: B mirrored
+/// A, sequences kept; after the promotion, direct publishes).
+#[derive(Debug, Clone, Copy)]
+enum Origins {
+    Header,
+    Sequence { upto: u64 },
+}
+
+impl Origins {
+    fn of_journal(j: &Journal, a: &StreamInfo) -> Self {
+        match j.plan.strategy {
+            Strategy::Mirror => {
+                Origins::Sequence { upto: j.a_final_seq.unwrap_or(a.state.last_seq) }
+            }
+            _ => Origins::Header,
+        }
+    }
+
+    /// A's sequence this message copies, if it copies one of A's.
+    fn of(self, m: &StoredMsg, from: &str) -> Result<Option<u64>> {
+        match self {
+            Origins::Header => m.origin_seq(from),
+            Origins::Sequence { upto } => Ok((m.seq <= upto).then_some(m.seq)),
+        }
+    }
+
+    fn is_direct(self, m: &StoredMsg) -> bool {
+        match self {
+            Origins::Header => is_direct(m),
+            Origins::Sequence { upto } => m.seq > upto,
+        }
+    }
+}
+
 /// Verify checks a migration past its commit point, moved by sourcing.
 fn verifiable(id: &str, j: &Journal) -> Result<()> {
     if !j.phase.committed() {
@@ -167,9 +202,10 @@ fn verifiable(id: &str, j: &Journal) -> Result<()> {
             if j.can_roll_back() { " or undo it with `nats-cutover rollback`" } else { "" }
         )));
     }
-    if j.plan.strategy != Strategy::Source {
-        // Without source headers B's messages can only be matched by msg-id.
-        return Err(Error::NotVerifiable(format!("migration {id} used strategy {}: verify matches messages by their Nats-Stream-Source origin and supports strategy source only", j.plan.strategy.as_str())));
+    if !matches!(j.plan.strategy, Strategy::Source | Strategy::Mirror) {
+        // Without source headers or kept sequences B's messages can only be
+        // matched by msg-id.
+        return Err(Error::NotVerifiable(format!("migration {id} used strategy {}: verify matches messages by their Nats-Stream-Source origin and supports strategies source and mirror", j.plan.strategy.as_str())));
     }
     Ok(())
 }
@@ -337,6 +373,7 @@ async fn read_b(
     js: &Js,
     from: &str,
     b: &StreamInfo,
+    origins: Origins,
     bside: &mut BSide,
     stall: Duration,
     progress: &(dyn Fn(u64) + Sync),
@@ -353,11 +390,15 @@ async fn read_b(
         |m, seq, ts_ms| {
             let h = m.headers.as_ref();
             let src = h.and_then(|h| h.get(src_header.clone())).map(|v| v.as_str());
-            let origin = match src.map(|v| (v, source_header::seq_from(v, from))) {
-                None => Origin::Direct,
-                Some((_, Ok(Some(o)))) => Origin::A(o),
-                Some((v, Ok(None))) => Origin::Other(v.split([' ', ':']).next().unwrap_or(v)),
-                Some((_, Err(_))) => Origin::Other("(unreadable Nats-Stream-Source header)"),
+            let origin = match (origins, src.map(|v| (v, source_header::seq_from(v, from)))) {
+                (Origins::Sequence { upto }, _) if seq <= upto => Origin::A(seq),
+                (Origins::Sequence { .. }, _) => Origin::Direct,
+                (_, src) => match src {
+                    None => Origin::Direct,
+                    Some((_, Ok(Some(o)))) => Origin::A(o),
+                    Some((v, Ok(None))) => Origin::Other(v.split([' ', ':']).next().unwrap_or(v)),
+                    Some((_, Err(_))) => Origin::Other("(unreadable Nats-Stream-Source header)"),
+                },
             };
             let msg_id = h.and_then(|h| h.get(NATS_MESSAGE_ID)).map(|v| v.as_str());
             bside.message(&BMsg { seq, subject: m.subject.as_str(), origin, msg_id, ts_ms });
@@ -396,6 +437,7 @@ async fn evicted_by_b(
     js: &Js,
     a: &StreamInfo,
     b: &StreamInfo,
+    origins: Origins,
     candidates: Vec<RoaringTreemap>,
 ) -> Result<Vec<RoaringTreemap>> {
     let (from, to) = (a.config.name.as_str(), b.config.name.as_str());
@@ -409,7 +451,7 @@ async fn evicted_by_b(
     // The origin of B's oldest message (None: a direct publish, newer than all of A).
     let oldest_origin = |m: Option<StoredMsg>| -> Result<Option<u64>> {
         Ok(match m {
-            Some(m) => Some(m.origin_seq(from)?.unwrap_or(u64::MAX)),
+            Some(m) => Some(origins.of(&m, from)?.unwrap_or(u64::MAX)),
             None => None,
         })
     };
@@ -713,14 +755,14 @@ fn is_direct(m: &StoredMsg) -> bool {
 async fn slip_window(
     js: &Js,
     j: &Journal,
-    b_first: u64,
-    b_last: u64,
-    direct: bool,
+    b: &StreamInfo,
+    origins: Origins,
     opts: &VerifyOptions,
     progress: &(dyn Fn(VerifyProgress) + Sync),
 ) -> Result<Option<SlipWindow>> {
+    let (b_first, b_last, direct) = (b.state.first_seq, b.state.last_seq, b.config.allow_direct);
     let Some(last) = js.last_msg(&j.to, direct).await? else { return Ok(None) };
-    if !is_direct(&last) {
+    if !origins.is_direct(&last) {
         return Ok(None);
     }
     let (mut lo, mut hi, mut cand) = (b_first.max(1), last.seq, last.seq);
@@ -728,7 +770,7 @@ async fn slip_window(
         let mid = lo + (hi - lo) / 2;
         match js.get_msg(&j.to, mid, Lookup::AtOrAfter, Via::direct_if(direct)).await? {
             Some(m) if m.seq < hi => {
-                if is_direct(&m) {
+                if origins.is_direct(&m) {
                     cand = m.seq;
                     hi = mid;
                 } else {
@@ -837,7 +879,13 @@ async fn read_audit(
 
 /// Fills in ids and subjects of the listed offenders (a get each, at most the
 /// first N per kind) and the B sequence of extra messages.
-async fn enrich(js: &Js, r: &mut Report, a: &StreamInfo, b: &StreamInfo) -> Result<()> {
+async fn enrich(
+    js: &Js,
+    r: &mut Report,
+    a: &StreamInfo,
+    b: &StreamInfo,
+    origins: Origins,
+) -> Result<()> {
     let (a_direct, b_direct) = (a.config.allow_direct, b.config.allow_direct);
     let (b_first, b_last) = (b.state.first_seq, b.state.last_seq);
     let (from, to) = (r.from.clone(), r.to.clone());
@@ -848,7 +896,12 @@ async fn enrich(js: &Js, r: &mut Report, a: &StreamInfo, b: &StreamInfo) -> Resu
         }
         if o.kind == Kind::Extra && o.b_seq.is_none() {
             if let Some(origin) = o.a_seq {
-                o.b_seq = locate(js, &to, &from, origin, b_first, b_last, b_direct).await?;
+                o.b_seq = match origins {
+                    Origins::Sequence { upto } => (origin <= upto).then_some(origin),
+                    Origins::Header => {
+                        locate(js, &to, &from, origin, b_first, b_last, b_direct).await?
+                    }
+                };
             }
         }
         if o.msg_id.is_some() && o.subject.is_some() {

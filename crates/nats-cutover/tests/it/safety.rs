@@ -754,6 +754,17 @@ async fn strategy_mirror_moves_live_and_keeps_sequences() {
         let mb = e.js.get_msg("ORDERS_V2", seq, Lookup::Exact, Via::Leader).await.unwrap().unwrap();
         assert_eq!(ma.header("Nats-Msg-Id"), mb.header("Nats-Msg-Id"), "seq {seq}");
     }
+    // verify proves it by sequence (a mirror adds no origin header) ...
+    let out = e.cli(&["--json", "verify", "--migration", "ORDERS.ORDERS_V2"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.json()["summary"]["checked"].as_u64().unwrap() > 0);
+    // ... and a copy missing from B is lost.
+    e.js.api("delete", "STREAM.MSG.DELETE.ORDERS_V2", &json!({ "seq": 7, "no_erase": true }))
+        .await
+        .unwrap();
+    let out = e.cli(&["--json", "verify", "--migration", "ORDERS.ORDERS_V2"]);
+    assert_eq!(out.code, 6, "{out:?}");
+    assert_eq!(out.json()["summary"]["lost"], 1);
 }
 
 /// Dedup across the promotion: a publisher's retry of a message A stored
