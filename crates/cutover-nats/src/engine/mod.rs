@@ -7,14 +7,17 @@
 //! - [`run`]: the cut-over itself, journaled and resumable.
 //! - [`rollback`]: undo before the commit point; list journals.
 //! - [`events`]: what the engine reports while it works.
+//! - [`inplace`]: a stream's new settings under its own name, in two mirror hops.
 
 pub mod events;
+pub mod inplace;
 pub mod prepare;
 pub mod progress;
 pub mod rollback;
 pub mod run;
 
 pub use events::{Event, EventKind, Info, Progress, Sink, StepResult, Warning, WireEvent};
+pub use inplace::{plan_in_place, run_in_place, InPlaceRequest};
 pub use prepare::{prepare_plan, PlanInputs};
 pub use progress::{source_progress, SourceProgress};
 pub use rollback::{forget, leases, list, rollback, Forgotten};

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Mutex};
 
+#[derive(Clone)]
 pub struct RunOptions {
     pub delete_old: bool,
     /// Keep the old durables (paused for good) instead of deleting them.
@@ -496,6 +497,7 @@ async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
             start_seq: c.b_start.unwrap_or(0),
         };
         ctx.store.put_route(&from, &c.name, &route).await?;
+        retire_route_back(ctx, &from, &to, &c.name).await?;
     }
     ctx.done(
         Step::MoveConsumers,
@@ -615,6 +617,7 @@ async fn moved(
         start_seq: start,
     };
     ctx.store.put_route(from, name, &route).await?;
+    retire_route_back(ctx, from, to, name).await?;
     let longest_pause_ms =
         ctx.journal.lock().await.consumer_mut(name).and_then(|c| c.longest_pause_ms);
     let moved = Progress::Moved {
@@ -627,6 +630,17 @@ async fn moved(
     ctx.emit(Step::Consumer(name.into()), EventKind::Progress(moved));
     if let Some(h) = &ctx.opts.after_step {
         h(&format!("consumer_created:{name}"));
+    }
+    Ok(())
+}
+
+/// A move back (B → A after A → B, as the second hop of an in-place
+/// migration) makes the first move's route, `route.<to>.<consumer>` pointing
+/// at `from`, obsolete once the durable is back on `to`: it is deleted, so
+/// applications following it return to their own binding.
+async fn retire_route_back(ctx: &Ctx<'_>, from: &str, to: &str, name: &str) -> Result<()> {
+    if ctx.store.route(to, name).await?.is_some_and(|r| r.stream == from) {
+        ctx.store.delete_route(to, name).await?;
     }
     Ok(())
 }

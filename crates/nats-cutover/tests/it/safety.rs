@@ -796,3 +796,66 @@ async fn a_retry_across_the_promotion_lands_once() {
     let (_, b) = e.js.stream_info("ORDERS_V2").await.unwrap();
     assert_eq!(b.state.messages, 5);
 }
+
+/// In place (issue 10, part 2): ORDERS moves from file to memory storage under
+/// its own name, live, with publishers and route-following workers: two mirror
+/// hops through ORDERS_CUTOVER. Same name, same sequences, the same durable at
+/// its position; none lost, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_place_storage_change_keeps_name_sequences_and_durables() {
+    use cutover_nats::engine::{run_in_place, InPlaceRequest};
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    let load = live_load(&e, 500, 200).await;
+    let (_, before) = e.js.stream_info("ORDERS").await.unwrap();
+    let mut settings = serde_json::Map::new();
+    settings.insert("storage".into(), json!("memory"));
+    let req = InPlaceRequest {
+        stream: "ORDERS".into(),
+        via: None,
+        consumers: vec!["worker".into()],
+        all_consumers: false,
+        settings: Some(settings),
+        retry_horizon: None,
+    };
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let (j1, j2) =
+        run_in_place(&e.js, &req, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    assert_eq!((j1.phase, j2.phase), (Phase::Done, Phase::Done));
+    let (_, after) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(after.config.storage.as_str(), "memory");
+    assert_eq!(after.state.first_seq, before.state.first_seq, "sequences kept");
+    assert!(after.config.mirror.is_none());
+    assert_eq!(after.config.subjects, vec!["orders.>".to_string()]);
+    assert!(e.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none(), "via deleted");
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert_eq!(c.config.opt_start_seq, j2.consumers[0].b_start);
+    exact_after(load, 200).await;
+}
+
+/// In place, the most asked-for change: a work queue becomes a limits stream
+/// under its own name, live (the temporary stream already has the new
+/// retention, so both hops source from a stream 2.14+ mirrors reliably).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_place_work_queue_to_limits() {
+    use cutover_nats::engine::{run_in_place, InPlaceRequest};
+    let e = env().await;
+    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "retention": "workqueue"})).await;
+    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000})).await;
+    let load = live_load(&e, 500, 200).await;
+    let mut settings = serde_json::Map::new();
+    settings.insert("retention".into(), json!("limits"));
+    let req = InPlaceRequest {
+        stream: "ORDERS".into(),
+        via: None,
+        consumers: vec!["worker".into()],
+        all_consumers: false,
+        settings: Some(settings),
+        retry_horizon: None,
+    };
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    run_in_place(&e.js, &req, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let (_, after) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(after.config.retention.as_str(), "limits");
+    exact_after(load, 200).await;
+}

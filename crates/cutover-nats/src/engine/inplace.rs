@@ -1,0 +1,121 @@
+//! In-place migration: a stream keeps its name and sequences but gets settings
+//! the server will not update (storage, retention to/from work queue, ...).
+//!
+//! Two hops of strategy mirror through a temporary stream (`<STREAM>_CUTOVER`
+//! unless named): hop 1 moves consumers and publishers from A to the
+//! temporary stream (a mirror of A, promoted) and deletes A, which frees the
+//! name; hop 2 moves them back to a new A with the new settings (a mirror of the
+//! temporary stream, promoted) and deletes the temporary stream. Mirrors keep
+//! sequences, so every durable's position and every message's sequence survive
+//! both hops. Each hop is an ordinary, journaled migration (`A.A_CUTOVER`, then
+//! `A_CUTOVER.A`): running the same request again resumes whichever is under
+//! way; `rollback A.A_CUTOVER` undoes hop 1 before its commit point.
+//!
+//! The temporary stream gets the new settings already (so a work queue can
+//! become a limits stream: hop 2 then moves between two limits streams), and
+//! hop 2 copies them. Hop 1's plan is judged before anything is written; hop 2
+//! is planned when hop 1 is done (a failure there leaves the stream serving
+//! under the temporary name, and the same command continues).
+
+use super::events::Sink;
+use super::prepare::prepare_plan;
+use super::run::{run, RunOptions};
+use crate::api::Js;
+use crate::error::{Error, Result};
+use crate::journal::{IfMissing, JournalStore};
+use cutover_core::journal::{migration_id, Journal, Phase};
+use cutover_core::plan::{Plan, PlanRequest, Strategy};
+use serde_json::{Map, Value};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// What the operator asks for.
+#[derive(Debug, Clone)]
+pub struct InPlaceRequest {
+    pub stream: String,
+    /// The temporary stream (default `<STREAM>_CUTOVER`).
+    pub via: Option<String>,
+    pub consumers: Vec<String>,
+    pub all_consumers: bool,
+    /// The new settings, in the server's stream-config shape.
+    pub settings: Option<Map<String, Value>>,
+    pub retry_horizon: Option<Duration>,
+}
+
+impl InPlaceRequest {
+    pub fn via(&self) -> String {
+        self.via.clone().unwrap_or_else(|| format!("{}_CUTOVER", self.stream))
+    }
+
+    fn hop(&self, from: &str, to: &str, settings: Option<Map<String, Value>>) -> PlanRequest {
+        let mut r = PlanRequest::source(from, to, &[]);
+        r.consumers = self.consumers.clone();
+        r.all_consumers = self.all_consumers;
+        r.strategy = Strategy::Mirror;
+        r.to_config = settings;
+        r.retry_horizon = self.retry_horizon;
+        r
+    }
+}
+
+/// Hop 1's plan: A to the temporary stream, which gets the new settings.
+pub async fn plan_in_place(js: &Js, req: &InPlaceRequest) -> Result<Plan> {
+    prepare_plan(js, &req.hop(&req.stream, &req.via(), req.settings.clone())).await
+}
+
+/// Runs (or resumes) both hops. Returns the two journals.
+pub async fn run_in_place(
+    js: &Js,
+    req: &InPlaceRequest,
+    opts: &RunOptions,
+    sink: &dyn Sink,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(Journal, Journal)> {
+    let (a, via) = (req.stream.clone(), req.via());
+    let store = JournalStore::open(js, IfMissing::Create).await?.expect("created");
+    let hop1 = store.load(&migration_id(&a, &via)).await?;
+    let hop2 = store.load(&migration_id(&via, &a)).await?;
+    // Each hop deletes the stream it leaves: that frees A's name for hop 2.
+    let opts = RunOptions { delete_old: true, keep_old_consumers: false, ..opts.clone() };
+    let j1 = match hop1 {
+        Some(j) if j.phase == Phase::Done => j,
+        Some(j) if j.phase != Phase::RolledBack => {
+            run(js, j.plan, &opts, sink, shutdown.clone()).await?
+        }
+        _ if hop2.is_some() => {
+            return Err(Error::Journal(format!(
+                "hop 2 of the in-place migration of {a} exists without hop 1 ({}): forget it first",
+                migration_id(&via, &a)
+            )))
+        }
+        _ => {
+            let p1 = plan_in_place(js, req).await?;
+            refuse_unsafe(&p1, 1)?;
+            run(js, p1, &opts, sink, shutdown.clone()).await?
+        }
+    };
+    let j2 = match hop2 {
+        Some(j) if j.phase == Phase::Done => j,
+        Some(j) if j.phase != Phase::RolledBack => run(js, j.plan, &opts, sink, shutdown).await?,
+        _ => {
+            // The temporary stream holds the new settings: hop 2 copies them.
+            let p2 = prepare_plan(js, &req.hop(&via, &a, None)).await?;
+            refuse_unsafe(&p2, 2).map_err(|e| {
+                Error::Stuck(format!(
+                    "{e}; hop 1 is done: {a} now lives as {via}, serving publishers and consumers; fix the cause and run the same command again"
+                ))
+            })?;
+            run(js, p2, &opts, sink, shutdown).await?
+        }
+    };
+    Ok((j1, j2))
+}
+
+fn refuse_unsafe(p: &Plan, hop: u8) -> Result<()> {
+    if p.safe {
+        return Ok(());
+    }
+    let reasons: Vec<String> =
+        p.unsafe_findings().map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason)).collect();
+    Err(Error::Unsafe(format!("hop {hop}: {}", reasons.join("; "))))
+}
