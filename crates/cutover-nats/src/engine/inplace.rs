@@ -72,9 +72,14 @@ pub async fn run_in_place(
     shutdown: watch::Receiver<bool>,
 ) -> Result<(Journal, Journal)> {
     let (a, via) = (req.stream.clone(), req.via());
-    let store = JournalStore::open(js, IfMissing::Create).await?.expect("created");
-    let hop1 = store.load(&migration_id(&a, &via)).await?;
-    let hop2 = store.load(&migration_id(&via, &a)).await?;
+    // Read-only until hop 1's plan is judged: bad input changes nothing.
+    let (hop1, hop2) = match JournalStore::open(js, IfMissing::ReturnNone).await? {
+        Some(store) => (
+            store.load(&migration_id(&a, &via)).await?,
+            store.load(&migration_id(&via, &a)).await?,
+        ),
+        None => (None, None),
+    };
     // Each hop deletes the stream it leaves: that frees A's name for hop 2.
     let opts = RunOptions { delete_old: true, keep_old_consumers: false, ..opts.clone() };
     let j1 = match hop1 {

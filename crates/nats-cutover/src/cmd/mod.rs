@@ -1,6 +1,7 @@
 //! One module per subcommand: parse arguments into library calls, render results.
 
 pub mod demo;
+pub mod inplace;
 pub mod inspect;
 pub mod plan;
 pub mod progress;

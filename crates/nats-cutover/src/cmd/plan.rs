@@ -8,7 +8,13 @@ use cutover_core::plan::{Mode, Plan, PlanRequest, Strategy};
 use serde_json::{Map, Value};
 
 pub fn request(a: &PlanArgs) -> Result<PlanRequest> {
-    let to_config = match &a.to_config {
+    let to_config = request_to_config(a)?;
+    build_request(a, to_config)
+}
+
+/// The `--to-config` file's settings, if given.
+pub fn request_to_config(a: &PlanArgs) -> Result<Option<serde_json::Map<String, Value>>> {
+    Ok(match &a.to_config {
         None => None,
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| {
@@ -25,7 +31,13 @@ pub fn request(a: &PlanArgs) -> Result<PlanRequest> {
                 }
             }
         }
-    };
+    })
+}
+
+fn build_request(
+    a: &PlanArgs,
+    to_config: Option<serde_json::Map<String, Value>>,
+) -> Result<PlanRequest> {
     let need = |v: &Option<String>, flag: &str| {
         v.clone().ok_or_else(|| CliError::Flag(format!("{flag} is required: name the stream")))
     };

@@ -32,7 +32,7 @@ fn read_plan_file(p: &std::path::Path) -> Result<Plan> {
     })
 }
 
-fn confirm(plan: &Plan) -> Result<()> {
+pub(super) fn confirm(plan: &Plan) -> Result<()> {
     super::plan::print_plan(plan);
     if !std::io::stdin().is_terminal() {
         return Err(CliError::NotConfirmed(
@@ -74,7 +74,7 @@ fn refuse_plan_contradictions(a: &RunArgs) -> Result<()> {
 }
 
 /// Ctrl-C asks the engine to stop at the next safe point.
-fn shutdown_on_ctrl_c() -> tokio::sync::watch::Receiver<bool> {
+pub(super) fn shutdown_on_ctrl_c() -> tokio::sync::watch::Receiver<bool> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
@@ -89,6 +89,9 @@ fn shutdown_on_ctrl_c() -> tokio::sync::watch::Receiver<bool> {
 }
 
 pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode> {
+    if a.in_place.is_some() {
+        return super::inplace::run(conn, json_out, a).await;
+    }
     // Refuse an unwritable report path before anything changes on the server.
     if let Some(p) = &a.report {
         let dir =

@@ -859,3 +859,42 @@ async fn in_place_work_queue_to_limits() {
     assert_eq!(after.config.retention.as_str(), "limits");
     exact_after(load, 200).await;
 }
+
+/// `run --in-place` from the command line; bad `--set` input is refused
+/// before anything changes.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_in_place_from_the_cli() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 20).await;
+    let before = e.snapshot().await;
+    for (args, why) in [
+        (vec!["--set", "storage"], "is not KEY=VALUE"),
+        (vec![], "needs the new settings"),
+        (vec!["--set", "colour=red"], "\"colour\", which is not a stream setting"),
+    ] {
+        let mut full = vec!["run", "--in-place", "ORDERS", "--consumer", "worker", "--yes"];
+        full.extend(args);
+        let out = e.cli(&full);
+        assert_eq!(out.code, 2, "{full:?}: {out:?}");
+        assert!(out.stderr.contains(why), "{full:?}: {out:?}");
+    }
+    assert_eq!(e.snapshot().await, before, "bad input changed the server");
+    let out = e.cli(&[
+        "run",
+        "--in-place",
+        "ORDERS",
+        "--consumer",
+        "worker",
+        "--set",
+        "storage=memory",
+        "--set",
+        "max_msgs=1000000",
+        "--yes",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(s.config.storage.as_str(), "memory");
+    assert_eq!(s.config.max_msgs, 1_000_000);
+    assert_eq!((s.state.first_seq, s.state.last_seq, s.state.messages), (1, 20, 20));
+}

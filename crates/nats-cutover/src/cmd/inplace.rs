@@ -1,0 +1,83 @@
+//! `nats-cutover run --in-place STREAM --set KEY=VALUE ...`: new settings under
+//! the stream's own name (see `cutover_nats::engine::inplace`).
+
+use super::progress::{detect, Render};
+use crate::cli::{ConnArgs, RunArgs};
+use crate::error::{CliError, Result};
+use crate::exit::ExitCode;
+use cutover_nats::engine::{self, InPlaceRequest, RunOptions};
+use serde_json::{json, Map, Value};
+
+/// `--set KEY=VALUE` pairs over the `--to-config` file's settings: a value is
+/// JSON when it reads as JSON (numbers, booleans, objects), else a string.
+fn settings(a: &RunArgs) -> Result<Option<Map<String, Value>>> {
+    let mut m = match super::plan::request_to_config(&a.plan)? {
+        Some(m) => m,
+        None => Map::new(),
+    };
+    for kv in &a.set {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(CliError::Flag(format!(
+                "--set {kv:?} is not KEY=VALUE: write e.g. --set storage=memory"
+            )));
+        };
+        let v = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()));
+        m.insert(k.trim().to_string(), v);
+    }
+    if m.is_empty() {
+        return Err(CliError::Flag(
+            "--in-place needs the new settings: --set KEY=VALUE (e.g. --set storage=memory) or --to-config FILE".into(),
+        ));
+    }
+    Ok(Some(m))
+}
+
+pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode> {
+    let stream = a.in_place.clone().expect("--in-place");
+    if a.plan.consumer.is_empty() && !a.plan.all_consumers {
+        return Err(CliError::Flag(
+            "no consumer to move: name one with --consumer NAME or pass --all-consumers".into(),
+        ));
+    }
+    let req = InPlaceRequest {
+        stream,
+        via: a.via.clone(),
+        consumers: a.plan.consumer.clone(),
+        all_consumers: a.plan.all_consumers,
+        settings: settings(&a)?,
+        retry_horizon: a.plan.retry_horizon,
+    };
+    let js = super::connect(conn).await?;
+    if !a.yes {
+        let hop1 = engine::plan_in_place(&js, &req).await?;
+        outln!(
+            "In place: {s} → {via} (hop 1, shown below, with the new settings) → {s} (hop 2, planned when hop 1 is done)\n",
+            s = req.stream,
+            via = req.via()
+        );
+        super::run::confirm(&hop1)?;
+    }
+    let render = Render::new(detect(json_out));
+    let opts = RunOptions {
+        lease_ttl: a.lease_ttl,
+        settle_timeout: a.settle_timeout,
+        max_pause: a.max_pause,
+        ..Default::default()
+    };
+    let result =
+        engine::run_in_place(&js, &req, &opts, &render, super::run::shutdown_on_ctrl_c()).await;
+    render.finish();
+    let (j1, j2) = result?;
+    if json_out {
+        outln!("{}", json!({ "kind": "result", "hops": [j1, j2] }));
+    } else {
+        outln!(
+            "{} has its new settings under its own name: moved through {} and back ({}, {}), sequences and durables kept",
+            req.stream,
+            req.via(),
+            j1.id,
+            j2.id
+        );
+    }
+    Ok(ExitCode::Ok)
+}
