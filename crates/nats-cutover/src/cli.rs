@@ -56,6 +56,9 @@ pub struct ConnArgs {
     pub timeout: Option<Duration>,
 }
 
+// Parsed once per process: the size of the largest variant (`run`'s options)
+// costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Show a stream, its sources' real catch-up and its consumers' settled state.
