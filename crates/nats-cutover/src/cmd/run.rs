@@ -5,7 +5,7 @@ use crate::cli::{ConnArgs, ForgetArgs, RollbackArgs, RunArgs, StatusArgs};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::metrics::{self, Registry};
-use crate::render::table;
+use crate::render::{self, table};
 use crate::report::ReportData;
 use cutover_core::journal::{ConsumerPhase, Journal, Phase};
 use cutover_core::plan::Plan;
@@ -265,21 +265,7 @@ fn print_result(j: &Journal, json_out: bool) {
 
 pub fn print_journal(j: &Journal) {
     outln!("Migration {}: {} -> {}, phase {}", j.id, j.from, j.to, j.phase.as_str());
-    let rows: Vec<Vec<String>> = j
-        .consumers
-        .iter()
-        .map(|c| {
-            vec![
-                c.name.clone(),
-                format!("{:?}", c.phase).to_lowercase(),
-                c.checkpoint.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
-                c.b_start.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
-                c.translate_gets.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
-                c.drain_ms.map(|x| format!("{x} ms")).unwrap_or_else(|| "-".into()),
-                c.nudges.to_string(),
-            ]
-        })
-        .collect();
+    let rows: Vec<Vec<String>> = j.consumers.iter().map(render::progress_cells).collect();
     outln!(
         "{}",
         table(
