@@ -1,7 +1,7 @@
 //! The test kit's 3-node loopback cluster works for replicated streams (the
 //! ground for the fault campaign).
 
-use crate::common::wait_until;
+use crate::common::{run_orders, wait_until};
 use cutover_nats::api::Action;
 use cutover_nats::Js;
 use cutover_testkit::Cluster;
@@ -148,22 +148,10 @@ async fn leaders_stepping_down_during_the_cutover_lose_nothing() {
     let done = loop {
         // The same command again resumes the migration it started, if any.
         let started = std::time::Instant::now();
-        let out = crate::common::cli(&[
-            "--server",
-            &servers,
-            "--timeout",
-            "3s",
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-            "--lease-ttl",
-            "2s",
-        ]);
+        let out = crate::common::cli(&run_orders(
+            &["--server", &servers, "--timeout", "3s"],
+            &["--lease-ttl", "2s"],
+        ));
         eprintln!("run attempt: exit {} after {:?}", out.code, started.elapsed());
         if out.code == 0 {
             break true;

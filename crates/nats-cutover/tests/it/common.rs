@@ -89,6 +89,31 @@ pub fn cli(args: &[&str]) -> Out {
     }
 }
 
+/// The arguments of a command about moving `consumer` from stream `from` to
+/// `to`: `head` (global flags, the subcommand and its first flags), then
+/// `--from FROM --to TO --consumer CONSUMER`, then `tail`.
+pub fn move_args<'a>(
+    head: &[&'a str],
+    from: &'a str,
+    to: &'a str,
+    consumer: &'a str,
+    tail: &[&'a str],
+) -> Vec<&'a str> {
+    [head, &["--from", from, "--to", to, "--consumer", consumer], tail].concat()
+}
+
+/// `head` (global flags), then the standard live run `run --from ORDERS --to
+/// ORDERS_V2 --consumer worker --yes`, then `tail`.
+pub fn run_orders<'a>(head: &[&'a str], tail: &[&'a str]) -> Vec<&'a str> {
+    move_args(
+        &[head, &["run"]].concat(),
+        "ORDERS",
+        "ORDERS_V2",
+        "worker",
+        &[&["--yes"], tail].concat(),
+    )
+}
+
 /// The standard fixture: stream A on orders.>, durable C filtered on orders.eu.
 pub async fn orders(e: &Env) {
     e.stream(

@@ -226,18 +226,13 @@ async fn run_report_draws_the_consumer_timeline_in_headless_chromium() {
     let dir = artifacts();
     let report = dir.join("report-run.html");
     let _ = std::fs::remove_file(&report);
-    let out = e.cli(&[
-        "run",
-        "--from",
+    let out = e.cli(&move_args(
+        &["run"],
         "A",
-        "--to",
         "B",
-        "--consumer",
         "C",
-        "--yes",
-        "--report",
-        report.to_str().unwrap(),
-    ]);
+        &["--yes", "--report", report.to_str().unwrap()],
+    ));
     assert_eq!(out.code, 0, "{out:?}");
     let dom = check_in_browser(&report, &dir.join("report-run.png"));
     let points: u64 =
@@ -252,20 +247,13 @@ async fn run_report_draws_the_consumer_timeline_in_headless_chromium() {
 
 #[test]
 fn run_refuses_a_report_path_it_cannot_write_before_changing_anything() {
-    let out = cli(&[
-        "--server",
-        "nats://127.0.0.1:1",
-        "run",
-        "--from",
+    let out = cli(&move_args(
+        &["--server", "nats://127.0.0.1:1", "run"],
         "A",
-        "--to",
         "B",
-        "--consumer",
         "C",
-        "--yes",
-        "--report",
-        "/nonexistent-dir/x.html",
-    ]);
+        &["--yes", "--report", "/nonexistent-dir/x.html"],
+    ));
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("--report") && out.stderr.contains("not a directory"), "{out:?}");
 }

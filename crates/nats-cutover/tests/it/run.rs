@@ -191,23 +191,7 @@ async fn crash_and_resume(crash_after: &str) {
     orders_stream(&e, 30_000).await;
     let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
     until_processed(&load, 200).await;
-    let out = run_cli(
-        &e,
-        &[
-            "--json",
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-            "--lease-ttl",
-            "1s",
-        ],
-        Some(crash_after),
-    );
+    let out = run_cli(&e, &run_orders(&["--json"], &["--lease-ttl", "1s"]), Some(crash_after));
     assert_eq!(out.code, 86, "the runner should die after {crash_after}: {out:?}");
     let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_ne!(j.phase, Phase::Done);
@@ -271,22 +255,8 @@ async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
     orders_stream(&e, 30_000).await;
     let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
     until_processed(&load, 200).await;
-    let out = run_cli(
-        &e,
-        &[
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-            "--lease-ttl",
-            "1s",
-        ],
-        Some("consumer_created:worker"),
-    );
+    let out =
+        run_cli(&e, &run_orders(&[], &["--lease-ttl", "1s"]), Some("consumer_created:worker"));
     assert_eq!(out.code, 86, "{out:?}");
     // Workers followed the route to ORDERS_V2 and process there.
     let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
@@ -322,21 +292,7 @@ async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
     // After the commit point a rollback is refused.
     let e2 = env().await;
     orders_stream(&e2, 30_000).await;
-    let out = run_cli(
-        &e2,
-        &[
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-            "--delete-old",
-        ],
-        None,
-    );
+    let out = run_cli(&e2, &run_orders(&[], &["--delete-old"]), None);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
         e2.js.stream_info_opt("ORDERS").await.unwrap().is_none(),
@@ -368,18 +324,7 @@ async fn second_runner_is_refused_and_ctrl_c_stops_safely() {
     let mut b = c.fetch().max_messages(1).messages().await.unwrap();
     let _held = b.next().await.unwrap().unwrap();
     let first = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
-        .args([
-            "--server",
-            e.server.url(),
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-        ])
+        .args(run_orders(&["--server", e.server.url()], &[]))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -394,8 +339,7 @@ async fn second_runner_is_refused_and_ctrl_c_stops_safely() {
         paused && draining
     })
     .await;
-    let second =
-        e.cli(&["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"]);
+    let second = e.cli(&run_orders(&[], &[]));
     assert_eq!(second.code, 1, "{second:?}");
     assert!(second.stderr.contains("is held by runner"), "{second:?}");
     std::process::Command::new("kill").args(["-INT", &first.id().to_string()]).status().unwrap();
@@ -667,22 +611,8 @@ async fn runner_crash_then_server_restart_after_the_new_durable_exists() {
     orders_stream(&e, 30_000).await;
     let load = Load::start(e.js.client.clone(), load_cfg(300, 20_000)).await;
     until_processed(&load, 100).await;
-    let out = run_cli(
-        &e,
-        &[
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-            "--lease-ttl",
-            "1s",
-        ],
-        Some("consumer_created:worker"),
-    );
+    let out =
+        run_cli(&e, &run_orders(&[], &["--lease-ttl", "1s"]), Some("consumer_created:worker"));
     assert_eq!(out.code, 86, "{out:?}");
     e.server.restart().unwrap();
     wait_until("the server to answer again", Duration::from_secs(20), || async {
@@ -709,22 +639,7 @@ async fn keep_old_consumers_leaves_them_paused_for_good() {
     orders_stream(&e, 30_000).await;
     let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
     until_processed(&load, 200).await;
-    let out = run_cli(
-        &e,
-        &[
-            "--json",
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-            "--keep-old-consumers",
-        ],
-        None,
-    );
+    let out = run_cli(&e, &run_orders(&["--json"], &["--keep-old-consumers"]), None);
     assert_eq!(out.code, 0, "{out:?}");
     let (_, old) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert!(old.paused, "the kept durable stays paused");
@@ -739,17 +654,7 @@ async fn keep_old_consumers_leaves_them_paused_for_good() {
     assert_verified(&e, "ORDERS.ORDERS_V2").await;
     let out = run_cli(
         &e,
-        &[
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "X",
-            "--consumer",
-            "worker",
-            "--keep-old-consumers",
-            "--delete-old",
-        ],
+        &move_args(&["run"], "ORDERS", "X", "worker", &["--keep-old-consumers", "--delete-old"]),
         None,
     );
     assert_eq!(out.code, 2, "the two options contradict each other: {out:?}");

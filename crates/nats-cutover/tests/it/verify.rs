@@ -50,7 +50,7 @@ async fn a_correct_migration_verifies_clean_and_the_cli_exits_0() {
     assert_eq!(v["holds"], true);
     assert_eq!(v["summary"]["checked"], 29 + 7);
     assert_eq!(v["consumers"][0]["name"], "worker");
-    let out = e.cli(&["verify", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "eu"]);
+    let out = e.cli(&move_args(&["verify"], "ORDERS", "ORDERS_V2", "eu", &[]));
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("HOLDS"), "{out:?}");
     let out = e.cli(&["verify", "--migration", "ORDERS.NOPE"]);
