@@ -16,6 +16,15 @@ impl Env {
         cli(&full)
     }
 
+    /// The pull durable `name` on `stream`, to fetch from as an application does.
+    pub async fn pull_consumer(
+        &self,
+        stream: &str,
+        name: &str,
+    ) -> async_nats::jetstream::consumer::PullConsumer {
+        self.ctx.get_stream(stream).await.unwrap().get_consumer(name).await.unwrap()
+    }
+
     /// Every stream and consumer, without the fields that change by themselves
     /// (timestamps), for "nothing changed on the server" assertions.
     pub async fn snapshot(&self) -> Value {
@@ -113,6 +122,17 @@ pub fn run_orders<'a>(head: &[&'a str], tail: &[&'a str]) -> Vec<&'a str> {
         &[&["--yes"], tail].concat(),
     )
 }
+
+/// The steps of a cut-over, in the order they run.
+pub const STEPS: [&str; 7] = [
+    "create_b",
+    "catch_up",
+    "move_consumers",
+    "move_publishers",
+    "seal_a",
+    "remove_source",
+    "retire",
+];
 
 /// The standard fixture: stream A on orders.>, durable C filtered on orders.eu.
 pub async fn orders(e: &Env) {

@@ -69,10 +69,7 @@ async fn without_pause_publishers_must_be_stopped_then_the_move_is_exact() {
     assert_eq!(b.num_pending, 3);
     // verify judges the checkpoint taken without a pause by its own evidence
     // (publishers stopped: nothing pending, nothing ack-pending).
-    let v = cutover_nats::verify::verify(&e.js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {})
-        .await
-        .unwrap();
-    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
+    crate::run::assert_verified(&e.js, "ORDERS.ORDERS_V2").await;
 }
 
 /// The version matrix: the core live cut-over on the newest release of every
@@ -81,14 +78,10 @@ async fn without_pause_publishers_must_be_stopped_then_the_move_is_exact() {
 async fn live_on(version: &str) {
     let e = env_on(version).await;
     assert_eq!(e.js.server_version().unwrap().to_string(), version);
-    crate::run::orders_stream(&e, 30_000).await;
-    let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
-    crate::run::until_processed(&load, 200).await;
+    let load = crate::run::orders_under_load(&e, 30_000, 500, 200).await;
     let out = e.cli(&run_orders(&[], &[]));
     assert_eq!(out.code, 0, "on {version}: {out:?}");
-    let after = load.published() + 200;
-    crate::run::until_published(&load, after).await;
-    let r = crate::run::finish(load).await;
+    let r = crate::run::finish_after(load, 200).await;
     assert_exact(&r);
     let v = cutover_nats::verify::verify(&e.js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {})
         .await
