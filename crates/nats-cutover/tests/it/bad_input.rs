@@ -21,6 +21,11 @@ async fn refused(e: &Env, args: &[&str], code: i32, needle: &str) {
     assert_eq!(e.snapshot().await, before, "the server changed after refused input {args:?}");
 }
 
+/// `plan --from A --to B --consumer CONSUMER` is refused (see [`refused`]).
+async fn plan_refused(e: &Env, consumer: &str, code: i32, needle: &str) {
+    refused(e, &move_args(&["plan"], "A", "B", consumer, &[]), code, needle).await;
+}
+
 #[test]
 fn refused_connection_names_the_server() {
     let port = free_port();
@@ -55,17 +60,11 @@ async fn missing_stream_consumer_same_stream_and_bad_names() {
         "stream \"NOPE\" does not exist",
     )
     .await;
-    refused(
-        &e,
-        &move_args(&["plan"], "A", "B", "NOPE", &[]),
-        BAD_INPUT,
-        "consumer \"NOPE\" does not exist on stream \"A\"",
-    )
-    .await;
+    plan_refused(&e, "NOPE", BAD_INPUT, "consumer \"NOPE\" does not exist on stream \"A\"").await;
     refused(&e, &move_args(&["plan"], "A", "A", "C", &[]), BAD_INPUT, "must have another name")
         .await;
     refused(&e, &move_args(&["plan"], "A.x", "B", "C", &[]), BAD_INPUT, "contains '.'").await;
-    refused(&e, &move_args(&["plan"], "A", "B", "c d", &[]), BAD_INPUT, "contains ' '").await;
+    plan_refused(&e, "c d", BAD_INPUT, "contains ' '").await;
     refused(&e, &["inspect", "NOPE"], BAD_INPUT, "does not exist").await;
 }
 
@@ -74,7 +73,7 @@ async fn ack_none_is_refused_as_incompatible() {
     let e = env().await;
     orders(&e).await;
     e.consumer("A", json!({"durable_name": "N", "ack_policy": "none"})).await;
-    refused(&e, &move_args(&["plan"], "A", "B", "N", &[]), INCOMPATIBLE, "ack policy none").await;
+    plan_refused(&e, "N", INCOMPATIBLE, "ack policy none").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -82,35 +81,17 @@ async fn existing_b_with_subjects_or_interest_retention_is_refused() {
     let e = env().await;
     orders(&e).await;
     e.stream(json!({"name": "B", "subjects": ["billing.>"], "sources": [{"name": "A"}], "duplicate_window": 120_000_000_000i64})).await;
-    refused(
-        &e,
-        &move_args(&["plan"], "A", "B", "C", &[]),
-        INCOMPATIBLE,
-        "B already takes direct publishes",
-    )
-    .await;
+    plan_refused(&e, "C", INCOMPATIBLE, "B already takes direct publishes").await;
     let e = env().await;
     orders(&e).await;
     e.stream(json!({"name": "B", "retention": "interest", "sources": [{"name": "A"}], "duplicate_window": 120_000_000_000i64})).await;
-    refused(
-        &e,
-        &move_args(&["plan"], "A", "B", "C", &[]),
-        INCOMPATIBLE,
-        "interest stream drops messages",
-    )
-    .await;
+    plan_refused(&e, "C", INCOMPATIBLE, "interest stream drops messages").await;
     let e = env().await;
     orders(&e).await;
     // B exists but sources something else: its messages carry no origin in A.
     e.stream(json!({"name": "OTHER", "subjects": ["other.>"]})).await;
     e.stream(json!({"name": "B", "sources": [{"name": "OTHER"}], "duplicate_window": 120_000_000_000i64})).await;
-    refused(
-        &e,
-        &move_args(&["plan"], "A", "B", "C", &[]),
-        INCOMPATIBLE,
-        "B must source exactly one stream",
-    )
-    .await;
+    plan_refused(&e, "C", INCOMPATIBLE, "B must source exactly one stream").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -123,13 +104,7 @@ async fn filter_that_b_cannot_serve_is_refused() {
     )
     .await;
     e.stream(json!({"name": "B", "sources": [{"name": "A", "filter_subject": "orders.us"}], "duplicate_window": 120_000_000_000i64})).await;
-    refused(
-        &e,
-        &move_args(&["plan"], "A", "B", "EU", &[]),
-        INCOMPATIBLE,
-        "B sources only orders.us",
-    )
-    .await;
+    plan_refused(&e, "EU", INCOMPATIBLE, "B sources only orders.us").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
