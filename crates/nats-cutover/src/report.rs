@@ -300,11 +300,7 @@ fn verify_section(h: &mut String, v: &VerifyReport) {
     let rows: Vec<Vec<String>> = v
         .consumers
         .iter()
-        .map(|c| {
-            let mut row = render::counts_cells(c);
-            row.push(c.b_start.to_string());
-            row
-        })
+        .map(|c| [render::counts_cells(c), vec![c.b_start.to_string()]].concat())
         .collect();
     let headers =
         [&render::COUNTS_HEADERS[..], &["settled at F", "F (old)", "start (new)"]].concat();
@@ -313,11 +309,7 @@ fn verify_section(h: &mut String, v: &VerifyReport) {
         let rows: Vec<Vec<String>> = v
             .offenders
             .iter()
-            .map(|o| {
-                let mut row = render::offender_cells(o);
-                row.push(o.detail.clone());
-                row
-            })
+            .map(|o| [render::offender_cells(o), vec![o.detail.clone()]].concat())
             .collect();
         h.push_str("<p>Offending messages (the first of each kind):</p>");
         table(h, &["kind", "consumer", "old seq", "new seq", "msg id", "what"], &rows);

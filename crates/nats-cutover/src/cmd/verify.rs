@@ -164,10 +164,8 @@ fn print_offenders(r: &Report) {
         .offenders
         .iter()
         .map(|o| {
-            let mut row = render::offender_cells(o);
-            row.push(render::opt(o.subject.as_deref()));
-            row.push(o.detail.clone());
-            row
+            let tail = vec![render::opt(o.subject.as_deref()), o.detail.clone()];
+            [render::offender_cells(o), tail].concat()
         })
         .collect();
     outln!(
