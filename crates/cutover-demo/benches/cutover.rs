@@ -22,100 +22,118 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The benchmark's knobs, from the environment.
+struct Knobs {
+    rate: u32,
+    workers: usize,
+    seconds: u64,
+    runs: usize,
+    processing: Duration,
+}
+
+impl Knobs {
+    fn from_env() -> Self {
+        Self {
+            rate: env_or("BENCH_RATE", 5000),
+            workers: env_or("BENCH_WORKERS", 8),
+            seconds: env_or("BENCH_SECONDS", 9),
+            runs: env_or("BENCH_RUNS", 3),
+            processing: Duration::from_micros(env_or("BENCH_PROCESSING_US", 1000)),
+        }
+    }
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` would pass nothing
     // useful either: this target only runs when asked.
-    let rate: u32 = env_or("BENCH_RATE", 5000);
-    let workers: usize = env_or("BENCH_WORKERS", 8);
-    let seconds: u64 = env_or("BENCH_SECONDS", 9);
-    let runs: usize = env_or("BENCH_RUNS", 3);
-    let processing = Duration::from_micros(env_or("BENCH_PROCESSING_US", 1000));
+    let k = Knobs::from_env();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let mut outcomes: Vec<Outcome> = vec![];
-    for run in 0..runs {
-        let server = NatsServer::start();
-        let outcome = rt.block_on(async {
-            let client = async_nats::connect(server.url()).await.expect("connect");
-            let cfg = ScenarioConfig {
-                load: LoadConfig {
-                    stream: "ORDERS".into(),
-                    consumer: "worker".into(),
-                    subject_prefix: "orders".into(),
-                    rate,
-                    max_messages: rate as u64 * seconds * 2,
-                    duration: Duration::from_secs(seconds),
-                    workers,
-                    processing,
-                    batch: 32,
-                    retry_horizon: Duration::from_secs(120),
-                },
-                new_stream: "ORDERS_V2".into(),
-                cutover_at: Duration::from_secs(seconds / 3),
-                ack_wait: Duration::from_secs(30),
-            };
-            live_cutover(client, cfg, &NoSink).await.expect("scenario")
-        });
-        let l = &outcome.load;
-        let c = &outcome.journal.consumers[0];
-        eprintln!(
-            "run {}: published {} processed {} lost {} duplicated {} | publisher stall {:.1} ms (retried {:.1} ms) | consumer gap {:.1} ms | drain {} ms | gets {} | cut-over {:.1} ms",
-            run + 1, l.published, l.processed_total, l.lost.len(), l.duplicated.len(), l.max_publish_stall_ms, l.max_retried_publish_ms, l.max_consumer_gap_ms,
-            c.drain_ms.unwrap_or(0), c.translate_gets.unwrap_or(0), outcome.cutover_ms
-        );
-        outcomes.push(outcome);
+    let outcomes: Vec<Outcome> = (0..k.runs).map(|run| run_once(&rt, &k, run)).collect();
+    print_table(&k, &outcomes);
+    write_json(&k, &outcomes);
+    let bad = outcomes.iter().any(|o| !o.verified);
+    if bad {
+        eprintln!("NOT VERIFIED in at least one run");
+        std::process::exit(1);
     }
+}
+
+/// One run on a fresh server: the live cut-over, and a line on stderr.
+fn run_once(rt: &tokio::runtime::Runtime, k: &Knobs, run: usize) -> Outcome {
+    let server = NatsServer::start();
+    let outcome = rt.block_on(async {
+        let client = async_nats::connect(server.url()).await.expect("connect");
+        live_cutover(client, scenario(k), &NoSink).await.expect("scenario")
+    });
+    let l = &outcome.load;
+    let c = &outcome.journal.consumers[0];
+    eprintln!(
+        "run {}: published {} processed {} lost {} duplicated {} | publisher stall {:.1} ms (retried {:.1} ms) | consumer gap {:.1} ms | drain {} ms | gets {} | cut-over {:.1} ms",
+        run + 1, l.published, l.processed_total, l.lost.len(), l.duplicated.len(), l.max_publish_stall_ms, l.max_retried_publish_ms, l.max_consumer_gap_ms,
+        c.drain_ms.unwrap_or(0), c.translate_gets.unwrap_or(0), outcome.cutover_ms
+    );
+    outcome
+}
+
+/// The workload the knobs ask for, cut over a third of the way in.
+fn scenario(k: &Knobs) -> ScenarioConfig {
+    ScenarioConfig {
+        load: LoadConfig {
+            stream: "ORDERS".into(),
+            consumer: "worker".into(),
+            subject_prefix: "orders".into(),
+            rate: k.rate,
+            max_messages: k.rate as u64 * k.seconds * 2,
+            duration: Duration::from_secs(k.seconds),
+            workers: k.workers,
+            processing: k.processing,
+            batch: 32,
+            retry_horizon: Duration::from_secs(120),
+        },
+        new_stream: "ORDERS_V2".into(),
+        cutover_at: Duration::from_secs(k.seconds / 3),
+        ack_wait: Duration::from_secs(30),
+    }
+}
+
+/// The Markdown table on stdout: each measure's median and max over the runs.
+fn print_table(k: &Knobs, outcomes: &[Outcome]) {
+    let Knobs { rate, workers, seconds, runs, processing } = k;
     let steps: Vec<String> = outcomes[0].step_durations().into_iter().map(|(s, _)| s).collect();
     println!("\n## Cut-over benchmark: {rate} msg/s, {workers} workers x {processing:?}/msg, batch 32, ack_wait 30s, nats-server {PINNED_VERSION}, {runs} runs of {seconds}s\n");
     println!("| measure | median | max |");
     println!("|---|---|---|");
-    let row = |name: &str, v: Vec<f64>, unit: &str| {
+    let row = |name: &str, f: &dyn Fn(&Outcome) -> f64, unit: &str| {
+        let v: Vec<f64> = outcomes.iter().map(f).collect();
         let max = v.iter().cloned().fold(f64::MIN, f64::max);
         println!("| {name} | {:.1}{unit} | {:.1}{unit} |", median(v), max);
     };
-    row("published", outcomes.iter().map(|o| o.load.published as f64).collect(), "");
-    row("lost", outcomes.iter().map(|o| o.load.lost.len() as f64).collect(), "");
-    row("duplicated", outcomes.iter().map(|o| o.load.duplicated.len() as f64).collect(), "");
-    row(
-        "max publisher stall",
-        outcomes.iter().map(|o| o.load.max_publish_stall_ms).collect(),
-        " ms",
-    );
-    row(
-        "max stall of a retried publish (subject move)",
-        outcomes.iter().map(|o| o.load.max_retried_publish_ms).collect(),
-        " ms",
-    );
-    row("max consumer gap", outcomes.iter().map(|o| o.load.max_consumer_gap_ms).collect(), " ms");
-    row(
-        "translation gets",
-        outcomes
-            .iter()
-            .map(|o| o.journal.consumers[0].translate_gets.unwrap_or(0) as f64)
-            .collect(),
-        "",
-    );
-    row(
-        "consumer drain",
-        outcomes.iter().map(|o| o.journal.consumers[0].drain_ms.unwrap_or(0) as f64).collect(),
-        " ms",
-    );
-    row("whole cut-over", outcomes.iter().map(|o| o.cutover_ms).collect(), " ms");
+    row("published", &|o| o.load.published as f64, "");
+    row("lost", &|o| o.load.lost.len() as f64, "");
+    row("duplicated", &|o| o.load.duplicated.len() as f64, "");
+    row("max publisher stall", &|o| o.load.max_publish_stall_ms, " ms");
+    row("max stall of a retried publish (subject move)", &|o| o.load.max_retried_publish_ms, " ms");
+    row("max consumer gap", &|o| o.load.max_consumer_gap_ms, " ms");
+    row("translation gets", &|o| o.journal.consumers[0].translate_gets.unwrap_or(0) as f64, "");
+    row("consumer drain", &|o| o.journal.consumers[0].drain_ms.unwrap_or(0) as f64, " ms");
+    row("whole cut-over", &|o| o.cutover_ms, " ms");
     for s in &steps {
         row(
             &format!("step {s}"),
-            outcomes
-                .iter()
-                .map(|o| {
-                    o.step_durations()
-                        .into_iter()
-                        .find(|(n, _)| n == s)
-                        .map(|(_, ms)| ms)
-                        .unwrap_or(0.0)
-                })
-                .collect(),
+            &|o| {
+                o.step_durations()
+                    .into_iter()
+                    .find(|(n, _)| n == s)
+                    .map(|(_, ms)| ms)
+                    .unwrap_or(0.0)
+            },
             " ms",
         );
     }
+}
+
+/// The runs as JSON, to target/bench/cutover.json.
+fn write_json(k: &Knobs, outcomes: &[Outcome]) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
     std::fs::create_dir_all(&dir).unwrap();
     let summary: Vec<serde_json::Value> = outcomes
@@ -129,14 +147,9 @@ fn main() {
     std::fs::write(
         dir.join("cutover.json"),
         serde_json::to_string_pretty(
-            &serde_json::json!({"rate": rate, "workers": workers, "runs": summary}),
+            &serde_json::json!({"rate": k.rate, "workers": k.workers, "runs": summary}),
         )
         .unwrap(),
     )
     .unwrap();
-    let bad = outcomes.iter().any(|o| !o.verified);
-    if bad {
-        eprintln!("NOT VERIFIED in at least one run");
-        std::process::exit(1);
-    }
 }

@@ -4,6 +4,7 @@
 //!
 //! Bounded by construction: at most `max_messages`, for at most `duration`.
 
+use async_nats::jetstream;
 use bytes::Bytes;
 use cutover_app::publisher::Publisher;
 use cutover_app::worker::{consume, Outcome, WorkerOptions};
@@ -123,96 +124,18 @@ impl Load {
         let (stop_pub_tx, stop_pub_rx) = watch::channel(false);
         let (stop_w_tx, stop_w_rx) = watch::channel(false);
         let t0 = Instant::now();
-        let mut workers = vec![];
-        for i in 0..cfg.workers {
-            let (client, cfg, shared, rx) =
-                (client.clone(), cfg.clone(), shared.clone(), stop_w_rx.clone());
-            let audit = audit_subject.clone().map(|subject| {
-                (
-                    subject,
-                    cutover_app::audit::Worker {
-                        consumer: cfg.consumer.clone(),
-                        instance: format!("load-{i}"),
-                        version: env!("CARGO_PKG_VERSION").into(),
-                    },
-                )
-            });
-            workers.push(tokio::spawn(async move {
-                let opts = WorkerOptions { batch: cfg.batch, ..Default::default() };
-                let audit_client = client.clone();
-                let _ = consume(client, &cfg.stream, &cfg.consumer, opts, rx, |m| {
-                    let shared = shared.clone();
-                    let processing = cfg.processing;
-                    let (audit, audit_client) = (audit.clone(), audit_client.clone());
-                    async move {
-                        tokio::time::sleep(processing).await;
-                        if let Some((subject, worker)) = &audit {
-                            // Recorded before the ack: an acknowledged message always
-                            // has its record. A failed record is a failed processing.
-                            if let Err(e) = cutover_app::audit::record_message(
-                                &audit_client,
-                                subject,
-                                &m,
-                                worker,
-                            )
-                            .await
-                            {
-                                tracing::warn!("{e}");
-                                return (Outcome::Nak, m);
-                            }
-                        }
-                        if let Some(id) = m
-                            .headers
-                            .as_ref()
-                            .and_then(|h| h.get("Nats-Msg-Id"))
-                            .and_then(|v| v.as_str().strip_prefix("m-"))
-                            .and_then(|s| s.parse::<u64>().ok())
-                        {
-                            *shared.processed.lock().unwrap().entry(id).or_default() += 1;
-                            // A JetStream redelivery (an ack lost, say, while a
-                            // consumer leader changed): at-least-once, not the move.
-                            if m.info().is_ok_and(|i| i.delivered > 1) {
-                                shared.redelivered.lock().unwrap().insert(id);
-                            }
-                        }
-                        shared.processed_count.fetch_add(1, Ordering::Relaxed);
-                        let now = Instant::now();
-                        let mut last = shared.last_processed.lock().unwrap();
-                        if let Some(l) = *last {
-                            if shared.publishing.load(Ordering::Relaxed) {
-                                shared.max_gap_us.fetch_max(
-                                    now.duration_since(l).as_micros() as u64,
-                                    Ordering::Relaxed,
-                                );
-                            }
-                        }
-                        *last = Some(now);
-                        (Outcome::Ack, m)
-                    }
-                })
-                .await;
-            }));
-        }
+        let workers = (0..cfg.workers)
+            .map(|i| {
+                let audit = audit_subject.clone().map(|subject| (subject, audit_worker(&cfg, i)));
+                spawn_worker(client.clone(), cfg.clone(), shared.clone(), stop_w_rx.clone(), audit)
+            })
+            .collect();
         let publisher = {
             let (shared, cfg) = (shared.clone(), cfg.clone());
             let p = Publisher::new(client.clone(), cfg.retry_horizon);
             tokio::spawn(async move { publish_loop(p, cfg, shared, stop_pub_rx).await })
         };
-        let sampler = {
-            let shared = shared.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(Duration::from_millis(100));
-                loop {
-                    tick.tick().await;
-                    let s = Sample {
-                        t_ms: t0.elapsed().as_millis() as u64,
-                        published: shared.published_count.load(Ordering::Relaxed),
-                        processed: shared.processed_count.load(Ordering::Relaxed),
-                    };
-                    shared.samples.lock().unwrap().push(s);
-                }
-            })
-        };
+        let sampler = spawn_sampler(shared.clone(), t0);
         Self {
             shared,
             stop_publishing: stop_pub_tx,
@@ -302,6 +225,107 @@ impl Load {
             samples: s.samples.lock().unwrap().clone(),
         }
     }
+}
+
+/// The audit subject and who worker `i` is in its records.
+type Audit = Option<(String, cutover_app::audit::Worker)>;
+
+/// Worker `i` as its audit records name it.
+fn audit_worker(cfg: &LoadConfig, i: usize) -> cutover_app::audit::Worker {
+    cutover_app::audit::Worker {
+        consumer: cfg.consumer.clone(),
+        instance: format!("load-{i}"),
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
+/// A worker: consumes the durable wherever its route points until stopped,
+/// each message handled by [`process`].
+fn spawn_worker(
+    client: async_nats::Client,
+    cfg: LoadConfig,
+    shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+    audit: Audit,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let opts = WorkerOptions { batch: cfg.batch, ..Default::default() };
+        let audit_client = client.clone();
+        let _ = consume(client, &cfg.stream, &cfg.consumer, opts, stop, |m| {
+            process(m, shared.clone(), cfg.processing, audit.clone(), audit_client.clone())
+        })
+        .await;
+    })
+}
+
+/// One message: the processing time, its audit record (if audited), then
+/// counted as processed and acked.
+async fn process(
+    m: jetstream::Message,
+    shared: Arc<Shared>,
+    processing: Duration,
+    audit: Audit,
+    audit_client: async_nats::Client,
+) -> (Outcome, jetstream::Message) {
+    tokio::time::sleep(processing).await;
+    if let Some((subject, worker)) = &audit {
+        // Recorded before the ack: an acknowledged message always
+        // has its record. A failed record is a failed processing.
+        if let Err(e) = cutover_app::audit::record_message(&audit_client, subject, &m, worker).await
+        {
+            tracing::warn!("{e}");
+            return (Outcome::Nak, m);
+        }
+    }
+    shared.count_processed(&m);
+    (Outcome::Ack, m)
+}
+
+impl Shared {
+    /// Counts a processed message: its id (and whether it was a redelivery),
+    /// and the gap since the previous one while publishing goes on.
+    fn count_processed(&self, m: &jetstream::Message) {
+        if let Some(id) = m
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Nats-Msg-Id"))
+            .and_then(|v| v.as_str().strip_prefix("m-"))
+            .and_then(|s| s.parse::<u64>().ok())
+        {
+            *self.processed.lock().unwrap().entry(id).or_default() += 1;
+            // A JetStream redelivery (an ack lost, say, while a
+            // consumer leader changed): at-least-once, not the move.
+            if m.info().is_ok_and(|i| i.delivered > 1) {
+                self.redelivered.lock().unwrap().insert(id);
+            }
+        }
+        self.processed_count.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let mut last = self.last_processed.lock().unwrap();
+        if let Some(l) = *last {
+            if self.publishing.load(Ordering::Relaxed) {
+                self.max_gap_us
+                    .fetch_max(now.duration_since(l).as_micros() as u64, Ordering::Relaxed);
+            }
+        }
+        *last = Some(now);
+    }
+}
+
+/// Samples the published and processed counts every 100 ms, for the timeline.
+fn spawn_sampler(shared: Arc<Shared>, t0: Instant) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            let s = Sample {
+                t_ms: t0.elapsed().as_millis() as u64,
+                published: shared.published_count.load(Ordering::Relaxed),
+                processed: shared.processed_count.load(Ordering::Relaxed),
+            };
+            shared.samples.lock().unwrap().push(s);
+        }
+    })
 }
 
 async fn publish_loop(

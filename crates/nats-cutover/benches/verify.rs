@@ -19,6 +19,7 @@
 //! Writes target/bench/verify.json.
 
 use async_nats::jetstream::{self, consumer::pull, consumer::pull::OrderedConfig};
+use cutover_core::journal::Journal;
 use cutover_core::plan::{Mode, PlanRequest, Strategy};
 use cutover_nats::api::Action;
 use cutover_nats::engine::{self, events::NoSink, RunOptions};
@@ -122,86 +123,154 @@ async fn raw_read(ctx: &jetstream::Context, stream: &str, last: u64) -> (u64, f6
     (n, t.elapsed().as_secs_f64())
 }
 
+/// The benchmark's knobs, from the environment.
+struct Knobs {
+    n: u64,
+    direct: u64,
+    payload_len: usize,
+    rounds: usize,
+    /// With a consumer filter (e.g. `orders.*`) verify counts A's selected
+    /// messages; without one A's state says which messages it holds.
+    filter: String,
+}
+
+impl Knobs {
+    fn from_env() -> Self {
+        Self {
+            n: env_or("VERIFY_BENCH_N", 1_000_000),
+            direct: env_or("VERIFY_BENCH_DIRECT", 10_000),
+            payload_len: env_or("VERIFY_BENCH_PAYLOAD", 100),
+            rounds: env_or("VERIFY_BENCH_ROUNDS", 2),
+            filter: env_or("VERIFY_BENCH_FILTER", String::new()),
+        }
+    }
+}
+
 fn main() {
-    let n: u64 = env_or("VERIFY_BENCH_N", 1_000_000);
-    let direct: u64 = env_or("VERIFY_BENCH_DIRECT", 10_000);
-    let payload_len: usize = env_or("VERIFY_BENCH_PAYLOAD", 100);
-    let rounds: usize = env_or("VERIFY_BENCH_ROUNDS", 2);
-    // With a consumer filter (e.g. `orders.*`) verify counts A's selected
-    // messages; without one A's state says which messages it holds.
-    let filter: String = env_or("VERIFY_BENCH_FILTER", String::new());
+    let k = Knobs::from_env();
     let server = NatsServer::start();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let out = rt.block_on(async {
         let client = async_nats::connect(server.url()).await.expect("connect");
         let js = Js::new(client.clone(), Duration::from_secs(30));
         let ctx = jetstream::new(client.clone());
-        js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64, "allow_direct": true})).await.unwrap();
-        let mut cc = json!({"durable_name": "worker", "ack_policy": "explicit", "max_ack_pending": 20000});
-        if !filter.is_empty() {
-            cc["filter_subject"] = json!(filter);
-        }
-        js.consumer_create("ORDERS", "worker", &cc, Action::Create).await.unwrap();
-        let payload = vec![b'x'; payload_len];
+        create_orders(&js, &k.filter).await;
+        let payload = vec![b'x'; k.payload_len];
         let t = Instant::now();
-        publish_many(&ctx, n, "m", &payload, 4096).await;
+        publish_many(&ctx, k.n, "m", &payload, 4096).await;
         let publish_s = t.elapsed().as_secs_f64();
-        eprintln!("published {n} in {publish_s:.1} s");
+        eprintln!("published {} in {publish_s:.1} s", k.n);
         // The old consumer processes the first tenth: F lies mid-stream.
-        let done = n / 10;
-        let c = ctx.get_stream("ORDERS").await.unwrap().get_consumer::<pull::Config>("worker").await.unwrap();
-        let mut acked = 0;
-        while acked < done {
-            let mut b = c.fetch().max_messages(((done - acked) as usize).min(5000)).messages().await.unwrap();
-            while let Some(m) = b.next().await {
-                m.unwrap().ack().await.unwrap();
-                acked += 1;
-            }
-        }
-        let t = Instant::now();
-        let req = PlanRequest { from: "ORDERS".into(), to: "ORDERS_V2".into(), consumers: vec!["worker".into()], all_consumers: false, strategy: Strategy::Source, mode: Mode::Drain, to_config: None, publishers_stopped: false, retry_horizon: None };
-        let plan = engine::prepare_plan(&js, &req).await.unwrap();
-        let (_tx, rx) = tokio::sync::watch::channel(false);
-        let j = engine::run(&js, plan, &RunOptions::default(), &NoSink, rx).await.unwrap();
-        eprintln!("migrated in {:.1} s (F = {:?}, b_start = {:?})", t.elapsed().as_secs_f64(), j.consumers[0].checkpoint, j.consumers[0].b_start);
-        publish_many(&ctx, direct, "d", &payload, 1024).await;
+        ack_first(&ctx, k.n / 10).await;
+        let j = migrate(&js).await;
+        publish_many(&ctx, k.direct, "d", &payload, 1024).await;
         let (_, b) = js.stream_info("ORDERS_V2").await.unwrap();
         let mut rows = vec![];
-        for round in 0..rounds {
-            let (raw_n, raw_s) = raw_read(&ctx, "ORDERS_V2", b.state.last_seq).await;
-            let raw_rate = raw_n as f64 / raw_s;
-            let base = LIVE.load(Ordering::Relaxed);
-            PEAK.store(base, Ordering::Relaxed);
-            let t = Instant::now();
-            let r = verify(&js, &j.id, &VerifyOptions::default(), &|_| {}).await.unwrap();
-            let verify_s = t.elapsed().as_secs_f64();
-            let peak = PEAK.load(Ordering::Relaxed) - base;
-            assert!(r.holds, "the benchmark's migration verifies: {:?}", r.summary);
-            let checked = r.summary.checked;
-            let rate = checked as f64 / verify_s;
-            let row = json!({
-                "round": round + 1,
-                "raw_ordered_read": { "messages": raw_n, "seconds": raw_s, "per_sec": raw_rate },
-                "verify": { "checked": checked, "messages_read": r.read.as_ref().map(|x| x.messages), "seconds": verify_s, "per_sec": rate,
-                            "read_phase_per_sec": r.read.as_ref().map(|x| x.per_sec),
-                            "a_read": r.streams.a.read, "a_known": r.consumers[0].a_known },
-                "verify_vs_raw": rate / raw_rate,
-                "peak_heap_bytes": peak,
-                "peak_heap_bytes_per_message": peak as f64 / checked as f64,
-            });
-            eprintln!(
-                "round {}: raw ordered read {raw_n} msgs at {raw_rate:.0}/s; verify {checked} msgs in {verify_s:.2} s = {rate:.0}/s ({:.2} x raw); peak heap {:.1} MiB = {:.3} B/msg",
-                round + 1,
-                rate / raw_rate,
-                peak as f64 / 1048576.0,
-                peak as f64 / checked as f64
-            );
-            rows.push(row);
+        for round in 0..k.rounds {
+            rows.push(measure_round(&js, &ctx, &j.id, b.state.last_seq, round).await);
         }
-        json!({ "server": PINNED_VERSION, "messages": n, "direct": direct, "payload_bytes": payload_len, "consumer_filter": filter, "publish_seconds": publish_s, "rounds": rows })
+        json!({ "server": PINNED_VERSION, "messages": k.n, "direct": k.direct, "payload_bytes": k.payload_len, "consumer_filter": k.filter, "publish_seconds": publish_s, "rounds": rows })
     });
     let dir = cutover_testkit::repo_root().join("target/bench");
     let _ = std::fs::create_dir_all(&dir);
     std::fs::write(dir.join("verify.json"), serde_json::to_string_pretty(&out).unwrap()).unwrap();
     println!("{}", serde_json::to_string_pretty(&out).unwrap());
+}
+
+/// Stream ORDERS on `orders.>` and its durable `worker` (filtered on `filter`
+/// unless it is empty).
+async fn create_orders(js: &Js, filter: &str) {
+    js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64, "allow_direct": true})).await.unwrap();
+    let mut cc =
+        json!({"durable_name": "worker", "ack_policy": "explicit", "max_ack_pending": 20000});
+    if !filter.is_empty() {
+        cc["filter_subject"] = json!(filter);
+    }
+    js.consumer_create("ORDERS", "worker", &cc, Action::Create).await.unwrap();
+}
+
+/// The durable `worker` fetches and acks its first `done` messages.
+async fn ack_first(ctx: &jetstream::Context, done: u64) {
+    let c = ctx
+        .get_stream("ORDERS")
+        .await
+        .unwrap()
+        .get_consumer::<pull::Config>("worker")
+        .await
+        .unwrap();
+    let mut acked = 0;
+    while acked < done {
+        let mut b =
+            c.fetch().max_messages(((done - acked) as usize).min(5000)).messages().await.unwrap();
+        while let Some(m) = b.next().await {
+            m.unwrap().ack().await.unwrap();
+            acked += 1;
+        }
+    }
+}
+
+/// The cut-over of `worker` from ORDERS to ORDERS_V2, timed on stderr.
+async fn migrate(js: &Js) -> Journal {
+    let t = Instant::now();
+    let req = PlanRequest {
+        from: "ORDERS".into(),
+        to: "ORDERS_V2".into(),
+        consumers: vec!["worker".into()],
+        all_consumers: false,
+        strategy: Strategy::Source,
+        mode: Mode::Drain,
+        to_config: None,
+        publishers_stopped: false,
+        retry_horizon: None,
+    };
+    let plan = engine::prepare_plan(js, &req).await.unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let j = engine::run(js, plan, &RunOptions::default(), &NoSink, rx).await.unwrap();
+    eprintln!(
+        "migrated in {:.1} s (F = {:?}, b_start = {:?})",
+        t.elapsed().as_secs_f64(),
+        j.consumers[0].checkpoint,
+        j.consumers[0].b_start
+    );
+    j
+}
+
+/// One round: the raw ordered read of B, then `verify` with its rate and peak
+/// heap; a line on stderr and the round's JSON row.
+async fn measure_round(
+    js: &Js,
+    ctx: &jetstream::Context,
+    id: &str,
+    last_seq: u64,
+    round: usize,
+) -> serde_json::Value {
+    let (raw_n, raw_s) = raw_read(ctx, "ORDERS_V2", last_seq).await;
+    let raw_rate = raw_n as f64 / raw_s;
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let t = Instant::now();
+    let r = verify(js, id, &VerifyOptions::default(), &|_| {}).await.unwrap();
+    let verify_s = t.elapsed().as_secs_f64();
+    let peak = PEAK.load(Ordering::Relaxed) - base;
+    assert!(r.holds, "the benchmark's migration verifies: {:?}", r.summary);
+    let checked = r.summary.checked;
+    let rate = checked as f64 / verify_s;
+    let row = json!({
+        "round": round + 1,
+        "raw_ordered_read": { "messages": raw_n, "seconds": raw_s, "per_sec": raw_rate },
+        "verify": { "checked": checked, "messages_read": r.read.as_ref().map(|x| x.messages), "seconds": verify_s, "per_sec": rate,
+                    "read_phase_per_sec": r.read.as_ref().map(|x| x.per_sec),
+                    "a_read": r.streams.a.read, "a_known": r.consumers[0].a_known },
+        "verify_vs_raw": rate / raw_rate,
+        "peak_heap_bytes": peak,
+        "peak_heap_bytes_per_message": peak as f64 / checked as f64,
+    });
+    eprintln!(
+        "round {}: raw ordered read {raw_n} msgs at {raw_rate:.0}/s; verify {checked} msgs in {verify_s:.2} s = {rate:.0}/s ({:.2} x raw); peak heap {:.1} MiB = {:.3} B/msg",
+        round + 1,
+        rate / raw_rate,
+        peak as f64 / 1048576.0,
+        peak as f64 / checked as f64
+    );
+    row
 }

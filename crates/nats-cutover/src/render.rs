@@ -1,6 +1,10 @@
 //! Human rendering helpers: aligned tables, rounded durations and rates. Only
 //! the CLI renders; `--json` output keeps the exact numbers.
 
+use cutover_core::compat::Finding;
+use cutover_core::journal::ConsumerProgress;
+use cutover_core::verify::{ConsumerReport, Offender};
+
 /// Renders rows as left-aligned columns; the last column is not padded.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let n = headers.len();
@@ -105,6 +109,80 @@ pub fn number(v: &serde_json::Value) -> String {
         }
         _ => v.to_string(),
     }
+}
+
+/// A value, or `-` when there is none.
+pub fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
+}
+
+// The rows both the terminal and the HTML report show: the same cells in the
+// same order, each caller adding its own last columns.
+
+/// The headers of [`finding_rows`].
+pub const FINDING_HEADERS: [&str; 6] = ["scope", "setting", "from", "to", "verdict", "reason"];
+
+/// The plan's compatibility findings, one row each.
+pub fn finding_rows(findings: &[Finding]) -> Vec<Vec<String>> {
+    findings
+        .iter()
+        .map(|f| {
+            vec![
+                f.scope.clone(),
+                f.setting.clone(),
+                f.from.clone(),
+                f.to.clone(),
+                f.verdict.as_str().to_string(),
+                f.reason.clone(),
+            ]
+        })
+        .collect()
+}
+
+/// A journal's consumer: name, phase, checkpoint F, start on the new stream,
+/// translation gets, drain time and nudges.
+pub fn progress_cells(c: &ConsumerProgress) -> Vec<String> {
+    vec![
+        c.name.clone(),
+        format!("{:?}", c.phase).to_lowercase(),
+        opt(c.checkpoint),
+        opt(c.b_start),
+        opt(c.translate_gets),
+        c.drain_ms.map(|x| format!("{x} ms")).unwrap_or_else(|| "-".into()),
+        c.nudges.to_string(),
+    ]
+}
+
+/// The headers of the first eight of [`counts_cells`].
+pub const COUNTS_HEADERS: [&str; 8] =
+    ["consumer", "checked", "lost", "duplicated", "extra", "out of order", "gaps", "overlaps"];
+
+/// A verified consumer: name, its counts, whether it was settled, and F.
+pub fn counts_cells(c: &ConsumerReport) -> Vec<String> {
+    let k = &c.counts;
+    vec![
+        c.name.clone(),
+        k.checked.to_string(),
+        k.lost.to_string(),
+        k.duplicated.to_string(),
+        k.extra.to_string(),
+        k.out_of_order.to_string(),
+        k.gaps.to_string(),
+        k.overlaps.to_string(),
+        if k.unsettled == 0 { "yes".into() } else { "NO".into() },
+        c.checkpoint.to_string(),
+    ]
+}
+
+/// An offending message: kind, consumer, its sequences and its msg id.
+pub fn offender_cells(o: &Offender) -> Vec<String> {
+    vec![
+        o.kind.as_str().into(),
+        opt(o.consumer.as_deref()),
+        opt(o.a_seq),
+        opt(o.b_seq),
+        opt(o.msg_id.as_deref()),
+    ]
 }
 
 #[cfg(test)]

@@ -300,62 +300,23 @@ fn verify_section(h: &mut String, v: &VerifyReport) {
     let rows: Vec<Vec<String>> = v
         .consumers
         .iter()
-        .map(|c| {
-            let k = &c.counts;
-            vec![
-                c.name.clone(),
-                k.checked.to_string(),
-                k.lost.to_string(),
-                k.duplicated.to_string(),
-                k.extra.to_string(),
-                k.out_of_order.to_string(),
-                k.gaps.to_string(),
-                k.overlaps.to_string(),
-                if k.unsettled == 0 { "yes".into() } else { "NO".into() },
-                c.checkpoint.to_string(),
-                c.b_start.to_string(),
-            ]
-        })
+        .map(|c| [render::counts_cells(c), vec![c.b_start.to_string()]].concat())
         .collect();
-    table(
-        h,
-        &[
-            "consumer",
-            "checked",
-            "lost",
-            "duplicated",
-            "extra",
-            "out of order",
-            "gaps",
-            "overlaps",
-            "settled at F",
-            "F (old)",
-            "start (new)",
-        ],
-        &rows,
-    );
+    let headers =
+        [&render::COUNTS_HEADERS[..], &["settled at F", "F (old)", "start (new)"]].concat();
+    table(h, &headers, &rows);
     if !v.offenders.is_empty() {
         let rows: Vec<Vec<String>> = v
             .offenders
             .iter()
-            .map(|o| {
-                let opt = |x: Option<u64>| x.map(|n| n.to_string()).unwrap_or_else(|| "-".into());
-                vec![
-                    o.kind.as_str().into(),
-                    o.consumer.clone().unwrap_or_else(|| "-".into()),
-                    opt(o.a_seq),
-                    opt(o.b_seq),
-                    o.msg_id.clone().unwrap_or_else(|| "-".into()),
-                    o.detail.clone(),
-                ]
-            })
+            .map(|o| [render::offender_cells(o), vec![o.detail.clone()]].concat())
             .collect();
         h.push_str("<p>Offending messages (the first of each kind):</p>");
         table(h, &["kind", "consumer", "old seq", "new seq", "msg id", "what"], &rows);
     }
 }
 
-use crate::render::ms;
+use crate::render::{self, ms};
 
 /// Embeds JSON in a `<script>`: `<` escaped so no `</script>` or `<!--` can end
 /// or confuse the element (valid JSON: only strings contain `<`).
@@ -534,15 +495,8 @@ fn consumers_table(h: &mut String, j: &Journal) {
         .consumers
         .iter()
         .map(|c| {
-            let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
-            vec![
-                c.name.clone(),
-                format!("{:?}", c.phase).to_lowercase(),
-                opt(c.checkpoint),
-                opt(c.b_start),
-                c.translate_gets.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
-                c.drain_ms.map(|x| format!("{x} ms")).unwrap_or_else(|| "-".into()),
-                c.nudges.to_string(),
+            let mut row = render::progress_cells(c);
+            row.push(
                 c.evidence
                     .as_ref()
                     .map(|e| {
@@ -556,7 +510,8 @@ fn consumers_table(h: &mut String, j: &Journal) {
                         )
                     })
                     .unwrap_or_else(|| "-".into()),
-            ]
+            );
+            row
         })
         .collect();
     let _ = write!(h, "<p>Migration {}, phase {}.</p>", esc(&j.id), esc(j.phase.as_str()));
@@ -580,22 +535,8 @@ fn plan_section(h: &mut String, plan: &Plan) {
         plan.mode.as_str(),
         esc(&plan.server_version.to_string())
     );
-    let findings: Vec<Vec<String>> = plan
-        .findings
-        .iter()
-        .map(|f| {
-            vec![
-                f.scope.clone(),
-                f.setting.clone(),
-                f.from.clone(),
-                f.to.clone(),
-                f.verdict.as_str().into(),
-                f.reason.clone(),
-            ]
-        })
-        .collect();
     h.push_str("<h3>Findings</h3>");
-    table(h, &["scope", "setting", "from", "to", "verdict", "reason"], &findings);
+    table(h, &render::FINDING_HEADERS, &render::finding_rows(&plan.findings));
     let _ = write!(
         h,
         "<h3>Checkpoint rule</h3><p>{}</p><h3>Steps</h3><ol>",

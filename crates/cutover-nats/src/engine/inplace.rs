@@ -74,10 +74,9 @@ pub async fn run_in_place(
     let (a, via) = (req.stream.clone(), req.via());
     // Read-only until hop 1's plan is judged: bad input changes nothing.
     let (hop1, hop2) = match JournalStore::open(js, IfMissing::ReturnNone).await? {
-        Some(store) => (
-            store.load(&migration_id(&a, &via)).await?,
-            store.load(&migration_id(&via, &a)).await?,
-        ),
+        Some(store) => {
+            (store.load(&migration_id(&a, &via)).await?, store.load(&migration_id(&via, &a)).await?)
+        }
         None => (None, None),
     };
     // Each hop deletes the stream it leaves: that frees A's name for hop 2.

@@ -35,6 +35,43 @@ pub async fn run(
     json_out: bool,
     a: DemoArgs,
 ) -> Result<ExitCode> {
+    check_args(&a)?;
+    // The local server, if one is started, lives until the end of `run`.
+    let (client, server, shown) = if use_server {
+        connect_given(conn, json_out).await?
+    } else {
+        start_local(json_out).await?
+    };
+    let cfg = scenario_config(&a);
+    let render = Render::new(detect(json_out));
+    let outcome = tokio::select! {
+        r = live_cutover(client.clone(), cfg, &render) => r?,
+        _ = tokio::signal::ctrl_c() => {
+            render.finish();
+            return Ok(interrupted(server, &shown));
+        }
+    };
+    render.finish();
+    // Two independent proofs: the workers' own record (every published id
+    // processed once) and `verify`, which reads only the streams and journal.
+    let verify = verify_streams(client).await;
+    if let Some(path) = &a.report {
+        write_report(path, &outcome, &verify, json_out)?;
+    }
+    let structural_holds = verify.as_ref().is_ok_and(|r| r.holds);
+    if json_out {
+        print_json(&outcome, &verify, structural_holds, &shown, server.is_some())?;
+    } else {
+        print_text(&outcome, &verify, &shown, server.is_some());
+    }
+    Ok(if outcome.verified && structural_holds { ExitCode::Ok } else { ExitCode::NotVerified })
+}
+
+/// What `verify` said of the demo's migration, or why it could not say.
+type Verified = std::result::Result<cutover_core::verify::Report, String>;
+
+/// Refuses an empty or unbounded workload.
+fn check_args(a: &DemoArgs) -> Result<()> {
     if a.rate == 0 || a.workers == 0 {
         return Err(CliError::Flag("--rate and --workers must be at least 1".into()));
     }
@@ -43,33 +80,46 @@ pub async fn run(
             "--duration must be between 2s and 10m (the workload is bounded)".into(),
         ));
     }
-    // The local server, if one is started, lives until the end of `run`.
-    let (client, server, shown) = if use_server {
-        let client = super::connect_options(conn).connect().await?;
-        let timeout = conn.timeout.unwrap_or(Duration::from_secs(5));
-        refuse_leftovers(&cutover_nats::Js::new(client.clone(), timeout)).await?;
-        let shown = redact_urls(&super::connect_options(conn).resolve()?.server_url());
-        if !json_out {
-            outln!("using the nats-server at {shown}");
-        }
-        (client, None, shown)
-    } else {
-        let binary = installed_server_binary(PINNED_VERSION).map_err(CliError::LocalServer)?;
-        let server =
-            LocalServer::start(binary, Default::default()).map_err(CliError::LocalServer)?;
-        if !json_out {
-            outln!(
-                "nats-server {} on {} (store in {}, removed on exit)",
-                server.binary().display(),
-                server.url(),
-                server.dir().display()
-            );
-        }
-        let client = async_nats::connect(server.url()).await?;
-        let shown = server.url().to_string();
-        (client, Some(server), shown)
-    };
-    let cfg = ScenarioConfig {
+    Ok(())
+}
+
+/// The server given with --server (or --context), refused if it holds a
+/// previous demo's streams or migration: its client and its URL as shown.
+async fn connect_given(
+    conn: &ConnArgs,
+    json_out: bool,
+) -> Result<(async_nats::Client, Option<LocalServer>, String)> {
+    let client = super::connect_options(conn).connect().await?;
+    let timeout = conn.timeout.unwrap_or(Duration::from_secs(5));
+    refuse_leftovers(&cutover_nats::Js::new(client.clone(), timeout)).await?;
+    let shown = redact_urls(&super::connect_options(conn).resolve()?.server_url());
+    if !json_out {
+        outln!("using the nats-server at {shown}");
+    }
+    Ok((client, None, shown))
+}
+
+/// A local server, started for the demo and removed with it; a client to it
+/// and its URL.
+async fn start_local(json_out: bool) -> Result<(async_nats::Client, Option<LocalServer>, String)> {
+    let binary = installed_server_binary(PINNED_VERSION).map_err(CliError::LocalServer)?;
+    let server = LocalServer::start(binary, Default::default()).map_err(CliError::LocalServer)?;
+    if !json_out {
+        outln!(
+            "nats-server {} on {} (store in {}, removed on exit)",
+            server.binary().display(),
+            server.url(),
+            server.dir().display()
+        );
+    }
+    let client = async_nats::connect(server.url()).await?;
+    let shown = server.url().to_string();
+    Ok((client, Some(server), shown))
+}
+
+/// The scenario the flags ask for: the workload, and when the cut-over starts.
+fn scenario_config(a: &DemoArgs) -> ScenarioConfig {
+    ScenarioConfig {
         load: LoadConfig {
             stream: STREAM.into(),
             consumer: CONSUMER.into(),
@@ -86,61 +136,72 @@ pub async fn run(
         // Let the workload settle into a steady state for a third of the run.
         cutover_at: a.duration / 3,
         ack_wait: Duration::from_secs(30),
-    };
-    let render = Render::new(detect(json_out));
-    let outcome = tokio::select! {
-        r = live_cutover(client.clone(), cfg, &render) => r?,
-        _ = tokio::signal::ctrl_c() => {
-            render.finish();
-            if server.is_some() {
-                errln!("interrupted: stopping the demo server and removing its files");
-            } else {
-                errln!("interrupted: the demo's streams and migration are left on {shown}");
-            }
-            drop(server);
-            return Ok(ExitCode::Interrupted);
-        }
-    };
-    render.finish();
-    // Two independent proofs: the workers' own record (every published id
-    // processed once) and `verify`, which reads only the streams and journal.
-    let verify = verify_streams(client).await;
-    if let Some(path) = &a.report {
-        let mut data = crate::report::ReportData::from_outcome(&outcome);
-        data.run.verify = Some(verify.clone());
-        crate::report::write(path, &data)
-            .map_err(|e| CliError::File(format!("cannot write report {}: {e}", path.display())))?;
-        if !json_out {
-            outln!("report: {}", path.display());
-        }
     }
-    let structural_holds = verify.as_ref().is_ok_and(|r| r.holds);
-    if json_out {
-        let mut j = summary_json(&outcome);
-        j["verify"] = match &verify {
-            Ok(r) => json!({ "holds": r.holds, "summary": r.summary }),
-            Err(e) => json!({ "holds": false, "error": e }),
-        };
-        j["verified"] = json!(outcome.verified && structural_holds);
-        j["server"] = json!(shown);
-        j["server_started"] = json!(server.is_some());
-        outln!("{}", serde_json::to_string(&j)?);
+}
+
+/// Ctrl-C: stops and removes a local server, or says what is left on a given one.
+fn interrupted(server: Option<LocalServer>, shown: &str) -> ExitCode {
+    if server.is_some() {
+        errln!("interrupted: stopping the demo server and removing its files");
     } else {
-        print_summary(&outcome);
-        match &verify {
-            Ok(r) => outln!(
-                "verify (streams and journal only): {} ({} checked, {} lost, {} duplicated, {} extra, {} gaps, {} overlaps)",
-                if r.holds { "holds" } else { "DOES NOT HOLD" },
-                r.summary.checked, r.summary.lost, r.summary.duplicated, r.summary.extra, r.summary.gaps, r.summary.overlaps
-            ),
-            Err(e) => outln!("verify failed: {e}"),
-        }
-        if server.is_none() {
-            let id = cutover_core::journal::migration_id(STREAM, NEW_STREAM);
-            outln!("left on {shown} to inspect: streams {STREAM} (sealed) and {NEW_STREAM}, migration {id} (`nats-cutover status {id}`, `nats-cutover verify --migration {id}`)");
-        }
+        errln!("interrupted: the demo's streams and migration are left on {shown}");
     }
-    Ok(if outcome.verified && structural_holds { ExitCode::Ok } else { ExitCode::NotVerified })
+    drop(server);
+    ExitCode::Interrupted
+}
+
+/// Writes the --report, the verification included.
+fn write_report(
+    path: &std::path::Path,
+    outcome: &Outcome,
+    verify: &Verified,
+    json_out: bool,
+) -> Result<()> {
+    let mut data = crate::report::ReportData::from_outcome(outcome);
+    data.run.verify = Some(verify.clone());
+    crate::report::write(path, &data)
+        .map_err(|e| CliError::File(format!("cannot write report {}: {e}", path.display())))?;
+    if !json_out {
+        outln!("report: {}", path.display());
+    }
+    Ok(())
+}
+
+/// The summary, the verification and the server as one JSON line (--json).
+fn print_json(
+    outcome: &Outcome,
+    verify: &Verified,
+    structural_holds: bool,
+    shown: &str,
+    server_started: bool,
+) -> Result<()> {
+    let mut j = summary_json(outcome);
+    j["verify"] = match verify {
+        Ok(r) => json!({ "holds": r.holds, "summary": r.summary }),
+        Err(e) => json!({ "holds": false, "error": e }),
+    };
+    j["verified"] = json!(outcome.verified && structural_holds);
+    j["server"] = json!(shown);
+    j["server_started"] = json!(server_started);
+    outln!("{}", serde_json::to_string(&j)?);
+    Ok(())
+}
+
+/// The summary, the verification, and on a given server what is left there.
+fn print_text(outcome: &Outcome, verify: &Verified, shown: &str, server_started: bool) {
+    print_summary(outcome);
+    match verify {
+        Ok(r) => outln!(
+            "verify (streams and journal only): {} ({} checked, {} lost, {} duplicated, {} extra, {} gaps, {} overlaps)",
+            if r.holds { "holds" } else { "DOES NOT HOLD" },
+            r.summary.checked, r.summary.lost, r.summary.duplicated, r.summary.extra, r.summary.gaps, r.summary.overlaps
+        ),
+        Err(e) => outln!("verify failed: {e}"),
+    }
+    if !server_started {
+        let id = cutover_core::journal::migration_id(STREAM, NEW_STREAM);
+        outln!("left on {shown} to inspect: streams {STREAM} (sealed) and {NEW_STREAM}, migration {id} (`nats-cutover status {id}`, `nats-cutover verify --migration {id}`)");
+    }
 }
 
 /// A server given with --server must not hold what the demo creates: it
@@ -166,9 +227,8 @@ async fn refuse_leftovers(js: &cutover_nats::Js) -> Result<()> {
     Ok(())
 }
 
-async fn verify_streams(
-    client: async_nats::Client,
-) -> Result<cutover_core::verify::Report, String> {
+/// `verify` of the demo's migration, over a client of its own.
+async fn verify_streams(client: async_nats::Client) -> Verified {
     let js = cutover_nats::Js::new(client, Duration::from_secs(5));
     let id = cutover_core::journal::migration_id(STREAM, NEW_STREAM);
     cutover_nats::observe::verify_migration(&js, &id).await

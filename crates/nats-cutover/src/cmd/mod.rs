@@ -11,8 +11,11 @@ pub mod watch;
 
 use crate::cli::ConnArgs;
 use crate::error::Result;
+use crate::metrics::{self, MetricsServer, Registry};
 use cutover_nats::connect::ConnectOptions;
 use cutover_nats::Js;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub fn connect_options(c: &ConnArgs) -> ConnectOptions {
@@ -34,4 +37,17 @@ pub fn connect_options(c: &ConnArgs) -> ConnectOptions {
 pub async fn connect(c: &ConnArgs) -> Result<Js> {
     let client = connect_options(c).connect().await?;
     Ok(Js::new(client, c.timeout.unwrap_or(Duration::from_secs(5))))
+}
+
+/// Serves `reg` at --metrics-addr (when both are given) and says where, on stderr.
+pub async fn serve_metrics(
+    addr: Option<SocketAddr>,
+    reg: Option<&Arc<Registry>>,
+) -> Result<Option<MetricsServer>> {
+    let (Some(addr), Some(reg)) = (addr, reg) else {
+        return Ok(None);
+    };
+    let s = metrics::serve(addr, reg.clone()).await?;
+    errln!("metrics: http://{}/metrics", s.addr);
+    Ok(Some(s))
 }

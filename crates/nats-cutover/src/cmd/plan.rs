@@ -3,7 +3,7 @@
 use crate::cli::{ConnArgs, ModeArg, PlanArgs, StrategyArg};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
-use crate::render::table;
+use crate::render::{self, table};
 use cutover_core::plan::{Mode, Plan, PlanRequest, Strategy};
 use serde_json::{Map, Value};
 
@@ -106,21 +106,7 @@ pub fn print_plan(plan: &Plan) {
     }
     outln!();
     outln!("Compatibility:");
-    let rows: Vec<Vec<String>> = plan
-        .findings
-        .iter()
-        .map(|f| {
-            vec![
-                f.scope.clone(),
-                f.setting.clone(),
-                f.from.clone(),
-                f.to.clone(),
-                f.verdict.as_str().to_string(),
-                f.reason.clone(),
-            ]
-        })
-        .collect();
-    outln!("{}", table(&["scope", "setting", "from", "to", "verdict", "reason"], &rows));
+    outln!("{}", table(&render::FINDING_HEADERS, &render::finding_rows(&plan.findings)));
     outln!();
     outln!("Checkpoint rule: {}", plan.checkpoint_rule);
     outln!();

@@ -5,13 +5,14 @@ use crate::cli::{ConnArgs, ForgetArgs, RollbackArgs, RunArgs, StatusArgs};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::metrics::{self, Registry};
-use crate::render::table;
+use crate::render::{self, table};
 use crate::report::ReportData;
 use cutover_core::journal::{ConsumerPhase, Journal, Phase};
 use cutover_core::plan::Plan;
 use cutover_nats::engine::{self, RunOptions, Sink};
-use cutover_nats::journal::now_ms;
-use cutover_nats::observe::{self, ConsumerSample, Observe, OnSample};
+use cutover_nats::journal::{now_ms, LeaseInfo};
+use cutover_nats::observe::{self, ConsumerSample, Observe, OnSample, RunRecord};
+use cutover_nats::Js;
 use serde_json::json;
 use std::io::{BufRead, IsTerminal};
 use std::sync::Arc;
@@ -92,7 +93,46 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
     if a.in_place.is_some() {
         return super::inplace::run(conn, json_out, a).await;
     }
-    // Refuse an unwritable report path before anything changes on the server.
+    check_report_path(&a)?;
+    if a.plan_file.is_some() {
+        refuse_plan_contradictions(&a)?;
+    }
+    let js = super::connect(conn).await?;
+    if already_complete(&js, &a, json_out).await {
+        return Ok(ExitCode::Ok);
+    }
+    let plan = load_plan(&js, &a).await?;
+    refuse_unsafe(&plan, json_out)?;
+    if !a.yes && a.resume.is_none() {
+        confirm(&plan)?;
+    }
+    let render = Render::new(detect(json_out));
+    let opts = run_options(&a);
+    let reg = a.metrics_addr.map(|_| Registry::new(metrics::RUN));
+    let _metrics_server = super::serve_metrics(a.metrics_addr, reg.as_ref()).await?;
+    let feed =
+        reg.clone().map(|reg| metrics::Feed { inner: &render, reg, from: plan.from.clone() });
+    let sink: &dyn Sink = match &feed {
+        Some(f) => f,
+        None => &render,
+    };
+    let observe = observe_options(&a, &reg, &plan);
+    let (result, record) =
+        observe::run(&js, plan.clone(), &opts, sink, shutdown_on_ctrl_c(), observe).await;
+    render.finish();
+    if let Some(reg) = &reg {
+        record_outcome(reg, &result);
+    }
+    if let (Some(path), Some(record)) = (&a.report, record) {
+        write_report(&js, path, record, json_out).await;
+    }
+    let j = result?;
+    print_result(&j, json_out);
+    Ok(if j.phase == Phase::Done { ExitCode::Ok } else { ExitCode::Failed })
+}
+
+/// Refuses an unwritable --report path before anything changes on the server.
+fn check_report_path(a: &RunArgs) -> Result<()> {
     if let Some(p) = &a.report {
         let dir =
             p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
@@ -104,53 +144,67 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
             )));
         }
     }
-    if a.plan_file.is_some() {
-        refuse_plan_contradictions(&a)?;
+    Ok(())
+}
+
+/// A migration of these streams (--from/--to, not --resume or --plan) that
+/// already finished: says so and returns true; nothing is changed.
+async fn already_complete(js: &Js, a: &RunArgs, json_out: bool) -> bool {
+    let (None, None, Some(from), Some(to)) = (&a.resume, &a.plan_file, &a.plan.from, &a.plan.to)
+    else {
+        return false;
+    };
+    let id = cutover_core::journal::migration_id(from, to);
+    let Ok((_, j)) = engine::rollback::load(js, &id).await else {
+        return false;
+    };
+    if j.phase != Phase::Done {
+        return false;
     }
-    let js = super::connect(conn).await?;
-    // A migration of these streams that already finished: say so, change nothing.
-    if let (None, None, Some(from), Some(to)) = (&a.resume, &a.plan_file, &a.plan.from, &a.plan.to)
-    {
-        let id = cutover_core::journal::migration_id(from, to);
-        if let Ok((_, j)) = engine::rollback::load(&js, &id).await {
-            if j.phase == Phase::Done {
-                let msg = format!("migration {id} is already complete: {to} took {from}'s subjects; nothing to do (see `nats-cutover status {id}`)");
-                if json_out {
-                    outln!("{}", json!({ "message": msg, "journal": j }));
-                } else {
-                    outln!("{msg}");
-                }
-                return Ok(ExitCode::Ok);
-            }
-        }
+    let msg = format!("migration {id} is already complete: {to} took {from}'s subjects; nothing to do (see `nats-cutover status {id}`)");
+    if json_out {
+        outln!("{}", json!({ "message": msg, "journal": j }));
+    } else {
+        outln!("{msg}");
     }
-    let plan = if let Some(id) = &a.resume {
-        let (_, j) = engine::rollback::load(&js, id).await?;
+    true
+}
+
+/// The plan to run: the journal's (--resume), the file's (--plan), or one
+/// prepared now from the flags.
+async fn load_plan(js: &Js, a: &RunArgs) -> Result<Plan> {
+    Ok(if let Some(id) = &a.resume {
+        let (_, j) = engine::rollback::load(js, id).await?;
         j.plan
     } else if let Some(p) = &a.plan_file {
         read_plan_file(p)?
     } else {
         let req = super::plan::request(&a.plan)?;
-        engine::prepare_plan(&js, &req).await?
-    };
-    if !plan.safe {
-        if !json_out {
-            super::plan::print_plan(&plan);
-        }
-        let reasons: Vec<String> = plan
-            .unsafe_findings()
-            .map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason))
-            .collect();
-        return Err(CliError::Unsafe(format!(
-            "the plan is unsafe, nothing was changed: {}",
-            reasons.join("; ")
-        )));
+        engine::prepare_plan(js, &req).await?
+    })
+}
+
+/// Refuses an unsafe plan (shown first, without --json), with its reasons.
+fn refuse_unsafe(plan: &Plan, json_out: bool) -> Result<()> {
+    if plan.safe {
+        return Ok(());
     }
-    if !a.yes && a.resume.is_none() {
-        confirm(&plan)?;
+    if !json_out {
+        super::plan::print_plan(plan);
     }
-    let render = Render::new(detect(json_out));
-    let opts = RunOptions {
+    let reasons: Vec<String> = plan
+        .unsafe_findings()
+        .map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason))
+        .collect();
+    Err(CliError::Unsafe(format!(
+        "the plan is unsafe, nothing was changed: {}",
+        reasons.join("; ")
+    )))
+}
+
+/// The engine's options from the flags.
+fn run_options(a: &RunArgs) -> RunOptions {
+    RunOptions {
         delete_old: a.delete_old,
         keep_old_consumers: a.keep_old_consumers,
         lease_ttl: a.lease_ttl,
@@ -159,83 +213,62 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         // Only in the binary the tests run: die after a named step.
         after_step: cutover_nats::test_hooks::crash_after_step(),
         ..Default::default()
-    };
-    let reg = a.metrics_addr.map(|_| Registry::new(metrics::RUN));
-    let _metrics_server = match (a.metrics_addr, &reg) {
-        (Some(addr), Some(reg)) => {
-            let s = metrics::serve(addr, reg.clone()).await?;
-            errln!("metrics: http://{}/metrics", s.addr);
-            Some(s)
-        }
-        _ => None,
-    };
-    let feed =
-        reg.clone().map(|reg| metrics::Feed { inner: &render, reg, from: plan.from.clone() });
-    let sink: &dyn Sink = match &feed {
-        Some(f) => f,
-        None => &render,
-    };
+    }
+}
+
+/// What to observe of the run: a record for --report, and the consumers'
+/// samples into the metrics with --metrics-addr.
+fn observe_options(a: &RunArgs, reg: &Option<Arc<Registry>>, plan: &Plan) -> Observe {
     let on_sample = reg.clone().map(|reg| {
         let (from, to) = (plan.from.clone(), plan.to.clone());
         Arc::new(move |s: &ConsumerSample| metrics::record_sample(&reg, &from, &to, s)) as OnSample
     });
-    let observe = Observe { record: a.report.is_some(), on_sample };
-    let (result, record) =
-        observe::run(&js, plan.clone(), &opts, sink, shutdown_on_ctrl_c(), observe).await;
-    render.finish();
-    if let Some(reg) = &reg {
-        match &result {
-            Ok(j) => reg.set(
-                &metrics::CONSUMERS_MOVED,
-                &[("migration", &j.id)],
-                j.consumers.iter().filter(|c| c.phase >= ConsumerPhase::Created).count() as f64,
-            ),
-            Err(_) => reg.add(&metrics::ERRORS, &[], 1.0),
-        }
+    Observe { record: a.report.is_some(), on_sample }
+}
+
+/// The run's outcome in the metrics: consumers moved, or one more error.
+fn record_outcome(reg: &Registry, result: &cutover_nats::Result<Journal>) {
+    match result {
+        Ok(j) => reg.set(
+            &metrics::CONSUMERS_MOVED,
+            &[("migration", &j.id)],
+            j.consumers.iter().filter(|c| c.phase >= ConsumerPhase::Created).count() as f64,
+        ),
+        Err(_) => reg.add(&metrics::ERRORS, &[], 1.0),
     }
-    if let (Some(path), Some(mut record)) = (&a.report, record) {
-        if let Some(id) = record.done().map(str::to_owned) {
-            // The report carries the proof, as `verify` gives it: both
-            // streams are read once, headers only.
-            if !json_out {
-                outln!("verifying {id} for the report (reads both streams' headers once)");
-            }
-            record.verify = Some(observe::verify_migration(&js, &id).await);
+}
+
+/// Writes the --report: a finished migration's record carries the proof, as
+/// `verify` gives it. A report that cannot be written is only warned about:
+/// the migration's outcome decides the exit code.
+async fn write_report(js: &Js, path: &std::path::Path, mut record: RunRecord, json_out: bool) {
+    if let Some(id) = record.done().map(str::to_owned) {
+        // Both streams are read once, headers only.
+        if !json_out {
+            outln!("verifying {id} for the report (reads both streams' headers once)");
         }
-        // The migration's outcome decides the exit code; a report that cannot
-        // be written (the directory was checked up front) is only warned about.
-        match crate::report::write(path, &ReportData::from_run(record)) {
-            Ok(()) if !json_out => outln!("report: {}", path.display()),
-            Ok(()) => {}
-            Err(e) => errln!("warning: cannot write report {}: {e}", path.display()),
-        }
+        record.verify = Some(observe::verify_migration(js, &id).await);
     }
-    let j = result?;
+    // The directory was checked up front.
+    match crate::report::write(path, &ReportData::from_run(record)) {
+        Ok(()) if !json_out => outln!("report: {}", path.display()),
+        Ok(()) => {}
+        Err(e) => errln!("warning: cannot write report {}: {e}", path.display()),
+    }
+}
+
+/// The journal a run or rollback ended with: a JSON result line, or the table.
+fn print_result(j: &Journal, json_out: bool) {
     if json_out {
         outln!("{}", json!({ "kind": "result", "journal": j }));
     } else {
-        print_journal(&j);
+        print_journal(j);
     }
-    Ok(if j.phase == Phase::Done { ExitCode::Ok } else { ExitCode::Failed })
 }
 
 pub fn print_journal(j: &Journal) {
     outln!("Migration {}: {} -> {}, phase {}", j.id, j.from, j.to, j.phase.as_str());
-    let rows: Vec<Vec<String>> = j
-        .consumers
-        .iter()
-        .map(|c| {
-            vec![
-                c.name.clone(),
-                format!("{:?}", c.phase).to_lowercase(),
-                c.checkpoint.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
-                c.b_start.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
-                c.translate_gets.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
-                c.drain_ms.map(|x| format!("{x} ms")).unwrap_or_else(|| "-".into()),
-                c.nudges.to_string(),
-            ]
-        })
-        .collect();
+    let rows: Vec<Vec<String>> = j.consumers.iter().map(render::progress_cells).collect();
     outln!(
         "{}",
         table(
@@ -270,14 +303,35 @@ pub fn print_journal(j: &Journal) {
 
 pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> Result<ExitCode> {
     let js = super::connect(conn).await?;
-    let list = engine::list(&js).await?;
-    let mut leases = engine::leases(&js).await?;
-    if let Some(id) = &a.id {
-        leases.retain(|l| &l.migration == id);
+    let (list, leases) = read_status(&js, a.id.as_deref()).await?;
+    if json_out {
+        print_status_json(&list, &leases)?;
+        return Ok(ExitCode::Ok);
     }
-    let list: Vec<Journal> = match &a.id {
+    if list.is_empty() && leases.is_empty() {
+        outln!("no migrations on this server");
+    } else if a.id.is_some() && !list.is_empty() {
+        print_journal(&list[0]);
+    } else if !list.is_empty() {
+        print_migrations(&list);
+    }
+    if !leases.is_empty() {
+        print_leases(&leases, &list);
+    }
+    Ok(ExitCode::Ok)
+}
+
+/// The migrations' journals and the streams' leases: all of them, or those of
+/// migration `id` (an error if it has neither).
+async fn read_status(js: &Js, id: Option<&str>) -> Result<(Vec<Journal>, Vec<LeaseInfo>)> {
+    let list = engine::list(js).await?;
+    let mut leases = engine::leases(js).await?;
+    if let Some(id) = id {
+        leases.retain(|l| l.migration == id);
+    }
+    let list: Vec<Journal> = match id {
         Some(id) => {
-            let one: Vec<Journal> = list.into_iter().filter(|j| &j.id == id).collect();
+            let one: Vec<Journal> = list.into_iter().filter(|j| j.id == id).collect();
             if one.is_empty() && leases.is_empty() {
                 return Err(CliError::NoMigration(format!(
                     "no migration {id:?}; `nats-cutover status` lists them"
@@ -287,66 +341,68 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> Result<Ex
         }
         None => list,
     };
-    // A lease whose migration has no journal: a runner died before writing one.
-    let orphan = |migration: &str| !list.iter().any(|j| j.id == migration);
-    if json_out {
-        let leases: Vec<serde_json::Value> = leases
-            .iter()
-            .map(|l| {
-                let mut v = serde_json::to_value(l).unwrap_or_default();
-                v["orphan"] = json!(orphan(&l.migration));
-                v
-            })
-            .collect();
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&json!({ "migrations": list, "leases": leases }))?
-        );
-        return Ok(ExitCode::Ok);
-    }
-    if list.is_empty() && leases.is_empty() {
-        outln!("no migrations on this server");
-    } else if a.id.is_some() && !list.is_empty() {
-        print_journal(&list[0]);
-    } else if !list.is_empty() {
-        let rows: Vec<Vec<String>> = list
-            .iter()
-            .map(|j| {
-                vec![
-                    j.id.clone(),
-                    j.phase.as_str().into(),
-                    j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>().join(","),
-                    j.in_progress.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
-                    j.error.clone().unwrap_or_default(),
-                ]
-            })
-            .collect();
-        outln!("{}", table(&["id", "phase", "consumers", "in progress", "last error"], &rows));
-    }
-    if !leases.is_empty() {
-        let now = now_ms();
-        let rows: Vec<Vec<String>> = leases
-            .iter()
-            .map(|l| {
-                let state = if l.live {
-                    format!("held, {} s left", l.expires_ms.saturating_sub(now).div_ceil(1000))
-                } else {
-                    "expired".into()
-                };
-                let note = if orphan(&l.migration) {
-                    format!(
-                        "orphan: no journal; `nats-cutover forget {}` removes it once expired",
-                        l.migration
-                    )
-                } else {
-                    String::new()
-                };
-                vec![l.stream.clone(), l.migration.clone(), l.holder.clone(), state, note]
-            })
-            .collect();
-        outln!("\nleases:\n{}", table(&["stream", "migration", "holder", "state", ""], &rows));
-    }
-    Ok(ExitCode::Ok)
+    Ok((list, leases))
+}
+
+/// A lease whose migration has no journal: a runner died before writing one.
+fn orphan(list: &[Journal], migration: &str) -> bool {
+    !list.iter().any(|j| j.id == migration)
+}
+
+/// The journals and leases as one JSON document, each lease marked orphan or not.
+fn print_status_json(list: &[Journal], leases: &[LeaseInfo]) -> Result<()> {
+    let leases: Vec<serde_json::Value> = leases
+        .iter()
+        .map(|l| {
+            let mut v = serde_json::to_value(l).unwrap_or_default();
+            v["orphan"] = json!(orphan(list, &l.migration));
+            v
+        })
+        .collect();
+    outln!("{}", serde_json::to_string_pretty(&json!({ "migrations": list, "leases": leases }))?);
+    Ok(())
+}
+
+/// One line a migration: id, phase, consumers, step in progress, last error.
+fn print_migrations(list: &[Journal]) {
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|j| {
+            vec![
+                j.id.clone(),
+                j.phase.as_str().into(),
+                j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>().join(","),
+                j.in_progress.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+                j.error.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    outln!("{}", table(&["id", "phase", "consumers", "in progress", "last error"], &rows));
+}
+
+/// The leases table: who holds which stream, for how long, and the orphans.
+fn print_leases(leases: &[LeaseInfo], list: &[Journal]) {
+    let now = now_ms();
+    let rows: Vec<Vec<String>> = leases
+        .iter()
+        .map(|l| {
+            let state = if l.live {
+                format!("held, {} s left", l.expires_ms.saturating_sub(now).div_ceil(1000))
+            } else {
+                "expired".into()
+            };
+            let note = if orphan(list, &l.migration) {
+                format!(
+                    "orphan: no journal; `nats-cutover forget {}` removes it once expired",
+                    l.migration
+                )
+            } else {
+                String::new()
+            };
+            vec![l.stream.clone(), l.migration.clone(), l.holder.clone(), state, note]
+        })
+        .collect();
+    outln!("\nleases:\n{}", table(&["stream", "migration", "holder", "state", ""], &rows));
 }
 
 pub async fn forget(conn: &ConnArgs, json_out: bool, a: ForgetArgs) -> Result<ExitCode> {
@@ -370,11 +426,6 @@ pub async fn rollback(conn: &ConnArgs, json_out: bool, a: RollbackArgs) -> Resul
     let render = Render::new(detect(json_out));
     let j = engine::rollback(&js, &a.id, &render, a.lease_ttl).await;
     render.finish();
-    let j = j?;
-    if json_out {
-        outln!("{}", json!({ "kind": "result", "journal": j }));
-    } else {
-        print_journal(&j);
-    }
+    print_result(&j?, json_out);
     Ok(ExitCode::Ok)
 }

@@ -8,7 +8,7 @@ use crate::exit::ExitCode;
 use crate::render::{self, table};
 use cutover_core::journal::migration_id;
 use cutover_core::names;
-use cutover_core::verify::{Counts, Report};
+use cutover_core::verify::{AuditReport, Counts, Report};
 use cutover_nats::engine;
 use cutover_nats::verify::{verify, VerifyOptions, VerifyProgress};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -70,15 +70,20 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> Result<ExitC
     Ok(if report.holds { ExitCode::Ok } else { ExitCode::NotVerified })
 }
 
-fn n(v: u64) -> String {
-    v.to_string()
-}
-
-fn opt(v: Option<u64>) -> String {
-    v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
-}
-
 pub fn print_report(r: &Report) {
+    print_heading(r);
+    print_consumers(r);
+    print_slip(r);
+    if let Some(au) = &r.audit {
+        print_audit(r, au);
+    }
+    if !r.offenders.is_empty() {
+        print_offenders(r);
+    }
+}
+
+/// The verdict, how much was read how fast, and where B's messages came from.
+fn print_heading(r: &Report) {
     let verdict = if r.holds { "HOLDS" } else { "DOES NOT HOLD" };
     outln!("Verification of {} ({} -> {}): {verdict}", r.migration, r.from, r.to);
     if let Some(rs) = &r.read {
@@ -100,50 +105,31 @@ pub fn print_report(r: &Report) {
         b.direct,
         b.other
     );
+}
+
+/// Each consumer's counts, settled state, F and start (with the journal's
+/// start where the new durable's differs).
+fn print_consumers(r: &Report) {
     let rows: Vec<Vec<String>> = r
         .consumers
         .iter()
         .map(|c| {
-            let k = &c.counts;
-            vec![
-                c.name.clone(),
-                n(k.checked),
-                n(k.lost),
-                n(k.duplicated),
-                n(k.extra),
-                n(k.out_of_order),
-                n(k.gaps),
-                n(k.overlaps),
-                if k.unsettled == 0 { "yes".into() } else { "NO".into() },
-                n(c.checkpoint),
-                if c.b_start == c.journal_b_start {
-                    n(c.b_start)
-                } else {
-                    format!("{} (journal {})", c.b_start, c.journal_b_start)
-                },
-            ]
+            let mut row = render::counts_cells(c);
+            row.push(if c.b_start == c.journal_b_start {
+                c.b_start.to_string()
+            } else {
+                format!("{} (journal {})", c.b_start, c.journal_b_start)
+            });
+            row
         })
         .collect();
     outln!();
-    outln!(
-        "{}",
-        table(
-            &[
-                "consumer",
-                "checked",
-                "lost",
-                "duplicated",
-                "extra",
-                "out of order",
-                "gaps",
-                "overlaps",
-                "settled",
-                "F (old)",
-                "start (new)"
-            ],
-            &rows
-        )
-    );
+    let headers = [&render::COUNTS_HEADERS[..], &["settled", "F (old)", "start (new)"]].concat();
+    outln!("{}", table(&headers, &rows));
+}
+
+/// Direct publishes that duplicated a sourced message, and what was compared.
+fn print_slip(r: &Report) {
     match &r.streams.slip {
         Some(s) => outln!(
             "\nslipped duplicates: {} (direct publishes {}..{} within {} ms of the first: {} ids compared with {} sourced messages)",
@@ -151,41 +137,39 @@ pub fn print_report(r: &Report) {
         ),
         None => outln!("\nslipped duplicates: 0 (no direct publish with a Nats-Msg-Id)"),
     }
-    if let Some(au) = &r.audit {
-        let sum = |f: fn(&Counts) -> u64| r.consumers.iter().map(|c| f(&c.counts)).sum::<u64>();
-        let pending: u64 = r.consumers.iter().filter_map(|c| c.audit_pending).sum();
-        outln!(
-            "audit {}: {} records; lost {}, processed more than once {}, unknown {}; {} still in processing not judged; {} of other consumers, {} unreadable",
-            au.source,
-            au.records,
-            sum(|c| c.audit_lost),
-            sum(|c| c.audit_duplicated),
-            sum(|c| c.audit_unknown),
-            pending,
-            au.other_consumers,
-            au.unreadable
-        );
-    }
-    if !r.offenders.is_empty() {
-        outln!("\noffending messages (the first of each kind; all are counted above):");
-        let rows: Vec<Vec<String>> = r
-            .offenders
-            .iter()
-            .map(|o| {
-                vec![
-                    o.kind.as_str().into(),
-                    o.consumer.clone().unwrap_or_else(|| "-".into()),
-                    opt(o.a_seq),
-                    opt(o.b_seq),
-                    o.msg_id.clone().unwrap_or_else(|| "-".into()),
-                    o.subject.clone().unwrap_or_else(|| "-".into()),
-                    o.detail.clone(),
-                ]
-            })
-            .collect();
-        outln!(
-            "{}",
-            table(&["kind", "consumer", "A seq", "B seq", "msg id", "subject", "what"], &rows)
-        );
-    }
+}
+
+/// The applications' audit records against what was delivered, summed over
+/// the consumers.
+fn print_audit(r: &Report, au: &AuditReport) {
+    let sum = |f: fn(&Counts) -> u64| r.consumers.iter().map(|c| f(&c.counts)).sum::<u64>();
+    let pending: u64 = r.consumers.iter().filter_map(|c| c.audit_pending).sum();
+    outln!(
+        "audit {}: {} records; lost {}, processed more than once {}, unknown {}; {} still in processing not judged; {} of other consumers, {} unreadable",
+        au.source,
+        au.records,
+        sum(|c| c.audit_lost),
+        sum(|c| c.audit_duplicated),
+        sum(|c| c.audit_unknown),
+        pending,
+        au.other_consumers,
+        au.unreadable
+    );
+}
+
+/// The first offending message of each kind.
+fn print_offenders(r: &Report) {
+    outln!("\noffending messages (the first of each kind; all are counted above):");
+    let rows: Vec<Vec<String>> = r
+        .offenders
+        .iter()
+        .map(|o| {
+            let tail = vec![render::opt(o.subject.as_deref()), o.detail.clone()];
+            [render::offender_cells(o), tail].concat()
+        })
+        .collect();
+    outln!(
+        "{}",
+        table(&["kind", "consumer", "A seq", "B seq", "msg id", "subject", "what"], &rows)
+    );
 }

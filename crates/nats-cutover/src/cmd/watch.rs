@@ -11,8 +11,8 @@ use crate::cli::{ConnArgs, WatchArgs};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::metrics::{self, Registry};
-use cutover_core::checkpoint::assess;
-use cutover_core::lag::{self, LagSample, Status};
+use cutover_core::checkpoint::{assess, Assessment};
+use cutover_core::lag::{self, LagSample, Status, Verdict};
 use cutover_core::model::ConsumerInfo;
 use cutover_core::names;
 use cutover_nats::journal::now_ms;
@@ -21,34 +21,13 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> Result<ExitCode> {
-    names::stream(&a.stream)?;
-    names::consumer(&a.consumer)?;
-    if a.interval < Duration::from_millis(10) || a.interval > Duration::from_secs(3600) {
-        return Err(CliError::Flag("--interval must be between 10ms and 1h".into()));
-    }
-    if a.window < 2 {
-        return Err(CliError::Flag(
-            "--window must be at least 2 reads (no progress is only evidence over time)".into(),
-        ));
-    }
-    if a.count == Some(0) {
-        return Err(CliError::Flag(
-            "--count must be at least 1 (omit it to watch until Ctrl-C)".into(),
-        ));
-    }
+    check_args(&a)?;
     let js = super::connect(conn).await?;
     // The first read is checked: a wrong stream or consumer name is bad input,
     // not something to retry every tick.
     js.consumer_info(&a.stream, &a.consumer).await?;
     let reg = Registry::new(metrics::WATCH);
-    let _server = match a.metrics_addr {
-        Some(addr) => {
-            let s = metrics::serve(addr, reg.clone()).await?;
-            errln!("metrics: http://{}/metrics", s.addr);
-            Some(s)
-        }
-        None => None,
-    };
+    let _server = super::serve_metrics(a.metrics_addr, Some(&reg)).await?;
     let labels = [("stream_name", a.stream.as_str()), ("consumer_name", a.consumer.as_str())];
     let mut history: VecDeque<LagSample> = VecDeque::with_capacity(a.window + 1);
     let mut tick = tokio::time::interval(a.interval);
@@ -71,19 +50,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> Result<ExitCo
                 // Keep watching: a leader election or a slow reply is exactly
                 // what one watches through.
                 reg.add(&metrics::ERRORS, &[], 1.0);
-                if json_out {
-                    outln!(
-                        "{}",
-                        json!({ "kind": "error", "n": n, "t_ms": t0.elapsed().as_millis() as u64, "message": e.to_string() })
-                    );
-                } else {
-                    errln!(
-                        "[{:>7.1}s] cannot read {}/{}: {e}",
-                        t0.elapsed().as_secs_f64(),
-                        a.stream,
-                        a.consumer
-                    );
-                }
+                print_error(&a, json_out, n, t0, &e);
                 continue;
             }
         };
@@ -95,51 +62,111 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> Result<ExitCo
         let check = assess(&ci);
         update(&reg, &labels, &ci, check.checkpoint, verdict.status);
         if json_out {
-            outln!(
-                "{}",
-                json!({
-                    "kind": "tick",
-                    "n": n,
-                    "t_ms": t0.elapsed().as_millis() as u64,
-                    "ts_ms": now_ms(),
-                    "stream": a.stream,
-                    "consumer": a.consumer,
-                    "status": verdict.status.as_str(),
-                    "reason": verdict.reason,
-                    "num_pending": ci.num_pending,
-                    "num_ack_pending": ci.num_ack_pending,
-                    "num_waiting": ci.num_waiting,
-                    "delivered_stream_seq": ci.delivered.stream_seq,
-                    "ack_floor_stream_seq": ci.ack_floor.stream_seq,
-                    "paused": ci.paused,
-                    "settled": check.settled,
-                    "stable": check.stable,
-                    "checkpoint": check.checkpoint,
-                })
-            );
+            print_tick_json(&a, n, t0, &ci, &verdict, &check);
         } else {
-            let settled = match (check.stable, check.checkpoint) {
-                (true, Some(f)) => format!("checkpoint F={f} (paused, settled)"),
-                (false, Some(f)) => format!("settled at {f} (not paused)"),
-                _ => "not settled".into(),
-            };
-            outln!(
-                "[{:>7.1}s] {}/{} {:<8} pending {} ack pending {} waiting {} delivered {} ack floor {}{}; {settled}: {}",
-                t0.elapsed().as_secs_f64(),
-                a.stream,
-                a.consumer,
-                verdict.status.as_str(),
-                ci.num_pending,
-                ci.num_ack_pending,
-                ci.num_waiting,
-                ci.delivered.stream_seq,
-                ci.ack_floor.stream_seq,
-                if ci.paused { " paused" } else { "" },
-                verdict.reason
-            );
+            print_tick(&a, t0, &ci, &verdict, &check);
         }
     }
     Ok(ExitCode::Ok)
+}
+
+/// Refuses names the server would not accept and out-of-range flags.
+fn check_args(a: &WatchArgs) -> Result<()> {
+    names::stream(&a.stream)?;
+    names::consumer(&a.consumer)?;
+    if a.interval < Duration::from_millis(10) || a.interval > Duration::from_secs(3600) {
+        return Err(CliError::Flag("--interval must be between 10ms and 1h".into()));
+    }
+    if a.window < 2 {
+        return Err(CliError::Flag(
+            "--window must be at least 2 reads (no progress is only evidence over time)".into(),
+        ));
+    }
+    if a.count == Some(0) {
+        return Err(CliError::Flag(
+            "--count must be at least 1 (omit it to watch until Ctrl-C)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A read that failed at tick `n`: a JSON error line, or a line on stderr.
+fn print_error(a: &WatchArgs, json_out: bool, n: u64, t0: Instant, e: &cutover_nats::Error) {
+    if json_out {
+        outln!(
+            "{}",
+            json!({ "kind": "error", "n": n, "t_ms": t0.elapsed().as_millis() as u64, "message": e.to_string() })
+        );
+    } else {
+        errln!(
+            "[{:>7.1}s] cannot read {}/{}: {e}",
+            t0.elapsed().as_secs_f64(),
+            a.stream,
+            a.consumer
+        );
+    }
+}
+
+/// Tick `n` as one JSON object on a line (--json).
+fn print_tick_json(
+    a: &WatchArgs,
+    n: u64,
+    t0: Instant,
+    ci: &ConsumerInfo,
+    verdict: &Verdict,
+    check: &Assessment,
+) {
+    outln!(
+        "{}",
+        json!({
+            "kind": "tick",
+            "n": n,
+            "t_ms": t0.elapsed().as_millis() as u64,
+            "ts_ms": now_ms(),
+            "stream": a.stream,
+            "consumer": a.consumer,
+            "status": verdict.status.as_str(),
+            "reason": verdict.reason,
+            "num_pending": ci.num_pending,
+            "num_ack_pending": ci.num_ack_pending,
+            "num_waiting": ci.num_waiting,
+            "delivered_stream_seq": ci.delivered.stream_seq,
+            "ack_floor_stream_seq": ci.ack_floor.stream_seq,
+            "paused": ci.paused,
+            "settled": check.settled,
+            "stable": check.stable,
+            "checkpoint": check.checkpoint,
+        })
+    );
+}
+
+/// A tick as one line: status, the consumer's counts, and the checkpoint.
+fn print_tick(
+    a: &WatchArgs,
+    t0: Instant,
+    ci: &ConsumerInfo,
+    verdict: &Verdict,
+    check: &Assessment,
+) {
+    let settled = match (check.stable, check.checkpoint) {
+        (true, Some(f)) => format!("checkpoint F={f} (paused, settled)"),
+        (false, Some(f)) => format!("settled at {f} (not paused)"),
+        _ => "not settled".into(),
+    };
+    outln!(
+        "[{:>7.1}s] {}/{} {:<8} pending {} ack pending {} waiting {} delivered {} ack floor {}{}; {settled}: {}",
+        t0.elapsed().as_secs_f64(),
+        a.stream,
+        a.consumer,
+        verdict.status.as_str(),
+        ci.num_pending,
+        ci.num_ack_pending,
+        ci.num_waiting,
+        ci.delivered.stream_seq,
+        ci.ack_floor.stream_seq,
+        if ci.paused { " paused" } else { "" },
+        verdict.reason
+    );
 }
 
 fn update(

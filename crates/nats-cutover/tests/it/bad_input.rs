@@ -21,23 +21,16 @@ async fn refused(e: &Env, args: &[&str], code: i32, needle: &str) {
     assert_eq!(e.snapshot().await, before, "the server changed after refused input {args:?}");
 }
 
+/// `plan --from A --to B --consumer CONSUMER` is refused (see [`refused`]).
+async fn plan_refused(e: &Env, consumer: &str, code: i32, needle: &str) {
+    refused(e, &move_args(&["plan"], "A", "B", consumer, &[]), code, needle).await;
+}
+
 #[test]
 fn refused_connection_names_the_server() {
     let port = free_port();
     let url = format!("nats://127.0.0.1:{port}");
-    let out = cli(&[
-        "--server",
-        &url,
-        "--timeout",
-        "2s",
-        "plan",
-        "--from",
-        "A",
-        "--to",
-        "B",
-        "--consumer",
-        "C",
-    ]);
+    let out = cli(&move_args(&["--server", &url, "--timeout", "2s", "plan"], "A", "B", "C", &[]));
     assert_eq!(out.code, SERVER, "{out:?}");
     assert!(out.stderr.contains(&format!("cannot connect to {url}")), "{out:?}");
 }
@@ -62,39 +55,16 @@ async fn missing_stream_consumer_same_stream_and_bad_names() {
     orders(&e).await;
     refused(
         &e,
-        &["plan", "--from", "NOPE", "--to", "B", "--consumer", "C"],
+        &move_args(&["plan"], "NOPE", "B", "C", &[]),
         BAD_INPUT,
         "stream \"NOPE\" does not exist",
     )
     .await;
-    refused(
-        &e,
-        &["plan", "--from", "A", "--to", "B", "--consumer", "NOPE"],
-        BAD_INPUT,
-        "consumer \"NOPE\" does not exist on stream \"A\"",
-    )
-    .await;
-    refused(
-        &e,
-        &["plan", "--from", "A", "--to", "A", "--consumer", "C"],
-        BAD_INPUT,
-        "must have another name",
-    )
-    .await;
-    refused(
-        &e,
-        &["plan", "--from", "A.x", "--to", "B", "--consumer", "C"],
-        BAD_INPUT,
-        "contains '.'",
-    )
-    .await;
-    refused(
-        &e,
-        &["plan", "--from", "A", "--to", "B", "--consumer", "c d"],
-        BAD_INPUT,
-        "contains ' '",
-    )
-    .await;
+    plan_refused(&e, "NOPE", BAD_INPUT, "consumer \"NOPE\" does not exist on stream \"A\"").await;
+    refused(&e, &move_args(&["plan"], "A", "A", "C", &[]), BAD_INPUT, "must have another name")
+        .await;
+    refused(&e, &move_args(&["plan"], "A.x", "B", "C", &[]), BAD_INPUT, "contains '.'").await;
+    plan_refused(&e, "c d", BAD_INPUT, "contains ' '").await;
     refused(&e, &["inspect", "NOPE"], BAD_INPUT, "does not exist").await;
 }
 
@@ -103,13 +73,7 @@ async fn ack_none_is_refused_as_incompatible() {
     let e = env().await;
     orders(&e).await;
     e.consumer("A", json!({"durable_name": "N", "ack_policy": "none"})).await;
-    refused(
-        &e,
-        &["plan", "--from", "A", "--to", "B", "--consumer", "N"],
-        INCOMPATIBLE,
-        "ack policy none",
-    )
-    .await;
+    plan_refused(&e, "N", INCOMPATIBLE, "ack policy none").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -117,35 +81,17 @@ async fn existing_b_with_subjects_or_interest_retention_is_refused() {
     let e = env().await;
     orders(&e).await;
     e.stream(json!({"name": "B", "subjects": ["billing.>"], "sources": [{"name": "A"}], "duplicate_window": 120_000_000_000i64})).await;
-    refused(
-        &e,
-        &["plan", "--from", "A", "--to", "B", "--consumer", "C"],
-        INCOMPATIBLE,
-        "B already takes direct publishes",
-    )
-    .await;
+    plan_refused(&e, "C", INCOMPATIBLE, "B already takes direct publishes").await;
     let e = env().await;
     orders(&e).await;
     e.stream(json!({"name": "B", "retention": "interest", "sources": [{"name": "A"}], "duplicate_window": 120_000_000_000i64})).await;
-    refused(
-        &e,
-        &["plan", "--from", "A", "--to", "B", "--consumer", "C"],
-        INCOMPATIBLE,
-        "interest stream drops messages",
-    )
-    .await;
+    plan_refused(&e, "C", INCOMPATIBLE, "interest stream drops messages").await;
     let e = env().await;
     orders(&e).await;
     // B exists but sources something else: its messages carry no origin in A.
     e.stream(json!({"name": "OTHER", "subjects": ["other.>"]})).await;
     e.stream(json!({"name": "B", "sources": [{"name": "OTHER"}], "duplicate_window": 120_000_000_000i64})).await;
-    refused(
-        &e,
-        &["plan", "--from", "A", "--to", "B", "--consumer", "C"],
-        INCOMPATIBLE,
-        "B must source exactly one stream",
-    )
-    .await;
+    plan_refused(&e, "C", INCOMPATIBLE, "B must source exactly one stream").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -158,13 +104,7 @@ async fn filter_that_b_cannot_serve_is_refused() {
     )
     .await;
     e.stream(json!({"name": "B", "sources": [{"name": "A", "filter_subject": "orders.us"}], "duplicate_window": 120_000_000_000i64})).await;
-    refused(
-        &e,
-        &["plan", "--from", "A", "--to", "B", "--consumer", "EU"],
-        INCOMPATIBLE,
-        "B sources only orders.us",
-    )
-    .await;
+    plan_refused(&e, "EU", INCOMPATIBLE, "B sources only orders.us").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -177,17 +117,7 @@ async fn to_config_that_loses_publishers_or_is_unreadable() {
     std::fs::write(&f, r#"{"subjects": ["billing.>"]}"#).unwrap();
     refused(
         &e,
-        &[
-            "plan",
-            "--from",
-            "A",
-            "--to",
-            "B",
-            "--consumer",
-            "C",
-            "--to-config",
-            f.to_str().unwrap(),
-        ],
+        &move_args(&["plan"], "A", "B", "C", &["--to-config", f.to_str().unwrap()]),
         INCOMPATIBLE,
         "B's subjects must cover every subject of A",
     )
@@ -195,34 +125,14 @@ async fn to_config_that_loses_publishers_or_is_unreadable() {
     std::fs::write(&f, "{not json").unwrap();
     refused(
         &e,
-        &[
-            "plan",
-            "--from",
-            "A",
-            "--to",
-            "B",
-            "--consumer",
-            "C",
-            "--to-config",
-            f.to_str().unwrap(),
-        ],
+        &move_args(&["plan"], "A", "B", "C", &["--to-config", f.to_str().unwrap()]),
         BAD_INPUT,
         "is not valid JSON",
     )
     .await;
     refused(
         &e,
-        &[
-            "plan",
-            "--from",
-            "A",
-            "--to",
-            "B",
-            "--consumer",
-            "C",
-            "--to-config",
-            "/nonexistent/b.json",
-        ],
+        &move_args(&["plan"], "A", "B", "C", &["--to-config", "/nonexistent/b.json"]),
         BAD_INPUT,
         "cannot read --to-config file",
     )
@@ -273,7 +183,7 @@ async fn run_refuses_unsafe_plans_and_missing_confirmation_without_writing() {
     e.consumer("A", json!({"durable_name": "N", "ack_policy": "none"})).await;
     refused(
         &e,
-        &["run", "--from", "A", "--to", "B", "--consumer", "N", "--yes"],
+        &move_args(&["run"], "A", "B", "N", &["--yes"]),
         INCOMPATIBLE,
         "the plan is unsafe, nothing was changed",
     )
@@ -281,15 +191,14 @@ async fn run_refuses_unsafe_plans_and_missing_confirmation_without_writing() {
     // Leaving a durable behind on A is refused too (it would starve after the cut-over).
     refused(
         &e,
-        &["run", "--from", "A", "--to", "B", "--consumer", "C", "--yes"],
+        &move_args(&["run"], "A", "B", "C", &["--yes"]),
         INCOMPATIBLE,
         "durable N on A is not being moved",
     )
     .await;
     e.js.consumer_delete("A", "N").await.unwrap();
     // No terminal to confirm on and no --yes: refused, nothing written.
-    refused(&e, &["run", "--from", "A", "--to", "B", "--consumer", "C"], BAD_INPUT, "pass --yes")
-        .await;
+    refused(&e, &move_args(&["run"], "A", "B", "C", &[]), BAD_INPUT, "pass --yes").await;
     refused(&e, &["run", "--resume", "A.B"], 1, "no migration was started here").await;
     refused(&e, &["run", "--to", "B", "--consumer", "C", "--yes"], BAD_INPUT, "--from is required")
         .await;
@@ -326,21 +235,13 @@ async fn account_without_room_for_b_is_refused() {
             .await
             .unwrap_or_else(|e| panic!("publish {i}: {e}"));
     }
-    let out = cli(&[
-        "--server",
-        s.url(),
-        "--user",
-        "app",
-        "--password",
-        "app",
-        "plan",
-        "--from",
+    let out = cli(&move_args(
+        &["--server", s.url(), "--user", "app", "--password", "app", "plan"],
         "A",
-        "--to",
         "B",
-        "--consumer",
         "C",
-    ]);
+        &[],
+    ));
     assert_eq!(out.code, INCOMPATIBLE, "{out:?}");
     assert!(out.stdout.contains("raise the account's JetStream limit"), "{out:?}");
     assert!(js.stream_info_opt("B").await.unwrap().is_none());

@@ -1,7 +1,7 @@
 //! The test kit's 3-node loopback cluster works for replicated streams (the
 //! ground for the fault campaign).
 
-use crate::common::wait_until;
+use crate::common::{run_orders, wait_until};
 use cutover_nats::api::Action;
 use cutover_nats::Js;
 use cutover_testkit::Cluster;
@@ -38,7 +38,7 @@ async fn three_node_cluster_serves_a_replicated_stream() {
 /// rule asks for two agreeing reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn live_cutover_on_a_three_node_cluster_with_r3_streams() {
-    use crate::run::{assert_exact, finish, load_cfg, request, until_processed, until_published};
+    use crate::run::{assert_exact, finish_after, load_cfg, request, until_processed};
     use cutover_core::journal::Phase;
     use cutover_demo::load::Load;
     use cutover_nats::engine::{self, events::Collect, RunOptions};
@@ -60,12 +60,9 @@ async fn live_cutover_on_a_three_node_cluster_with_r3_streams() {
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let j = engine::run(&js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
     assert_eq!(j.phase, Phase::Done);
-    let after = load.published() + 300;
-    until_published(&load, after).await;
-    let r = finish(load).await;
+    let r = finish_after(load, 300).await;
     assert_exact(&r);
-    let v = cutover_nats::verify::verify(&js, &j.id, &Default::default(), &|_| {}).await.unwrap();
-    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
+    crate::run::assert_verified(&js, &j.id).await;
     let (_, b) = js.stream_info("ORDERS_V2").await.unwrap();
     assert_eq!(b.config.num_replicas, 3);
 }
@@ -78,7 +75,7 @@ async fn live_cutover_on_a_three_node_cluster_with_r3_streams() {
 /// processed twice but JetStream's own redeliveries, and verify holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leaders_stepping_down_during_the_cutover_lose_nothing() {
-    use crate::run::{finish, load_cfg, until_processed, until_published};
+    use crate::run::{finish_after, load_cfg, until_processed};
     use cutover_demo::load::Load;
     use futures::StreamExt;
     let cluster = Cluster::start(3).unwrap_or_else(|e| panic!("{e}"));
@@ -148,22 +145,10 @@ async fn leaders_stepping_down_during_the_cutover_lose_nothing() {
     let done = loop {
         // The same command again resumes the migration it started, if any.
         let started = std::time::Instant::now();
-        let out = crate::common::cli(&[
-            "--server",
-            &servers,
-            "--timeout",
-            "3s",
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-            "--lease-ttl",
-            "2s",
-        ]);
+        let out = crate::common::cli(&run_orders(
+            &["--server", &servers, "--timeout", "3s"],
+            &["--lease-ttl", "2s"],
+        ));
         eprintln!("run attempt: exit {} after {:?}", out.code, started.elapsed());
         if out.code == 0 {
             break true;
@@ -179,9 +164,7 @@ async fn leaders_stepping_down_during_the_cutover_lose_nothing() {
     eprintln!("{stepped} step-downs; failed attempts before success: {attempts:#?}");
     assert!(done, "the migration did not finish: {attempts:#?}");
     assert!(stepped >= 4, "leaders were stepped down at the runner's key requests ({stepped})");
-    let after = load.published() + 300;
-    until_published(&load, after).await;
-    let r = finish(load).await;
+    let r = finish_after(load, 300).await;
     // A consumer leader change can lose acks in flight, and JetStream then
     // redelivers (at least once): such a second processing comes with
     // delivered > 1. Any other one would be the move's: none is allowed.
@@ -197,8 +180,5 @@ async fn leaders_stepping_down_during_the_cutover_lose_nothing() {
     let by_move: Vec<_> =
         r.duplicated.iter().filter(|(id, _)| r.redelivered.binary_search(id).is_err()).collect();
     assert!(by_move.is_empty(), "processed twice without a redelivery: {by_move:?}");
-    let v = cutover_nats::verify::verify(&js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {})
-        .await
-        .unwrap();
-    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
+    crate::run::assert_verified(&js, "ORDERS.ORDERS_V2").await;
 }

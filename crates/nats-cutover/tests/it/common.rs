@@ -16,6 +16,15 @@ impl Env {
         cli(&full)
     }
 
+    /// The pull durable `name` on `stream`, to fetch from as an application does.
+    pub async fn pull_consumer(
+        &self,
+        stream: &str,
+        name: &str,
+    ) -> async_nats::jetstream::consumer::PullConsumer {
+        self.ctx.get_stream(stream).await.unwrap().get_consumer(name).await.unwrap()
+    }
+
     /// Every stream and consumer, without the fields that change by themselves
     /// (timestamps), for "nothing changed on the server" assertions.
     pub async fn snapshot(&self) -> Value {
@@ -88,6 +97,42 @@ pub fn cli(args: &[&str]) -> Out {
         stderr: String::from_utf8_lossy(&o.stderr).into(),
     }
 }
+
+/// The arguments of a command about moving `consumer` from stream `from` to
+/// `to`: `head` (global flags, the subcommand and its first flags), then
+/// `--from FROM --to TO --consumer CONSUMER`, then `tail`.
+pub fn move_args<'a>(
+    head: &[&'a str],
+    from: &'a str,
+    to: &'a str,
+    consumer: &'a str,
+    tail: &[&'a str],
+) -> Vec<&'a str> {
+    [head, &["--from", from, "--to", to, "--consumer", consumer], tail].concat()
+}
+
+/// `head` (global flags), then the standard live run `run --from ORDERS --to
+/// ORDERS_V2 --consumer worker --yes`, then `tail`.
+pub fn run_orders<'a>(head: &[&'a str], tail: &[&'a str]) -> Vec<&'a str> {
+    move_args(
+        &[head, &["run"]].concat(),
+        "ORDERS",
+        "ORDERS_V2",
+        "worker",
+        &[&["--yes"], tail].concat(),
+    )
+}
+
+/// The steps of a cut-over, in the order they run.
+pub const STEPS: [&str; 7] = [
+    "create_b",
+    "catch_up",
+    "move_consumers",
+    "move_publishers",
+    "seal_a",
+    "remove_source",
+    "retire",
+];
 
 /// The standard fixture: stream A on orders.>, durable C filtered on orders.eu.
 pub async fn orders(e: &Env) {

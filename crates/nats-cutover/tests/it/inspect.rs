@@ -24,14 +24,7 @@ async fn max_deliver_exhausted_message_is_settled_and_checkpoint_is_delivered() 
     e.stream(json!({"name": "A", "subjects": ["x.>"]})).await;
     e.consumer("A", json!({"durable_name": "C", "ack_policy": "explicit", "max_deliver": 1, "ack_wait": 200_000_000})).await;
     e.publish("x.1", "m", 3).await;
-    let c = e
-        .ctx
-        .get_stream("A")
-        .await
-        .unwrap()
-        .get_consumer::<async_nats::jetstream::consumer::pull::Config>("C")
-        .await
-        .unwrap();
+    let c = e.pull_consumer("A", "C").await;
     use futures::StreamExt;
     let mut batch =
         c.fetch().max_messages(3).expires(Duration::from_secs(2)).messages().await.unwrap();

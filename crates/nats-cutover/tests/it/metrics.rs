@@ -106,20 +106,13 @@ async fn metrics_follow_a_run_through_its_steps() {
     let addr = format!("127.0.0.1:{port}");
     let url = e.server.url().to_string();
     let run = std::thread::spawn(move || {
-        cli(&[
-            "--server",
-            &url,
-            "run",
-            "--from",
+        cli(&move_args(
+            &["--server", &url, "run"],
             "A",
-            "--to",
             "B",
-            "--consumer",
             "C",
-            "--yes",
-            "--metrics-addr",
-            &addr,
-        ])
+            &["--yes", "--metrics-addr", &addr],
+        ))
     });
     let body = scrape_until(port, "the drain", Duration::from_secs(20), |b| {
         b.contains("nats_cutover_step{migration=\"A.B\",step=\"move_consumers\"} 1")

@@ -63,8 +63,8 @@ async fn a_closed_stdout_ends_output_quietly_with_the_commands_own_exit_code() {
         &["--json", "inspect", "A"],
         &["--json", "status"],
         &["status"],
-        &["plan", "--from", "A", "--to", "B", "--consumer", "C"],
-        &["--json", "plan", "--from", "A", "--to", "B", "--consumer", "C"],
+        &move_args(&["plan"], "A", "B", "C", &[]),
+        &move_args(&["--json", "plan"], "A", "B", "C", &[]),
     ] {
         let (code, stderr) = with_closed_stdout(&e, args);
         assert!(!stderr.contains("panicked"), "{args:?} panicked on a closed stdout:\n{stderr}");
@@ -83,8 +83,7 @@ async fn a_closed_stdout_ends_output_quietly_with_the_commands_own_exit_code() {
 async fn run_with_a_closed_stdout_still_completes_the_migration() {
     let e = env().await;
     orders(&e).await;
-    let (code, stderr) =
-        with_closed_stdout(&e, &["run", "--from", "A", "--to", "B", "--consumer", "C", "--yes"]);
+    let (code, stderr) = with_closed_stdout(&e, &move_args(&["run"], "A", "B", "C", &["--yes"]));
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(code, 0, "{stderr}");
     let out = e.cli(&["--json", "status", "A.B"]);
@@ -149,9 +148,9 @@ async fn pipes_get_no_ansi_escapes() {
     orders(&e).await;
     let runs: [&[&str]; 4] = [
         &["inspect", "A"],
-        &["run", "--from", "A", "--to", "B", "--consumer", "C", "--yes"],
+        &move_args(&["run"], "A", "B", "C", &["--yes"]),
         &["verify", "--from", "A", "--to", "B"],
-        &["plan", "--from", "A", "--to", "B", "--consumer", "C", "--bogus"],
+        &move_args(&["plan"], "A", "B", "C", &["--bogus"]),
     ];
     for args in runs {
         // Logs on, so that stderr has something to colour.

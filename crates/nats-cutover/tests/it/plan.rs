@@ -9,17 +9,7 @@ async fn plan_explains_a_safe_cutover_and_changes_nothing() {
     let dir = e.server.dir().join("out");
     std::fs::create_dir_all(&dir).unwrap();
     let toml_path = dir.join("plan.toml");
-    let out = e.cli(&[
-        "plan",
-        "--from",
-        "A",
-        "--to",
-        "B",
-        "--consumer",
-        "C",
-        "--out",
-        toml_path.to_str().unwrap(),
-    ]);
+    let out = e.cli(&move_args(&["plan"], "A", "B", "C", &["--out", toml_path.to_str().unwrap()]));
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("Verdict: SAFE"), "{out:?}");
     assert!(out.stdout.contains("consumer pause (2.11+)"), "{out:?}");
@@ -27,7 +17,7 @@ async fn plan_explains_a_safe_cutover_and_changes_nothing() {
     assert!(out.stdout.contains("ack_wait × (max_pending + 1) is not a bound"), "{out:?}");
     let toml_text = std::fs::read_to_string(&toml_path).unwrap();
     assert!(toml_text.contains("from = \"A\""), "{toml_text}");
-    let j = e.cli(&["plan", "--json", "--from", "A", "--to", "B", "--consumer", "C"]).json();
+    let j = e.cli(&move_args(&["plan", "--json"], "A", "B", "C", &[])).json();
     assert_eq!(j["safe"], true);
     assert_eq!(j["format"], 1);
     assert_eq!(j["b_config"]["sources"], json!([{"name": "A"}]));
@@ -69,8 +59,7 @@ async fn plan_options_may_come_before_the_subcommand_and_all_consumers_works() {
         cli(&["plan", "--from", "A", "--to", "B", "--all-consumers", "--server", e.server.url()]);
     assert_eq!(out.code, 0, "{out:?}");
     // Moving only C would leave durable D on a stream that receives nothing new.
-    let out =
-        cli(&["plan", "--from", "A", "--to", "B", "--consumer", "C", "--server", e.server.url()]);
+    let out = cli(&move_args(&["plan"], "A", "B", "C", &["--server", e.server.url()]));
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stdout.contains("durable D on A is not being moved"), "{out:?}");
     // So would a stream that sources A.
@@ -87,7 +76,7 @@ async fn plan_maps_filters_through_an_existing_b_source_transform() {
     orders(&e).await;
     e.stream(json!({"name": "B", "duplicate_window": 120_000_000_000i64, "allow_direct": true,
         "sources": [{"name": "A", "subject_transforms": [{"src": "orders.>", "dest": "v2.orders.>"}]}]})).await;
-    let out = e.cli(&["plan", "--json", "--from", "A", "--to", "B", "--consumer", "C"]);
+    let out = e.cli(&move_args(&["plan", "--json"], "A", "B", "C", &[]));
     let j = out.json();
     assert_eq!(j["consumers"][0]["b_filters"], json!(["v2.orders.>"]), "{j:#}");
     // Without the same stream-level transform, direct publishes after the cut-over
@@ -104,17 +93,7 @@ async fn run_executes_a_reviewed_plan_file() {
     let dir = e.server.dir().join("out");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("plan.toml");
-    let out = e.cli(&[
-        "plan",
-        "--from",
-        "A",
-        "--to",
-        "B",
-        "--consumer",
-        "C",
-        "--out",
-        path.to_str().unwrap(),
-    ]);
+    let out = e.cli(&move_args(&["plan"], "A", "B", "C", &["--out", path.to_str().unwrap()]));
     assert_eq!(out.code, 0, "{out:?}");
     let out = e.cli(&["--json", "run", "--plan", path.to_str().unwrap(), "--yes"]);
     assert_eq!(out.code, 0, "{out:?}");

@@ -98,41 +98,18 @@ async fn nats_py_publisher_and_workers_move_exactly() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = |n: &str| dir.join(n);
     let url = e.server.url();
+    // A worker.py on the durable named after its mode (pull or push), with
+    // `extra` flags, writing its records to `out`.
+    let worker = |mode: &str, extra: &[&str], out: &PathBuf| {
+        let head = ["--server", url, "--stream", "ORDERS", "--consumer", mode, "--mode", mode];
+        App::start("worker.py", &[&head[..], extra, &["--out", out.to_str().unwrap()]].concat())
+    };
     let mut workers = vec![];
     let (mut pull_files, mut push_files) = (vec![], vec![]);
     for i in 0..2 {
         let (p, q) = (file(&format!("pull{i}.jsonl")), file(&format!("push{i}.jsonl")));
-        workers.push(App::start(
-            "worker.py",
-            &[
-                "--server",
-                url,
-                "--stream",
-                "ORDERS",
-                "--consumer",
-                "pull",
-                "--mode",
-                "pull",
-                "--follow-route",
-                "--out",
-                p.to_str().unwrap(),
-            ],
-        ));
-        workers.push(App::start(
-            "worker.py",
-            &[
-                "--server",
-                url,
-                "--stream",
-                "ORDERS",
-                "--consumer",
-                "push",
-                "--mode",
-                "push",
-                "--out",
-                q.to_str().unwrap(),
-            ],
-        ));
+        workers.push(worker("pull", &["--follow-route"], &p));
+        workers.push(worker("push", &[], &q));
         pull_files.push(p);
         push_files.push(q);
     }

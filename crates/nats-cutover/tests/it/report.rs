@@ -185,15 +185,7 @@ fn demo_report_draws_its_timeline_in_headless_chromium() {
     let points: u64 =
         body_attr(&dom, "data-points").and_then(|p| p.parse().ok()).expect("data-points");
     assert!(points > 60, "only {points} points drawn");
-    for step in [
-        "create_b",
-        "catch_up",
-        "move_consumers",
-        "move_publishers",
-        "seal_a",
-        "remove_source",
-        "retire",
-    ] {
+    for step in STEPS {
         assert!(dom.contains(&format!(">{step} ")), "step {step} not marked on the chart");
     }
     assert!(dom.contains(">checkpoint worker F="), "checkpoint not marked on the chart");
@@ -214,8 +206,7 @@ async fn run_report_draws_the_consumer_timeline_in_headless_chromium() {
     let e = env().await;
     orders(&e).await;
     // Four processed, so the checkpoint is not the trivial 0.
-    let c: async_nats::jetstream::consumer::PullConsumer =
-        e.ctx.get_stream("A").await.unwrap().get_consumer("C").await.unwrap();
+    let c: async_nats::jetstream::consumer::PullConsumer = e.pull_consumer("A", "C").await;
     let mut msgs = c.fetch().max_messages(4).messages().await.expect("fetch");
     let mut acked = 0;
     while let Some(m) = msgs.next().await {
@@ -226,18 +217,13 @@ async fn run_report_draws_the_consumer_timeline_in_headless_chromium() {
     let dir = artifacts();
     let report = dir.join("report-run.html");
     let _ = std::fs::remove_file(&report);
-    let out = e.cli(&[
-        "run",
-        "--from",
+    let out = e.cli(&move_args(
+        &["run"],
         "A",
-        "--to",
         "B",
-        "--consumer",
         "C",
-        "--yes",
-        "--report",
-        report.to_str().unwrap(),
-    ]);
+        &["--yes", "--report", report.to_str().unwrap()],
+    ));
     assert_eq!(out.code, 0, "{out:?}");
     let dom = check_in_browser(&report, &dir.join("report-run.png"));
     let points: u64 =
@@ -252,20 +238,13 @@ async fn run_report_draws_the_consumer_timeline_in_headless_chromium() {
 
 #[test]
 fn run_refuses_a_report_path_it_cannot_write_before_changing_anything() {
-    let out = cli(&[
-        "--server",
-        "nats://127.0.0.1:1",
-        "run",
-        "--from",
+    let out = cli(&move_args(
+        &["--server", "nats://127.0.0.1:1", "run"],
         "A",
-        "--to",
         "B",
-        "--consumer",
         "C",
-        "--yes",
-        "--report",
-        "/nonexistent-dir/x.html",
-    ]);
+        &["--yes", "--report", "/nonexistent-dir/x.html"],
+    ));
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("--report") && out.stderr.contains("not a directory"), "{out:?}");
 }

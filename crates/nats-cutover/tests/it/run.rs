@@ -5,6 +5,7 @@ use cutover_core::journal::{ConsumerPhase, Phase};
 use cutover_core::plan::PlanRequest;
 use cutover_demo::load::{Load, LoadConfig, LoadReport};
 use cutover_nats::engine::{self, events::Collect, RunOptions};
+use cutover_nats::Js;
 use serde_json::json;
 use std::time::Duration;
 
@@ -45,6 +46,23 @@ pub async fn until_processed(load: &Load, n: u64) {
 
 pub async fn until_published(load: &Load, n: u64) {
     until(load, "published", n, Load::published).await
+}
+
+/// Lets the publishers go on for `more` messages after the move, then stops
+/// the workload once every published message was processed: its report.
+pub async fn finish_after(load: Load, more: u64) -> LoadReport {
+    let after = load.published() + more;
+    until_published(&load, after).await;
+    finish(load).await
+}
+
+/// ORDERS and its durable `worker` (ack_wait in ms) under a live workload of
+/// `rate` msg/s (at most 20,000 messages), once `processed` were processed.
+pub async fn orders_under_load(e: &Env, ack_wait_ms: i64, rate: u32, processed: u64) -> Load {
+    orders_stream(e, ack_wait_ms).await;
+    let load = Load::start(e.js.client.clone(), load_cfg(rate, 20_000)).await;
+    until_processed(&load, processed).await;
+    load
 }
 
 pub async fn finish(mut load: Load) -> LoadReport {
@@ -108,9 +126,7 @@ async fn live_cutover_loses_nothing_and_processes_nothing_twice() {
     assert_eq!(c.phase, ConsumerPhase::Retired);
     assert!(c.translate_gets.unwrap() <= 3, "one-to-one streams translate in a get or two: {c:?}");
     // Publishers keep going, now into ORDERS_V2, and workers keep up.
-    let after = load.published() + 300;
-    until_published(&load, after).await;
-    let r = finish(load).await;
+    let r = finish_after(load, 300).await;
     assert_exact(&r);
     assert_finished(&e, "ORDERS", "ORDERS_V2", "worker", json!(["orders.>"])).await;
     // Events were reported for every step.
@@ -122,21 +138,10 @@ async fn live_cutover_loses_nothing_and_processes_nothing_twice() {
         .filter(|e| matches!(e.kind, engine::EventKind::StepDone { .. }))
         .map(|e| e.step.to_string())
         .collect();
-    assert_eq!(
-        steps,
-        [
-            "create_b",
-            "catch_up",
-            "move_consumers",
-            "move_publishers",
-            "seal_a",
-            "remove_source",
-            "retire"
-        ]
-    );
+    assert_eq!(steps, STEPS);
     // The final check, from the streams alone: every message once, in order,
     // handed over without gap or overlap, no retry slipped into B twice.
-    let v = assert_verified(&e, &j.id).await;
+    let v = assert_verified(&e.js, &j.id).await;
     assert_eq!(v.consumers[0].counts.checked, r.published, "each published message checked once");
 }
 
@@ -180,34 +185,16 @@ async fn resume_until_done(e: &Env, id: &str) -> Out {
 }
 
 /// The streams and the journal alone prove the migration exact.
-async fn assert_verified(e: &Env, id: &str) -> cutover_core::verify::Report {
-    let v = cutover_nats::verify::verify(&e.js, id, &Default::default(), &|_| {}).await.unwrap();
+pub async fn assert_verified(js: &Js, id: &str) -> cutover_core::verify::Report {
+    let v = cutover_nats::verify::verify(js, id, &Default::default(), &|_| {}).await.unwrap();
     assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
     v
 }
 
 async fn crash_and_resume(crash_after: &str) {
     let e = env().await;
-    orders_stream(&e, 30_000).await;
-    let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
-    until_processed(&load, 200).await;
-    let out = run_cli(
-        &e,
-        &[
-            "--json",
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-            "--lease-ttl",
-            "1s",
-        ],
-        Some(crash_after),
-    );
+    let load = orders_under_load(&e, 30_000, 500, 200).await;
+    let out = run_cli(&e, &run_orders(&["--json"], &["--lease-ttl", "1s"]), Some(crash_after));
     assert_eq!(out.code, 86, "the runner should die after {crash_after}: {out:?}");
     let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_ne!(j.phase, Phase::Done);
@@ -215,9 +202,7 @@ async fn crash_and_resume(crash_after: &str) {
     assert_eq!(out.code, 0, "resume after {crash_after}: {out:?}");
     let last: serde_json::Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
     assert_eq!(last["journal"]["phase"], "done", "{out:?}");
-    let after = load.published() + 200;
-    until_published(&load, after).await;
-    let r = finish(load).await;
+    let r = finish_after(load, 200).await;
     assert_exact(&r);
     assert_finished(&e, "ORDERS", "ORDERS_V2", "worker", json!(["orders.>"])).await;
 }
@@ -268,25 +253,9 @@ async fn resume_after_crash_at_remove_source() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
     let e = env().await;
-    orders_stream(&e, 30_000).await;
-    let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
-    until_processed(&load, 200).await;
-    let out = run_cli(
-        &e,
-        &[
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-            "--lease-ttl",
-            "1s",
-        ],
-        Some("consumer_created:worker"),
-    );
+    let load = orders_under_load(&e, 30_000, 500, 200).await;
+    let out =
+        run_cli(&e, &run_orders(&[], &["--lease-ttl", "1s"]), Some("consumer_created:worker"));
     assert_eq!(out.code, 86, "{out:?}");
     // Workers followed the route to ORDERS_V2 and process there.
     let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
@@ -307,9 +276,7 @@ async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
         out.stdout.contains("reset_to"),
         "the old durable must be reset past what the new one processed: {out:?}"
     );
-    let after = load.published() + 300;
-    until_published(&load, after).await;
-    let r = finish(load).await;
+    let r = finish_after(load, 300).await;
     assert_exact(&r);
     assert!(
         e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(),
@@ -322,21 +289,7 @@ async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
     // After the commit point a rollback is refused.
     let e2 = env().await;
     orders_stream(&e2, 30_000).await;
-    let out = run_cli(
-        &e2,
-        &[
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-            "--delete-old",
-        ],
-        None,
-    );
+    let out = run_cli(&e2, &run_orders(&[], &["--delete-old"]), None);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
         e2.js.stream_info_opt("ORDERS").await.unwrap().is_none(),
@@ -356,30 +309,12 @@ async fn second_runner_is_refused_and_ctrl_c_stops_safely() {
     orders_stream(&e, 30_000).await;
     e.publish("orders.1", "x", 5).await;
     // A worker takes a message and dies without acking it.
-    let c = e
-        .ctx
-        .get_stream("ORDERS")
-        .await
-        .unwrap()
-        .get_consumer::<async_nats::jetstream::consumer::pull::Config>("worker")
-        .await
-        .unwrap();
+    let c = e.pull_consumer("ORDERS", "worker").await;
     use futures::StreamExt;
     let mut b = c.fetch().max_messages(1).messages().await.unwrap();
     let _held = b.next().await.unwrap().unwrap();
     let first = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
-        .args([
-            "--server",
-            e.server.url(),
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-        ])
+        .args(run_orders(&["--server", e.server.url()], &[]))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -394,8 +329,7 @@ async fn second_runner_is_refused_and_ctrl_c_stops_safely() {
         paused && draining
     })
     .await;
-    let second =
-        e.cli(&["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"]);
+    let second = e.cli(&run_orders(&[], &[]));
     assert_eq!(second.code, 1, "{second:?}");
     assert!(second.stderr.contains("is held by runner"), "{second:?}");
     std::process::Command::new("kill").args(["-INT", &first.id().to_string()]).status().unwrap();
@@ -422,9 +356,7 @@ async fn second_runner_is_refused_and_ctrl_c_stops_safely() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn worker_killed_mid_message_during_the_drain() {
     let e = env().await;
-    orders_stream(&e, 1_000).await;
-    let load = Load::start(e.js.client.clone(), load_cfg(300, 20_000)).await;
-    until_processed(&load, 100).await;
+    let load = orders_under_load(&e, 1_000, 300, 100).await;
     let held = take_one_and_die(&e).await;
     let plan =
         engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
@@ -434,9 +366,7 @@ async fn worker_killed_mid_message_during_the_drain() {
     drop(held);
     assert_eq!(j.phase, Phase::Done);
     assert!(j.consumers[0].nudges >= 1, "the stuck message needed a nudge: {:?}", j.consumers[0]);
-    let after = load.published() + 100;
-    until_published(&load, after).await;
-    let r = finish(load).await;
+    let r = finish_after(load, 100).await;
     assert_exact(&r);
 }
 
@@ -522,14 +452,7 @@ async fn push_consumer_with_deliver_group_moves_without_redeploy() {
 /// until it gets one: live workers may have taken everything available.
 pub async fn take_one_and_die(e: &Env) -> async_nats::jetstream::Message {
     use futures::StreamExt;
-    let c = e
-        .ctx
-        .get_stream("ORDERS")
-        .await
-        .unwrap()
-        .get_consumer::<async_nats::jetstream::consumer::pull::Config>("worker")
-        .await
-        .unwrap();
+    let c = e.pull_consumer("ORDERS", "worker").await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let mut b =
@@ -575,9 +498,7 @@ async fn several_consumers_move_in_one_run() {
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert_eq!(moved, ["billing", "worker"]);
-    let after = load.published() + 300;
-    until_published(&load, after).await;
-    let r = finish(load).await;
+    let r = finish_after(load, 300).await;
     assert_exact(&r);
     // `billing` published nothing, so everything it processed shows as "extra":
     // that set must be exactly what the publisher published, each once.
@@ -610,9 +531,7 @@ async fn several_consumers_move_in_one_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn server_restart_during_the_drain_then_resume() {
     let mut e = env().await;
-    orders_stream(&e, 2_000).await;
-    let load = Load::start(e.js.client.clone(), load_cfg(300, 20_000)).await;
-    until_processed(&load, 100).await;
+    let load = orders_under_load(&e, 2_000, 300, 100).await;
     let held = take_one_and_die(&e).await;
     let url = e.server.url().to_string();
     let runner = tokio::spawn(async move {
@@ -651,11 +570,9 @@ async fn server_restart_during_the_drain_then_resume() {
     )
     .await;
     assert_eq!(out.code, 0, "{out:?}");
-    let after = load.published() + 200;
-    until_published(&load, after).await;
-    let r = finish(load).await;
+    let r = finish_after(load, 200).await;
     assert_exact(&r);
-    assert_verified(&e, "ORDERS.ORDERS_V2").await;
+    assert_verified(&e.js, "ORDERS.ORDERS_V2").await;
 }
 
 /// The runner dies once the new durable exists, then the server restarts too:
@@ -664,25 +581,9 @@ async fn server_restart_during_the_drain_then_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn runner_crash_then_server_restart_after_the_new_durable_exists() {
     let mut e = env().await;
-    orders_stream(&e, 30_000).await;
-    let load = Load::start(e.js.client.clone(), load_cfg(300, 20_000)).await;
-    until_processed(&load, 100).await;
-    let out = run_cli(
-        &e,
-        &[
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-            "--lease-ttl",
-            "1s",
-        ],
-        Some("consumer_created:worker"),
-    );
+    let load = orders_under_load(&e, 30_000, 300, 100).await;
+    let out =
+        run_cli(&e, &run_orders(&[], &["--lease-ttl", "1s"]), Some("consumer_created:worker"));
     assert_eq!(out.code, 86, "{out:?}");
     e.server.restart().unwrap();
     wait_until("the server to answer again", Duration::from_secs(20), || async {
@@ -694,11 +595,9 @@ async fn runner_crash_then_server_restart_after_the_new_durable_exists() {
     until_processed(&load, before + 100).await;
     let out = resume_until_done(&e, "ORDERS.ORDERS_V2").await;
     assert_eq!(out.code, 0, "{out:?}");
-    let after = load.published() + 200;
-    until_published(&load, after).await;
-    let r = finish(load).await;
+    let r = finish_after(load, 200).await;
     assert_exact(&r);
-    assert_verified(&e, "ORDERS.ORDERS_V2").await;
+    assert_verified(&e.js, "ORDERS.ORDERS_V2").await;
 }
 
 /// `--keep-old-consumers`: the old durable stays, paused for good on a sealed
@@ -706,50 +605,21 @@ async fn runner_crash_then_server_restart_after_the_new_durable_exists() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keep_old_consumers_leaves_them_paused_for_good() {
     let e = env().await;
-    orders_stream(&e, 30_000).await;
-    let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
-    until_processed(&load, 200).await;
-    let out = run_cli(
-        &e,
-        &[
-            "--json",
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "ORDERS_V2",
-            "--consumer",
-            "worker",
-            "--yes",
-            "--keep-old-consumers",
-        ],
-        None,
-    );
+    let load = orders_under_load(&e, 30_000, 500, 200).await;
+    let out = run_cli(&e, &run_orders(&["--json"], &["--keep-old-consumers"]), None);
     assert_eq!(out.code, 0, "{out:?}");
     let (_, old) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert!(old.paused, "the kept durable stays paused");
     let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
     assert!(a.config.sealed);
-    let after = load.published() + 300;
-    until_published(&load, after).await;
-    let r = finish(load).await;
+    let r = finish_after(load, 300).await;
     assert_exact(&r);
     let (_, again) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert_eq!(again.delivered, old.delivered, "the kept durable delivered nothing more");
-    assert_verified(&e, "ORDERS.ORDERS_V2").await;
+    assert_verified(&e.js, "ORDERS.ORDERS_V2").await;
     let out = run_cli(
         &e,
-        &[
-            "run",
-            "--from",
-            "ORDERS",
-            "--to",
-            "X",
-            "--consumer",
-            "worker",
-            "--keep-old-consumers",
-            "--delete-old",
-        ],
+        &move_args(&["run"], "ORDERS", "X", "worker", &["--keep-old-consumers", "--delete-old"]),
         None,
     );
     assert_eq!(out.code, 2, "the two options contradict each other: {out:?}");

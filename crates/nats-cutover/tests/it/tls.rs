@@ -76,33 +76,28 @@ fn tls_with_ca_and_token_auth() {
     let url = s.url().to_string();
     assert!(url.starts_with("tls://"), "{url}");
     let ca = dir.join("ca.pem");
+    // `inspect NOPE` verifying the server against the CA, with `token`.
+    let with_ca = |token: &str| {
+        cli(&[
+            "--server",
+            &url,
+            "--tlsca",
+            ca.to_str().unwrap(),
+            "--token",
+            token,
+            "inspect",
+            "NOPE",
+        ])
+    };
     // Verified against the CA, with the token: connects (the stream is missing: bad input).
-    let out = cli(&[
-        "--server",
-        &url,
-        "--tlsca",
-        ca.to_str().unwrap(),
-        "--token",
-        "s3cret",
-        "inspect",
-        "NOPE",
-    ]);
+    let out = with_ca("s3cret");
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("stream \"NOPE\" does not exist"), "{out:?}");
     // Without the CA the server's certificate is not trusted.
     let out = cli(&["--server", &url, "--token", "s3cret", "--timeout", "2s", "inspect", "NOPE"]);
     assert_eq!(out.code, 4, "{out:?}");
     // A wrong token is refused by the server.
-    let out = cli(&[
-        "--server",
-        &url,
-        "--tlsca",
-        ca.to_str().unwrap(),
-        "--token",
-        "wrong",
-        "inspect",
-        "NOPE",
-    ]);
+    let out = with_ca("wrong");
     assert_eq!(out.code, 4, "{out:?}");
     assert!(out.stderr.contains("authorization"), "{out:?}");
     // Half of a client certificate pair is bad input.

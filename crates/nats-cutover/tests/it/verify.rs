@@ -5,7 +5,7 @@
 //! whose fixture this shares.
 
 use crate::common::*;
-use crate::run::{finish, load_cfg, orders_stream, request, until_processed, until_published};
+use crate::run::{finish_after, load_cfg, orders_stream, request, until_processed};
 use crate::verify_fixture::*;
 use cutover_core::verify::{AKnown, Kind};
 use cutover_demo::load::Load;
@@ -50,7 +50,7 @@ async fn a_correct_migration_verifies_clean_and_the_cli_exits_0() {
     assert_eq!(v["holds"], true);
     assert_eq!(v["summary"]["checked"], 29 + 7);
     assert_eq!(v["consumers"][0]["name"], "worker");
-    let out = e.cli(&["verify", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "eu"]);
+    let out = e.cli(&move_args(&["verify"], "ORDERS", "ORDERS_V2", "eu", &[]));
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("HOLDS"), "{out:?}");
     let out = e.cli(&["verify", "--migration", "ORDERS.NOPE"]);
@@ -93,9 +93,7 @@ async fn live_migration_with_audit_verifies_clean_and_names_a_missing_and_a_doub
         engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
     engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
-    let after = load.published() + 300;
-    until_published(&load, after).await;
-    let lr = finish(load).await;
+    let lr = finish_after(load, 300).await;
     let opts = VerifyOptions { audit: Some("audit.>".into()), ..Default::default() };
     let r = check(&e, &opts).await;
     assert!(r.holds, "{:#?}", r.offenders);

@@ -39,19 +39,11 @@ async fn without_pause_publishers_must_be_stopped_then_the_move_is_exact() {
     )
     .await;
     e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 5_000_000_000i64, "max_deliver": 3, "max_ack_pending": 1000})).await;
-    let out = e.cli(&["plan", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"]);
+    let out = e.cli(&move_args(&["plan"], "ORDERS", "ORDERS_V2", "worker", &[]));
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stdout.contains("cannot pause consumers"), "{out:?}");
-    let out = e.cli(&[
-        "plan",
-        "--from",
-        "ORDERS",
-        "--to",
-        "ORDERS_V2",
-        "--consumer",
-        "worker",
-        "--publishers-stopped",
-    ]);
+    let out =
+        e.cli(&move_args(&["plan"], "ORDERS", "ORDERS_V2", "worker", &["--publishers-stopped"]));
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("Quiescent interval for worker"), "{out:?}");
     // Publish a bounded batch, then the publishers stop; workers keep consuming.
@@ -77,10 +69,7 @@ async fn without_pause_publishers_must_be_stopped_then_the_move_is_exact() {
     assert_eq!(b.num_pending, 3);
     // verify judges the checkpoint taken without a pause by its own evidence
     // (publishers stopped: nothing pending, nothing ack-pending).
-    let v = cutover_nats::verify::verify(&e.js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {})
-        .await
-        .unwrap();
-    assert!(v.holds, "verify: {:?} {:#?}", v.summary, v.offenders);
+    crate::run::assert_verified(&e.js, "ORDERS.ORDERS_V2").await;
 }
 
 /// The version matrix: the core live cut-over on the newest release of every
@@ -89,15 +78,10 @@ async fn without_pause_publishers_must_be_stopped_then_the_move_is_exact() {
 async fn live_on(version: &str) {
     let e = env_on(version).await;
     assert_eq!(e.js.server_version().unwrap().to_string(), version);
-    crate::run::orders_stream(&e, 30_000).await;
-    let load = Load::start(e.js.client.clone(), load_cfg(500, 20_000)).await;
-    crate::run::until_processed(&load, 200).await;
-    let out =
-        e.cli(&["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"]);
+    let load = crate::run::orders_under_load(&e, 30_000, 500, 200).await;
+    let out = e.cli(&run_orders(&[], &[]));
     assert_eq!(out.code, 0, "on {version}: {out:?}");
-    let after = load.published() + 200;
-    crate::run::until_published(&load, after).await;
-    let r = crate::run::finish(load).await;
+    let r = crate::run::finish_after(load, 200).await;
     assert_exact(&r);
     let v = cutover_nats::verify::verify(&e.js, "ORDERS.ORDERS_V2", &Default::default(), &|_| {})
         .await

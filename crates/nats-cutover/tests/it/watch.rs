@@ -92,7 +92,7 @@ pub async fn fixture(e: &Env) -> PullConsumer {
     e.stream(json!({"name": "A", "subjects": ["orders.>"]})).await;
     e.consumer("A", json!({"durable_name": "C", "ack_policy": "explicit", "ack_wait": 120_000_000_000i64, "max_ack_pending": 100})).await;
     e.publish("orders.eu", "m", 20).await;
-    e.ctx.get_stream("A").await.unwrap().get_consumer("C").await.unwrap()
+    e.pull_consumer("A", "C").await
 }
 
 /// Fetches `n` messages and holds them unacknowledged.
