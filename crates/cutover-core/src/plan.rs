@@ -660,6 +660,30 @@ fn checkpoint_rule(req: &PlanRequest) -> String {
     )
 }
 
+/// What `create B` does: nothing if B exists, else the configuration it gets.
+fn create_b_detail(req: &PlanRequest, b_exists: bool, dw: Duration, features: Features) -> String {
+    let mirror = req.strategy == Strategy::Mirror;
+    if b_exists {
+        format!("{} exists: checked compatible and sourcing {}", req.to, req.from)
+    } else if mirror {
+        format!(
+                "create {} mirroring {}, no subjects, allow_direct, duplicate_window {dw:?} (A's: the mirror records the msg-ids it stores, for retries after the promotion)",
+                req.to, req.from
+            )
+    } else {
+        format!(
+            "create {} sourcing {}, no subjects, allow_direct, duplicate_window {dw:?} (A's){}",
+            req.to,
+            req.from,
+            if features.sourcing_streams_get_no_default_dedup_window {
+                "; it sources without dedup until it holds A's history older than one window, so msg-ids A stored again after its window are all kept"
+            } else {
+                "; before 2.14 a sourcing stream cannot turn dedup off: msg-ids reused in A's history within that window of each other can be dropped while B catches up"
+            }
+        )
+    }
+}
+
 /// The steps `run` takes, in order.
 fn steps(
     req: &PlanRequest,
@@ -677,28 +701,7 @@ fn steps(
     };
     add("validate", "check every setting as in this report; refuse before the first write if anything is unsafe".into());
     add("journal", "record the migration in KV bucket CUTOVER (plan, step, checkpoints), take the lease on the source stream".into());
-    add(
-        "create B",
-        if b_exists {
-            format!("{} exists: checked compatible and sourcing {}", req.to, req.from)
-        } else if mirror {
-            format!(
-                "create {} mirroring {}, no subjects, allow_direct, duplicate_window {dw:?} (A's: the mirror records the msg-ids it stores, for retries after the promotion)",
-                req.to, req.from
-            )
-        } else {
-            format!(
-                "create {} sourcing {}, no subjects, allow_direct, duplicate_window {dw:?} (A's){}",
-                req.to,
-                req.from,
-                if features.sourcing_streams_get_no_default_dedup_window {
-                    "; it sources without dedup until it holds A's history older than one window, so msg-ids A stored again after its window are all kept"
-                } else {
-                    "; before 2.14 a sourcing stream cannot turn dedup off: msg-ids reused in A's history within that window of each other can be dropped while B catches up"
-                }
-            )
-        },
-    );
+    add("create B", create_b_detail(req, b_exists, dw, features));
     add(
         "catch up",
         if mirror {
