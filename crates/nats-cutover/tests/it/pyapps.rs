@@ -86,6 +86,23 @@ fn processed(files: &[PathBuf]) -> HashMap<String, u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn nats_py_publisher_and_workers_move_exactly() {
+    let args = ["run", "--from", "ORDERS", "--to", "ORDERS_V2"];
+    nats_py_apps_through(&args, "ORDERS_V2").await;
+}
+
+/// The same applications through an in-place change (file to memory, two
+/// mirror hops): pull workers follow the route there and back, push workers
+/// keep their deliver subject; when it ends they read ORDERS again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nats_py_publisher_and_workers_through_an_in_place_change() {
+    let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory"];
+    nats_py_apps_through(&args, "ORDERS").await;
+}
+
+/// nats-py publisher and workers (pull following the route, push in a group)
+/// on ORDERS while `move_args` (plus the two consumers and --yes) runs; the
+/// workers end reading `ends_on`; none lost, none twice.
+async fn nats_py_apps_through(move_args: &[&str], ends_on: &str) {
     let e = env().await;
     e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"]})).await;
     e.consumer(
@@ -137,18 +154,8 @@ async fn nats_py_publisher_and_workers_move_exactly() {
         processed(&pull_files).len() >= 300
     })
     .await;
-    let out = e.cli(&[
-        "run",
-        "--from",
-        "ORDERS",
-        "--to",
-        "ORDERS_V2",
-        "--consumer",
-        "pull",
-        "--consumer",
-        "push",
-        "--yes",
-    ]);
+    let consumers = ["--consumer", "pull", "--consumer", "push", "--yes"];
+    let out = e.cli(&[move_args, &consumers[..]].concat());
     assert_eq!(out.code, 0, "{out:?}");
     assert!(publisher.0.wait().unwrap().success());
     let acked: Vec<String> = lines(&published)
@@ -166,11 +173,13 @@ async fn nats_py_publisher_and_workers_move_exactly() {
     for w in workers {
         w.stop();
     }
-    let on_b = lines(&pull_files[0])
-        .iter()
-        .chain(lines(&push_files[0]).iter())
-        .any(|l| l["stream"] == "ORDERS_V2");
-    assert!(on_b, "the workers read from the new stream after the move");
+    // The last message each kind of worker handled came from where they end.
+    for files in [&pull_files, &push_files] {
+        let last = files.iter().flat_map(|f| lines(f)).max_by_key(|l| {
+            l["id"].as_str().map(|i| i.trim_start_matches("m-").parse::<u64>().unwrap_or(0))
+        });
+        assert_eq!(last.unwrap()["stream"], ends_on, "the workers read {ends_on} after the move");
+    }
     for (kind, files) in [("pull", &pull_files), ("push", &push_files)] {
         let p = processed(files);
         let twice: Vec<_> = p.iter().filter(|(_, n)| **n > 1).collect();
