@@ -906,3 +906,77 @@ mod tests {
         assert!(p.unsafe_findings().any(|f| f.setting == "max_msgs"));
     }
 }
+
+/// Refuses, by name, a key that is not a stream setting (a typo the server
+/// would silently ignore).
+pub fn check_setting_names(settings: &Map<String, Value>) -> Result<(), PlanError> {
+    match settings.keys().find(|k| !STREAM_SETTINGS.contains(&k.as_str())) {
+        Some(k) => {
+            Err(PlanError::UnknownSetting { field: k.clone(), known: STREAM_SETTINGS.join(", ") })
+        }
+        None => Ok(()),
+    }
+}
+
+/// The settings among `changes` that the server refuses to update on a stream
+/// with configuration `current` (nats-server stream.go
+/// `configUpdateCheckLocked`), each with the server's reason. Empty: the
+/// server takes them as a plain update and no migration is needed.
+pub fn needs_migration(current: &Value, changes: &Map<String, Value>) -> Vec<(String, String)> {
+    let cur = |k: &str| current.get(k).cloned().unwrap_or(Value::Null);
+    let truthy = |v: &Value| v.as_bool().unwrap_or(false);
+    let mut out = vec![];
+    for (k, new) in changes {
+        let old = cur(k);
+        if *new == old {
+            continue;
+        }
+        let why = match k.as_str() {
+            "name" => Some("a stream's name cannot change"),
+            "storage" => Some("the server cannot change a stream's storage type"),
+            "retention"
+                if new.as_str() == Some("workqueue") || old.as_str() == Some("workqueue") =>
+            {
+                Some("the server cannot change retention to or from workqueue")
+            }
+            "deny_delete" | "deny_purge" | "allow_msg_ttl" | "allow_msg_schedules"
+                if truthy(&old) && !truthy(new) =>
+            {
+                Some("the server cannot turn this off once on")
+            }
+            "allow_msg_counter" => Some("the server cannot change the message counter setting"),
+            "persist_mode" => Some("the server cannot change the persist mode"),
+            "sealed" if truthy(&old) => Some("a sealed stream cannot be unsealed"),
+            _ => None,
+        };
+        if let Some(w) = why {
+            out.push((k.clone(), w.to_string()));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod needs_migration_tests {
+    use super::*;
+
+    #[test]
+    fn only_settings_the_server_will_not_update_need_a_migration() {
+        let cur = json!({"name": "A", "storage": "file", "retention": "limits", "max_age": 0, "deny_delete": true});
+        let m = |v: Value| v.as_object().unwrap().clone();
+        assert!(needs_migration(
+            &cur,
+            &m(json!({"max_age": 60_000_000_000i64, "num_replicas": 3}))
+        )
+        .is_empty());
+        assert!(needs_migration(&cur, &m(json!({"storage": "file"}))).is_empty(), "unchanged");
+        let keys = |v| needs_migration(&cur, &m(v)).into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(keys(json!({"storage": "memory"})), ["storage"]);
+        assert_eq!(keys(json!({"retention": "workqueue"})), ["retention"]);
+        assert!(
+            keys(json!({"retention": "interest"})).is_empty(),
+            "limits to interest is an update"
+        );
+        assert_eq!(keys(json!({"deny_delete": false})), ["deny_delete"]);
+    }
+}

@@ -6,6 +6,7 @@ use crate::cli::{ConnArgs, RunArgs};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use cutover_nats::engine::{self, InPlaceRequest, RunOptions};
+use cutover_nats::Js;
 use serde_json::{json, Map, Value};
 
 /// `--set KEY=VALUE` pairs over the `--to-config` file's settings: a value is
@@ -32,6 +33,37 @@ fn settings(a: &RunArgs) -> Result<Option<Map<String, Value>>> {
     Ok(Some(m))
 }
 
+/// When the server takes every new setting as a plain update, no migration
+/// is needed: says so, with the update, and changes nothing.
+async fn update_is_enough(
+    js: &Js,
+    req: &InPlaceRequest,
+    json_out: bool,
+) -> Result<Option<ExitCode>> {
+    let (raw, _) = js.stream_info(&req.stream).await?;
+    let settings = req.settings.clone().unwrap_or_default();
+    cutover_core::plan::check_setting_names(&settings).map_err(cutover_nats::Error::from)?;
+    if !cutover_core::plan::needs_migration(&raw["config"], &settings).is_empty() {
+        return Ok(None);
+    }
+    let mut update = raw["config"].clone();
+    for (k, v) in &settings {
+        update[k] = v.clone();
+    }
+    let text = format!(
+        "no migration needed: the server updates these settings of {} in place ({}); apply them as an update (nats stream edit {}, or the JSON below as a STREAM.UPDATE request); nothing was changed",
+        req.stream,
+        settings.keys().cloned().collect::<Vec<_>>().join(", "),
+        req.stream
+    );
+    if json_out {
+        outln!("{}", json!({ "kind": "no_migration_needed", "message": text, "update": update }));
+    } else {
+        outln!("{text}\n{}", serde_json::to_string_pretty(&update)?);
+    }
+    Ok(Some(ExitCode::Ok))
+}
+
 pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode> {
     let stream = a.in_place.clone().expect("--in-place");
     if a.plan.consumer.is_empty() && !a.plan.all_consumers {
@@ -48,6 +80,9 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         retry_horizon: a.plan.retry_horizon,
     };
     let js = super::connect(conn).await?;
+    if let Some(code) = update_is_enough(&js, &req, json_out).await? {
+        return Ok(code);
+    }
     if !a.yes {
         let hop1 = engine::plan_in_place(&js, &req).await?;
         outln!(

@@ -880,6 +880,13 @@ async fn run_in_place_from_the_cli() {
         assert!(out.stderr.contains(why), "{full:?}: {out:?}");
     }
     assert_eq!(e.snapshot().await, before, "bad input changed the server");
+    // Settings the server updates in place need no migration: said, not done.
+    let update = ["run", "--in-place", "ORDERS", "--consumer", "worker", "--yes"];
+    let out = e.cli(&[&update[..], &["--set", "max_age=3600000000000"]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("no migration needed"), "{out:?}");
+    assert!(out.stdout.contains("\"max_age\": 3600000000000"), "{out:?}");
+    assert_eq!(e.snapshot().await, before, "an update-only request changed the server");
     let out = e.cli(&[
         "run",
         "--in-place",
