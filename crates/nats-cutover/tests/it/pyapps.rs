@@ -158,6 +158,8 @@ async fn nats_py_apps_through(move_args: &[&str], ends_on: &str) {
     let out = e.cli(&[move_args, &consumers[..]].concat());
     assert_eq!(out.code, 0, "{out:?}");
     assert!(publisher.0.wait().unwrap().success());
+    let summary = std::fs::read_to_string(&published).unwrap_or_default();
+    eprintln!("publisher: {}", summary.lines().last().unwrap_or(""));
     let acked: Vec<String> = lines(&published)
         .iter()
         .filter(|l| l.get("failed").is_none())
