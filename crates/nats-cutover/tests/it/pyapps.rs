@@ -87,7 +87,7 @@ fn processed(files: &[PathBuf]) -> HashMap<String, u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn nats_py_publisher_and_workers_move_exactly() {
     let args = ["run", "--from", "ORDERS", "--to", "ORDERS_V2"];
-    nats_py_apps_through(&args, "ORDERS_V2").await;
+    nats_py_apps_through(&args, "ORDERS_V2", true).await;
 }
 
 /// The same applications through an in-place change (file to memory, two
@@ -96,13 +96,23 @@ async fn nats_py_publisher_and_workers_move_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn nats_py_publisher_and_workers_through_an_in_place_change() {
     let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory"];
-    nats_py_apps_through(&args, "ORDERS").await;
+    nats_py_apps_through(&args, "ORDERS", true).await;
+}
+
+/// Pull workers that know nothing of the route, bound to ORDERS/pull by name:
+/// through the in-place change their durable is gone for a moment ("consumer
+/// not found", which they retry) and comes back under its name at its
+/// position, so they resume without a redeploy: none lost, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nats_py_plain_pull_workers_ride_through_an_in_place_change() {
+    let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory"];
+    nats_py_apps_through(&args, "ORDERS", false).await;
 }
 
 /// nats-py publisher and workers (pull following the route, push in a group)
 /// on ORDERS while `move_args` (plus the two consumers and --yes) runs; the
 /// workers end reading `ends_on`; none lost, none twice.
-async fn nats_py_apps_through(move_args: &[&str], ends_on: &str) {
+async fn nats_py_apps_through(move_args: &[&str], ends_on: &str, follow_route: bool) {
     let e = env().await;
     e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"]})).await;
     e.consumer(
@@ -125,7 +135,8 @@ async fn nats_py_apps_through(move_args: &[&str], ends_on: &str) {
     let (mut pull_files, mut push_files) = (vec![], vec![]);
     for i in 0..2 {
         let (p, q) = (file(&format!("pull{i}.jsonl")), file(&format!("push{i}.jsonl")));
-        workers.push(worker("pull", &["--follow-route"], &p));
+        let follow: &[&str] = if follow_route { &["--follow-route"] } else { &[] };
+        workers.push(worker("pull", follow, &p));
         workers.push(worker("push", &[], &q));
         pull_files.push(p);
         push_files.push(q);
