@@ -208,6 +208,15 @@ impl Plan {
     pub fn unsafe_findings(&self) -> impl Iterator<Item = &Finding> {
         self.findings.iter().filter(|f| f.verdict == Verdict::Unsafe)
     }
+
+    /// Why the plan is unsafe, in one line: `scope setting: reason; ...`.
+    pub fn unsafe_reasons(&self) -> String {
+        let reasons: Vec<String> = self
+            .unsafe_findings()
+            .map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason))
+            .collect();
+        reasons.join("; ")
+    }
 }
 
 /// Every stream setting of the server's StreamConfig (json tags of

@@ -20,7 +20,7 @@
 
 use async_nats::jetstream::{self, consumer::pull, consumer::pull::OrderedConfig};
 use cutover_core::journal::Journal;
-use cutover_core::plan::{Mode, PlanRequest, Strategy};
+use cutover_core::plan::PlanRequest;
 use cutover_nats::api::Action;
 use cutover_nats::engine::{self, events::NoSink, RunOptions};
 use cutover_nats::verify::{verify, VerifyOptions};
@@ -212,17 +212,7 @@ async fn ack_first(ctx: &jetstream::Context, done: u64) {
 /// The cut-over of `worker` from ORDERS to ORDERS_V2, timed on stderr.
 async fn migrate(js: &Js) -> Journal {
     let t = Instant::now();
-    let req = PlanRequest {
-        from: "ORDERS".into(),
-        to: "ORDERS_V2".into(),
-        consumers: vec!["worker".into()],
-        all_consumers: false,
-        strategy: Strategy::Source,
-        mode: Mode::Drain,
-        to_config: None,
-        publishers_stopped: false,
-        retry_horizon: None,
-    };
+    let req = PlanRequest::source("ORDERS", "ORDERS_V2", &["worker"]);
     let plan = engine::prepare_plan(js, &req).await.unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let j = engine::run(js, plan, &RunOptions::default(), &NoSink, rx).await.unwrap();

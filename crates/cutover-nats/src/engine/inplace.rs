@@ -119,7 +119,5 @@ fn refuse_unsafe(p: &Plan, hop: u8) -> Result<()> {
     if p.safe {
         return Ok(());
     }
-    let reasons: Vec<String> =
-        p.unsafe_findings().map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason)).collect();
-    Err(Error::Unsafe(format!("hop {hop}: {}", reasons.join("; "))))
+    Err(Error::Unsafe(format!("hop {hop}: {}", p.unsafe_reasons())))
 }

@@ -96,6 +96,17 @@ impl Ctx<'_> {
         self.sink.emit(Event::new(&self.id, step, kind));
     }
 
+    /// Changes one consumer's progress and saves the journal: the record of
+    /// an intent, or of what just happened.
+    async fn journal_consumer(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut cutover_core::journal::ConsumerProgress),
+    ) -> Result<()> {
+        change(self.journal.lock().await.consumer_mut(name).expect("consumer in journal"));
+        self.save().await
+    }
+
     async fn save(&self) -> Result<()> {
         let j = self.journal.lock().await.clone();
         self.store.save(&j).await
@@ -178,11 +189,7 @@ pub async fn run(
         _ => {
             if !plan.safe {
                 lease.release(&store).await?;
-                let reasons: Vec<String> = plan
-                    .unsafe_findings()
-                    .map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason))
-                    .collect();
-                return Err(Error::Unsafe(reasons.join("; ")));
+                return Err(Error::Unsafe(plan.unsafe_reasons()));
             }
             new_journal(js, plan, opts).await?
         }
@@ -570,9 +577,7 @@ async fn checkpoint(
         }
     };
     let drain_ms = started.elapsed().as_millis() as u64;
-    {
-        let mut j = ctx.journal.lock().await;
-        let p = j.consumer_mut(name).unwrap();
+    ctx.journal_consumer(name, |p| {
         p.phase = ConsumerPhase::Settled;
         p.checkpoint = Some(f);
         p.drain_ms = Some(drain_ms);
@@ -584,8 +589,8 @@ async fn checkpoint(
             paused: ci.paused,
         });
         p.b_filters = cp.b_filters.clone();
-    }
-    ctx.save().await?;
+    })
+    .await?;
     let settled = Progress::Settled { checkpoint: f, drain_ms };
     ctx.emit(Step::Consumer(name.into()), EventKind::Progress(settled));
     Ok(f)
@@ -601,14 +606,12 @@ async fn moved(
     (start, gets): (u64, u32),
     started: Instant,
 ) -> Result<()> {
-    {
-        let mut j = ctx.journal.lock().await;
-        let p = j.consumer_mut(name).unwrap();
+    ctx.journal_consumer(name, |p| {
         p.phase = ConsumerPhase::Created;
         p.b_start = Some(start);
         p.translate_gets = Some(gets);
-    }
-    ctx.save().await?;
+    })
+    .await?;
     let route = Route {
         stream: to.to_string(),
         consumer: name.to_string(),
@@ -655,14 +658,12 @@ async fn undo_consumer(
     name: &str,
     prior: &cutover_core::journal::ConsumerProgress,
 ) -> Result<()> {
-    {
-        let mut j = ctx.journal.lock().await;
-        let p = j.consumer_mut(name).unwrap();
+    ctx.journal_consumer(name, |p| {
         p.phase = ConsumerPhase::Waiting;
         p.checkpoint = None;
         p.b_start = None;
-    }
-    ctx.save().await?;
+    })
+    .await?;
     if can_pause(ctx.js) {
         ctx.js.consumer_pause(from, name, prior.paused_until.as_deref()).await?;
     }
@@ -680,13 +681,11 @@ async fn create_durable(
     cfg: &Value,
     start: u64,
 ) -> Result<()> {
-    {
-        let mut j = ctx.journal.lock().await;
-        let p = j.consumer_mut(name).unwrap();
+    ctx.journal_consumer(name, |p| {
         p.phase = ConsumerPhase::Creating;
         p.b_start = Some(start);
-    }
-    ctx.save().await?;
+    })
+    .await?;
     if let Some((_, existing)) = ctx.js.consumer_info_opt(to, name).await? {
         if existing.config.opt_start_seq == Some(start) {
             return Ok(());

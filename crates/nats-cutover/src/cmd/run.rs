@@ -192,13 +192,9 @@ fn refuse_unsafe(plan: &Plan, json_out: bool) -> Result<()> {
     if !json_out {
         super::plan::print_plan(plan);
     }
-    let reasons: Vec<String> = plan
-        .unsafe_findings()
-        .map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason))
-        .collect();
     Err(CliError::Unsafe(format!(
         "the plan is unsafe, nothing was changed: {}",
-        reasons.join("; ")
+        plan.unsafe_reasons()
     )))
 }
 

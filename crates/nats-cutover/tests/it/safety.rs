@@ -171,8 +171,7 @@ async fn an_operator_paused_consumer_stays_paused_until_the_same_time() {
     crate::run::orders_stream(&e, 30_000).await;
     e.publish("orders.eu", "a", 10).await;
     e.js.consumer_pause("ORDERS", "worker", Some(until)).await.unwrap();
-    let out =
-        e.cli(&["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"]);
+    let out = e.cli(&run_orders(&[], &[]));
     assert_eq!(out.code, 0, "{out:?}");
     let (raw, c) = e.js.consumer_info("ORDERS_V2", "worker").await.unwrap();
     assert!(c.paused, "the new durable is paused: {raw:#}");
@@ -183,11 +182,7 @@ async fn an_operator_paused_consumer_stays_paused_until_the_same_time() {
     crate::run::orders_stream(&e, 30_000).await;
     e.publish("orders.eu", "a", 10).await;
     e.js.consumer_pause("ORDERS", "worker", Some(until)).await.unwrap();
-    let out = crate::run::run_cli(
-        &e,
-        &["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"],
-        Some("move_consumers"),
-    );
+    let out = crate::run::run_cli(&e, &run_orders(&[], &[]), Some("move_consumers"));
     assert_eq!(out.code, 86, "{out:?}");
     let (raw, _) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert!(
@@ -218,18 +213,7 @@ async fn a_commit_that_fails_gives_a_its_subjects_back_at_once() {
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
     let load = live_load(&e, 300, 100).await;
-    let args = [
-        "run",
-        "--from",
-        "ORDERS",
-        "--to",
-        "ORDERS_V2",
-        "--consumer",
-        "worker",
-        "--yes",
-        "--lease-ttl",
-        "1s",
-    ];
+    let args = run_orders(&[], &["--lease-ttl", "1s"]);
     let out = crate::run::run_cli(&e, &args, Some("move_consumers"));
     assert_eq!(out.code, 86, "{out:?}");
     let (raw, _) = e.js.stream_info("ORDERS_V2").await.unwrap();
@@ -324,7 +308,7 @@ async fn run_again_after_done_and_plan_file_contradictions() {
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
     e.publish("orders.eu", "a", 5).await;
-    let args = ["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"];
+    let args = run_orders(&[], &[]);
     let out = e.cli(&args);
     assert_eq!(out.code, 0, "{out:?}");
     let before = e.snapshot().await;
@@ -390,18 +374,7 @@ async fn status_lists_orphan_leases_and_forget_refuses_live_migrations() {
     assert_eq!(e.cli(&["--json", "status"]).json()["leases"], json!([]));
 
     // A live migration is refused; a finished one is forgotten, its route kept.
-    let args = [
-        "run",
-        "--from",
-        "ORDERS",
-        "--to",
-        "ORDERS_V2",
-        "--consumer",
-        "worker",
-        "--yes",
-        "--lease-ttl",
-        "1s",
-    ];
+    let args = run_orders(&[], &["--lease-ttl", "1s"]);
     let out = crate::run::run_cli(&e, &args, Some("move_consumers"));
     assert_eq!(out.code, 86, "{out:?}");
     let out = e.cli(&["forget", "ORDERS.ORDERS_V2"]);
@@ -578,18 +551,7 @@ async fn rollback_of_an_old_journal_after_the_streams_moved_on() {
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
     e.publish("orders.eu", "a", 5).await;
-    let args = [
-        "run",
-        "--from",
-        "ORDERS",
-        "--to",
-        "ORDERS_V2",
-        "--consumer",
-        "worker",
-        "--yes",
-        "--lease-ttl",
-        "1s",
-    ];
+    let args = run_orders(&[], &["--lease-ttl", "1s"]);
     let out = crate::run::run_cli(&e, &args, Some("move_consumers"));
     assert_eq!(out.code, 86, "{out:?}");
     // The operator gave up on it and moved A on by hand.
@@ -624,18 +586,7 @@ async fn a_work_queue_moves_to_a_limits_stream_live() {
     e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000})).await;
     let load = live_load(&e, 500, 200).await;
     let cfg = to_config(&e, "limits", json!({"retention": "limits"}));
-    let out = e.cli(&[
-        "run",
-        "--from",
-        "ORDERS",
-        "--to",
-        "ORDERS_V2",
-        "--consumer",
-        "worker",
-        "--to-config",
-        &cfg,
-        "--yes",
-    ]);
+    let out = e.cli(&run_orders(&[], &["--to-config", &cfg]));
     assert_eq!(out.code, 0, "{out:?}");
     exact_after(load, 200).await;
     let (_, b) = e.js.stream_info("ORDERS_V2").await.unwrap();
@@ -725,18 +676,7 @@ async fn strategy_mirror_moves_live_and_keeps_sequences() {
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
     let load = live_load(&e, 500, 200).await;
-    let out = e.cli(&[
-        "run",
-        "--from",
-        "ORDERS",
-        "--to",
-        "ORDERS_V2",
-        "--consumer",
-        "worker",
-        "--strategy",
-        "mirror",
-        "--yes",
-    ]);
+    let out = e.cli(&run_orders(&[], &["--strategy", "mirror"]));
     assert_eq!(out.code, 0, "{out:?}");
     let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     let c = &j.consumers[0];
@@ -775,18 +715,7 @@ async fn a_retry_across_the_promotion_lands_once() {
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
     e.publish("orders.eu", "m", 5).await;
-    let out = e.cli(&[
-        "run",
-        "--from",
-        "ORDERS",
-        "--to",
-        "ORDERS_V2",
-        "--consumer",
-        "worker",
-        "--strategy",
-        "mirror",
-        "--yes",
-    ]);
+    let out = e.cli(&run_orders(&[], &["--strategy", "mirror"]));
     assert_eq!(out.code, 0, "{out:?}");
     let mut h = async_nats::HeaderMap::new();
     h.insert("Nats-Msg-Id", "m-4");
