@@ -952,11 +952,17 @@ async fn drain_without_pause(
 /// The first B sequence after origin sequence F, once B has sourced F.
 async fn translate(ctx: &Ctx<'_>, from: &str, to: &str, f: u64) -> Result<(u64, u32)> {
     let mut stall = Stall::new(ctx.opts.stall_timeout);
+    let mut checked = Instant::now();
     loop {
         if let Some(r) = translate_once(ctx.js, from, to, f).await? {
             return Ok(r);
         }
-        stall.check(&source_progress(ctx.js, to, from).await?, to, from)?;
+        // The stall check costs its own reads: a few a second are plenty for
+        // a limit of seconds, not one per poll.
+        if checked.elapsed() > Duration::from_millis(250) {
+            stall.check(&source_progress(ctx.js, to, from).await?, to, from)?;
+            checked = Instant::now();
+        }
         ctx.tick(true).await?;
         tokio::time::sleep(ctx.opts.poll).await;
     }
