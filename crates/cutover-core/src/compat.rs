@@ -178,9 +178,25 @@ fn rule_subjects(
     }
 }
 
+/// A subject transform of B's own rewrites the copies of A's messages too; the
+/// moved consumers' filters are mapped only through the transform of B's
+/// source, so the two must be the same mapping (or B has none), else a
+/// filtered consumer would select none of its messages on B.
+fn rule_b_subject_transform(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
+    let Some(t) = &b.subject_transform else { return };
+    let matched =
+        b.sources.iter().find(|x| x.name == ac.name).is_some_and(|src| {
+            src.subject_transforms.len() == 1 && src.subject_transforms[0] == *t
+        });
+    if !matched {
+        r.add(STREAM, "subject_transform", "", format!("{} -> {}", t.src, t.dest), Verdict::Unsafe, "B's subject_transform would rewrite the subjects of A's messages as B stores them, and the moved consumers' filters would no longer select them; remove it, or create B yourself with the same mapping on its source of A");
+    }
+}
+
 /// B sources exactly A, so every message in B carries an origin sequence of A.
 fn rule_sources(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
     let s = STREAM;
+    rule_b_subject_transform(r, ac, b);
     if let Some(m) = &b.mirror {
         rule_mirror(r, ac, b, m);
         return;

@@ -50,6 +50,13 @@ async fn update_is_enough(
     for (k, v) in &settings {
         update[k] = v.clone();
     }
+    // The update must read as the server's stream configuration (a list of
+    // subjects, durations in ns): say which value does not, before printing it.
+    if let Err(e) = serde_json::from_value::<cutover_core::model::StreamConfig>(update.clone()) {
+        return Err(CliError::Flag(format!(
+            "a --set value does not have the server's type ({e}): give lists and objects as JSON (--set 'subjects=[\"orders.>\"]') and durations in nanoseconds (--set max_age=3600000000000)"
+        )));
+    }
     let text = format!(
         "no migration needed: the server updates these settings of {} in place ({}); apply them as an update (nats stream edit {}, or the JSON below as a STREAM.UPDATE request); nothing was changed",
         req.stream,

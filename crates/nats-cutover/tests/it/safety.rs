@@ -96,6 +96,13 @@ async fn plan_refuses_before_any_write_what_run_could_not_do() {
     .await;
     refuses(&e, &with("r3", json!({"num_replicas": 3})), "the server refuses B's configuration")
         .await;
+    // A subject transform on B alone would hide A's messages from filters.
+    refuses(
+        &e,
+        &with("transform", json!({"subject_transform": {"src": "ord.>", "dest": "x.>"}})),
+        "B's subject_transform would rewrite the subjects",
+    )
+    .await;
     // Case 7: a work queue B cannot position the new durable.
     refuses(&e, &with("wq", json!({"retention": "workqueue"})), "error 10101").await;
     // Case 5: a retry horizon longer than A's window (B takes A's window).
@@ -801,6 +808,8 @@ async fn run_in_place_from_the_cli() {
         (vec!["--set", "storage"], "is not KEY=VALUE"),
         (vec![], "needs the new settings"),
         (vec!["--set", "colour=red"], "\"colour\", which is not a stream setting"),
+        (vec!["--set", "subjects=orders.>"], "does not have the server's type"),
+        (vec!["--set", "max_age=1h"], "does not have the server's type"),
     ] {
         let mut full = vec!["run", "--in-place", "ORDERS", "--consumer", "worker", "--yes"];
         full.extend(args);
