@@ -142,6 +142,12 @@ pub async fn orders(e: &Env) {
     .await;
     e.consumer("A", json!({"durable_name": "C", "ack_policy": "explicit", "filter_subject": "orders.>", "max_ack_pending": 100})).await;
     e.publish("orders.eu", "m", 10).await;
+    // The consumer counts what it has pending a moment after the acks: wait
+    // for it, so "nothing changed" snapshots compare settled state.
+    wait_until("C to count its 10 pending", std::time::Duration::from_secs(10), || async {
+        e.js.consumer_info("A", "C").await.is_ok_and(|(_, c)| c.num_pending == 10)
+    })
+    .await;
 }
 
 /// A directory under the temp dir, removed on drop even when a test fails.
