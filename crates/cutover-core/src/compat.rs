@@ -451,7 +451,7 @@ fn rule_b_not_sealed(r: &mut Report, b: &StreamConfig) {
 
 fn rule_allow_direct(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
     let s = STREAM;
-    if !b.allow_direct {
+    if !b.allow_direct && b.mirror.is_none() {
         r.add(s, "allow_direct", ac.allow_direct, b.allow_direct, Verdict::ChangedOnPurpose, "B has no direct get: translation uses STREAM.MSG.GET (same count of requests, slower each)");
     }
 }
@@ -484,9 +484,13 @@ fn rule_retention_sourcing(
 pub(crate) fn check_request(r: &mut Report, req: &crate::plan::PlanRequest, a: &StreamInfo) {
     let s = STREAM;
     for (prefix, what) in [("KV_", "a KV bucket"), ("OBJ_", "an object store")] {
+        if req.in_place.is_some() {
+            // Each hop of an in-place migration ends with the name kept.
+            break;
+        }
         if let Some(bucket) = a.config.name.strip_prefix(prefix) {
             r.add(s, "name", &a.config.name, &req.to, Verdict::Unsafe, format!(
-                "{} is {what}: clients find it by its name ({bucket}), so after a move to {} they would still read and write the old, sealed stream; a move that keeps the name (in-place migration) is not available yet",
+                "{} is {what}: clients find it by its name ({bucket}), so after a move to {} they would still read and write the old, sealed stream; change its settings under its own name instead (nats-cutover kv|obj BUCKET --set ..., or run --in-place)",
                 a.config.name, req.to
             ));
         }

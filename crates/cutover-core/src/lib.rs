@@ -22,11 +22,13 @@
 //!   stalled, stopped), Burrow-style.
 //! - [`verify`]: the streaming verification of a migration (sequence sets, not maps).
 //! - [`audit`]: the audit record applications publish per processed message.
+//! - [`bucket`]: KV buckets and object stores as streams, `nats kv add` options.
 
 //! - [`api_error`]: JetStream API error codes as named constants.
 
 pub mod api_error;
 pub mod audit;
+pub mod bucket;
 pub mod checkpoint;
 pub mod compat;
 pub mod journal;

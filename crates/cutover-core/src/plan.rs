@@ -75,6 +75,20 @@ pub struct PlanRequest {
     /// duplicate window (B takes A's window, so it cannot cover more).
     #[serde(default)]
     pub retry_horizon: Option<Duration>,
+    /// A hop of an in-place migration: the stream keeps its name in the end,
+    /// so streams clients find by name (KV buckets, object stores) may move.
+    #[serde(default)]
+    pub in_place: Option<InPlaceHop>,
+}
+
+/// Which hop of an in-place migration a plan is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InPlaceHop {
+    /// From the stream to the temporary one, which gets the new settings.
+    Out,
+    /// Back to the stream's own name: B is the final stream.
+    Back,
 }
 
 impl PlanRequest {
@@ -91,6 +105,7 @@ impl PlanRequest {
             to_config: None,
             publishers_stopped: false,
             retry_horizon: None,
+            in_place: None,
         }
     }
 }
@@ -200,6 +215,13 @@ pub struct Plan {
     pub quiescence: Vec<(String, QuiescentBound)>,
     pub publishers_stopped: bool,
     pub retry_horizon_ms: u64,
+    /// Settings the promotion of a mirror sets with the same update (those a
+    /// mirror may not have, and an in-place migration's final touches).
+    #[serde(default)]
+    pub promote_with: Map<String, Value>,
+    /// Which hop of an in-place migration this plan is, if it is one.
+    #[serde(default)]
+    pub in_place: Option<InPlaceHop>,
     /// No unsafe finding.
     pub safe: bool,
 }
@@ -311,7 +333,12 @@ pub fn b_config_from(
     let a_dw = b.get("duplicate_window").and_then(|v| v.as_i64()).unwrap_or(0);
     let dw = if a_dw > 0 { a_dw } else { retry_horizon.as_nanos() as i64 };
     b.insert("duplicate_window".into(), json!(dw));
-    b.insert("allow_direct".into(), json!(true));
+    if strategy != Strategy::Mirror {
+        // Translation reads B by direct get; a mirror needs none (sequences
+        // are kept) and keeps A's setting.
+        b.insert("allow_direct".into(), json!(true));
+    }
+    let metadata = carried_metadata(a_config, &a_name);
     if let Some(o) = overrides {
         for (k, v) in o {
             if !STREAM_SETTINGS.contains(&k.as_str()) {
@@ -344,8 +371,65 @@ pub fn b_config_from(
         Strategy::Mirror => b.insert("mirror".into(), json!({ "name": a_name })),
         _ => b.insert("sources".into(), json!([{ "name": a_name }])),
     };
-    b.insert("metadata".into(), json!({ "nats-cutover.from": a_name }));
+    b.insert("metadata".into(), Value::Object(metadata));
     Ok((Value::Object(b), final_subjects))
+}
+
+/// The last hop's mirror answers no direct get while it catches up (it would
+/// answer for the stream's name from a partial copy); the temporary stream
+/// answers them meanwhile (its mirror direct get, kept through its promotion),
+/// and the promotion turns the final stream's own back on.
+fn in_place_touches(req: &PlanRequest, mut b_config: Value) -> (Value, Map<String, Value>) {
+    let mut promote = promote_with(req, &b_config);
+    if req.in_place == Some(InPlaceHop::Back) && req.strategy == Strategy::Mirror {
+        let direct = b_config.get("allow_direct").cloned().unwrap_or(json!(false));
+        promote.insert("allow_direct".into(), direct);
+        b_config["allow_direct"] = json!(false);
+    }
+    (b_config, promote)
+}
+
+/// A's own metadata goes along (the server sets its `_nats.*` keys anew),
+/// with a note of where B comes from.
+fn carried_metadata(a_config: &Value, a_name: &str) -> Map<String, Value> {
+    let mut m: Map<String, Value> = a_config
+        .get("metadata")
+        .and_then(|m| m.as_object())
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| !k.starts_with("_nats."))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    m.insert(FROM_KEY.into(), json!(a_name));
+    m
+}
+
+/// The metadata key that tells which stream B was made from.
+pub const FROM_KEY: &str = "nats-cutover.from";
+
+/// What the promotion of a mirror sets besides subjects: the delete-marker
+/// TTL a mirror may not have (stream.go checkStreamCfg: "subject delete
+/// markers forbidden on mirrors"); and for the last hop of an in-place
+/// migration, the stream as it was plus the new settings: no mirror direct
+/// get (inherited from the temporary stream) and no marker of ours.
+pub fn promote_with(req: &PlanRequest, b_config: &Value) -> Map<String, Value> {
+    let mut m = Map::new();
+    if req.strategy != Strategy::Mirror {
+        return m;
+    }
+    if let Some(ttl) = b_config.get("subject_delete_marker_ttl").filter(|v| !v.is_null()) {
+        m.insert("subject_delete_marker_ttl".into(), ttl.clone());
+    }
+    if req.in_place == Some(InPlaceHop::Back) {
+        m.insert("mirror_direct".into(), json!(false));
+        let mut md =
+            b_config.get("metadata").and_then(|v| v.as_object()).cloned().unwrap_or_default();
+        md.remove(FROM_KEY);
+        m.insert("metadata".into(), Value::Object(md));
+    }
+    m
 }
 
 /// The new durable on B: the old one's configuration, unknown fields included,
@@ -399,6 +483,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
     let dw = nanos(b_view.duplicate_window);
     let steps = steps(req, b_exists, dw, features, &moved.plans, &b_final_subjects);
     let safe = !r.findings.iter().any(|f| f.verdict == Verdict::Unsafe);
+    let (b_config, promote_with) = in_place_touches(req, b_config);
     Ok(Plan {
         format: PLAN_FORMAT,
         from: req.from.clone(),
@@ -419,6 +504,8 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         quiescence: moved.quiescence,
         publishers_stopped: req.publishers_stopped,
         retry_horizon_ms: retry_horizon.as_millis() as u64,
+        promote_with,
+        in_place: req.in_place,
         safe,
     })
 }
@@ -431,7 +518,9 @@ fn refuse_early(req: &PlanRequest, facts: &ServerFacts) -> Result<(), PlanError>
     if facts.version < MINIMUM {
         return Err(PlanError::ServerTooOld { found: facts.version });
     }
-    if facts.consumers_raw.is_empty() {
+    // An in-place change of a stream without durables (a KV bucket's readers
+    // and watchers use ephemeral consumers) moves the publishers alone.
+    if facts.consumers_raw.is_empty() && !(req.in_place.is_some() && req.all_consumers) {
         return Err(PlanError::NoConsumer);
     }
     Ok(())

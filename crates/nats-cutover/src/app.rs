@@ -5,6 +5,7 @@ use crate::cmd;
 use crate::error::CliError;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
+use cutover_core::bucket::Kind;
 
 pub fn main() -> i32 {
     let matches = Cli::command().get_matches();
@@ -30,6 +31,8 @@ pub fn main() -> i32 {
             Command::Inspect(a) => cmd::inspect::run(&cli.conn, json, a).await,
             Command::Plan(a) => cmd::plan::run(&cli.conn, json, a).await,
             Command::Run(a) => cmd::run::run(&cli.conn, json, a).await,
+            Command::Kv(a) => cmd::inplace::bucket(&cli.conn, json, Kind::Kv, a).await,
+            Command::Obj(a) => cmd::inplace::bucket(&cli.conn, json, Kind::Obj, a).await,
             Command::Status(a) => cmd::run::status(&cli.conn, json, a).await,
             Command::Rollback(a) => cmd::run::rollback(&cli.conn, json, a).await,
             Command::Forget(a) => cmd::run::forget(&cli.conn, json, a).await,

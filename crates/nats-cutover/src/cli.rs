@@ -67,6 +67,15 @@ pub enum Command {
     Plan(PlanArgs),
     /// Carry out the cut-over, live (resumes an interrupted one).
     Run(RunArgs),
+    /// Give a KV bucket new settings under its own name, live: `nats kv add`'s
+    /// option names (history, ttl, max-value-size, max-bucket-size, storage,
+    /// replicas, compression, description, marker-ttl); revisions, watchers'
+    /// positions and every durable kept. See docs/in-place.md.
+    Kv(BucketArgs),
+    /// Give an object store new settings under its own name, live: `nats obj
+    /// add`'s option names (ttl, max-bucket-size, storage, replicas,
+    /// compression, description). See docs/in-place.md.
+    Obj(BucketArgs),
     /// Show running and finished migrations.
     Status(StatusArgs),
     /// Undo a migration that has not passed its commit point.
@@ -240,6 +249,29 @@ pub struct RunArgs {
     /// (e.g. 127.0.0.1:9477); nothing is served without it.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+#[derive(Debug, Args)]
+pub struct BucketArgs {
+    /// The bucket's name (its stream is KV_<BUCKET> or OBJ_<BUCKET>).
+    pub bucket: String,
+    /// A new setting, OPTION=VALUE with the nats CLI's option names
+    /// (--set history=10 --set storage=memory --set ttl=24h); repeatable.
+    #[arg(long, value_name = "OPTION=VALUE", required = true)]
+    pub set: Vec<String>,
+    /// The temporary stream (default: <STREAM>_CUTOVER).
+    #[arg(long, value_name = "STREAM")]
+    pub via: Option<String>,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// How long a runner's lease lasts without renewal.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub lease_ttl: Duration,
+    /// The longest a durable of the bucket's stream stays paused without ack
+    /// progress (see `run --max-pause`).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    pub max_pause: Duration,
 }
 
 #[derive(Debug, Args)]

@@ -24,7 +24,7 @@ use crate::api::Js;
 use crate::error::{Error, Result};
 use crate::journal::{IfMissing, JournalStore};
 use cutover_core::journal::{migration_id, Journal, Phase};
-use cutover_core::plan::{Plan, PlanRequest, Strategy};
+use cutover_core::plan::{InPlaceHop, Plan, PlanRequest, Strategy};
 use serde_json::{Map, Value};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -47,20 +47,27 @@ impl InPlaceRequest {
         self.via.clone().unwrap_or_else(|| format!("{}_CUTOVER", self.stream))
     }
 
-    fn hop(&self, from: &str, to: &str, settings: Option<Map<String, Value>>) -> PlanRequest {
+    fn hop(
+        &self,
+        from: &str,
+        to: &str,
+        settings: Option<Map<String, Value>>,
+        hop: InPlaceHop,
+    ) -> PlanRequest {
         let mut r = PlanRequest::source(from, to, &[]);
         r.consumers = self.consumers.clone();
         r.all_consumers = self.all_consumers;
         r.strategy = Strategy::Mirror;
         r.to_config = settings;
         r.retry_horizon = self.retry_horizon;
+        r.in_place = Some(hop);
         r
     }
 }
 
 /// Hop 1's plan: A to the temporary stream, which gets the new settings.
 pub async fn plan_in_place(js: &Js, req: &InPlaceRequest) -> Result<Plan> {
-    prepare_plan(js, &req.hop(&req.stream, &req.via(), req.settings.clone())).await
+    prepare_plan(js, &req.hop(&req.stream, &req.via(), req.settings.clone(), InPlaceHop::Out)).await
 }
 
 /// Runs (or resumes) both hops. Returns the two journals.
@@ -75,7 +82,19 @@ pub async fn run_in_place(
     // Read-only until hop 1's plan is judged: bad input changes nothing.
     let (hop1, hop2) = match JournalStore::open(js, IfMissing::ReturnNone).await? {
         Some(store) => {
-            (store.load(&migration_id(&a, &via)).await?, store.load(&migration_id(&via, &a)).await?)
+            let (id1, id2) = (migration_id(&a, &via), migration_id(&via, &a));
+            match (store.load(&id1).await?, store.load(&id2).await?) {
+                // An earlier in-place migration of this stream, finished: this
+                // request is a new one (its records would make it a no-op).
+                (Some(j1), Some(j2)) if j1.phase == Phase::Done && j2.phase == Phase::Done => {
+                    if plan_in_place(js, req).await?.safe {
+                        store.delete_journal(&id1).await?;
+                        store.delete_journal(&id2).await?;
+                    }
+                    (None, None)
+                }
+                other => other,
+            }
         }
         None => (None, None),
     };
@@ -103,7 +122,7 @@ pub async fn run_in_place(
         Some(j) if j.phase != Phase::RolledBack => run(js, j.plan, &opts, sink, shutdown).await?,
         _ => {
             // The temporary stream holds the new settings: hop 2 copies them.
-            let p2 = prepare_plan(js, &req.hop(&via, &a, None)).await?;
+            let p2 = prepare_plan(js, &req.hop(&via, &a, None, InPlaceHop::Back)).await?;
             refuse_unsafe(&p2, 2).map_err(|e| {
                 Error::Stuck(format!(
                     "{e}; hop 1 is done: {a} now lives as {via}, serving publishers and consumers; fix the cause and run the same command again"

@@ -12,7 +12,7 @@ use crate::journal::{now_ms, IfMissing, JournalStore, Lease};
 use cutover_core::checkpoint::{assess, TranslateSearch};
 use cutover_core::journal::{migration_id, ConsumerPhase, Journal, Phase, Route, Settled, Step};
 use cutover_core::model::{nanos, ConsumerInfo};
-use cutover_core::plan::{ConsumerPlan, Plan};
+use cutover_core::plan::{ConsumerPlan, InPlaceHop, Plan};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -327,6 +327,12 @@ async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
             ctx.journal.lock().await.created_b = true;
             ctx.save().await?;
             let mut cfg = b_config.clone();
+            if let Some(c) = cfg.as_object_mut().filter(|c| c.contains_key("mirror")) {
+                // "subject delete markers forbidden on mirrors" (stream.go
+                // checkStreamCfg): they would take sequences of their own. The
+                // promotion sets them (commit_window).
+                c.remove("subject_delete_marker_ttl");
+            }
             // (A mirror checks no msg-id, so it needs no such start.)
             if cfg.get("mirror").is_none() && dedup_off_while_sourcing(ctx.js) {
                 // See raise_window: B starts without dedup and gets A's window
@@ -1143,9 +1149,17 @@ async fn commit_window(
 ) -> Result<u64> {
     let (a_raw, a) = ctx.js.stream_info(from).await?;
     let release = released_subjects(from, final_subjects);
-    if a.config.subjects != release {
+    // Hop 1 of an in-place migration: from here B answers A's direct gets
+    // (its mirror direct get, inherited from A's allow_direct, outlives the
+    // promotion: stream.go update unsubscribes it only when mirror_direct
+    // changes), so A, frozen now, stops answering them.
+    let out = ctx.journal.lock().await.plan.in_place == Some(InPlaceHop::Out);
+    if a.config.subjects != release || (out && a.config.allow_direct) {
         let mut cfg = a_raw["config"].clone();
         cfg["subjects"] = json!(release);
+        if out {
+            cfg["allow_direct"] = json!(false);
+        }
         ctx.js.stream_update(&cfg).await?;
     }
     let (_, a) = ctx.js.stream_info(from).await?;
@@ -1176,7 +1190,9 @@ async fn commit_window(
         // added (2.12+: stream.go configUpdateCheckLocked allows dropping the
         // mirror; updateWithAdvisory stops the mirror consumer).
         if let Some(c) = cfg.as_object_mut() {
-            c.remove("mirror");
+            if c.remove("mirror").is_some() {
+                c.extend(ctx.journal.lock().await.plan.promote_with.clone());
+            }
         }
         ctx.js.stream_update(&cfg).await?;
     }
@@ -1207,11 +1223,21 @@ async fn give_subjects_back(
     if !final_subjects.is_empty() && b.config.subjects == final_subjects {
         return Ok(true);
     }
-    let a_subjects = ctx.journal.lock().await.a_subjects.clone();
+    let (a_subjects, plan) = {
+        let j = ctx.journal.lock().await;
+        (j.a_subjects.clone(), j.plan.clone())
+    };
     let (a_raw, a) = ctx.js.stream_info(from).await?;
-    if a.config.subjects != a_subjects {
+    // (An in-place hop 1 also turned A's direct get off: the mirror kept A's
+    // setting, so the plan knows it.)
+    let direct = match plan.in_place {
+        Some(InPlaceHop::Out) => plan.b_config["allow_direct"].as_bool().unwrap_or(false),
+        _ => a.config.allow_direct,
+    };
+    if a.config.subjects != a_subjects || a.config.allow_direct != direct {
         let mut cfg = a_raw["config"].clone();
         cfg["subjects"] = json!(a_subjects);
+        cfg["allow_direct"] = json!(direct);
         ctx.js.stream_update(&cfg).await?;
     }
     Ok(false)

@@ -2,9 +2,10 @@
 //! the stream's own name (see `cutover_nats::engine::inplace`).
 
 use super::progress::{detect, Render};
-use crate::cli::{ConnArgs, RunArgs};
+use crate::cli::{BucketArgs, ConnArgs, RunArgs};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
+use cutover_core::bucket::Kind;
 use cutover_nats::engine::{self, InPlaceRequest, RunOptions};
 use cutover_nats::Js;
 use serde_json::{json, Map, Value};
@@ -86,12 +87,54 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         settings: settings(&a)?,
         retry_horizon: a.plan.retry_horizon,
     };
+    let opts = RunOptions {
+        lease_ttl: a.lease_ttl,
+        settle_timeout: a.settle_timeout,
+        max_pause: a.max_pause,
+        ..Default::default()
+    };
     let js = super::connect(conn).await?;
-    if let Some(code) = update_is_enough(&js, &req, json_out).await? {
+    execute(&js, &req, a.yes, &opts, json_out).await
+}
+
+/// `nats-cutover kv|obj BUCKET --set OPTION=VALUE ...`: the bucket's stream
+/// in place, with every durable it has (usually none: watchers and readers
+/// use ephemeral consumers, which find the stream by name again).
+pub async fn bucket(
+    conn: &ConnArgs,
+    json_out: bool,
+    kind: Kind,
+    a: BucketArgs,
+) -> Result<ExitCode> {
+    let settings =
+        cutover_core::bucket::settings(kind, &a.set).map_err(|e| CliError::Flag(e.to_string()))?;
+    cutover_core::names::stream(&kind.stream(&a.bucket))
+        .map_err(|e| CliError::Flag(format!("bucket name {:?}: {e}", a.bucket)))?;
+    let req = InPlaceRequest {
+        stream: kind.stream(&a.bucket),
+        via: a.via.clone(),
+        consumers: vec![],
+        all_consumers: true,
+        settings: Some(settings),
+        retry_horizon: None,
+    };
+    let opts = RunOptions { lease_ttl: a.lease_ttl, max_pause: a.max_pause, ..Default::default() };
+    let js = super::connect(conn).await?;
+    execute(&js, &req, a.yes, &opts, json_out).await
+}
+
+async fn execute(
+    js: &Js,
+    req: &InPlaceRequest,
+    yes: bool,
+    opts: &RunOptions,
+    json_out: bool,
+) -> Result<ExitCode> {
+    if let Some(code) = update_is_enough(js, req, json_out).await? {
         return Ok(code);
     }
-    if !a.yes {
-        let hop1 = engine::plan_in_place(&js, &req).await?;
+    if !yes {
+        let hop1 = engine::plan_in_place(js, req).await?;
         outln!(
             "In place: {s} → {via} (hop 1, shown below, with the new settings) → {s} (hop 2, planned when hop 1 is done)\n",
             s = req.stream,
@@ -100,14 +143,8 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         super::run::confirm(&hop1)?;
     }
     let render = Render::new(detect(json_out));
-    let opts = RunOptions {
-        lease_ttl: a.lease_ttl,
-        settle_timeout: a.settle_timeout,
-        max_pause: a.max_pause,
-        ..Default::default()
-    };
     let result =
-        engine::run_in_place(&js, &req, &opts, &render, super::run::shutdown_on_ctrl_c()).await;
+        engine::run_in_place(js, req, opts, &render, super::run::shutdown_on_ctrl_c()).await;
     render.finish();
     let (j1, j2) = result?;
     if json_out {

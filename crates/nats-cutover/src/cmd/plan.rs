@@ -63,6 +63,7 @@ fn build_request(
         to_config: to_config.map(|m: Map<String, Value>| m),
         publishers_stopped: a.publishers_stopped,
         retry_horizon: a.retry_horizon,
+        in_place: None,
     })
 }
 

@@ -3,6 +3,7 @@
 
 mod auth;
 mod bad_input;
+mod buckets;
 mod cluster;
 mod common;
 mod crash_sweep;

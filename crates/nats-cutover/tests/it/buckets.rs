@@ -1,0 +1,201 @@
+//! KV buckets and object stores changed in place, live, beside nats-py
+//! applications that know nothing of this tool (`tests/apps/kv_app.py`): a
+//! writer (put, create, revision-checked update), a watcher and a reader.
+
+use crate::common::*;
+use crate::pyapps::{lines, App};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// Keys written before the migration (p.0 ..): the reader's and the held
+/// revisions' keys.
+const PRELOADED: usize = 100_000;
+const HELD: usize = 100;
+
+/// A bucket as `nats kv add` / nats-py make it, `direct` its allow_direct.
+async fn bucket(e: &Env, direct: bool) {
+    e.stream(json!({
+        "name": "KV_cfg", "subjects": ["$KV.cfg.>"], "max_msgs_per_subject": 20,
+        "discard": "new", "allow_rollup_hdrs": true, "deny_delete": true,
+        "allow_direct": direct, "duplicate_window": 120_000_000_000i64,
+        "metadata": {"team": "config"}
+    }))
+    .await;
+    // Pipelined puts: a batch of acks awaited at a time.
+    for chunk in (0..PRELOADED).collect::<Vec<_>>().chunks(2_000) {
+        let mut acks = vec![];
+        for i in chunk {
+            acks.push(
+                e.ctx.publish(format!("$KV.cfg.p.{i}"), format!("p{i}").into()).await.unwrap(),
+            );
+        }
+        for a in acks {
+            a.await.expect("put ack");
+        }
+    }
+}
+
+fn last_line(p: &Path) -> Value {
+    let text = std::fs::read_to_string(p).unwrap_or_default();
+    text.lines().rev().find_map(|l| serde_json::from_str::<Value>(l).ok()).unwrap_or(Value::Null)
+}
+
+fn done(p: &Path) -> bool {
+    last_line(p).get("done").is_some()
+}
+
+/// Writer, watcher and reader on bucket `cfg` while `kv cfg --set
+/// storage=memory --set history=64` runs: every write applied once and seen
+/// once, in order, by the watcher; every update with a revision read before
+/// the migration succeeds after it. Returns the reader's summary.
+async fn kv_apps_through_a_change(direct: bool) -> Value {
+    let e = env().await;
+    bucket(&e, direct).await;
+    let dir = e.server.dir().join("apps");
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    let (wf, wa, rf, until) = (f("writer.jsonl"), f("watcher.jsonl"), f("reader.jsonl"), f("stop"));
+    let url = e.server.url();
+    let common = ["--server", url, "--bucket", "cfg"];
+    let watcher = App::start("kv_app.py", &[&["watcher"], &common[..], &["--out", &wa]].concat());
+    let held = HELD.to_string();
+    let writer_args =
+        ["--out", &wf, "--keys", "200", "--rate", "300", "--held", &held, "--until", &until];
+    let writer = App::start("kv_app.py", &[&["writer"], &common[..], &writer_args[..]].concat());
+    let reader_keys = PRELOADED.to_string();
+    let reader_args = ["--out", &rf, "--keys", &reader_keys, "--first", &held, "--until", &until];
+    let reader = App::start("kv_app.py", &[&["reader"], &common[..], &reader_args[..]].concat());
+    let writes = || lines(Path::new(&wf)).into_iter().filter(|l| l.get("rev").is_some()).count();
+    wait_until("the writer writes", Duration::from_secs(30), || async { writes() >= 200 }).await;
+    let out = e.cli(&["kv", "cfg", "--set", "storage=memory", "--set", "history=64", "--yes"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let after = writes();
+    wait_until("the writer writes after", Duration::from_secs(30), || async {
+        writes() >= after + 200
+    })
+    .await;
+    std::fs::write(&until, "").unwrap();
+    wait_until("writer and reader end", Duration::from_secs(60), || async {
+        done(Path::new(&wf)) && done(Path::new(&rf))
+    })
+    .await;
+    drop((writer, reader));
+    let written: Vec<Value> =
+        lines(Path::new(&wf)).into_iter().filter(|l| l.get("i").is_some()).collect();
+    let errors: Vec<&Value> = written.iter().filter(|l| l.get("error").is_some()).collect();
+    assert!(errors.is_empty(), "writes failed: {errors:?}");
+    let last_rev = written.iter().filter_map(|l| l["rev"].as_u64()).max().unwrap();
+    // The watcher sees the last write, then stops.
+    let seen = || lines(Path::new(&wa)).iter().filter_map(|l| l["rev"].as_u64()).max();
+    wait_until("the watcher sees the last write", Duration::from_secs(60), || async {
+        seen() >= Some(last_rev)
+    })
+    .await;
+    watcher.stop();
+    check_writes_and_watch(&written, &lines(Path::new(&wa)));
+    check_held(&lines(Path::new(&wf)));
+    check_bucket(&e, last_rev).await;
+    let mut slow = written.clone();
+    slow.sort_by(|a, b| b["stall_ms"].as_f64().partial_cmp(&a["stall_ms"].as_f64()).unwrap());
+    eprintln!("slowest writes: {:?}", &slow[..3.min(slow.len())]);
+    let w = last_line(Path::new(&wf));
+    let r = last_line(Path::new(&rf));
+    eprintln!("writer: {w}\nreader: {r}\nmigration: {}", out.stderr.lines().last().unwrap_or(""));
+    assert!(r["reads"].as_u64().unwrap() > 0);
+    r
+}
+
+/// Each write i (value "i") seen by the watcher exactly once, at the revision
+/// the writer got; the watcher's revisions strictly increase.
+fn check_writes_and_watch(written: &[Value], watched: &[Value]) {
+    let mut by_value: HashMap<String, Vec<u64>> = HashMap::new();
+    for w in watched {
+        by_value
+            .entry(w["value"].as_str().unwrap().to_string())
+            .or_default()
+            .push(w["rev"].as_u64().unwrap());
+    }
+    for w in written {
+        let v = w["i"].as_u64().unwrap().to_string();
+        let revs = by_value.get(&v).cloned().unwrap_or_default();
+        assert_eq!(revs, vec![w["rev"].as_u64().unwrap()], "write {v} ({w}): watcher saw {revs:?}");
+    }
+    assert_eq!(by_value.len(), written.len(), "the watcher saw a value nobody wrote");
+    let revs: Vec<u64> = watched.iter().map(|w| w["rev"].as_u64().unwrap()).collect();
+    assert!(revs.windows(2).all(|p| p[0] < p[1]), "watcher out of order or repeated");
+}
+
+/// Every update with a revision read before the migration succeeded after it.
+fn check_held(records: &[Value]) {
+    let held: Vec<&Value> = records.iter().filter(|l| l.get("held").is_some()).collect();
+    assert_eq!(held.len(), HELD);
+    for h in held {
+        assert!(h.get("new_rev").is_some(), "update with a pre-migration revision failed: {h}");
+    }
+}
+
+/// The bucket has its new settings under its name, its own metadata, and the
+/// keys written before.
+async fn check_bucket(e: &Env, last_rev: u64) {
+    let (raw, info) = e.js.stream_info("KV_cfg").await.unwrap();
+    assert_eq!(raw["config"]["storage"], "memory");
+    assert_eq!(raw["config"]["max_msgs_per_subject"], 64);
+    assert_eq!(raw["config"]["metadata"]["team"], "config");
+    assert!(raw["config"]["metadata"].get("nats-cutover.from").is_none());
+    assert!(info.state.last_seq >= last_rev);
+    assert!(e.js.stream_info_opt("KV_cfg_CUTOVER").await.unwrap().is_none());
+    let kv = e.ctx.get_key_value("cfg").await.unwrap();
+    let last = PRELOADED - 1;
+    let v = kv.get(format!("p.{last}")).await.unwrap().expect("a preloaded key");
+    assert_eq!(v, format!("p{last}").as_bytes());
+}
+
+/// Direct get (nats.go's and the nats CLI's default): readers are answered
+/// right throughout (the temporary stream answers for the bucket's name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kv_bucket_with_direct_get_changes_in_place_under_live_apps() {
+    let r = kv_apps_through_a_change(true).await;
+    assert_eq!((r["wrong"].as_u64(), r["not_found"].as_u64()), (Some(0), Some(0)), "{r}");
+    assert_eq!(r["errors"], 0, "{r}");
+}
+
+/// Without direct get (nats-py's default), readers ask the stream named
+/// KV_cfg itself: the writes, revisions and watcher are exact as above; the
+/// reader's answers during the move are reported (docs/in-place.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kv_bucket_without_direct_get_changes_in_place_under_live_apps() {
+    kv_apps_through_a_change(false).await;
+}
+
+/// An object store with a few large objects (8 MiB each, in 128 KiB chunks)
+/// changed to memory storage: every object readable and intact after, by a
+/// nats-py client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn object_store_changes_in_place_and_every_object_is_intact() {
+    let e = env().await;
+    let dir = e.server.dir().join("apps");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (put, check) = (dir.join("put.jsonl"), dir.join("check.jsonl"));
+    let url = e.server.url();
+    let run = |role: &str, out: &Path| {
+        let args = ["--server", url, "--bucket", "files", "--out", out.to_str().unwrap()];
+        let mut app = App::start("kv_app.py", &[&[role][..], &args[..]].concat());
+        assert!(app.0.wait().unwrap().success(), "{role}");
+    };
+    run("obj-put", &put);
+    let before = e.js.stream_info("OBJ_files").await.unwrap().1.state;
+    let out = e.cli(&["obj", "files", "--set", "storage=memory", "--yes"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (raw, after) = e.js.stream_info("OBJ_files").await.unwrap();
+    assert_eq!(raw["config"]["storage"], "memory");
+    assert_eq!((after.state.messages, after.state.last_seq), (before.messages, before.last_seq));
+    run("obj-check", &check);
+    let objects = lines(&check);
+    assert_eq!(objects.len(), 3);
+    for o in objects {
+        assert_eq!(o["intact"], true, "{o}");
+        assert_eq!(o["size"], 8 << 20);
+    }
+}
