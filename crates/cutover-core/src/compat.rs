@@ -483,6 +483,15 @@ fn rule_retention_sourcing(
 /// name, A's own sources, the retry horizon against A's window.
 pub(crate) fn check_request(r: &mut Report, req: &crate::plan::PlanRequest, a: &StreamInfo) {
     let s = STREAM;
+    if req.in_place == Some(crate::plan::InPlaceHop::Out)
+        && a.config.name.starts_with("KV_")
+        && !a.config.allow_direct
+    {
+        r.add(s, "allow_direct", false, false, Verdict::ChangedOnPurpose, format!(
+            "readers of this bucket ask the stream {} itself (no direct get): while the last hop's copy catches up (see the estimate), a get may answer an older value or 'key not found'; writes, revision checks and watchers stay exact. To avoid it, pause the readers, or enable direct get first (nats stream edit {} --allow-direct) and restart them so they bind anew",
+            a.config.name, a.config.name
+        ));
+    }
     for (prefix, what) in [("KV_", "a KV bucket"), ("OBJ_", "an object store")] {
         if req.in_place.is_some() {
             // Each hop of an in-place migration ends with the name kept.

@@ -406,6 +406,35 @@ fn carried_metadata(a_config: &Value, a_name: &str) -> Map<String, Value> {
     m
 }
 
+/// An in-place migration as `plan` shows it: hop 1 in full (judged before
+/// anything is written), hop 2 in outline (planned when hop 1 is done), and
+/// what the rebuild copies.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InPlaceOutline {
+    pub stream: String,
+    pub via: String,
+    pub hop1: Plan,
+    /// Messages and bytes each hop copies (A's now; more arrive meanwhile).
+    pub copies_messages: u64,
+    pub copies_bytes: u64,
+    /// Both copies, from the mirror rate measured on this project's machine
+    /// kind ([`copy_estimate`]).
+    pub estimate_ms: u64,
+}
+
+/// How long one mirror copy of `messages` messages and `bytes` bytes takes,
+/// from the rates measured on this project's machine kind (2 cores,
+/// loopback, R1; docs/benchmarks.md): a per-message cost (1M messages of 128
+/// bytes: 2.1-2.2 s a hop) plus a per-byte cost (100k messages of 4 KiB:
+/// 1.2-1.9 s a hop). Replicated streams and busier servers take longer; the
+/// run shows the real progress.
+pub fn copy_estimate(messages: u64, bytes: u64) -> Duration {
+    const MSGS_PER_S: u64 = 450_000;
+    const BYTES_PER_S: u64 = 220_000_000;
+    let ms = messages.saturating_mul(1000) / MSGS_PER_S + bytes.saturating_mul(1000) / BYTES_PER_S;
+    Duration::from_millis(ms)
+}
+
 /// The metadata key that tells which stream B was made from.
 pub const FROM_KEY: &str = "nats-cutover.from";
 
@@ -765,7 +794,7 @@ fn create_b_detail(req: &PlanRequest, b_exists: bool, dw: Duration, features: Fe
         format!("{} exists: checked compatible and sourcing {}", req.to, req.from)
     } else if mirror {
         format!(
-                "create {} mirroring {}, no subjects, allow_direct, duplicate_window {dw:?} (A's: the mirror records the msg-ids it stores, for retries after the promotion)",
+                "create {} mirroring {}, no subjects, duplicate_window {dw:?} (A's: the mirror records the msg-ids it stores, for retries after the promotion)",
                 req.to, req.from
             )
     } else {
@@ -825,13 +854,19 @@ fn steps(
             a = req.from, b = req.to, s = b_final_subjects
         ));
         add("seal A", format!("seal {} (nothing can enter it any more)", req.from));
-        add(
-            "retire",
-            format!(
+        let retire = match req.in_place {
+            Some(InPlaceHop::Out) => {
+                format!("delete the old consumers and {} (frees its name for hop 2)", req.from)
+            }
+            Some(InPlaceHop::Back) => {
+                format!("delete the old consumers and the temporary stream {}", req.from)
+            }
+            None => format!(
                 "delete the old consumers on {}; keep sealed {} unless --delete-old",
                 req.from, req.from
             ),
-        );
+        };
+        add("retire", retire);
         return steps;
     }
     add("commit point: move publishers", format!(

@@ -198,20 +198,6 @@ pub struct RunArgs {
     /// Execute a plan file written by `plan --out` instead of planning anew.
     #[arg(long = "plan", value_name = "FILE")]
     pub plan_file: Option<PathBuf>,
-    /// Give this stream new settings under its own name, live: two mirror hops
-    /// through a temporary stream, sequences and durables kept (2.12+). The
-    /// settings come from --set and/or --to-config; --consumer names the
-    /// durables (or --all-consumers).
-    #[arg(long, value_name = "STREAM", conflicts_with_all = ["plan_file", "resume", "from", "to", "strategy"])]
-    pub in_place: Option<String>,
-    /// A new setting for --in-place, KEY=VALUE with the server's stream-config
-    /// names (storage=memory, retention=limits, max_age=3600000000000);
-    /// repeatable.
-    #[arg(long, value_name = "KEY=VALUE", requires = "in_place")]
-    pub set: Vec<String>,
-    /// The temporary stream of --in-place (default: <STREAM>_CUTOVER).
-    #[arg(long, value_name = "STREAM", requires = "in_place")]
-    pub via: Option<String>,
     /// Resume the interrupted migration with this id (see `status`).
     #[arg(long, value_name = "ID")]
     pub resume: Option<String>,
@@ -439,6 +425,21 @@ pub struct PlanArgs {
     /// (default: the old stream's duplicate window, which the new stream takes).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub retry_horizon: Option<Duration>,
+    /// Give this stream new settings under its own name, live (`run`), or show
+    /// how (`plan`): two mirror hops
+    /// through a temporary stream, sequences and durables kept (2.12+). The
+    /// settings come from --set and/or --to-config; --consumer names the
+    /// durables (or --all-consumers).
+    #[arg(long, value_name = "STREAM", conflicts_with_all = ["from", "to", "strategy"])]
+    pub in_place: Option<String>,
+    /// A new setting for --in-place, KEY=VALUE with the server's stream-config
+    /// names (storage=memory, retention=limits, max_age=3600000000000);
+    /// repeatable.
+    #[arg(long, value_name = "KEY=VALUE", requires = "in_place")]
+    pub set: Vec<String>,
+    /// The temporary stream of --in-place (default: <STREAM>_CUTOVER).
+    #[arg(long, value_name = "STREAM", requires = "in_place")]
+    pub via: Option<String>,
     /// Also write the plan to this file (TOML, or JSON if it ends in .json) for
     /// review; `run --plan FILE` executes it.
     #[arg(long)]

@@ -89,6 +89,20 @@ pub fn thousands(n: u64) -> String {
 }
 
 /// Messages per second: whole and grouped (`1,234 msg/s`), one decimal below 10.
+/// Bytes in binary units: 512 B, 1.5 KiB, 20.0 MiB, 3.2 GiB.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let (mut v, mut u) = (n as f64 / 1024.0, 0);
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
+}
+
 pub fn rate(per_sec: f64) -> String {
     if !per_sec.is_finite() || per_sec < 0.0 {
         "-".into()

@@ -24,7 +24,7 @@ use crate::api::Js;
 use crate::error::{Error, Result};
 use crate::journal::{IfMissing, JournalStore};
 use cutover_core::journal::{migration_id, Journal, Phase};
-use cutover_core::plan::{InPlaceHop, Plan, PlanRequest, Strategy};
+use cutover_core::plan::{copy_estimate, InPlaceHop, InPlaceOutline, Plan, PlanRequest, Strategy};
 use serde_json::{Map, Value};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -68,6 +68,39 @@ impl InPlaceRequest {
 /// Hop 1's plan: A to the temporary stream, which gets the new settings.
 pub async fn plan_in_place(js: &Js, req: &InPlaceRequest) -> Result<Plan> {
     prepare_plan(js, &req.hop(&req.stream, &req.via(), req.settings.clone(), InPlaceHop::Out)).await
+}
+
+/// What `plan` shows: hop 1's plan, hop 2 in outline, the copy and its
+/// estimated time.
+pub async fn outline_in_place(js: &Js, req: &InPlaceRequest) -> Result<InPlaceOutline> {
+    let hop1 = plan_in_place(js, req).await?;
+    let (_, a) = js.stream_info(&req.stream).await?;
+    let (messages, bytes) = (a.state.messages, a.state.bytes);
+    Ok(InPlaceOutline {
+        stream: req.stream.clone(),
+        via: req.via(),
+        hop1,
+        copies_messages: messages,
+        copies_bytes: bytes,
+        estimate_ms: 2 * copy_estimate(messages, bytes).as_millis() as u64,
+    })
+}
+
+/// Whether a hop of this in-place migration is under way (journaled, neither
+/// done nor rolled back): then the request resumes it, whatever the streams
+/// look like meanwhile.
+pub async fn in_place_under_way(js: &Js, req: &InPlaceRequest) -> Result<bool> {
+    let Some(store) = JournalStore::open(js, IfMissing::ReturnNone).await? else {
+        return Ok(false);
+    };
+    let (a, via) = (req.stream.clone(), req.via());
+    let (j1, j2) =
+        (store.load(&migration_id(&a, &via)).await?, store.load(&migration_id(&via, &a)).await?);
+    let open = |j: &Option<Journal>| {
+        j.as_ref().is_some_and(|j| j.phase != Phase::Done && j.phase != Phase::RolledBack)
+    };
+    let between = j1.as_ref().is_some_and(|j| j.phase == Phase::Done) && j2.is_none();
+    Ok(open(&j1) || open(&j2) || between)
 }
 
 /// Runs (or resumes) both hops. Returns the two journals.

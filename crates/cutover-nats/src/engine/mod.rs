@@ -17,7 +17,9 @@ pub mod rollback;
 pub mod run;
 
 pub use events::{Event, EventKind, Info, Progress, Sink, StepResult, Warning, WireEvent};
-pub use inplace::{plan_in_place, run_in_place, InPlaceRequest};
+pub use inplace::{
+    in_place_under_way, outline_in_place, plan_in_place, run_in_place, InPlaceRequest,
+};
 pub use prepare::{prepare_plan, PlanInputs};
 pub use progress::{source_progress, SourceProgress};
 pub use rollback::{forget, leases, list, rollback, Forgotten};

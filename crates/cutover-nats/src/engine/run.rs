@@ -1299,14 +1299,19 @@ async fn retire(ctx: &Ctx<'_>) -> Result<()> {
     // Kept durables stay paused until year 9999 and A is sealed: they can never
     // deliver again, so applications still bound to them wait (no error) until
     // they are redeployed to the new stream.
+    // A sealed A that is gone was deleted here by a runner that died after
+    // it: its consumers went with it.
+    let a_exists = ctx.js.stream_info_opt(&from).await?.is_some();
     if !keep {
         for n in &names {
-            ctx.js.consumer_delete(&from, n).await?;
+            if a_exists {
+                ctx.js.consumer_delete(&from, n).await?;
+            }
             let mut j = ctx.journal.lock().await;
             j.consumer_mut(n).unwrap().phase = ConsumerPhase::Retired;
         }
     }
-    if delete_old && ctx.js.stream_info_opt(&from).await?.is_some() {
+    if delete_old && a_exists {
         ctx.js.stream_delete(&from).await?;
     }
     ctx.done(

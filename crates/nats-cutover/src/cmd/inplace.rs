@@ -2,18 +2,19 @@
 //! the stream's own name (see `cutover_nats::engine::inplace`).
 
 use super::progress::{detect, Render};
-use crate::cli::{BucketArgs, ConnArgs, RunArgs};
+use crate::cli::{BucketArgs, ConnArgs, PlanArgs, RunArgs};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use cutover_core::bucket::Kind;
+use cutover_core::plan::InPlaceOutline;
 use cutover_nats::engine::{self, InPlaceRequest, RunOptions};
 use cutover_nats::Js;
 use serde_json::{json, Map, Value};
 
 /// `--set KEY=VALUE` pairs over the `--to-config` file's settings: a value is
 /// JSON when it reads as JSON (numbers, booleans, objects), else a string.
-fn settings(a: &RunArgs) -> Result<Option<Map<String, Value>>> {
-    let mut m = match super::plan::request_to_config(&a.plan)? {
+fn settings(a: &PlanArgs) -> Result<Option<Map<String, Value>>> {
+    let mut m = match super::plan::request_to_config(a)? {
         Some(m) => m,
         None => Map::new(),
     };
@@ -41,7 +42,11 @@ async fn update_is_enough(
     req: &InPlaceRequest,
     json_out: bool,
 ) -> Result<Option<ExitCode>> {
-    let (raw, _) = js.stream_info(&req.stream).await?;
+    // Missing: a runner killed between the hops (the stream lives as the
+    // temporary one); run_in_place resumes from the journal, or says so.
+    let Some((raw, _)) = js.stream_info_opt(&req.stream).await? else {
+        return Ok(None);
+    };
     let settings = req.settings.clone().unwrap_or_default();
     cutover_core::plan::check_setting_names(&settings).map_err(cutover_nats::Error::from)?;
     if !cutover_core::plan::needs_migration(&raw["config"], &settings).is_empty() {
@@ -72,21 +77,25 @@ async fn update_is_enough(
     Ok(Some(ExitCode::Ok))
 }
 
-pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode> {
-    let stream = a.in_place.clone().expect("--in-place");
-    if a.plan.consumer.is_empty() && !a.plan.all_consumers {
+/// The request of `run --in-place` / `plan --in-place`.
+pub fn request(a: &PlanArgs) -> Result<InPlaceRequest> {
+    if a.consumer.is_empty() && !a.all_consumers {
         return Err(CliError::Flag(
             "no consumer to move: name one with --consumer NAME or pass --all-consumers".into(),
         ));
     }
-    let req = InPlaceRequest {
-        stream,
+    Ok(InPlaceRequest {
+        stream: a.in_place.clone().expect("--in-place"),
         via: a.via.clone(),
-        consumers: a.plan.consumer.clone(),
-        all_consumers: a.plan.all_consumers,
-        settings: settings(&a)?,
-        retry_horizon: a.plan.retry_horizon,
-    };
+        consumers: a.consumer.clone(),
+        all_consumers: a.all_consumers,
+        settings: settings(a)?,
+        retry_horizon: a.retry_horizon,
+    })
+}
+
+pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode> {
+    let req = request(&a.plan)?;
     let opts = RunOptions {
         lease_ttl: a.lease_ttl,
         settle_timeout: a.settle_timeout,
@@ -95,6 +104,34 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
     };
     let js = super::connect(conn).await?;
     execute(&js, &req, a.yes, &opts, json_out).await
+}
+
+/// `plan --in-place`: both hops, the copy and its estimate; read-only.
+pub async fn plan(conn: &ConnArgs, json_out: bool, a: &PlanArgs) -> Result<ExitCode> {
+    let req = request(a)?;
+    let js = super::connect(conn).await?;
+    if let Some(code) = update_is_enough(&js, &req, json_out).await? {
+        return Ok(code);
+    }
+    let outline = engine::outline_in_place(&js, &req).await?;
+    if json_out {
+        outln!("{}", serde_json::to_string_pretty(&outline)?);
+    } else {
+        print_outline(&outline);
+    }
+    Ok(if outline.hop1.safe { ExitCode::Ok } else { ExitCode::Incompatible })
+}
+
+fn print_outline(o: &InPlaceOutline) {
+    outln!(
+        "In place: {s} gets its new settings under its own name, in two hops of strategy mirror:\n  hop 1: {s} → {via} (the temporary stream, with the new settings; {s} is deleted at the end of it)\n  hop 2: {via} → {s} (a new {s} mirrors {via} and takes its settings; {via} is deleted), planned when hop 1 is done\nEach hop copies {} messages ({}) now; both copies take about {} on a 2-core machine with R1 streams (more arriving meanwhile adds to it; replicas and busy servers take longer).\n\nHop 1:",
+        crate::render::thousands(o.copies_messages),
+        crate::render::bytes(o.copies_bytes),
+        crate::render::duration(std::time::Duration::from_millis(o.estimate_ms)),
+        s = o.stream,
+        via = o.via
+    );
+    super::plan::print_plan(&o.hop1);
 }
 
 /// `nats-cutover kv|obj BUCKET --set OPTION=VALUE ...`: the bucket's stream
@@ -130,17 +167,24 @@ async fn execute(
     opts: &RunOptions,
     json_out: bool,
 ) -> Result<ExitCode> {
-    if let Some(code) = update_is_enough(js, req, json_out).await? {
-        return Ok(code);
+    // A hop under way is resumed as it was confirmed, whatever the streams
+    // look like meanwhile (the new stream may have its settings already).
+    let resuming = engine::in_place_under_way(js, req).await?;
+    if !resuming {
+        if let Some(code) = update_is_enough(js, req, json_out).await? {
+            return Ok(code);
+        }
     }
-    if !yes {
-        let hop1 = engine::plan_in_place(js, req).await?;
-        outln!(
-            "In place: {s} → {via} (hop 1, shown below, with the new settings) → {s} (hop 2, planned when hop 1 is done)\n",
-            s = req.stream,
-            via = req.via()
-        );
-        super::run::confirm(&hop1)?;
+    if !yes && !resuming {
+        let outline = engine::outline_in_place(js, req).await?;
+        print_outline(&outline);
+        if !outline.hop1.safe {
+            return Err(CliError::Unsafe(format!(
+                "hop 1 is unsafe, nothing was changed: {}",
+                outline.hop1.unsafe_reasons()
+            )));
+        }
+        super::run::ask()?;
     }
     let render = Render::new(detect(json_out));
     let result =

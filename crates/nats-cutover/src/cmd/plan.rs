@@ -93,9 +93,10 @@ pub fn write_plan_file(plan: &Plan, path: &std::path::Path) -> Result<()> {
 }
 
 pub fn print_plan(plan: &Plan) {
+    let names: Vec<&str> = plan.consumers.iter().map(|c| c.name.as_str()).collect();
     outln!(
         "Plan: move {} from {} to {} (strategy {}, mode {})",
-        plan.consumers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "),
+        if names.is_empty() { "the publishers (no durable)".to_string() } else { names.join(", ") },
         plan.from,
         plan.to,
         plan.strategy.as_str(),
@@ -140,6 +141,9 @@ pub fn print_plan(plan: &Plan) {
 }
 
 pub async fn run(conn: &ConnArgs, json_out: bool, a: PlanArgs) -> Result<ExitCode> {
+    if a.in_place.is_some() {
+        return super::inplace::plan(conn, json_out, &a).await;
+    }
     let req = request(&a)?;
     // Names and the obvious refusals are checked before connecting.
     cutover_core::names::stream(&req.from)?;

@@ -35,6 +35,11 @@ fn read_plan_file(p: &std::path::Path) -> Result<Plan> {
 
 pub(super) fn confirm(plan: &Plan) -> Result<()> {
     super::plan::print_plan(plan);
+    ask()
+}
+
+/// Asks on the terminal whether to go on (the plan is printed already).
+pub(super) fn ask() -> Result<()> {
     if !std::io::stdin().is_terminal() {
         return Err(CliError::NotConfirmed(
             "refusing to run without confirmation: stdin is not a terminal; pass --yes".into(),
@@ -90,7 +95,12 @@ pub(super) fn shutdown_on_ctrl_c() -> tokio::sync::watch::Receiver<bool> {
 }
 
 pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode> {
-    if a.in_place.is_some() {
+    if a.plan.in_place.is_some() {
+        if a.plan_file.is_some() || a.resume.is_some() {
+            return Err(CliError::Flag(
+                "--in-place plans anew and resumes by itself: run the same --in-place command again, without --plan or --resume".into(),
+            ));
+        }
         return super::inplace::run(conn, json_out, a).await;
     }
     check_report_path(&a)?;
@@ -185,7 +195,7 @@ async fn load_plan(js: &Js, a: &RunArgs) -> Result<Plan> {
 }
 
 /// Refuses an unsafe plan (shown first, without --json), with its reasons.
-fn refuse_unsafe(plan: &Plan, json_out: bool) -> Result<()> {
+pub(super) fn refuse_unsafe(plan: &Plan, json_out: bool) -> Result<()> {
     if plan.safe {
         return Ok(());
     }

@@ -14,8 +14,14 @@ use std::time::Duration;
 const PRELOADED: usize = 100_000;
 const HELD: usize = 100;
 
-/// A bucket as `nats kv add` / nats-py make it, `direct` its allow_direct.
+/// A bucket as `nats kv add` / nats-py make it, `direct` its allow_direct,
+/// with the preloaded keys.
 async fn bucket(e: &Env, direct: bool) {
+    bucket_stream(e, direct).await;
+    preload(e).await;
+}
+
+async fn bucket_stream(e: &Env, direct: bool) {
     e.stream(json!({
         "name": "KV_cfg", "subjects": ["$KV.cfg.>"], "max_msgs_per_subject": 20,
         "discard": "new", "allow_rollup_hdrs": true, "deny_delete": true,
@@ -23,6 +29,9 @@ async fn bucket(e: &Env, direct: bool) {
         "metadata": {"team": "config"}
     }))
     .await;
+}
+
+async fn preload(e: &Env) {
     // Pipelined puts: a batch of acks awaited at a time.
     for chunk in (0..PRELOADED).collect::<Vec<_>>().chunks(2_000) {
         let mut acks = vec![];
@@ -198,4 +207,46 @@ async fn object_store_changes_in_place_and_every_object_is_intact() {
         assert_eq!(o["intact"], true, "{o}");
         assert_eq!(o["size"], 8 << 20);
     }
+}
+
+/// `plan --in-place` shows both hops, what each copies and how long both
+/// copies should take; it writes nothing.
+#[tokio::test]
+async fn plan_in_place_shows_both_hops_and_the_copy() {
+    let e = env().await;
+    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"]})).await;
+    e.publish("orders.a", "m", 1_000).await;
+    let before = e.snapshot().await;
+    let args = ["plan", "--in-place", "ORDERS", "--set", "storage=memory", "--all-consumers"];
+    let out = e.cli(&args);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("hop 2: ORDERS_CUTOVER → ORDERS"), "{}", out.stdout);
+    assert!(out.stdout.contains("copies 1,000 messages"), "{}", out.stdout);
+    let json = e.cli(&[&["--json"][..], &args[..]].concat()).json();
+    assert_eq!(json["copies_messages"], 1_000);
+    assert_eq!(json["hop1"]["to"], "ORDERS_CUTOVER");
+    assert!(json["estimate_ms"].as_u64().is_some());
+    assert_eq!(e.snapshot().await, before, "plan changed the server");
+}
+
+/// Bad bucket options are refused before anything connects, naming the
+/// options there are; a setting the server updates in place needs no
+/// migration (the update is printed, nothing changes).
+#[tokio::test]
+async fn kv_options_are_checked_and_plain_updates_are_not_migrations() {
+    let e = env().await;
+    bucket_stream(&e, true).await;
+    let before = e.snapshot().await;
+    let out = e.cli(&["kv", "cfg", "--set", "retention=workqueue", "--yes"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("history, ttl"), "{}", out.stderr);
+    let out = e.cli(&["kv", "cfg", "--set", "history=0", "--yes"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    let out = e.cli(&["kv", "cfg", "--set", "history=10", "--set", "ttl=1h", "--yes"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("no migration needed"), "{}", out.stdout);
+    assert!(out.stdout.contains("\"max_msgs_per_subject\": 10"), "{}", out.stdout);
+    let out = e.cli(&["kv", "nobucket", "--set", "storage=memory", "--yes"]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert_eq!(e.snapshot().await, before, "a refused or plain request changed the server");
 }

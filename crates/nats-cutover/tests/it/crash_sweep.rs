@@ -74,9 +74,9 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str) -> Point {
     let load = Load::start(load_client, load_cfg(500, 40_000)).await;
     until_processed(&load, 100).await;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
-        .args(["--server", e.server.url(), "--json", "run", "--from", "ORDERS", "--to"])
-        .args(["ORDERS_V2", "--consumer", "worker", "--yes", "--lease-ttl", "1s"])
-        .args(["--strategy", strategy])
+        .args(["--server", e.server.url(), "--json"])
+        .args(command(strategy))
+        .args(["worker", "--yes", "--lease-ttl", "1s"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -109,10 +109,11 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str) -> Point {
         assert_exact(&r);
         return Point::Finished;
     };
-    let j = engine::rollback::load(&e.js, ID).await.map(|(_, j)| j).ok();
+    let id = if strategy == IN_PLACE { HOP1 } else { ID };
+    let j = engine::rollback::load(&e.js, id).await.map(|(_, j)| j).ok();
     let mut resumed = !undo;
-    if undo && j.is_some() {
-        let out = retry_lease(&e, &["--json", "rollback", ID]).await;
+    if undo && j.as_ref().is_some_and(|j| j.phase != Phase::Done) {
+        let out = retry_lease(&e, &["--json", "rollback", id]).await;
         if out.code != 0 {
             assert!(
                 out.stderr.contains("commit point"),
@@ -121,25 +122,38 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str) -> Point {
             resumed = true;
         }
     }
-    if resumed {
+    if undo && j.as_ref().is_some_and(|j| j.phase == Phase::Done) {
+        resumed = true; // hop 1 is done: past the commit point
+    }
+    if resumed && strategy == IN_PLACE {
+        // The same command resumes whichever hop is under way.
+        let out = retry_lease(&e, &[&["--json"][..], &command(strategy)].concat()).await;
+        assert_eq!(out.code, 0, "resume after {key:?}: {out:?}");
+        for id in [HOP1, HOP2] {
+            let (_, j) = engine::rollback::load(&e.js, id).await.unwrap();
+            assert_eq!(j.phase, Phase::Done, "{id} after {key:?}");
+        }
+        let (raw, _) = e.js.stream_info("ORDERS").await.unwrap();
+        assert_eq!(raw["config"]["storage"], "memory", "after {key:?}");
+    } else if resumed {
         let out = if j.is_some() {
             retry_lease(&e, &["--json", "run", "--resume", ID, "--lease-ttl", "1s"]).await
         } else {
             // Killed before the journal existed: a new run.
-            let new = ["--json", "run", "--strategy", strategy, "--from", "ORDERS", "--to"];
-            retry_lease(&e, &[&new[..], &["ORDERS_V2", "--consumer"]].concat()).await
+            retry_lease(&e, &[&["--json"][..], &command(strategy)].concat()).await
         };
         assert_eq!(out.code, 0, "resume after {key:?}: {out:?}");
         let (_, j) = engine::rollback::load(&e.js, ID).await.unwrap();
         assert_eq!(j.phase, Phase::Done, "after {key:?}");
     } else {
         // Rolled back: A serves publishers and its old durable delivers.
+        let b = if strategy == IN_PLACE { "ORDERS_CUTOVER" } else { "ORDERS_V2" };
         let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
         assert_eq!(a.config.subjects, vec!["orders.>".to_string()], "after {key:?}");
         let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
         assert!(!c.paused, "the old durable is paused after rollback from {key:?}");
         assert!(
-            e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(),
+            e.js.stream_info_opt(b).await.unwrap().is_none(),
             "B left behind after rollback from {key:?}"
         );
     }
@@ -149,6 +163,19 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str) -> Point {
     eprintln!("kill point {k} ({key}), {}:", if resumed { "resumed" } else { "rolled back" });
     assert_exact(&r);
     Point::Killed(key)
+}
+
+const IN_PLACE: &str = "in-place";
+const HOP1: &str = "ORDERS.ORDERS_CUTOVER";
+const HOP2: &str = "ORDERS_CUTOVER.ORDERS";
+
+/// The run command of a sweep, up to `--consumer`: a move with `strategy`,
+/// or an in-place change of storage (file to memory).
+fn command(strategy: &str) -> Vec<&str> {
+    if strategy == IN_PLACE {
+        return vec!["run", "--in-place", "ORDERS", "--set", "storage=memory", "--consumer"];
+    }
+    vec!["run", "--strategy", strategy, "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer"]
 }
 
 /// Runs the CLI until the killed runner's lease has lapsed.
@@ -199,4 +226,18 @@ async fn crash_after_every_request_then_resume_is_exact_with_mirror() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crash_after_every_request_then_rollback_is_exact_with_mirror() {
     sweep(true, "mirror").await;
+}
+
+/// Both hops of an in-place change: killed after every distinct request, the
+/// same command resumes whichever hop is under way (issue 10).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crash_after_every_request_then_resume_is_exact_in_place() {
+    sweep(false, IN_PLACE).await;
+}
+
+/// Rollback of hop 1 before its commit point restores everything; past it
+/// (or in hop 2) the same command finishes the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crash_after_every_request_then_rollback_is_exact_in_place() {
+    sweep(true, IN_PLACE).await;
 }
