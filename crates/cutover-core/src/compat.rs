@@ -456,8 +456,8 @@ fn rule_allow_direct(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
     }
 }
 
-/// Work queues on either side: B cannot be one, and sourcing from one (or from
-/// an interest stream) is reliable only from 2.14.
+/// Work queues on either side: B can be one only as a mirror, and sourcing
+/// from one (or from an interest stream) is reliable only from 2.14.
 fn rule_retention_sourcing(
     r: &mut Report,
     ac: &StreamConfig,
@@ -466,9 +466,7 @@ fn rule_retention_sourcing(
 ) {
     let s = STREAM;
     if b.retention == RetentionPolicy::WorkQueue {
-        // consumer.go: a consumer on a work queue must deliver all (10101), so
-        // the new durable cannot start after the checkpoint.
-        r.add(s, "retention", &ac.retention, &b.retention, Verdict::Unsafe, "B would be a work queue, where a consumer must deliver all (error 10101): the new durable could not start after the checkpoint; moving to or between work queues is not supported yet; give B limits retention (--to-config {\"retention\": \"limits\"})");
+        rule_work_queue_b(r, ac, b, version);
     } else if ac.retention != RetentionPolicy::Limits && !version.at_least(2, 14, 0) {
         // ADR-60 (nats-server 2.14.0, PR 7613): before it, a stream sourcing a
         // work-queue or interest stream is not reliable (its source consumer
@@ -476,6 +474,24 @@ fn rule_retention_sourcing(
         r.add(s, "retention", &ac.retention, &b.retention, Verdict::Unsafe, format!("A has {} retention: reliable sourcing from work-queue and interest streams needs nats-server 2.14 (ADR-60); this server is {version}: upgrade first", ac.retention));
     } else if ac.retention == RetentionPolicy::WorkQueue {
         r.add(s, "retention", &ac.retention, &b.retention, Verdict::Ok, "work queue to limits: B keeps every message A held; each moved consumer keeps its filters");
+    }
+}
+
+/// B a work queue: a consumer there must deliver all (consumer.go, error
+/// 10101), so the new durable cannot start at a sequence; with a mirror, B's
+/// copies below the checkpoint on the durable's filter are purged first (the
+/// old durable processed them), and it starts after F by delivering all.
+fn rule_work_queue_b(r: &mut Report, ac: &StreamConfig, b: &StreamConfig, version: ServerVersion) {
+    let s = STREAM;
+    let (from, to) = (&ac.retention, &b.retention);
+    if b.mirror.is_none() {
+        r.add(s, "retention", from, to, Verdict::Unsafe, "B would be a work queue, where a consumer must deliver all (error 10101): with strategy source the new durable could not start after the checkpoint; use --strategy mirror (B's copies below the checkpoint are purged before the durable is created), or give B limits retention");
+    } else if ac.retention == RetentionPolicy::Interest {
+        r.add(s, "retention", from, to, Verdict::Unsafe, "interest to work queue is not supported: an interest stream removes messages once every consumer acked them, so B could not tell which ones a durable still needs");
+    } else if ac.retention == RetentionPolicy::WorkQueue && !version.at_least(2, 14, 0) {
+        r.add(s, "retention", from, to, Verdict::Unsafe, format!("A is a work queue: reliable mirroring from work-queue streams needs nats-server 2.14 (ADR-60); this server is {version}: upgrade first"));
+    } else {
+        r.add(s, "retention", from, to, Verdict::ChangedOnPurpose, "B is a work queue: each new durable delivers all (error 10101 otherwise), so before it is created B's copies below its start on its filter are purged (the old durable processed them: nothing was ack-pending at the checkpoint); messages no moved durable's filter selects stay in B as work for a future consumer; each message B holds is removed once acknowledged");
     }
 }
 

@@ -463,13 +463,18 @@ pub fn promote_with(req: &PlanRequest, b_config: &Value) -> Map<String, Value> {
 
 /// The new durable on B: the old one's configuration, unknown fields included,
 /// positioned by `opt_start_seq` later and with filters as B stores them.
-pub fn b_consumer_config(old_raw_config: &Value, b_filters: &[String]) -> Value {
+///
+/// On a work-queue B a consumer must deliver all (consumer.go, error 10101):
+/// it starts after the checkpoint because B's copies below it are purged
+/// first (see the engine's move_consumer).
+pub fn b_consumer_config(old_raw_config: &Value, b_filters: &[String], work_queue: bool) -> Value {
     let mut c = old_raw_config.as_object().cloned().unwrap_or_default();
     for k in ["pause_until", "opt_start_time", "opt_start_seq", "filter_subject", "filter_subjects"]
     {
         c.remove(k);
     }
-    c.insert("deliver_policy".into(), json!("by_start_sequence"));
+    let policy = if work_queue { "all" } else { "by_start_sequence" };
+    c.insert("deliver_policy".into(), json!(policy));
     match b_filters.len() {
         0 => {}
         1 => {
@@ -654,6 +659,11 @@ fn plan_consumers(
     let mut moved = Consumers::default();
     for raw in &facts.consumers_raw {
         let c: ConsumerInfo = parse("consumer", raw)?;
+        if b_view.retention == RetentionPolicy::WorkQueue
+            && c.config.ack_policy != crate::model::AckPolicy::Explicit
+        {
+            r.add(&format!("consumer {}", c.name), "ack_policy", &c.config.ack_policy, "explicit", Verdict::Unsafe, "B is a work queue, whose consumers must acknowledge each message (error 10098): give the durable explicit acks first");
+        }
         if let Some(b_filters) =
             compat::check_consumer(r, &c, b_view, facts.version, req.publishers_stopped)
         {
@@ -661,7 +671,11 @@ fn plan_consumers(
             moved.plans.push(ConsumerPlan {
                 name: c.name.clone(),
                 push: c.config.is_push(),
-                b_config: b_consumer_config(&old_cfg, &b_filters),
+                b_config: b_consumer_config(
+                    &old_cfg,
+                    &b_filters,
+                    b_view.retention == RetentionPolicy::WorkQueue,
+                ),
                 a_filters: Some(c.config.filters()),
                 b_filters: b_filters.clone(),
             });

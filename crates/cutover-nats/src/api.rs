@@ -219,6 +219,24 @@ impl Js {
         self.api(&format!("update stream {name}"), &format!("STREAM.UPDATE.{name}"), config).await
     }
 
+    /// Purges `stream`'s messages below sequence `below` (on `filter` only,
+    /// when given); returns how many went.
+    pub async fn stream_purge_below(
+        &self,
+        stream: &str,
+        filter: Option<&str>,
+        below: u64,
+    ) -> Result<u64> {
+        let mut body = json!({ "seq": below });
+        if let Some(f) = filter {
+            body["filter"] = json!(f);
+        }
+        let v = self
+            .api(&format!("purge {stream} below {below}"), &format!("STREAM.PURGE.{stream}"), &body)
+            .await?;
+        Ok(v["purged"].as_u64().unwrap_or(0))
+    }
+
     pub async fn stream_delete(&self, name: &str) -> Result<()> {
         self.api(&format!("delete stream {name}"), &format!("STREAM.DELETE.{name}"), &Value::Null)
             .await

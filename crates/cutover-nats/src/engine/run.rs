@@ -540,7 +540,19 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         }
     };
     let mut cfg = cp.b_config.clone();
-    cfg["opt_start_seq"] = json!(start);
+    let work_queue = cfg["deliver_policy"] == "all";
+    if work_queue {
+        // A work-queue B (the plan allows it only as a mirror): the durable
+        // delivers all, so B's copies below its start on its filters go first;
+        // the old durable processed them (nothing was ack-pending at F).
+        // Purging again on resume removes nothing more.
+        if let Err(e) = purge_below(ctx, &to, &cp.b_filters, start).await {
+            let _ = undo_consumer(ctx, &from, name, &prior).await;
+            return Err(e);
+        }
+    } else {
+        cfg["opt_start_seq"] = json!(start);
+    }
     if let Some(until) = &prior.paused_until {
         // The operator paused it: it stays paused on B until the same time.
         cfg["pause_until"] = json!(until);
@@ -555,6 +567,17 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         return Err(e);
     }
     moved(ctx, name, &from, &to, f, (start, gets), started).await
+}
+
+/// Purges `stream` below `start` on each filter (all of it with none).
+async fn purge_below(ctx: &Ctx<'_>, stream: &str, filters: &[String], start: u64) -> Result<()> {
+    if filters.is_empty() {
+        ctx.js.stream_purge_below(stream, None, start).await?;
+    }
+    for f in filters {
+        ctx.js.stream_purge_below(stream, Some(f), start).await?;
+    }
+    Ok(())
 }
 
 /// The consumer's checkpoint F: journaled already (a resumed run), or taken
@@ -692,8 +715,12 @@ async fn create_durable(
         p.b_start = Some(start);
     })
     .await?;
+    // Ours: positioned at the start, or on a work queue (delivers all; B is
+    // created by this run, so no one else made a durable there).
+    let ours =
+        |c: &ConsumerInfo| c.config.opt_start_seq == Some(start) || cfg["deliver_policy"] == "all";
     if let Some((_, existing)) = ctx.js.consumer_info_opt(to, name).await? {
-        if existing.config.opt_start_seq == Some(start) {
+        if ours(&existing) {
             return Ok(());
         }
         return Err(Error::Unsafe(format!(
@@ -707,7 +734,7 @@ async fn create_durable(
             // The request may have taken effect even though its answer was
             // lost (timeout): ask the server rather than assume.
             match ctx.js.consumer_info_opt(to, name).await {
-                Ok(Some((_, c))) if c.config.opt_start_seq == Some(start) => Ok(()),
+                Ok(Some((_, c))) if ours(&c) => Ok(()),
                 Ok(None) => Err(e),
                 // Unknown: the old consumer must stay paused; resume decides.
                 _ => Err(Error::Stuck(format!("creating consumer {to}/{name} failed ({e}) and the server could not say whether it exists; the old durable stays paused; run again to continue or roll back"))),

@@ -796,6 +796,57 @@ async fn in_place_work_queue_to_limits() {
     exact_after(load, 200).await;
 }
 
+/// In place, limits to a work queue, live: the temporary stream is a work
+/// queue mirroring ORDERS; each durable there delivers all after its copies
+/// below the checkpoint were purged, so it starts right after F; hop 2 mirrors
+/// that work queue (2.14+). None lost, none twice; processed messages leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_place_limits_to_work_queue() {
+    use cutover_nats::engine::{run_in_place, InPlaceRequest};
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    let load = live_load(&e, 500, 200).await;
+    let mut settings = serde_json::Map::new();
+    settings.insert("retention".into(), json!("workqueue"));
+    let req = InPlaceRequest {
+        stream: "ORDERS".into(),
+        via: None,
+        consumers: vec!["worker".into()],
+        all_consumers: false,
+        settings: Some(settings),
+        retry_horizon: None,
+    };
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let (_, j2) =
+        run_in_place(&e.js, &req, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let (_, after) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(after.config.retention.as_str(), "workqueue");
+    let (raw, _) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert_eq!(raw["config"]["deliver_policy"], "all");
+    // Nothing below the checkpoint is left to deliver again.
+    let f = j2.consumers[0].checkpoint.unwrap();
+    assert!(after.state.first_seq > f || after.state.messages == 0, "{after:?} F={f}");
+    exact_after(load, 200).await;
+}
+
+/// A mirror move to a work queue, live, from the CLI: exact by the
+/// workload's own record; `verify` says why it cannot judge a work queue
+/// (a processed message is gone from it) instead of reporting losses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mirror_move_to_a_work_queue_is_exact() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    let load = live_load(&e, 500, 200).await;
+    let cfg = to_config(&e, "wq", json!({"retention": "workqueue"}));
+    let args = ["run", "--strategy", "mirror", "--from", "ORDERS", "--to", "ORDERS_WQ"];
+    let out = e.cli(&[&args[..], &["--to-config", &cfg, "--consumer", "worker", "--yes"]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    exact_after(load, 200).await;
+    let out = e.cli(&["verify", "--migration", "ORDERS.ORDERS_WQ"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("workqueue retention"), "{out:?}");
+}
+
 /// `run --in-place` from the command line; bad `--set` input is refused
 /// before anything changes.
 #[tokio::test(flavor = "multi_thread")]
