@@ -13,12 +13,12 @@ writer   Writes key w.{i % --keys} for i = 0, 1, ... at about --rate writes/s
          reads the revisions of keys p.0 .. p.{--held - 1}; after the loop it
          updates each of them with the revision it read then ("held"), which
          must still succeed. Output (--out), JSON lines:
-           {"i", "key", "rev", "op", "attempts", "stall_ms"}      a write
+           {"i", "key", "rev", "op", "attempts", "stall_ms", "t"}  a write (t: epoch s)
            {"held": key, "rev", "new_rev"} | {"held": key, "error"}
            {"done": true, "writes", "max_stall_ms", "conflicts", "errors"}
 
 watcher  Watches w.> (updates only) and writes one line per entry it sees:
-           {"key", "rev", "value"}  ... {"done": true}   (on SIGTERM)
+           {"key", "rev", "value", "t"}  ... {"done": true}   (on SIGTERM)
 
 obj-put    Puts --objects objects o{k} of --size bytes into the object store
            --bucket (content: a repeating pattern seeded by k), creating it.
@@ -115,7 +115,7 @@ async def writer(a, js, out, stop):
         stall = (time.monotonic() - t0) * 1000
         max_stall = max(max_stall, stall)
         if rev is not None:
-            emit(out, {"i": i, "key": key, "rev": rev, "op": op, "attempts": tries, "stall_ms": round(stall, 2)})
+            emit(out, {"i": i, "key": key, "rev": rev, "op": op, "attempts": tries, "stall_ms": round(stall, 2), "t": time.time()})
         i += 1
         if a.rate > 0:
             await asyncio.sleep(max(0.0, start + i / a.rate - time.monotonic()))
@@ -139,7 +139,7 @@ async def watcher(a, js, out, stop):
             continue
         if e is None:
             continue  # the end of the initial values
-        emit(out, {"key": e.key, "rev": e.revision, "value": (e.value or b"").decode()})
+        emit(out, {"key": e.key, "rev": e.revision, "value": (e.value or b"").decode(), "t": time.time()})
     emit(out, {"done": True})
 
 

@@ -117,15 +117,22 @@ async fn kv_apps_through_a_change(direct: bool) -> Value {
 }
 
 /// Each write i (value "i") seen by the watcher exactly once, at the revision
-/// the writer got; the watcher's revisions strictly increase.
+/// the writer got; the watcher's revisions strictly increase. Prints how late
+/// the watcher saw a write at most (its ordered consumer is recreated after
+/// missed heartbeats when the stream it watched is replaced).
 fn check_writes_and_watch(written: &[Value], watched: &[Value]) {
     let mut by_value: HashMap<String, Vec<u64>> = HashMap::new();
+    let mut seen_at: HashMap<String, f64> = HashMap::new();
     for w in watched {
-        by_value
-            .entry(w["value"].as_str().unwrap().to_string())
-            .or_default()
-            .push(w["rev"].as_u64().unwrap());
+        let v = w["value"].as_str().unwrap().to_string();
+        seen_at.insert(v.clone(), w["t"].as_f64().unwrap_or(0.0));
+        by_value.entry(v).or_default().push(w["rev"].as_u64().unwrap());
     }
+    let late = written
+        .iter()
+        .filter_map(|w| Some(seen_at.get(&w["i"].as_u64()?.to_string())? - w["t"].as_f64()?))
+        .fold(0.0f64, f64::max);
+    eprintln!("watcher: saw a write at most {:.0} ms after it was acked", late * 1000.0);
     for w in written {
         let v = w["i"].as_u64().unwrap().to_string();
         let revs = by_value.get(&v).cloned().unwrap_or_default();
