@@ -1,11 +1,15 @@
 //! The cut-over benchmark (not a test): the live workload at a fixed rate, cut
 //! over mid-run on a fresh pinned server, several times. Reports lost,
 //! duplicated, max publisher stall, max consumer gap, each step's duration and
-//! the translation's gets; writes JSON to target/bench/cutover.json.
+//! the translation's gets; writes JSON to target/bench/cutover.json (in
+//! place: in_place.json).
 //!
 //! `cargo bench -p cutover-demo --bench cutover` (release build). Knobs through the
 //! environment: BENCH_RATE (5000), BENCH_WORKERS (8), BENCH_SECONDS (9),
-//! BENCH_RUNS (3), BENCH_PROCESSING_US (1000).
+//! BENCH_RUNS (3), BENCH_PROCESSING_US (1000), BENCH_PRELOAD (0: messages in
+//! the stream before the durable, which starts after them), BENCH_IN_PLACE
+//! (unset: a move to ORDERS_V2; `storage=memory[,retention=workqueue...]`: an
+//! in-place change through ORDERS_CUTOVER, with the plan's estimate).
 
 use cutover_demo::load::LoadConfig;
 use cutover_demo::scenario::{live_cutover, Outcome, ScenarioConfig};
@@ -29,6 +33,19 @@ struct Knobs {
     seconds: u64,
     runs: usize,
     processing: Duration,
+    preload: u64,
+    in_place: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// `k=v,k=v` as stream settings (a value is JSON when it reads as JSON).
+fn settings(spec: &str) -> serde_json::Map<String, serde_json::Value> {
+    spec.split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| {
+            let v = serde_json::from_str(v).unwrap_or_else(|_| serde_json::json!(v));
+            (k.trim().to_string(), v)
+        })
+        .collect()
 }
 
 impl Knobs {
@@ -39,6 +56,8 @@ impl Knobs {
             seconds: env_or("BENCH_SECONDS", 9),
             runs: env_or("BENCH_RUNS", 3),
             processing: Duration::from_micros(env_or("BENCH_PROCESSING_US", 1000)),
+            preload: env_or("BENCH_PRELOAD", 0),
+            in_place: std::env::var("BENCH_IN_PLACE").ok().map(|s| settings(&s)),
         }
     }
 }
@@ -90,17 +109,28 @@ fn scenario(k: &Knobs) -> ScenarioConfig {
             batch: 32,
             retry_horizon: Duration::from_secs(120),
         },
-        new_stream: "ORDERS_V2".into(),
+        new_stream: if k.in_place.is_some() { "ORDERS_CUTOVER" } else { "ORDERS_V2" }.into(),
         cutover_at: Duration::from_secs(k.seconds / 3),
         ack_wait: Duration::from_secs(30),
+        preload: k.preload,
+        in_place: k.in_place.clone(),
     }
 }
 
 /// The Markdown table on stdout: each measure's median and max over the runs.
 fn print_table(k: &Knobs, outcomes: &[Outcome]) {
-    let Knobs { rate, workers, seconds, runs, processing } = k;
-    let steps: Vec<String> = outcomes[0].step_durations().into_iter().map(|(s, _)| s).collect();
-    println!("\n## Cut-over benchmark: {rate} msg/s, {workers} workers x {processing:?}/msg, batch 32, ack_wait 30s, nats-server {PINNED_VERSION}, {runs} runs of {seconds}s\n");
+    let Knobs { rate, workers, seconds, runs, processing, preload, in_place } = k;
+    let mut steps: Vec<String> = vec![];
+    for (s, _) in outcomes[0].step_durations() {
+        if !steps.contains(&s) {
+            steps.push(s);
+        }
+    }
+    let what = match in_place {
+        Some(m) => format!("in place ({m:?}), {preload} messages preloaded"),
+        None => format!("move, {preload} messages preloaded"),
+    };
+    println!("\n## Cut-over benchmark: {what}; {rate} msg/s, {workers} workers x {processing:?}/msg, batch 32, ack_wait 30s, nats-server {PINNED_VERSION}, {runs} runs of {seconds}s\n");
     println!("| measure | median | max |");
     println!("|---|---|---|");
     let row = |name: &str, f: &dyn Fn(&Outcome) -> f64, unit: &str| {
@@ -117,15 +147,15 @@ fn print_table(k: &Knobs, outcomes: &[Outcome]) {
     row("translation gets", &|o| o.journal.consumers[0].translate_gets.unwrap_or(0) as f64, "");
     row("consumer drain", &|o| o.journal.consumers[0].drain_ms.unwrap_or(0) as f64, " ms");
     row("whole cut-over", &|o| o.cutover_ms, " ms");
+    if in_place.is_some() {
+        row("plan's estimate of both copies", &|o| o.estimate_ms.unwrap_or(0) as f64, " ms");
+    }
     for s in &steps {
         row(
             &format!("step {s}"),
             &|o| {
-                o.step_durations()
-                    .into_iter()
-                    .find(|(n, _)| n == s)
-                    .map(|(_, ms)| ms)
-                    .unwrap_or(0.0)
+                // (In place: both hops together.)
+                o.step_durations().into_iter().filter(|(n, _)| n == s).map(|(_, ms)| ms).sum()
             },
             " ms",
         );
@@ -145,7 +175,7 @@ fn write_json(k: &Knobs, outcomes: &[Outcome]) {
         }))
         .collect();
     std::fs::write(
-        dir.join("cutover.json"),
+        dir.join(if k.in_place.is_some() { "in_place.json" } else { "cutover.json" }),
         serde_json::to_string_pretty(
             &serde_json::json!({"rate": k.rate, "workers": k.workers, "runs": summary}),
         )

@@ -6,12 +6,12 @@ use crate::load::{Load, LoadConfig, LoadReport};
 use cutover_core::journal::Journal;
 use cutover_core::plan::{Plan, PlanRequest};
 use cutover_nats::api::Action;
-use cutover_nats::engine::{self, Event, EventKind, RunOptions, Sink};
+use cutover_nats::engine::{self, Event, EventKind, InPlaceRequest, RunOptions, Sink};
 use cutover_nats::journal::now_ms;
 use cutover_nats::observe::{ConsumerSample, Recorder, Sampled, Sampler};
 use cutover_nats::Js;
 use serde::Serialize;
-use serde_json::json;
+use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
 
 /// How often the scenario reads the consumer for the timeline.
@@ -24,6 +24,12 @@ pub struct ScenarioConfig {
     /// When the cut-over starts, from the start of the workload.
     pub cutover_at: Duration,
     pub ack_wait: Duration,
+    /// Messages stored before the durable exists (it starts after them): a
+    /// big stream to move.
+    pub preload: u64,
+    /// In place with these new settings (two mirror hops through
+    /// `new_stream`) instead of a move to `new_stream`.
+    pub in_place: Option<Map<String, Value>>,
 }
 
 /// Everything a scenario measured.
@@ -43,6 +49,8 @@ pub struct Outcome {
     pub journal: Journal,
     pub plan: Plan,
     pub cutover_ms: f64,
+    /// In place: the plan's estimate of both copies.
+    pub estimate_ms: Option<u64>,
     /// Every published message processed exactly once, nothing extra, no
     /// publisher error.
     pub verified: bool,
@@ -70,7 +78,9 @@ pub async fn live_cutover(
     let js = Js::new(client.clone(), Duration::from_secs(5));
     let l = &cfg.load;
     js.stream_create(&json!({"name": l.stream, "subjects": [format!("{}.>", l.subject_prefix)], "duplicate_window": 120_000_000_000i64, "allow_direct": true})).await?;
-    js.consumer_create(&l.stream, &l.consumer, &json!({"durable_name": l.consumer, "ack_policy": "explicit", "ack_wait": cfg.ack_wait.as_nanos() as u64, "max_ack_pending": 1000, "max_deliver": 5}), Action::Create).await?;
+    preload(&client, &cfg).await?;
+    let deliver = if cfg.preload > 0 { "new" } else { "all" };
+    js.consumer_create(&l.stream, &l.consumer, &json!({"durable_name": l.consumer, "ack_policy": "explicit", "ack_wait": cfg.ack_wait.as_nanos() as u64, "max_ack_pending": 1000, "max_deliver": 5, "deliver_policy": deliver}), Action::Create).await?;
     let started_ms = now_ms();
     let t0 = Instant::now();
     let mut load = Load::start(client.clone(), l.clone()).await;
@@ -81,18 +91,9 @@ pub async fn live_cutover(
     };
     let sampler = Sampler::start(js.clone(), sampled, SAMPLE_EVERY, t0, None);
     tokio::time::sleep(cfg.cutover_at).await;
-    let mut req = PlanRequest::source(&l.stream, &cfg.new_stream, &[&l.consumer]);
-    req.retry_horizon = Some(l.retry_horizon);
     let rec = Recorder::new(sink);
-    let result = async {
-        let plan = engine::prepare_plan(&js, &req).await?;
-        let (_tx, rx) = tokio::sync::watch::channel(false);
-        let cut = Instant::now();
-        let journal = engine::run(&js, plan.clone(), &RunOptions::default(), &rec, rx).await?;
-        Ok::<_, cutover_nats::Error>((plan, journal, cut.elapsed().as_secs_f64() * 1000.0))
-    }
-    .await;
-    let (plan, journal, cutover_ms) = match result {
+    let result = cut_over(&js, &cfg, &rec).await;
+    let (plan, journal, cutover_ms, estimate_ms) = match result {
         Ok(x) => x,
         Err(e) => {
             drop(sampler);
@@ -123,6 +124,62 @@ pub async fn live_cutover(
         journal,
         plan,
         cutover_ms,
+        estimate_ms,
         verified,
     })
+}
+
+/// The cut-over itself: a move, or an in-place change (then the journal is
+/// hop 2's and the plan hop 1's, with the estimate of both copies).
+async fn cut_over(
+    js: &Js,
+    cfg: &ScenarioConfig,
+    rec: &Recorder<'_>,
+) -> Result<(Plan, Journal, f64, Option<u64>), cutover_nats::Error> {
+    let l = &cfg.load;
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    if let Some(settings) = &cfg.in_place {
+        let req = InPlaceRequest {
+            stream: l.stream.clone(),
+            via: Some(cfg.new_stream.clone()),
+            consumers: vec![l.consumer.clone()],
+            all_consumers: false,
+            settings: Some(settings.clone()),
+            retry_horizon: Some(l.retry_horizon),
+        };
+        let outline = engine::outline_in_place(js, &req).await?;
+        let cut = Instant::now();
+        let (_, j2) = engine::run_in_place(js, &req, &RunOptions::default(), rec, rx).await?;
+        let ms = cut.elapsed().as_secs_f64() * 1000.0;
+        return Ok((outline.hop1, j2, ms, Some(outline.estimate_ms)));
+    }
+    let mut req = PlanRequest::source(&l.stream, &cfg.new_stream, &[&l.consumer]);
+    req.retry_horizon = Some(l.retry_horizon);
+    let plan = engine::prepare_plan(js, &req).await?;
+    let cut = Instant::now();
+    let journal = engine::run(js, plan.clone(), &RunOptions::default(), rec, rx).await?;
+    Ok((plan, journal, cut.elapsed().as_secs_f64() * 1000.0, None))
+}
+
+/// Stores `cfg.preload` messages of 128 bytes on `{prefix}.pre`: publishes
+/// pipelined in batches, each batch's acks awaited.
+async fn preload(client: &async_nats::Client, cfg: &ScenarioConfig) -> Result<(), cutover_nats::Error> {
+    let ctx = async_nats::jetstream::new(client.clone());
+    let subject = format!("{}.pre", cfg.load.subject_prefix);
+    let payload = bytes::Bytes::from(vec![b'p'; 128]);
+    let fail = |e: String| cutover_nats::Error::Stuck(format!("preloading the stream: {e}"));
+    let mut done = 0;
+    while done < cfg.preload {
+        let n = (cfg.preload - done).min(5_000);
+        let mut acks = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let ack = ctx.publish(subject.clone(), payload.clone()).await;
+            acks.push(ack.map_err(|e| fail(e.to_string()))?);
+        }
+        for a in acks {
+            a.await.map_err(|e| fail(e.to_string()))?;
+        }
+        done += n;
+    }
+    Ok(())
 }

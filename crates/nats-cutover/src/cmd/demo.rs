@@ -136,6 +136,8 @@ fn scenario_config(a: &DemoArgs) -> ScenarioConfig {
         // Let the workload settle into a steady state for a third of the run.
         cutover_at: a.duration / 3,
         ack_wait: Duration::from_secs(30),
+        preload: 0,
+        in_place: None,
     }
 }
 

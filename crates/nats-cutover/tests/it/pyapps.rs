@@ -73,6 +73,15 @@ pub(crate) fn lines(p: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The longest time between two messages processed by any of the workers
+/// (seconds), from their records' timestamps.
+fn longest_gap(files: &[PathBuf]) -> f64 {
+    let mut t: Vec<f64> =
+        files.iter().flat_map(|f| lines(f)).filter_map(|l| l["t"].as_f64()).collect();
+    t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    t.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max)
+}
+
 /// Msg-id → times processed, over the given workers' records.
 fn processed(files: &[PathBuf]) -> HashMap<String, u32> {
     let mut m = HashMap::new();
@@ -219,11 +228,12 @@ async fn nats_py_apps_through(move_args: &[&str], ends_on: &str, follow_route: b
         let twice: Vec<_> = p.iter().filter(|(_, n)| **n > 1).collect();
         let lost: Vec<_> = acked.iter().filter(|id| !p.contains_key(*id)).collect();
         eprintln!(
-            "{kind}: published {}, processed {}, twice {}, lost {}",
+            "{kind}: published {}, processed {}, twice {}, lost {}, longest gap between two processed messages {:.0} ms",
             acked.len(),
             p.len(),
             twice.len(),
-            lost.len()
+            lost.len(),
+            longest_gap(files) * 1000.0
         );
         assert!(twice.is_empty(), "{kind}: processed twice: {twice:?}");
         assert!(lost.is_empty(), "{kind}: lost: {lost:?}");
