@@ -124,7 +124,7 @@ pub async fn plan(conn: &ConnArgs, json_out: bool, a: &PlanArgs) -> Result<ExitC
 
 fn print_outline(o: &InPlaceOutline) {
     outln!(
-        "In place: {s} gets its new settings under its own name, in two hops of strategy mirror:\n  hop 1: {s} → {via} (the temporary stream, with the new settings; {s} is deleted at the end of it)\n  hop 2: {via} → {s} (a new {s} mirrors {via} and takes its settings; {via} is deleted), planned when hop 1 is done\nEach hop copies {} messages ({}) now; both copies take about {} on a 2-core machine with R1 streams (more arriving meanwhile adds to it; replicas and busy servers take longer).\n\nHop 1:",
+        "In place: {s} gets its new settings under its own name, in two hops of strategy mirror:\n  hop 1: {s} → {via} (the temporary stream, with the new settings; {s} is deleted at the end of it)\n  hop 2: {via} → {s} (a new {s} mirrors {via} and takes its settings; {via} is deleted), planned when hop 1 is done\nEach hop copies {} messages ({}) now; both copies take about {} on a 2-core machine with R1 streams (more arriving meanwhile adds to it; replicas and busy servers take longer). While a copy runs the server is busy: with 1M messages on 2 cores publishes waited up to 1.2 s and pull workers 0.6 s (docs/benchmarks.md); nothing is lost.\n\nHop 1:",
         crate::render::thousands(o.copies_messages),
         crate::render::bytes(o.copies_bytes),
         crate::render::duration(std::time::Duration::from_millis(o.estimate_ms)),
