@@ -257,3 +257,39 @@ async fn kv_options_are_checked_and_plain_updates_are_not_migrations() {
     assert_ne!(out.code, 0, "{out:?}");
     assert_eq!(e.snapshot().await, before, "a refused or plain request changed the server");
 }
+
+/// What an in-place change cannot do is refused by `plan --in-place` (exit 3)
+/// and by `run --in-place`, naming why, with the server unchanged: a work
+/// queue with two durables on the same messages, a durable without explicit
+/// acks on a work queue, a work queue becoming an interest stream.
+#[tokio::test]
+async fn in_place_refuses_what_it_cannot_do() {
+    let e = env().await;
+    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"]})).await;
+    for (name, ack) in [("a", "explicit"), ("b", "explicit"), ("c", "all")] {
+        e.consumer("ORDERS", json!({"durable_name": name, "ack_policy": ack})).await;
+    }
+    e.stream(json!({"name": "JOBS", "subjects": ["jobs.>"], "retention": "workqueue"})).await;
+    e.consumer("JOBS", json!({"durable_name": "a", "ack_policy": "explicit"})).await;
+    let before = e.snapshot().await;
+    // (Limits to interest is a plain update: not a migration.)
+    for (stream, set, consumers, why) in [
+        ("ORDERS", "retention=workqueue", &["a", "b"][..], "overlap"),
+        ("ORDERS", "retention=workqueue", &["c"][..], "explicit acks"),
+        ("JOBS", "retention=interest", &["a"][..], "interest stream drops"),
+    ] {
+        let mut args = vec!["plan", "--in-place", stream, "--set", set];
+        for c in consumers {
+            args.extend(["--consumer", c]);
+        }
+        let out = e.cli(&args);
+        assert_eq!(out.code, 3, "{args:?}: {out:?}");
+        assert!(out.stdout.contains(why), "{args:?} should say {why:?}: {}", out.stdout);
+        args[0] = "run";
+        args.push("--yes");
+        let out = e.cli(&args);
+        assert_ne!(out.code, 0, "{args:?}: {out:?}");
+        assert!(out.stderr.contains(why), "{args:?} should say {why:?}: {}", out.stderr);
+    }
+    assert_eq!(e.snapshot().await, before, "a refused in-place change changed the server");
+}
