@@ -163,7 +163,10 @@ async fn cut_over(
 
 /// Stores `cfg.preload` messages of 128 bytes on `{prefix}.pre`: publishes
 /// pipelined in batches, each batch's acks awaited.
-async fn preload(client: &async_nats::Client, cfg: &ScenarioConfig) -> Result<(), cutover_nats::Error> {
+async fn preload(
+    client: &async_nats::Client,
+    cfg: &ScenarioConfig,
+) -> Result<(), cutover_nats::Error> {
     let ctx = async_nats::jetstream::new(client.clone());
     let subject = format!("{}.pre", cfg.load.subject_prefix);
     let payload = bytes::Bytes::from(vec![b'p'; 128]);
