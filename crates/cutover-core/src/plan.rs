@@ -664,6 +664,9 @@ fn plan_consumers(
         {
             r.add(&format!("consumer {}", c.name), "ack_policy", &c.config.ack_policy, "explicit", Verdict::Unsafe, "B is a work queue, whose consumers must acknowledge each message (error 10098): give the durable explicit acks first");
         }
+        if req.in_place == Some(InPlaceHop::Out) {
+            in_place_consumer_note(r, &c, req);
+        }
         if let Some(b_filters) =
             compat::check_consumer(r, &c, b_view, facts.version, req.publishers_stopped)
         {
@@ -738,6 +741,24 @@ fn rule_downstream(r: &mut Report, req: &PlanRequest, facts: &ServerFacts) {
     for d in &facts.downstream {
         r.add("stream", "downstream", d, "", Verdict::Unsafe, format!(
             "stream {d} sources or mirrors {}: after the cut-over it would receive nothing new; point it at {} first (or migrate it too)", req.from, req.to
+        ));
+    }
+}
+
+/// What an application of this durable sees through an in-place change. Every
+/// durable makes both hops: holding one paused on the old stream through the
+/// rebuild instead would not shorten a plain pull application's wait (it
+/// cannot read the temporary stream either way, and the old stream and its
+/// durables go at the end of hop 1) but would cost push applications and route
+/// followers the whole rebuild.
+fn in_place_consumer_note(r: &mut Report, c: &ConsumerInfo, req: &PlanRequest) {
+    let s = format!("consumer {}", c.name);
+    if c.config.is_push() {
+        r.add(&s, "in place", "push", "push", Verdict::Ok, "push applications keep receiving on the same deliver subject through both hops: nothing to do");
+    } else {
+        r.add(&s, "in place", "pull", "pull", Verdict::ChangedOnPurpose, format!(
+            "pull applications bound to {s_name}/{c_name} by name see no messages from hop 1's pause until hop 2 recreates the durable under its name at its position, with 'consumer not found' once {s_name} is deleted; they resume by retrying (no redeploy), for about the copy's time; applications following the route record (docs/json.md) read {via} meanwhile",
+            s_name = req.from, c_name = c.name, via = req.to
         ));
     }
 }
