@@ -733,8 +733,8 @@ async fn a_retry_across_the_promotion_lands_once() {
     assert_eq!(b.state.messages, 5);
 }
 
-/// In place (issue 10, part 2): ORDERS moves from file to memory storage under
-/// its own name, live, with publishers and route-following workers: two mirror
+/// In place (issue 10, part 2): ORDERS moves from file to memory storage and
+/// back under its own name, live, with publishers and route-following workers: two mirror
 /// hops through ORDERS_CUTOVER. Same name, same sequences, the same durable at
 /// its position; none lost, none twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -766,6 +766,17 @@ async fn in_place_storage_change_keeps_name_sequences_and_durables() {
     assert!(e.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none(), "via deleted");
     let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert_eq!(c.config.opt_start_seq, j2.consumers[0].b_start);
+    // And back to file, live: a second change of the same stream (the first
+    // one's finished records are replaced, not taken for this one).
+    let mut back = req.clone();
+    back.settings.as_mut().unwrap().insert("storage".into(), json!("file"));
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let (_, j2) =
+        run_in_place(&e.js, &back, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let (_, after) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(after.config.storage.as_str(), "file");
+    assert_eq!(after.state.first_seq, before.state.first_seq, "sequences kept");
+    assert!(j2.consumers[0].b_start > c.config.opt_start_seq, "the second change moved on");
     exact_after(load, 200).await;
 }
 
