@@ -14,6 +14,7 @@ use cutover_core::api_error::ApiErrorCode;
 use cutover_core::model::{ConsumerInfo, StreamInfo};
 use cutover_core::source_header;
 use cutover_core::version::ServerVersion;
+use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -87,12 +88,17 @@ pub enum Action {
     CreateOrUpdate,
 }
 
+/// What a fenced [`Js`] awaits before each JetStream API request: `Err` stops
+/// the request (the runner's lease: see `journal::Lease::fence`).
+pub type Fence = Arc<dyn Fn() -> BoxFuture<'static, Result<()>> + Send + Sync>;
+
 #[derive(Clone)]
 pub struct Js {
     pub client: Client,
     prefix: String,
     timeout: Duration,
     gets: Arc<AtomicU64>,
+    fence: Option<Fence>,
 }
 
 fn headers_vec(h: &HeaderMap) -> Vec<(String, String)> {
@@ -118,7 +124,19 @@ fn parse_header_block(b: &[u8]) -> Vec<(String, String)> {
 
 impl Js {
     pub fn new(client: Client, timeout: Duration) -> Self {
-        Self { client, prefix: "$JS.API".into(), timeout, gets: Arc::new(AtomicU64::new(0)) }
+        Self {
+            client,
+            prefix: "$JS.API".into(),
+            timeout,
+            gets: Arc::new(AtomicU64::new(0)),
+            fence: None,
+        }
+    }
+
+    /// This client, awaiting `fence` before every JetStream API request (each
+    /// try of it): a runner's requests stop once its lease is gone.
+    pub fn fenced(&self, fence: Fence) -> Js {
+        Js { fence: Some(fence), ..self.clone() }
     }
 
     pub fn server_version(&self) -> Option<ServerVersion> {
@@ -139,6 +157,9 @@ impl Js {
         let deadline = std::time::Instant::now() + self.timeout * 3;
         let mut backoff = Duration::from_millis(50);
         loop {
+            if let Some(fence) = &self.fence {
+                fence().await?;
+            }
             match self.api_once(what, subject, body).await {
                 Err(e) if transient(&e) && std::time::Instant::now() + backoff < deadline => {
                     tracing::debug!("{what}: {e}; trying again in {backoff:?}");

@@ -3,6 +3,7 @@
 
 mod auth;
 mod bad_input;
+mod chaos;
 mod cluster;
 mod common;
 mod crash_sweep;
