@@ -179,8 +179,7 @@ impl Js {
         };
         let subject = format!("{}.{}", self.prefix, subject);
         let req = async_nats::Request::new().payload(payload).timeout(Some(self.timeout));
-        let msg =
-            self.client.send_request(subject, req).await.map_err(|e| request_error(what, e))?;
+        let msg = self.send(what, subject, req).await?;
         let v: Value = serde_json::from_slice(&msg.payload)
             .map_err(|e| Error::Decode { what: what.into(), reason: e.to_string() })?;
         if let Some(err) = v.get("error") {
@@ -195,6 +194,35 @@ impl Js {
             });
         }
         Ok(v)
+    }
+
+    /// One request. A request sent just before the connection dropped (the
+    /// server restarted) is lost, and the client does not send it again once
+    /// reconnected: its answer never comes and the wait would last the whole
+    /// timeout (5 s by default), with a consumer paused meanwhile. So a
+    /// reconnection during the wait ends it as a timeout, which [`Js::api`]
+    /// tries again at once (every request the engine makes may be sent twice:
+    /// it is idempotent or reconciled with the server).
+    async fn send(
+        &self,
+        what: &str,
+        subject: String,
+        req: async_nats::Request,
+    ) -> Result<async_nats::Message> {
+        let stats = self.client.statistics();
+        let connects = stats.connects.load(Ordering::Relaxed);
+        let answer = self.client.send_request(subject, req);
+        tokio::pin!(answer);
+        loop {
+            tokio::select! {
+                r = &mut answer => return r.map_err(|e| request_error(what, e)),
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                    if stats.connects.load(Ordering::Relaxed) != connects {
+                        return Err(Error::Timeout { what: what.into() });
+                    }
+                }
+            }
+        }
     }
 
     pub async fn account_info(&self) -> Result<Value> {
@@ -464,8 +492,7 @@ impl Js {
             let r = async_nats::Request::new()
                 .payload(Bytes::from(req.to_string()))
                 .timeout(Some(self.timeout));
-            let msg =
-                self.client.send_request(subject, r).await.map_err(|e| request_error(&what, e))?;
+            let msg = self.send(&what, subject, r).await?;
             if let Some(st) = msg.status {
                 if st == async_nats::StatusCode::NOT_FOUND {
                     return Ok(None);
