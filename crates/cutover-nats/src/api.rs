@@ -268,10 +268,16 @@ impl Js {
         self.api(&format!("update stream {name}"), &format!("STREAM.UPDATE.{name}"), config).await
     }
 
+    /// Deletes the stream; one already gone counts as deleted (a retried
+    /// delete whose first answer was lost finds it gone).
     pub async fn stream_delete(&self, name: &str) -> Result<()> {
-        self.api(&format!("delete stream {name}"), &format!("STREAM.DELETE.{name}"), &Value::Null)
+        match self
+            .api(&format!("delete stream {name}"), &format!("STREAM.DELETE.{name}"), &Value::Null)
             .await
-            .map(|_| ())
+        {
+            Err(e) if e.api_code() == Some(ApiErrorCode::STREAM_NOT_FOUND) => Ok(()),
+            r => r.map(|_| ()),
+        }
     }
 
     pub async fn consumer_info_raw(&self, stream: &str, name: &str) -> Result<Value> {
