@@ -17,6 +17,7 @@ mod pyapps;
 mod report;
 mod run;
 mod safety;
+mod server_faults;
 mod tls;
 mod verify;
 #[path = "../../../cutover-nats/tests/it/verify_fixture.rs"]
