@@ -32,6 +32,7 @@ impl Follower {
         stream: &str,
         consumer: &str,
     ) -> Result<Self, async_nats::Error> {
+        let stats = client.statistics();
         let js = cutover_nats::Js::new(client, std::time::Duration::from_secs(5));
         let store = cutover_nats::journal::JournalStore::open(&js, IfMissing::Create)
             .await?
@@ -43,7 +44,7 @@ impl Follower {
         let watch = kv.watch(&key).await?;
         let first = read_binding(&kv, &key).await?.unwrap_or_else(|| original.clone());
         let (tx, rx) = watch::channel(first);
-        let task = tokio::spawn(follow(kv, key, original, tx, watch));
+        let task = tokio::spawn(follow(kv, key, original, tx, watch, stats));
         Ok(Self { rx, task })
     }
 
@@ -70,15 +71,31 @@ async fn read_binding(kv: &kv::Store, key: &str) -> Result<Option<Binding>, asyn
 /// the server restarts or the connection drops: it is set up again (and the
 /// current value re-read, since updates may have been missed meanwhile), never
 /// abandoned; dropping `tx` would tell the workers the route is gone.
+///
+/// A reconnection ends the watch too: after a server restart the watch's
+/// consumer is gone, and async-nats notices only when its heartbeats stop
+/// (seconds), while a route written meanwhile (a cut-over riding through the
+/// restart) would leave the workers on a paused consumer.
 async fn follow(
     kv: kv::Store,
     key: String,
     original: Binding,
     tx: watch::Sender<Binding>,
     mut w: kv::Watch,
+    stats: std::sync::Arc<async_nats::Statistics>,
 ) {
+    use std::sync::atomic::Ordering::Relaxed;
     loop {
-        while let Some(Ok(e)) = w.next().await {
+        let connects = stats.connects.load(Relaxed);
+        loop {
+            let e = tokio::select! {
+                e = w.next() => e,
+                _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => {
+                    if stats.connects.load(Relaxed) == connects { continue }
+                    break;
+                }
+            };
+            let Some(Ok(e)) = e else { break };
             let b = match e.operation {
                 Operation::Put => match serde_json::from_slice::<Route>(&e.value) {
                     Ok(r) => Binding { stream: r.stream, consumer: r.consumer },

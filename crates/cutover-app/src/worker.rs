@@ -25,16 +25,56 @@ pub struct WorkerOptions {
     /// Pull request expiry: also bounds how long a route change can go unnoticed
     /// if the watch were missed.
     pub expires: Duration,
+    /// How long the worker waits for the server's answer to a request (binding
+    /// to the consumer, a double ack). A request sent while the server goes
+    /// away (a restart) is lost, and async-nats does not send it again after
+    /// reconnecting: it waits for its timeout, the connection's 10 s default,
+    /// during which the worker processed nothing. Binding is retried at once,
+    /// and an ack whose answer is lost is no less settled for the wait.
+    pub request_timeout: Duration,
 }
 
 impl Default for WorkerOptions {
     fn default() -> Self {
-        Self { batch: 32, expires: Duration::from_millis(500) }
+        Self {
+            batch: 32,
+            expires: Duration::from_millis(500),
+            request_timeout: Duration::from_secs(1),
+        }
     }
 }
 
-async fn bind(ctx: &jetstream::Context, b: &Binding) -> Option<PullConsumer> {
-    ctx.get_stream(&b.stream).await.ok()?.get_consumer(&b.consumer).await.ok()
+/// `f`'s output, or `None` if the client reconnected first: a request sent
+/// just before the connection dropped (a server restart) is lost, and
+/// async-nats does not send it again; its answer would never come.
+async fn unless_reconnected<T>(
+    stats: &async_nats::Statistics,
+    f: impl Future<Output = T>,
+) -> Option<T> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let connects = stats.connects.load(Relaxed);
+    tokio::pin!(f);
+    loop {
+        tokio::select! {
+            out = &mut f => return Some(out),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                if stats.connects.load(Relaxed) != connects {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// The consumer to fetch from; `None` if it is not there, or if the client
+/// reconnected meanwhile (the caller binds again at once).
+async fn bind(
+    ctx: &jetstream::Context,
+    b: &Binding,
+    stats: &async_nats::Statistics,
+) -> Option<PullConsumer> {
+    let get = async { ctx.get_stream(&b.stream).await.ok()?.get_consumer(&b.consumer).await.ok() };
+    unless_reconnected(stats, get).await.flatten()
 }
 
 /// Consumes `stream`/`consumer` (following its route) until `shutdown` turns
@@ -52,14 +92,15 @@ where
     F: FnMut(jetstream::Message) -> Fut,
     Fut: Future<Output = (Outcome, jetstream::Message)>,
 {
-    let ctx = jetstream::new(client.clone());
+    let stats = client.statistics();
+    let ctx = jetstream::ContextBuilder::new().timeout(opts.request_timeout).build(client.clone());
     let follower = Follower::start(client, stream, consumer).await?;
     let mut sig =
         Signals { route: follower.subscribe(), route_open: true, shutdown, shutdown_open: true };
     let mut acked = 0u64;
     while !*sig.shutdown.borrow() {
         let binding = sig.route.borrow_and_update().clone();
-        let Some(pull) = bind(&ctx, &binding).await else {
+        let Some(pull) = bind(&ctx, &binding, &stats).await else {
             // Not there (yet, or any more): wait for a route change or retry soon.
             sig.wait(Duration::from_millis(20)).await;
             continue;
@@ -70,7 +111,7 @@ where
             tokio::time::sleep(Duration::from_millis(5)).await;
             continue;
         };
-        if let After::Stop = work(&mut batch, &mut sig, &mut handler, &mut acked).await {
+        if let After::Stop = work(&mut batch, &mut sig, &mut handler, (&mut acked, &stats)).await {
             break;
         }
     }
@@ -112,7 +153,7 @@ async fn work<F, Fut>(
     batch: &mut pull::Batch,
     sig: &mut Signals,
     handler: &mut F,
-    acked: &mut u64,
+    (acked, stats): (&mut u64, &async_nats::Statistics),
 ) -> After
 where
     F: FnMut(jetstream::Message) -> Fut,
@@ -124,7 +165,7 @@ where
             m = batch.next() => {
                 let Some(Ok(m)) = m else { return After::Fetch };
                 let (outcome, m) = handler(m).await;
-                if !settle(outcome, m, acked).await {
+                if !settle(outcome, m, acked, stats).await {
                     return After::Stop;
                 }
             }
@@ -143,11 +184,18 @@ where
 }
 
 /// Acknowledges or naks a handled message, counting the confirmed acks; false
-/// when the handler died holding it.
-async fn settle(outcome: Outcome, m: jetstream::Message, acked: &mut u64) -> bool {
+/// when the handler died holding it. An ack whose answer is lost in a
+/// reconnection is not waited for (whether it reached the server is what
+/// JetStream's redelivery settles either way).
+async fn settle(
+    outcome: Outcome,
+    m: jetstream::Message,
+    acked: &mut u64,
+    stats: &async_nats::Statistics,
+) -> bool {
     match outcome {
         Outcome::Ack => {
-            if m.double_ack().await.is_ok() {
+            if unless_reconnected(stats, m.double_ack()).await.is_some_and(|r| r.is_ok()) {
                 *acked += 1;
             }
         }

@@ -59,6 +59,12 @@ pub struct Sample {
 struct Shared {
     processed: Mutex<HashMap<u64, u32>>,
     redelivered: Mutex<std::collections::HashSet<u64>>,
+    /// The stream each id was first processed from, and the ids processed
+    /// from two streams (the old one and the new one: a move's duplicate).
+    first_stream: Mutex<HashMap<u64, String>>,
+    /// For each id, how many messages had been processed when it was first.
+    first_index: Mutex<HashMap<u64, u64>>,
+    across: Mutex<std::collections::HashSet<u64>>,
     published: Mutex<Vec<u64>>,
     publish_failures: AtomicU64,
     retried: AtomicU64,
@@ -93,6 +99,16 @@ pub struct LoadReport {
     pub duplicated: Vec<(u64, u32)>,
     /// Processed at least once from a JetStream redelivery (delivered > 1).
     pub redelivered: Vec<u64>,
+    /// Processed from two different streams: a duplicate the move made (one
+    /// from the old stream's durable, one from the new one's), never one of
+    /// JetStream's own redeliveries, which come from the same durable.
+    pub duplicated_across_streams: Vec<u64>,
+    /// For each message processed more than once, how many messages had been
+    /// processed (the [`Load::processed`] count) when it first was: a test
+    /// that killed the server tells the redeliveries of what the server
+    /// forgot (processed just before the kill) from any other.
+    #[serde(skip)]
+    pub duplicated_first_processed: Vec<(u64, u64)>,
     /// Processed but never acknowledged to the publisher.
     pub extra: Vec<u64>,
     pub publish_failures: u64,
@@ -209,8 +225,16 @@ impl Load {
         extra.sort();
         let mut redelivered: Vec<u64> = s.redelivered.lock().unwrap().iter().copied().collect();
         redelivered.sort();
+        let mut duplicated_across_streams: Vec<u64> =
+            s.across.lock().unwrap().iter().copied().collect();
+        duplicated_across_streams.sort();
+        let first = s.first_index.lock().unwrap();
+        let duplicated_first_processed =
+            duplicated.iter().map(|(id, _)| (*id, first.get(id).copied().unwrap_or(0))).collect();
         LoadReport {
             redelivered,
+            duplicated_across_streams,
+            duplicated_first_processed,
             published: published.len() as u64,
             processed_unique: processed.len() as u64,
             processed_total: processed.values().map(|n| *n as u64).sum(),
@@ -293,10 +317,19 @@ impl Shared {
             .and_then(|s| s.parse::<u64>().ok())
         {
             *self.processed.lock().unwrap().entry(id).or_default() += 1;
+            let index = self.processed_count.load(Ordering::Relaxed);
+            self.first_index.lock().unwrap().entry(id).or_insert(index);
             // A JetStream redelivery (an ack lost, say, while a
             // consumer leader changed): at-least-once, not the move.
             if m.info().is_ok_and(|i| i.delivered > 1) {
                 self.redelivered.lock().unwrap().insert(id);
+            }
+            if let Ok(i) = m.info() {
+                let mut first = self.first_stream.lock().unwrap();
+                let f = first.entry(id).or_insert_with(|| i.stream.to_string());
+                if f != i.stream {
+                    self.across.lock().unwrap().insert(id);
+                }
             }
         }
         self.processed_count.fetch_add(1, Ordering::Relaxed);

@@ -14,6 +14,7 @@ use cutover_core::api_error::ApiErrorCode;
 use cutover_core::model::{ConsumerInfo, StreamInfo};
 use cutover_core::source_header;
 use cutover_core::version::ServerVersion;
+use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -87,12 +88,17 @@ pub enum Action {
     CreateOrUpdate,
 }
 
+/// What a fenced [`Js`] awaits before each JetStream API request: `Err` stops
+/// the request (the runner's lease: see `journal::Lease::fence`).
+pub type Fence = Arc<dyn Fn() -> BoxFuture<'static, Result<()>> + Send + Sync>;
+
 #[derive(Clone)]
 pub struct Js {
     pub client: Client,
     prefix: String,
     timeout: Duration,
     gets: Arc<AtomicU64>,
+    fence: Option<Fence>,
 }
 
 fn headers_vec(h: &HeaderMap) -> Vec<(String, String)> {
@@ -118,7 +124,19 @@ fn parse_header_block(b: &[u8]) -> Vec<(String, String)> {
 
 impl Js {
     pub fn new(client: Client, timeout: Duration) -> Self {
-        Self { client, prefix: "$JS.API".into(), timeout, gets: Arc::new(AtomicU64::new(0)) }
+        Self {
+            client,
+            prefix: "$JS.API".into(),
+            timeout,
+            gets: Arc::new(AtomicU64::new(0)),
+            fence: None,
+        }
+    }
+
+    /// This client, awaiting `fence` before every JetStream API request (each
+    /// try of it): a runner's requests stop once its lease is gone.
+    pub fn fenced(&self, fence: Fence) -> Js {
+        Js { fence: Some(fence), ..self.clone() }
     }
 
     pub fn server_version(&self) -> Option<ServerVersion> {
@@ -139,6 +157,9 @@ impl Js {
         let deadline = std::time::Instant::now() + self.timeout * 3;
         let mut backoff = Duration::from_millis(50);
         loop {
+            if let Some(fence) = &self.fence {
+                fence().await?;
+            }
             match self.api_once(what, subject, body).await {
                 Err(e) if transient(&e) && std::time::Instant::now() + backoff < deadline => {
                     tracing::debug!("{what}: {e}; trying again in {backoff:?}");
@@ -158,8 +179,7 @@ impl Js {
         };
         let subject = format!("{}.{}", self.prefix, subject);
         let req = async_nats::Request::new().payload(payload).timeout(Some(self.timeout));
-        let msg =
-            self.client.send_request(subject, req).await.map_err(|e| request_error(what, e))?;
+        let msg = self.send(what, subject, req).await?;
         let v: Value = serde_json::from_slice(&msg.payload)
             .map_err(|e| Error::Decode { what: what.into(), reason: e.to_string() })?;
         if let Some(err) = v.get("error") {
@@ -174,6 +194,35 @@ impl Js {
             });
         }
         Ok(v)
+    }
+
+    /// One request. A request sent just before the connection dropped (the
+    /// server restarted) is lost, and the client does not send it again once
+    /// reconnected: its answer never comes and the wait would last the whole
+    /// timeout (5 s by default), with a consumer paused meanwhile. So a
+    /// reconnection during the wait ends it as a timeout, which [`Js::api`]
+    /// tries again at once (every request the engine makes may be sent twice:
+    /// it is idempotent or reconciled with the server).
+    async fn send(
+        &self,
+        what: &str,
+        subject: String,
+        req: async_nats::Request,
+    ) -> Result<async_nats::Message> {
+        let stats = self.client.statistics();
+        let connects = stats.connects.load(Ordering::Relaxed);
+        let answer = self.client.send_request(subject, req);
+        tokio::pin!(answer);
+        loop {
+            tokio::select! {
+                r = &mut answer => return r.map_err(|e| request_error(what, e)),
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                    if stats.connects.load(Ordering::Relaxed) != connects {
+                        return Err(Error::Timeout { what: what.into() });
+                    }
+                }
+            }
+        }
     }
 
     pub async fn account_info(&self) -> Result<Value> {
@@ -237,10 +286,16 @@ impl Js {
         Ok(v["purged"].as_u64().unwrap_or(0))
     }
 
+    /// Deletes the stream; one already gone counts as deleted (a retried
+    /// delete whose first answer was lost finds it gone).
     pub async fn stream_delete(&self, name: &str) -> Result<()> {
-        self.api(&format!("delete stream {name}"), &format!("STREAM.DELETE.{name}"), &Value::Null)
+        match self
+            .api(&format!("delete stream {name}"), &format!("STREAM.DELETE.{name}"), &Value::Null)
             .await
-            .map(|_| ())
+        {
+            Err(e) if e.api_code() == Some(ApiErrorCode::STREAM_NOT_FOUND) => Ok(()),
+            r => r.map(|_| ()),
+        }
     }
 
     pub async fn consumer_info_raw(&self, stream: &str, name: &str) -> Result<Value> {
@@ -461,8 +516,7 @@ impl Js {
             let r = async_nats::Request::new()
                 .payload(Bytes::from(req.to_string()))
                 .timeout(Some(self.timeout));
-            let msg =
-                self.client.send_request(subject, r).await.map_err(|e| request_error(&what, e))?;
+            let msg = self.send(&what, subject, r).await?;
             if let Some(st) = msg.status {
                 if st == async_nats::StatusCode::NOT_FOUND {
                     return Ok(None);

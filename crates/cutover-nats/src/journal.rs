@@ -4,13 +4,15 @@
 //! revision compare-and-set, with an expiry so that a crashed runner's lease can
 //! be taken over once it lapses.
 
-use crate::api::Js;
+use crate::api::{Fence, Js};
 use crate::error::{Error, Result};
 use async_nats::jetstream::kv;
 use bytes::Bytes;
 use cutover_core::journal::{journal_key, lease_key, route_key, Journal, Route, BUCKET};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::Mutex;
 
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
@@ -273,9 +275,24 @@ impl Lease {
         Ok(())
     }
 
+    /// The fence of a runner holding `lease`: before each request, the lease
+    /// is renewed if a third of it has passed (compare-and-set on its
+    /// revision), so a request is sent only while at least two thirds of the
+    /// lease remain ours. A runner that was stopped (SIGSTOP, a VM pause, a
+    /// long GC) past its lease and taken over finds on its next request that
+    /// the revision moved: [`Error::Leased`], and the request is not sent.
+    /// What remains is a runner stopped between this check and the send: no
+    /// JetStream request can be made conditional on the lease.
+    pub fn fence(lease: Arc<Mutex<Lease>>, store: JournalStore) -> Fence {
+        Arc::new(move || {
+            let (lease, store) = (lease.clone(), store.clone());
+            Box::pin(async move { lease.lock().await.renew_if_due(&store).await })
+        })
+    }
+
     /// Releases by writing an expired record (compare-and-set: never clobbers a
     /// lease someone else took).
-    pub async fn release(mut self, store: &JournalStore) -> Result<()> {
+    pub async fn release(&mut self, store: &JournalStore) -> Result<()> {
         self.record.expires_ms = 0;
         let value = Bytes::from(serde_json::to_vec(&self.record).unwrap());
         store

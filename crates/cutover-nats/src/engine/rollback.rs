@@ -42,7 +42,7 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
             j.to
         )));
     }
-    let lease = Lease::acquire(&store, &j.from, id, lease_ttl).await?;
+    let mut lease = Lease::acquire(&store, &j.from, id, lease_ttl).await?;
     let result = Undo { js, store: &store, sink }.run(j).await;
     let _ = lease.release(&store).await;
     result

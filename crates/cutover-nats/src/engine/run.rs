@@ -83,7 +83,9 @@ fn rfc3339_in(d: Duration) -> String {
 struct Ctx<'a> {
     js: &'a Js,
     store: JournalStore,
-    lease: Mutex<Lease>,
+    /// Shared with `js`'s fence: every request and every journal or route
+    /// write of this runner first checks it still holds the lease.
+    lease: Arc<Mutex<Lease>>,
     journal: Mutex<Journal>,
     sink: &'a dyn Sink,
     shutdown: watch::Receiver<bool>,
@@ -109,12 +111,19 @@ impl Ctx<'_> {
 
     async fn save(&self) -> Result<()> {
         let j = self.journal.lock().await.clone();
+        self.fence().await?;
         self.store.save(&j).await
+    }
+
+    /// The lease is still ours (renewed if due), else [`Error::Leased`]: a
+    /// runner stopped past its lease and taken over writes nothing more.
+    async fn fence(&self) -> Result<()> {
+        self.lease.lock().await.renew_if_due(&self.store).await
     }
 
     /// Renews the lease and honours Ctrl-C; called in every wait loop.
     async fn tick(&self, interruptible: bool) -> Result<()> {
-        self.lease.lock().await.renew_if_due(&self.store).await?;
+        self.fence().await?;
         if interruptible && *self.shutdown.borrow() {
             let j = self.journal.lock().await;
             return Err(Error::Interrupted {
@@ -171,7 +180,7 @@ pub async fn run(
 ) -> Result<Journal> {
     let id = migration_id(&plan.from, &plan.to);
     let store = JournalStore::open(js, IfMissing::Create).await?.expect("created");
-    let lease = Lease::acquire(&store, &plan.from, &id, opts.lease_ttl).await?;
+    let mut lease = Lease::acquire(&store, &plan.from, &id, opts.lease_ttl).await?;
     let journal = match store.load(&id).await? {
         Some(j) if j.phase == Phase::Done => {
             lease.release(&store).await?;
@@ -194,10 +203,13 @@ pub async fn run(
             new_journal(js, plan, opts).await?
         }
     };
+    let lease = Arc::new(Mutex::new(lease));
+    let fenced = js.fenced(Lease::fence(lease.clone(), store.clone()));
+    let js = &fenced;
     let ctx = Ctx {
         js,
         store: store.clone(),
-        lease: Mutex::new(lease),
+        lease,
         journal: Mutex::new(journal),
         sink,
         shutdown,
@@ -207,6 +219,11 @@ pub async fn run(
     ctx.save().await?;
     let result = drive(&ctx).await;
     let mut j = ctx.journal.lock().await.clone();
+    if matches!(result, Err(Error::Leased { .. })) {
+        // Another runner took over while this one was stopped: the journal
+        // is its now, and so are the lease and every compensation.
+        return result.map(|_| j);
+    }
     if let Err(e) = &result {
         j.error = Some(e.to_string());
         if j.phase == Phase::Planned && matches!(js.stream_info_opt(&j.to).await, Ok(None)) {
@@ -215,10 +232,11 @@ pub async fn run(
             j.phase = Phase::RolledBack;
             j.in_progress = None;
         }
-        let _ = ctx.store.save(&j).await;
+        if ctx.fence().await.is_ok() {
+            let _ = ctx.store.save(&j).await;
+        }
     }
-    let lease = ctx.lease.into_inner();
-    let _ = lease.release(&store).await;
+    let _ = ctx.lease.lock().await.release(&store).await;
     result.map(|_| j.clone()).map_err(|e| stopped(e, &j))
 }
 
@@ -509,6 +527,7 @@ async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
             checkpoint: c.checkpoint.unwrap_or(0),
             start_seq: c.b_start.unwrap_or(0),
         };
+        ctx.fence().await?;
         ctx.store.put_route(&from, &c.name, &route).await?;
         retire_route_back(ctx, &from, &to, &c.name).await?;
     }
@@ -648,6 +667,7 @@ async fn moved(
         checkpoint: f,
         start_seq: start,
     };
+    ctx.fence().await?;
     ctx.store.put_route(from, name, &route).await?;
     retire_route_back(ctx, from, to, name).await?;
     let longest_pause_ms =
@@ -672,6 +692,7 @@ async fn moved(
 /// applications following it return to their own binding.
 async fn retire_route_back(ctx: &Ctx<'_>, from: &str, to: &str, name: &str) -> Result<()> {
     if ctx.store.route(to, name).await?.is_some_and(|r| r.stream == from) {
+        ctx.fence().await?;
         ctx.store.delete_route(to, name).await?;
     }
     Ok(())
@@ -1277,7 +1298,15 @@ async fn seal_a(ctx: &Ctx<'_>) -> Result<()> {
     if !a.config.sealed {
         let mut cfg = raw["config"].clone();
         cfg["sealed"] = json!(true);
-        ctx.js.stream_update(&cfg).await?;
+        if let Err(e) = ctx.js.stream_update(&cfg).await {
+            // Sent again after its answer was lost (a server restart), the
+            // update finds A sealed, which also denies deletes and purges,
+            // and the same body would lift that: refused (10052). Whether
+            // it took effect is the server's to say.
+            if !ctx.js.stream_info(&from).await?.1.config.sealed {
+                return Err(e);
+            }
+        }
     }
     ctx.done(Step::SealA, t, Some(Phase::Sealed), StepResult::Sealed).await
 }

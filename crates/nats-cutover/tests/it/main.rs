@@ -4,6 +4,7 @@
 mod auth;
 mod bad_input;
 mod buckets;
+mod chaos;
 mod cluster;
 mod common;
 mod crash_sweep;
@@ -17,6 +18,7 @@ mod pyapps;
 mod report;
 mod run;
 mod safety;
+mod server_faults;
 mod tls;
 mod verify;
 #[path = "../../../cutover-nats/tests/it/verify_fixture.rs"]
