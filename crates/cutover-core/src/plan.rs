@@ -389,8 +389,8 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         facts.version,
     );
     rule_strategy(&mut r, req, facts.version);
-    rule_mode(&mut r, req);
     let moved = plan_consumers(&mut r, req, facts, &b_view)?;
+    rule_mode(&mut r, req, facts.version, &moved.plans);
     rule_account_storage(&mut r, facts, &a, &b_view);
     rule_consumers_left_behind(&mut r, req, facts);
     rule_downstream(&mut r, req, facts);
@@ -510,10 +510,23 @@ fn rule_strategy(r: &mut Report, req: &PlanRequest, version: ServerVersion) {
     }
 }
 
-fn rule_mode(r: &mut Report, req: &PlanRequest) {
-    if req.mode == Mode::Fence {
-        r.add("plan", "mode", "fence", "", Verdict::Unsafe, "fence mode needs applications built on the cutover-app library following the control record; not available in this version; use --mode drain");
+fn rule_mode(
+    r: &mut Report,
+    req: &PlanRequest,
+    version: ServerVersion,
+    consumers: &[ConsumerPlan],
+) {
+    if req.mode != Mode::Fence {
+        return;
     }
+    if !version.features().consumer_pause {
+        r.add("plan", "mode", "fence", "", Verdict::Unsafe, "fence mode stops the old consumer delivering past the fence with a consumer pause (nats-server 2.11+); use --mode drain with --publishers-stopped, or upgrade the server");
+        return;
+    }
+    for c in consumers.iter().filter(|c| c.push) {
+        r.add(&format!("consumer {}", c.name), "mode", "fence", "", Verdict::Unsafe, "fence mode needs pull consumers (instances fetch from the old and the new durable at once); move push consumers with --mode drain");
+    }
+    r.add("plan", "mode", "fence", "", Verdict::ChangedOnPurpose, "no stop of consumption: the old consumer stops delivering new messages at the fence F (its last delivered sequence) while instances finish and acknowledge what they hold, and fetch everything after F from the new durable at once; every application instance of the consumers must follow docs/protocol.md (register in KV bucket CUTOVER, nak the old consumer's messages above F, acknowledge the fence): `run` refuses a consumer no live instance registered for, and an application that ignores the protocol could process a message twice");
 }
 
 /// What [`plan_consumers`] found: the consumers that can move, the timer bounds

@@ -89,6 +89,7 @@ fn scenario(k: &Knobs) -> ScenarioConfig {
             processing: k.processing,
             batch: 32,
             retry_horizon: Duration::from_secs(120),
+            protocol: false,
         },
         new_stream: "ORDERS_V2".into(),
         cutover_at: Duration::from_secs(k.seconds / 3),

@@ -6,6 +6,8 @@
 
 use async_nats::jetstream;
 use bytes::Bytes;
+use cutover_app::fence::{self, FenceOptions};
+use cutover_app::instance::InstanceOptions;
 use cutover_app::publisher::Publisher;
 use cutover_app::worker::{consume, Outcome, WorkerOptions};
 use serde::Serialize;
@@ -28,6 +30,10 @@ pub struct LoadConfig {
     pub processing: Duration,
     pub batch: usize,
     pub retry_horizon: Duration,
+    /// Workers follow the application protocol (docs/protocol.md, needed by
+    /// fence mode; registered as instances `load-<i>`) instead of the route
+    /// follower.
+    pub protocol: bool,
 }
 
 impl Default for LoadConfig {
@@ -43,6 +49,7 @@ impl Default for LoadConfig {
             processing: Duration::from_millis(1),
             batch: 32,
             retry_horizon: Duration::from_secs(120),
+            protocol: false,
         }
     }
 }
@@ -127,7 +134,14 @@ impl Load {
         let workers = (0..cfg.workers)
             .map(|i| {
                 let audit = audit_subject.clone().map(|subject| (subject, audit_worker(&cfg, i)));
-                spawn_worker(client.clone(), cfg.clone(), shared.clone(), stop_w_rx.clone(), audit)
+                spawn_worker(
+                    i,
+                    client.clone(),
+                    cfg.clone(),
+                    shared.clone(),
+                    stop_w_rx.clone(),
+                    audit,
+                )
             })
             .collect();
         let publisher = {
@@ -242,6 +256,7 @@ fn audit_worker(cfg: &LoadConfig, i: usize) -> cutover_app::audit::Worker {
 /// A worker: consumes the durable wherever its route points until stopped,
 /// each message handled by [`process`].
 fn spawn_worker(
+    i: usize,
     client: async_nats::Client,
     cfg: LoadConfig,
     shared: Arc<Shared>,
@@ -249,12 +264,20 @@ fn spawn_worker(
     audit: Audit,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let opts = WorkerOptions { batch: cfg.batch, ..Default::default() };
         let audit_client = client.clone();
-        let _ = consume(client, &cfg.stream, &cfg.consumer, opts, stop, |m| {
-            process(m, shared.clone(), cfg.processing, audit.clone(), audit_client.clone())
-        })
-        .await;
+        let handler =
+            |m| process(m, shared.clone(), cfg.processing, audit.clone(), audit_client.clone());
+        if cfg.protocol {
+            let instance = InstanceOptions::new(&format!("load-{i}"), env!("CARGO_PKG_VERSION"));
+            let opts = FenceOptions { batch: cfg.batch, ..FenceOptions::new(instance) };
+            let r = fence::consume(client, &cfg.stream, &cfg.consumer, opts, stop, handler).await;
+            if let Err(e) = r {
+                tracing::warn!("worker load-{i}: {e}");
+            }
+        } else {
+            let opts = WorkerOptions { batch: cfg.batch, ..Default::default() };
+            let _ = consume(client, &cfg.stream, &cfg.consumer, opts, stop, handler).await;
+        }
     })
 }
 

@@ -8,7 +8,9 @@ use crate::api::Js;
 use crate::error::{Error, Result};
 use async_nats::jetstream::kv;
 use bytes::Bytes;
-use cutover_core::journal::{journal_key, lease_key, route_key, Journal, Route, BUCKET};
+use cutover_core::journal::{
+    instance_key, journal_key, lease_key, route_key, InstanceRecord, Journal, Route, BUCKET,
+};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -166,6 +168,68 @@ impl JournalStore {
     pub fn kv(&self) -> &kv::Store {
         &self.kv
     }
+
+    /// Writes an instance's registration (its heartbeat).
+    pub async fn put_instance(&self, r: &InstanceRecord) -> Result<()> {
+        let v = serde_json::to_vec(r).expect("instance record serializes");
+        self.kv
+            .put(instance_key(&r.stream, &r.consumer, &r.instance), Bytes::from(v))
+            .await
+            .map_err(|e| jerr("cannot write the instance registration", e))?;
+        Ok(())
+    }
+
+    /// Removes an instance's registration (it stops cleanly).
+    pub async fn delete_instance(
+        &self,
+        stream: &str,
+        consumer: &str,
+        instance: &str,
+    ) -> Result<()> {
+        self.kv
+            .delete(instance_key(stream, consumer, instance))
+            .await
+            .map_err(|e| jerr("cannot delete the instance registration", e))?;
+        Ok(())
+    }
+
+    /// Every registered instance (of `home` = (stream, consumer) only, if
+    /// given), live or not: liveness is judged by the entry's server timestamp
+    /// against the instance's own `ttl_ms`.
+    pub async fn instances(&self, home: Option<(&str, &str)>) -> Result<Vec<Instance>> {
+        use futures::StreamExt;
+        let prefix = match home {
+            Some((s, c)) => cutover_core::journal::instance_prefix(s, c),
+            None => "inst.".into(),
+        };
+        let mut keys = self.kv.keys().await.map_err(|e| jerr("cannot list the instances", e))?;
+        let mut out = vec![];
+        while let Some(k) = keys.next().await {
+            let k = k.map_err(|e| jerr("cannot list the instances", e))?;
+            if !k.starts_with(&prefix) {
+                continue;
+            }
+            let entry = self.kv.entry(&k).await.map_err(|e| jerr("cannot read an instance", e))?;
+            let Some(en) = entry.filter(|e| e.operation == kv::Operation::Put) else { continue };
+            let Ok(record) = serde_json::from_slice::<InstanceRecord>(&en.value) else { continue };
+            let written_ms = (en.created.unix_timestamp_nanos() / 1_000_000) as u64;
+            let age_ms = now_ms().saturating_sub(written_ms);
+            out.push(Instance { live: age_ms < record.ttl_ms, age_ms, record });
+        }
+        out.sort_by(|a, b| a.record.instance.cmp(&b.record.instance));
+        Ok(out)
+    }
+}
+
+/// A registered application instance as the runner and `status` see it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Instance {
+    #[serde(flatten)]
+    pub record: InstanceRecord,
+    /// Written less than its `ttl_ms` ago (by the server's timestamp).
+    pub live: bool,
+    /// Milliseconds since its record was last written.
+    pub age_ms: u64,
 }
 
 /// A lease as `status` shows it.

@@ -61,13 +61,7 @@ async fn the_follower_follows_the_route_record_and_a_rollback() {
     assert_eq!(follower.current(), original);
     let mut rx = follower.subscribe();
     let store = JournalStore::open(&js, IfMissing::Create).await.unwrap().unwrap();
-    let route = Route {
-        stream: "ORDERS_V2".into(),
-        consumer: "worker".into(),
-        migration: "ORDERS.ORDERS_V2".into(),
-        checkpoint: 10,
-        start_seq: 11,
-    };
+    let route = Route::moved("ORDERS", "ORDERS_V2", "worker", "ORDERS.ORDERS_V2", 10, 11);
     store.put_route("ORDERS", "worker", &route).await.unwrap();
     tokio::time::timeout(Duration::from_secs(10), rx.changed()).await.unwrap().unwrap();
     assert_eq!(follower.current().stream, "ORDERS_V2");

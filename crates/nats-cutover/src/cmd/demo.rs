@@ -131,6 +131,7 @@ fn scenario_config(a: &DemoArgs) -> ScenarioConfig {
             processing: a.processing,
             batch: 32,
             retry_horizon: DEFAULT_RETRY_HORIZON,
+            protocol: false,
         },
         new_stream: NEW_STREAM.into(),
         // Let the workload settle into a steady state for a third of the run.

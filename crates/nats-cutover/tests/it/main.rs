@@ -8,6 +8,7 @@ mod common;
 mod crash_sweep;
 mod demo;
 mod demo_server;
+mod fence;
 mod inspect;
 mod metrics;
 mod output;
