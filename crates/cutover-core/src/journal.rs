@@ -221,6 +221,11 @@ pub struct ConsumerProgress {
     /// evidence `verify` checks.
     #[serde(default)]
     pub evidence: Option<Settled>,
+    /// Fence mode: the old consumer's state once nothing up to the fence was
+    /// unacknowledged (ack floor >= F, or nothing ack-pending): `verify`'s
+    /// evidence that every message up to F was settled on the old consumer.
+    #[serde(default)]
+    pub fence_settled: Option<Settled>,
     /// The new durable's filters on B (empty: all).
     #[serde(default)]
     pub b_filters: Vec<String>,
@@ -301,6 +306,7 @@ impl Journal {
                     drain_ms: None,
                     longest_pause_ms: None,
                     evidence: None,
+                    fence_settled: None,
                     b_filters: vec![],
                 })
                 .collect(),

@@ -109,9 +109,13 @@ pub(super) async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()
         _ => fence(ctx, cp, ends, &prior).await?,
     };
     let started = Instant::now();
-    let ack_pending = settle_to_fence(ctx, &from, name, f).await?;
-    let settle_ms = started.elapsed().as_millis() as u64;
-    ctx.journal_consumer(name, |p| p.drain_ms = Some(settle_ms)).await?;
+    let ci = settle_to_fence(ctx, &from, name, f).await?;
+    let (settle_ms, ack_pending) = (started.elapsed().as_millis() as u64, ci.num_ack_pending);
+    ctx.journal_consumer(name, |p| {
+        p.drain_ms = Some(settle_ms);
+        p.fence_settled = Some(settled_state(&ci));
+    })
+    .await?;
     publish(ctx, ends, name, (f, start), RouteState::Settled).await?;
     let settled = Progress::FenceSettled { fence: f, settle_ms, ack_pending };
     ctx.emit(step.clone(), EventKind::Progress(settled));
@@ -192,17 +196,21 @@ async fn take_fence(
     ctx.journal_consumer(name, |p| {
         p.phase = ConsumerPhase::Settled;
         p.checkpoint = Some(f);
-        p.evidence = Some(Settled {
-            delivered_stream_seq: ci.delivered.stream_seq,
-            ack_floor_stream_seq: ci.ack_floor.stream_seq,
-            num_ack_pending: ci.num_ack_pending,
-            num_pending: ci.num_pending,
-            paused: ci.paused,
-        });
+        p.evidence = Some(settled_state(&ci));
         p.b_filters = cp.b_filters.clone();
     })
     .await?;
     Ok(f)
+}
+
+fn settled_state(ci: &ConsumerInfo) -> Settled {
+    Settled {
+        delivered_stream_seq: ci.delivered.stream_seq,
+        ack_floor_stream_seq: ci.ack_floor.stream_seq,
+        num_ack_pending: ci.num_ack_pending,
+        num_pending: ci.num_pending,
+        paused: ci.paused,
+    }
 }
 
 /// Stops the old consumer delivering (acks go on): paused, two reads agree on
@@ -231,8 +239,8 @@ async fn gate(ctx: &Ctx<'_>, from: &str, name: &str) -> Result<ConsumerInfo> {
 /// floor reached F, or nothing at all is ack-pending (everything up to F was
 /// delivered when F was taken), in two agreeing reads. Not
 /// `num_ack_pending == 0` alone: messages above F that instances nak'd stay
-/// pending. Returns num_ack_pending then.
-async fn settle_to_fence(ctx: &Ctx<'_>, from: &str, name: &str, f: u64) -> Result<u64> {
+/// pending. Returns that read.
+async fn settle_to_fence(ctx: &Ctx<'_>, from: &str, name: &str, f: u64) -> Result<ConsumerInfo> {
     let (_, first) = ctx.js.consumer_info(from, name).await?;
     let ack_wait = nanos(first.config.ack_wait).max(Duration::from_millis(1));
     let stall = ctx.opts.max_pause.min(ack_wait);
@@ -243,7 +251,7 @@ async fn settle_to_fence(ctx: &Ctx<'_>, from: &str, name: &str, f: u64) -> Resul
     loop {
         let (_, ci) = ctx.js.consumer_info(from, name).await?;
         if done(&ci) && last.as_ref().is_some_and(done) {
-            return Ok(ci.num_ack_pending);
+            return Ok(ci);
         }
         if last.as_ref().is_none_or(|p| p.ack_floor != ci.ack_floor) {
             progress_at = Instant::now();

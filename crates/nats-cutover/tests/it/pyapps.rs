@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn root() -> PathBuf {
+pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
 /// The test apps' interpreter: `CUTOVER_TEST_PYTHON`, else the venv that
 /// scripts/install-test-apps.sh makes. Missing: fail with the command.
-fn python() -> PathBuf {
+pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("CUTOVER_TEST_PYTHON") {
         return p.into();
     }
@@ -29,7 +29,7 @@ fn python() -> PathBuf {
     p
 }
 
-struct App(Child);
+pub struct App(pub Child);
 
 impl Drop for App {
     fn drop(&mut self) {
@@ -39,7 +39,7 @@ impl Drop for App {
 }
 
 impl App {
-    fn start(script: &str, args: &[&str]) -> App {
+    pub fn start(script: &str, args: &[&str]) -> App {
         let mut child = Command::new(python())
             .arg(root().join("tests/apps").join(script))
             .args(args)
@@ -47,7 +47,7 @@ impl App {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        if script == "worker.py" {
+        if script == "worker.py" || script == "fence_worker.py" {
             // Bound to its durable: it says so (no sleep).
             let mut line = String::new();
             BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
@@ -57,14 +57,14 @@ impl App {
     }
 
     /// SIGTERM: the app finishes its acks and writes its last line.
-    fn stop(mut self) {
+    pub fn stop(mut self) {
         let pid = self.0.id().to_string();
         assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
         self.0.wait().unwrap();
     }
 }
 
-fn lines(p: &Path) -> Vec<Value> {
+pub fn lines(p: &Path) -> Vec<Value> {
     std::fs::read_to_string(p)
         .unwrap_or_default()
         .lines()
@@ -74,7 +74,7 @@ fn lines(p: &Path) -> Vec<Value> {
 }
 
 /// Msg-id → times processed, over the given workers' records.
-fn processed(files: &[PathBuf]) -> HashMap<String, u32> {
+pub fn processed(files: &[PathBuf]) -> HashMap<String, u32> {
     let mut m = HashMap::new();
     for f in files {
         for l in lines(f) {
