@@ -98,26 +98,61 @@ fn epoch_ms() -> f64 {
         * 1000.0
 }
 
-/// A Rust instance on the library beside Python ones: every id it processed,
-/// with the time.
-type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, f64)>>>;
+/// What the test instances on the Rust library processed, in one order
+/// across them all.
+#[derive(Clone, Default)]
+struct Seen(std::sync::Arc<std::sync::Mutex<Vec<Rec>>>);
 
-fn rust_instance(e: &Env, id: &str, stop: tokio::sync::watch::Receiver<bool>) -> Seen {
+#[derive(Clone, Debug)]
+struct Rec {
+    id: String,
+    stream: String,
+    t_ms: f64,
+}
+
+impl Seen {
+    fn ids(&self) -> Vec<String> {
+        self.0.lock().unwrap().iter().map(|r| r.id.clone()).collect()
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+/// An instance of ORDERS/worker on the library (`cutover_app::fence`),
+/// recording into `seen`; with `die_on`, it dies (no ack, no
+/// deregistration) when handed its `die_on`-th message.
+fn instance(
+    e: &Env,
+    id: &str,
+    seen: &Seen,
+    die_on: Option<usize>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<cutover_app::fence::Consumed> {
     use cutover_app::fence::{consume, FenceOptions};
     use cutover_app::instance::InstanceOptions;
-    let seen: Seen = Default::default();
-    let (client, record, id) = (e.js.client.clone(), seen.clone(), id.to_string());
+    use cutover_app::worker::Outcome;
+    let (client, seen, id) = (e.js.client.clone(), seen.clone(), id.to_string());
+    let mut handed = 0usize;
     tokio::spawn(async move {
-        let opts = FenceOptions::new(InstanceOptions::new(&id, "rust-1"));
+        let mut inst = InstanceOptions::new(&id, "rust-1");
+        inst.ttl = Duration::from_secs(2);
+        let opts = FenceOptions::new(inst);
         consume(client, "ORDERS", "worker", opts, stop, |m| {
-            let msg_id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).unwrap().to_string();
-            record.lock().unwrap().push((msg_id, epoch_ms()));
-            async move { (cutover_app::worker::Outcome::Ack, m) }
+            handed += 1;
+            let die = die_on == Some(handed);
+            if !die {
+                let h = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id"));
+                let stream = m.info().unwrap().stream.to_string();
+                let rec = Rec { id: h.unwrap().to_string(), stream, t_ms: epoch_ms() };
+                seen.0.lock().unwrap().push(rec);
+            }
+            async move { (if die { Outcome::Die } else { Outcome::Ack }, m) }
         })
         .await
-        .unwrap();
-    });
-    seen
+        .unwrap()
+    })
 }
 
 /// Instances written from docs/protocol.md in nats-py (tests/apps/fence_worker.py)
@@ -143,7 +178,8 @@ async fn nats_py_and_rust_instances_move_through_a_fence_exactly() {
         })
         .collect();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let rust = rust_instance(&e, "rust-0", stop_rx);
+    let rust = Seen::default();
+    let _rust_task = instance(&e, "rust-0", &rust, None, stop_rx);
     until_registered(&e, 3).await;
     let published = dir.join("pub.jsonl");
     let pub_args = [
@@ -163,7 +199,7 @@ async fn nats_py_and_rust_instances_move_through_a_fence_exactly() {
         published.to_str().unwrap(),
     ];
     let mut publisher = App::start("publisher.py", &pub_args);
-    let count = || processed(&files).len() + rust.lock().unwrap().len();
+    let count = || processed(&files).len() + rust.len();
     wait_until("instances process", Duration::from_secs(20), || async { count() >= 300 }).await;
     let t_run = epoch_ms();
     let out =
@@ -185,10 +221,10 @@ async fn nats_py_and_rust_instances_move_through_a_fence_exactly() {
     for w in workers {
         w.stop();
     }
-    let mut times: Vec<f64> = rust.lock().unwrap().iter().map(|(_, t)| *t).collect();
+    let mut times: Vec<f64> = rust.0.lock().unwrap().iter().map(|r| r.t_ms).collect();
     let mut all = processed(&files);
-    for (id, _) in rust.lock().unwrap().iter() {
-        *all.entry(id.clone()).or_insert(0) += 1;
+    for id in rust.ids() {
+        *all.entry(id).or_insert(0) += 1;
     }
     for f in &files {
         times.extend(crate::pyapps::lines(f).iter().filter_map(|l| l["t_ms"].as_f64()));
@@ -202,4 +238,148 @@ async fn nats_py_and_rust_instances_move_through_a_fence_exactly() {
     assert_eq!(all.len(), acked.len(), "processed a message never published");
     let v = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);
     assert_eq!(v.code, 0, "verify holds: {v:?}");
+}
+
+/// Publishes `live-<i>` to `orders.<i % 4>` every 2 ms, retrying across the
+/// subject move, until stopped; returns the acknowledged ids.
+fn publisher(
+    e: &Env,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Vec<String>> {
+    let p = cutover_app::publisher::Publisher::new(e.js.client.clone(), Duration::from_secs(30));
+    tokio::spawn(async move {
+        let mut ids = vec![];
+        let mut tick = tokio::time::interval(Duration::from_millis(2));
+        for i in 0u64.. {
+            tick.tick().await;
+            if *stop.borrow() {
+                break;
+            }
+            let id = format!("live-{i}");
+            p.publish(&format!("orders.{}", i % 4), &id, "x".into()).await.unwrap();
+            ids.push(id);
+        }
+        ids
+    })
+}
+
+/// Each id processed exactly once by the library instances.
+async fn assert_each_once(seen: &Seen, ids: &[String]) {
+    wait_until("every message processed", Duration::from_secs(30), || async {
+        seen.len() >= ids.len()
+    })
+    .await;
+    let mut counts = std::collections::HashMap::new();
+    for id in seen.ids() {
+        *counts.entry(id).or_insert(0u32) += 1;
+    }
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    let lost: Vec<_> = ids.iter().filter(|id| !counts.contains_key(*id)).collect();
+    eprintln!(
+        "published {}, processed {}, twice {}, lost {}",
+        ids.len(),
+        counts.len(),
+        twice.len(),
+        lost.len()
+    );
+    assert!(twice.is_empty(), "processed twice: {twice:?}");
+    assert!(lost.is_empty(), "lost: {lost:?}");
+    assert_eq!(counts.len(), ids.len(), "processed a message never published");
+}
+
+/// An instance dies holding messages up to the fence (it fetched a batch and
+/// acknowledged 5): the paused old consumer would never redeliver them, so
+/// the runner resumes it once every live instance acknowledged the fence;
+/// the survivor processes them and naks what lies above F. Exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instance_that_dies_holding_messages_up_to_the_fence() {
+    let e = env().await;
+    e.stream(
+        json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}),
+    )
+    .await;
+    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 2_000_000_000i64, "max_ack_pending": 1000})).await;
+    e.publish("orders.1", "pre", 100).await;
+    let seen = Seen::default();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let died = instance(&e, "dier", &seen, Some(6), stop_rx.clone()).await.unwrap();
+    assert_eq!(died.acked, 5, "the dead instance acknowledged 5 of its batch");
+    let survivor = instance(&e, "survivor", &seen, None, stop_rx);
+    until_registered(&e, 2).await;
+    let (pub_tx, pub_rx) = tokio::sync::watch::channel(false);
+    let publishing = publisher(&e, pub_rx);
+    let plan = engine::prepare_plan(&e.js, &fence_request("ORDERS", "ORDERS_V2", &["worker"]))
+        .await
+        .unwrap();
+    let opts = RunOptions { max_pause: Duration::from_millis(500), ..Default::default() };
+    let sink = Collect::default();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let j = engine::run(&e.js, plan, &opts, &sink, rx).await.unwrap();
+    assert_eq!(j.phase, Phase::Done);
+    let c = &j.consumers[0];
+    assert!(c.nudges >= 1, "the old consumer was resumed to redeliver: {c:?}");
+    let f = c.checkpoint.unwrap();
+    assert!(c.evidence.as_ref().unwrap().num_ack_pending > 0, "messages up to F were held");
+    assert!(c.fence_settled.as_ref().unwrap().ack_floor_stream_seq >= f, "{c:?}");
+    pub_tx.send(true).unwrap();
+    let mut ids: Vec<String> = (0..100).map(|i| format!("pre-{i}")).collect();
+    ids.extend(publishing.await.unwrap());
+    assert_each_once(&seen, &ids).await;
+    stop_tx.send(true).unwrap();
+    let done = survivor.await.unwrap();
+    eprintln!("fence {f}, nudges {}, survivor: {done:?}", c.nudges);
+    let v = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);
+    assert_eq!(v.code, 0, "verify holds: {v:?}");
+}
+
+/// A consumer with max_ack_pending 1 is handed over in order: the route says
+/// `ordered`, and nothing from the new durable is processed before every
+/// message up to the fence was processed from the old one. Exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ordered_consumer_processes_nothing_after_the_fence_first() {
+    let e = env().await;
+    e.stream(
+        json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}),
+    )
+    .await;
+    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1})).await;
+    let seen = Seen::default();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let tasks: Vec<_> =
+        (0..3).map(|i| instance(&e, &format!("o-{i}"), &seen, None, stop_rx.clone())).collect();
+    until_registered(&e, 3).await;
+    let (pub_tx, pub_rx) = tokio::sync::watch::channel(false);
+    let publishing = publisher(&e, pub_rx);
+    wait_until("instances process", Duration::from_secs(20), || async { seen.len() >= 100 }).await;
+    let plan = engine::prepare_plan(&e.js, &fence_request("ORDERS", "ORDERS_V2", &["worker"]))
+        .await
+        .unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let j =
+        engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    assert_eq!(j.phase, Phase::Done);
+    let store = JournalStore::open(&e.js, IfMissing::ReturnNone).await.unwrap().unwrap();
+    assert!(
+        store.route("ORDERS", "worker").await.unwrap().unwrap().ordered,
+        "the route says ordered"
+    );
+    wait_until("the new durable delivers", Duration::from_secs(20), || async {
+        seen.0.lock().unwrap().iter().any(|r| r.stream == "ORDERS_V2")
+    })
+    .await;
+    pub_tx.send(true).unwrap();
+    let ids = publishing.await.unwrap();
+    assert_each_once(&seen, &ids).await;
+    stop_tx.send(true).unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let recs = seen.0.lock().unwrap().clone();
+    let last_old = recs.iter().rposition(|r| r.stream == "ORDERS").unwrap();
+    let first_new = recs.iter().position(|r| r.stream == "ORDERS_V2").unwrap();
+    assert!(
+        last_old < first_new,
+        "an old message processed after a new one: {:?}",
+        &recs[first_new..=last_old]
+    );
 }
