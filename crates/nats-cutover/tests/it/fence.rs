@@ -383,3 +383,56 @@ async fn an_ordered_consumer_processes_nothing_after_the_fence_first() {
         &recs[first_new..=last_old]
     );
 }
+
+/// A fence-mode runner killed right after the fence was published (the new
+/// durable serves, the old one still finishes up to F), then resumed or
+/// rolled back under live load with the protocol's workers: exact both ways.
+async fn fence_crash_then(rollback: bool) {
+    use crate::run::{finish, retry_cli, run_cli, until_published};
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let load =
+        Load::start(e.js.client.clone(), LoadConfig { protocol: true, ..load_cfg(500, 20_000) })
+            .await;
+    until_registered(&e, 4).await;
+    until_processed(&load, 200).await;
+    let tail = ["--yes", "--lease-ttl", "1s"];
+    let args =
+        move_args(&["--json", "run", "--mode", "fence"], "ORDERS", "ORDERS_V2", "worker", &tail);
+    let out = run_cli(&e, &args, Some("consumer_fenced:worker"));
+    assert_eq!(out.code, 86, "the runner dies once the fence is published: {out:?}");
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_eq!(j.consumers[0].phase, ConsumerPhase::Fenced);
+    let held = ["is held by runner"];
+    let id = "ORDERS.ORDERS_V2";
+    let out = if rollback {
+        retry_cli(&e, &["--json", "rollback", id, "--lease-ttl", "1s"], &held).await
+    } else {
+        retry_cli(&e, &["--json", "run", "--resume", id, "--lease-ttl", "1s"], &held).await
+    };
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, j) = engine::rollback::load(&e.js, id).await.unwrap();
+    if rollback {
+        assert_eq!(j.phase, Phase::RolledBack);
+        assert!(e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(), "B deleted");
+        let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+        assert!(!c.paused, "the old durable delivers again");
+        // The new durable processed past F meanwhile: the old one resumes after it.
+        assert!(out.stdout.contains("reset_to"), "{out:?}");
+    } else {
+        assert_eq!(j.phase, Phase::Done);
+    }
+    let after = load.published() + 200;
+    until_published(&load, after).await;
+    assert_exact(&finish(load).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fence_resumes_after_a_crash_once_the_fence_is_published() {
+    fence_crash_then(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fence_rolls_back_after_a_crash_once_the_fence_is_published() {
+    fence_crash_then(true).await;
+}
