@@ -163,7 +163,7 @@ class App:
         if self.bound[role] == binding:
             return
         self.bound[role] = binding
-        self.record["bound"] = [f"{s}/{c}" for s, c in self.bound.values() if s]
+        self.record["bound"] = [f"{b[0]}/{b[1]}" for b in self.bound.values() if b]
         await self.write_record()
 
     async def fetch_loop(self, role):
@@ -269,7 +269,9 @@ class App:
         loops = [asyncio.create_task(self.fetch_loop(r)) for r in ("old", "new")]
         print("ready", flush=True)
         await self.stop.wait()
-        await asyncio.gather(*loops, return_exceptions=True)
+        for r in await asyncio.gather(*loops, return_exceptions=True):
+            if isinstance(r, BaseException):
+                log("a fetch loop failed:", repr(r))
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

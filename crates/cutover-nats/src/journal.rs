@@ -21,6 +21,7 @@ pub fn now_ms() -> u64 {
 #[derive(Clone)]
 pub struct JournalStore {
     kv: kv::Store,
+    js: Js,
 }
 
 fn jerr(what: &str, e: impl std::fmt::Display) -> Error {
@@ -58,7 +59,7 @@ impl JournalStore {
             }
         }
         let kv = ctx.get_key_value(BUCKET).await.map_err(|e| jerr("cannot open the journal", e))?;
-        Ok(Some(Self { kv }))
+        Ok(Some(Self { kv, js: js.clone() }))
     }
 
     pub async fn load(&self, id: &str) -> Result<Option<Journal>> {
@@ -196,20 +197,30 @@ impl JournalStore {
     /// Every registered instance (of `home` = (stream, consumer) only, if
     /// given), live or not: liveness is judged by the entry's server timestamp
     /// against the instance's own `ttl_ms`.
+    ///
+    /// The runner polls this: the keys are listed from the bucket stream's
+    /// subjects (one STREAM.INFO with a subjects filter), not with a KV key
+    /// watcher, which would create a consumer per call.
     pub async fn instances(&self, home: Option<(&str, &str)>) -> Result<Vec<Instance>> {
-        use futures::StreamExt;
         let prefix = match home {
             Some((s, c)) => cutover_core::journal::instance_prefix(s, c),
             None => "inst.".into(),
         };
-        let mut keys = self.kv.keys().await.map_err(|e| jerr("cannot list the instances", e))?;
+        let kv_prefix = format!("$KV.{BUCKET}.");
+        let filter = format!("{kv_prefix}{prefix}>");
+        let info = self
+            .js
+            .api(
+                "list the instances",
+                &format!("STREAM.INFO.KV_{BUCKET}"),
+                &serde_json::json!({ "subjects_filter": filter }),
+            )
+            .await?;
+        let subjects = info["state"]["subjects"].as_object().cloned().unwrap_or_default();
         let mut out = vec![];
-        while let Some(k) = keys.next().await {
-            let k = k.map_err(|e| jerr("cannot list the instances", e))?;
-            if !k.starts_with(&prefix) {
-                continue;
-            }
-            let entry = self.kv.entry(&k).await.map_err(|e| jerr("cannot read an instance", e))?;
+        for subject in subjects.keys() {
+            let Some(k) = subject.strip_prefix(&kv_prefix) else { continue };
+            let entry = self.kv.entry(k).await.map_err(|e| jerr("cannot read an instance", e))?;
             let Some(en) = entry.filter(|e| e.operation == kv::Operation::Put) else { continue };
             let Ok(record) = serde_json::from_slice::<InstanceRecord>(&en.value) else { continue };
             let written_ms = (en.created.unix_timestamp_nanos() / 1_000_000) as u64;

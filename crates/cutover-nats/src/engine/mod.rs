@@ -22,5 +22,5 @@ pub use events::{Event, EventKind, Info, Progress, Sink, StepResult, Warning, Wi
 pub use inplace::{plan_in_place, run_in_place, InPlaceRequest};
 pub use prepare::{prepare_plan, PlanInputs};
 pub use progress::{source_progress, SourceProgress};
-pub use rollback::{forget, leases, list, rollback, Forgotten};
+pub use rollback::{forget, instances, leases, list, rollback, Forgotten};
 pub use run::{run, RunOptions};

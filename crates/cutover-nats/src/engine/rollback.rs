@@ -315,6 +315,14 @@ pub async fn forget(js: &Js, id: &str) -> Result<Forgotten> {
     Ok(Forgotten { id: id.into(), phase: journal.map(|j| j.phase), lease_removed: lease.is_some() })
 }
 
+/// Every registered application instance, for `status` (docs/protocol.md).
+pub async fn instances(js: &Js) -> Result<Vec<crate::journal::Instance>> {
+    match JournalStore::open(js, IfMissing::ReturnNone).await? {
+        Some(s) => s.instances(None).await,
+        None => Ok(vec![]),
+    }
+}
+
 /// Every lease, for `status` (orphans included: a lease whose migration has
 /// no journal, left by a runner that died before writing one).
 pub async fn leases(js: &Js) -> Result<Vec<crate::journal::LeaseInfo>> {

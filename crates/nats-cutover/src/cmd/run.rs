@@ -10,7 +10,7 @@ use crate::report::ReportData;
 use cutover_core::journal::{ConsumerPhase, Journal, Phase};
 use cutover_core::plan::Plan;
 use cutover_nats::engine::{self, RunOptions, Sink};
-use cutover_nats::journal::{now_ms, LeaseInfo};
+use cutover_nats::journal::{now_ms, Instance, LeaseInfo};
 use cutover_nats::observe::{self, ConsumerSample, Observe, OnSample, RunRecord};
 use cutover_nats::Js;
 use serde_json::json;
@@ -300,8 +300,13 @@ pub fn print_journal(j: &Journal) {
 pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> Result<ExitCode> {
     let js = super::connect(conn).await?;
     let (list, leases) = read_status(&js, a.id.as_deref()).await?;
+    let mut instances = engine::instances(&js).await?;
+    if a.id.is_some() {
+        // Those of the migration's old stream (their home binding).
+        instances.retain(|i| list.iter().any(|j| j.from == i.record.stream));
+    }
     if json_out {
-        print_status_json(&list, &leases)?;
+        print_status_json(&list, &leases, &instances)?;
         return Ok(ExitCode::Ok);
     }
     if list.is_empty() && leases.is_empty() {
@@ -314,7 +319,36 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> Result<Ex
     if !leases.is_empty() {
         print_leases(&leases, &list);
     }
+    if !instances.is_empty() {
+        print_instances(&instances);
+    }
     Ok(ExitCode::Ok)
+}
+
+/// The registered application instances: version, binding, fence (docs/protocol.md).
+fn print_instances(instances: &[Instance]) {
+    let rows: Vec<Vec<String>> = instances
+        .iter()
+        .map(|i| {
+            let r = &i.record;
+            let state = if i.live {
+                "live".to_string()
+            } else {
+                format!("gone ({} s ago)", i.age_ms / 1000)
+            };
+            let fence = r.fence_ack.as_ref().map(|f| format!("{} @ {}", f.migration, f.fence));
+            vec![
+                r.instance.clone(),
+                format!("{} ({})", r.app_version, r.lang),
+                format!("{}/{}", r.stream, r.consumer),
+                r.bound.join(", "),
+                fence.unwrap_or_else(|| "-".into()),
+                state,
+            ]
+        })
+        .collect();
+    let head = ["instance", "version", "home", "fetching from", "fence acknowledged", "state"];
+    outln!("\ninstances:\n{}", table(&head, &rows));
 }
 
 /// The migrations' journals and the streams' leases: all of them, or those of
@@ -346,7 +380,7 @@ fn orphan(list: &[Journal], migration: &str) -> bool {
 }
 
 /// The journals and leases as one JSON document, each lease marked orphan or not.
-fn print_status_json(list: &[Journal], leases: &[LeaseInfo]) -> Result<()> {
+fn print_status_json(list: &[Journal], leases: &[LeaseInfo], instances: &[Instance]) -> Result<()> {
     let leases: Vec<serde_json::Value> = leases
         .iter()
         .map(|l| {
@@ -355,7 +389,8 @@ fn print_status_json(list: &[Journal], leases: &[LeaseInfo]) -> Result<()> {
             v
         })
         .collect();
-    outln!("{}", serde_json::to_string_pretty(&json!({ "migrations": list, "leases": leases }))?);
+    let doc = json!({ "migrations": list, "leases": leases, "instances": instances });
+    outln!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())
 }
 

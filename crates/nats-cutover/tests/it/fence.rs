@@ -181,6 +181,11 @@ async fn nats_py_and_rust_instances_move_through_a_fence_exactly() {
     let rust = Seen::default();
     let _rust_task = instance(&e, "rust-0", &rust, None, stop_rx);
     until_registered(&e, 3).await;
+    let st = e.cli(&["--json", "status"]).json();
+    let mut langs: Vec<&str> =
+        st["instances"].as_array().unwrap().iter().map(|i| i["lang"].as_str().unwrap()).collect();
+    langs.sort();
+    assert_eq!(langs, ["python", "python", "rust"], "{st:#}");
     let published = dir.join("pub.jsonl");
     let pub_args = [
         "--server",
@@ -206,6 +211,19 @@ async fn nats_py_and_rust_instances_move_through_a_fence_exactly() {
         e.cli(&move_args(&["run", "--mode", "fence"], "ORDERS", "ORDERS_V2", "worker", &["--yes"]));
     assert_eq!(out.code, 0, "{out:?}");
     let t_done = epoch_ms();
+    // `status` shows every instance fetching from the new durable only, with
+    // the fence acknowledged.
+    wait_until("status shows the instances moved", Duration::from_secs(10), || async {
+        let st = e.cli(&["--json", "status"]).json();
+        let Some(all) = st["instances"].as_array().cloned() else { panic!("{st:#}") };
+        all.len() == 3
+            && all.iter().all(|i| {
+                i["bound"] == json!(["ORDERS_V2/worker"])
+                    && i["fence_ack"]["migration"] == "ORDERS.ORDERS_V2"
+                    && i["live"] == true
+            })
+    })
+    .await;
     assert!(publisher.0.wait().unwrap().success());
     let acked: Vec<String> = crate::pyapps::lines(&published)
         .iter()
