@@ -149,16 +149,23 @@ async fn fence(
     let name = cp.name.as_str();
     let started = Instant::now();
     let f = take_fence(ctx, cp, ends.0, prior).await?;
-    let (start, gets) = position(ctx, cp, ends, f, prior).await?;
-    // Journal, then publish: a resume finds `fenced` and publishes again.
+    // Before the new durable exists the old consumer is paused for good (the
+    // gate's pause would lapse after a crash and deliver past F to instances
+    // that know no fence yet), while F is translated. Then F is journaled
+    // with the intent to create (one write) and the durable created.
+    let forever = async { ctx.js.consumer_pause(ends.0, name, Some(FOREVER)).await.map(|_| ()) };
+    let (start, gets) = position(ctx, cp, ends, f, prior, forever).await?;
+    // Consumption waits for this: publish first. A runner killed before the
+    // journal says `fenced` finds `creating` and an existing durable at the
+    // start on resume, and publishes again.
+    publish(ctx, ends, name, (f, start), RouteState::Fenced).await?;
+    let fence_ms = started.elapsed().as_secs_f64() * 1000.0;
     ctx.journal_consumer(name, |p| {
         p.phase = ConsumerPhase::Fenced;
         p.b_start = Some(start);
         p.translate_gets = Some(gets);
     })
     .await?;
-    publish(ctx, ends, name, (f, start), RouteState::Fenced).await?;
-    let fence_ms = started.elapsed().as_secs_f64() * 1000.0;
     let fenced = Progress::Fenced { fence: f, b_start: start, translate_gets: gets, fence_ms };
     ctx.emit(Step::Consumer(name.into()), EventKind::Progress(fenced));
     if let Some(h) = &ctx.opts.after_step {
@@ -168,8 +175,11 @@ async fn fence(
 }
 
 /// F: journaled already (a resumed run), or the old consumer's last
-/// delivered sequence once it is paused (two agreeing reads), journaled with
-/// that evidence. A failure gives the old consumer back its state.
+/// delivered sequence once it is paused (two agreeing reads), recorded with
+/// that evidence in the journal held in memory: the next write (the intent to
+/// create the new durable) saves both. A runner killed before that write
+/// finds the consumer waiting and paused: the same F again. A failure gives
+/// the old consumer back its state.
 async fn take_fence(
     ctx: &Ctx<'_>,
     cp: &ConsumerPlan,
@@ -193,13 +203,12 @@ async fn take_fence(
         }
     };
     let f = ci.delivered.stream_seq;
-    ctx.journal_consumer(name, |p| {
-        p.phase = ConsumerPhase::Settled;
-        p.checkpoint = Some(f);
-        p.evidence = Some(settled_state(&ci));
-        p.b_filters = cp.b_filters.clone();
-    })
-    .await?;
+    let mut j = ctx.journal.lock().await;
+    let p = j.consumer_mut(name).expect("consumer in journal");
+    p.phase = ConsumerPhase::Settled;
+    p.checkpoint = Some(f);
+    p.evidence = Some(settled_state(&ci));
+    p.b_filters = cp.b_filters.clone();
     Ok(f)
 }
 
@@ -213,8 +222,11 @@ fn settled_state(ci: &ConsumerInfo) -> Settled {
     }
 }
 
-/// Stops the old consumer delivering (acks go on): paused, two reads agree on
-/// what it delivered, then paused for good. Returns that read.
+/// Stops the old consumer delivering (acks go on): paused (for the drain
+/// pause, renewable: a runner killed now stalls nobody for longer; paused for
+/// good once the fence is published), and two reads agree on what it
+/// delivered. Returns that read. Every wait here delays consumption: no
+/// sleep between reads that agree at once.
 async fn gate(ctx: &Ctx<'_>, from: &str, name: &str) -> Result<ConsumerInfo> {
     ctx.js.consumer_pause(from, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -222,17 +234,17 @@ async fn gate(ctx: &Ctx<'_>, from: &str, name: &str) -> Result<ConsumerInfo> {
     loop {
         let (_, ci) = ctx.js.consumer_info(from, name).await?;
         if ci.paused && last.as_ref().is_some_and(|p| p.delivered == ci.delivered) {
-            break;
+            return Ok(ci);
         }
         if Instant::now() > deadline {
             return Err(Error::Stuck(format!("consumer {from}/{name} did not report a stable delivered sequence while paused; nothing moved; run again")));
         }
+        if last.is_some() {
+            ctx.tick(true).await?;
+            tokio::time::sleep(ctx.opts.poll).await;
+        }
         last = Some(ci);
-        ctx.tick(true).await?;
-        tokio::time::sleep(ctx.opts.poll).await;
     }
-    ctx.js.consumer_pause(from, name, Some(FOREVER)).await?;
-    Ok(ctx.js.consumer_info(from, name).await?.1)
 }
 
 /// Waits until nothing up to F is unacknowledged on the old consumer: its ack

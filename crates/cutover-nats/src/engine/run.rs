@@ -540,7 +540,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
     let (from, to, prior) = ctx.consumer_state(&cp.name).await;
     let started = Instant::now();
     let f = checkpoint(ctx, cp, &from, &prior).await?;
-    let pos = position(ctx, cp, (&from, &to), f, &prior).await?;
+    let pos = position(ctx, cp, (&from, &to), f, &prior, async { Ok(()) }).await?;
     moved(ctx, &cp.name, &from, &to, f, pos, started).await
 }
 
@@ -556,19 +556,22 @@ impl Ctx<'_> {
     }
 }
 
-/// Translates checkpoint `f` and creates the new durable there (journaled);
-/// returns its start and the gets the translation used. A failure gives the
-/// old durable back its state first (unless the server cannot say whether
-/// the new one exists: then it stays paused).
+/// Translates checkpoint `f` (while `alongside` runs: fence mode pauses the
+/// old consumer for good meanwhile) and creates the new durable there
+/// (journaled); returns its start and the gets the translation used. A
+/// failure gives the old durable back its state first (unless the server
+/// cannot say whether the new one exists: then it stays paused).
 pub(super) async fn position(
     ctx: &Ctx<'_>,
     cp: &ConsumerPlan,
     (from, to): (&str, &str),
     f: u64,
     prior: &cutover_core::journal::ConsumerProgress,
+    alongside: impl std::future::Future<Output = Result<()>>,
 ) -> Result<(u64, u32)> {
     let name = cp.name.as_str();
-    let (start, gets) = match translate(ctx, from, to, f).await {
+    let (translated, done) = tokio::join!(translate(ctx, from, to, f), alongside);
+    let (start, gets) = match translated.and_then(|x| done.map(|_| x)) {
         Ok(x) => x,
         Err(e) => {
             let _ = undo_consumer(ctx, from, name, prior).await;

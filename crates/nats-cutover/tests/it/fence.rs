@@ -454,3 +454,135 @@ async fn fence_resumes_after_a_crash_once_the_fence_is_published() {
 async fn fence_rolls_back_after_a_crash_once_the_fence_is_published() {
     fence_crash_then(true).await;
 }
+
+/// What one run of nats-py apps through a handoff measured.
+struct PyRun {
+    /// The longest time between two processed messages that overlaps the
+    /// consumers' move (from `move_consumers` starting to `move_publishers`
+    /// starting).
+    gap_ms: f64,
+    /// The median time between two processed messages before the run.
+    steady_ms: f64,
+}
+
+/// When `step` started, from `run --json`'s events.
+fn step_started(stdout: &str, step: &str) -> f64 {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["kind"] == "step_started" && v["step"] == step)
+        .and_then(|v| v["ts_ms"].as_f64())
+        .unwrap_or_else(|| panic!("no step_started {step} in:\n{stdout}"))
+}
+
+/// Two nats-py pull apps (fence: tests/apps/fence_worker.py; drain:
+/// worker.py following the route) and a nats-py publisher at 1,000 msg/s
+/// through `run --mode MODE`: exact by the apps' records; the consumer gap.
+async fn nats_py_handoff(mode: &str) -> PyRun {
+    use crate::pyapps::{lines, processed, App};
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let dir = e.server.dir().join("apps");
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = e.server.url();
+    let files: Vec<_> = (0..2).map(|i| dir.join(format!("w{i}.jsonl"))).collect();
+    let workers: Vec<App> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let head = [
+                "--server",
+                url,
+                "--stream",
+                "ORDERS",
+                "--consumer",
+                "worker",
+                "--out",
+                f.to_str().unwrap(),
+            ];
+            let id = format!("py-{i}");
+            match mode {
+                "fence" => {
+                    App::start("fence_worker.py", &[&head[..], &["--instance", &id]].concat())
+                }
+                _ => App::start(
+                    "worker.py",
+                    &[&head[..], &["--mode", "pull", "--follow-route"]].concat(),
+                ),
+            }
+        })
+        .collect();
+    if mode == "fence" {
+        until_registered(&e, 2).await;
+    }
+    let published = dir.join("pub.jsonl");
+    let pub_args = [
+        "--server",
+        url,
+        "--subject",
+        "orders",
+        "--subjects-count",
+        "4",
+        "--count",
+        "3000",
+        "--rate",
+        "1000",
+        "--id-prefix",
+        "m",
+        "--out",
+        published.to_str().unwrap(),
+    ];
+    let mut publisher = App::start("publisher.py", &pub_args);
+    wait_until("apps process", Duration::from_secs(20), || async {
+        processed(&files).len() >= 500
+    })
+    .await;
+    let args =
+        move_args(&["--json", "run", "--mode", mode], "ORDERS", "ORDERS_V2", "worker", &["--yes"]);
+    let out = e.cli(&args);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (t0, t1) =
+        (step_started(&out.stdout, "move_consumers"), step_started(&out.stdout, "move_publishers"));
+    assert!(publisher.0.wait().unwrap().success());
+    let acked: Vec<String> = lines(&published)
+        .iter()
+        .filter(|l| l.get("failed").is_none())
+        .map(|l| l["id"].as_str().unwrap().to_string())
+        .collect();
+    wait_until("every message processed", Duration::from_secs(30), || async {
+        processed(&files).len() >= acked.len()
+    })
+    .await;
+    for w in workers {
+        w.stop();
+    }
+    let all = processed(&files);
+    let twice: Vec<_> = all.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "{mode}: processed twice: {twice:?}");
+    assert_eq!(all.len(), acked.len(), "{mode}: lost or extra");
+    let mut times: Vec<f64> =
+        files.iter().flat_map(|f| lines(f)).filter_map(|l| l["t_ms"].as_f64()).collect();
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let gaps: Vec<(f64, f64)> = times.windows(2).map(|w| (w[0], w[1] - w[0])).collect();
+    // Every gap that overlaps the window counts, also one begun before it.
+    let overlaps = |(a, d): &&(f64, f64)| *a + *d >= t0 && *a <= t1;
+    let gap_ms = gaps.iter().filter(overlaps).map(|g| g.1).fold(0.0, f64::max);
+    let mut before: Vec<f64> = gaps.iter().filter(|(a, _)| *a < t0).map(|g| g.1).collect();
+    before.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    PyRun { gap_ms, steady_ms: before[before.len() / 2] }
+}
+
+/// The measurement: nats-py pull apps (batches of 32, 300 ms fetch
+/// expiry) at 1,000 msg/s. Drain mode pauses the consumer, and a partly filled
+/// pull request can wait for its expiry; fence mode keeps consumption going.
+/// Both exact; fence's gap stays far below a fetch expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn consumer_gap_of_fence_and_drain_with_nats_py_pull_apps() {
+    let drain = nats_py_handoff("drain").await;
+    let fence = nats_py_handoff("fence").await;
+    eprintln!(
+        "nats-py pull apps at 1,000 msg/s: consumer gap while the consumers move: drain {:.1} ms, fence {:.1} ms (steady state: {:.2} / {:.2} ms)",
+        drain.gap_ms, fence.gap_ms, drain.steady_ms, fence.steady_ms
+    );
+    assert!(fence.gap_ms < 150.0, "fence mode stopped consumption for {:.1} ms", fence.gap_ms);
+}
