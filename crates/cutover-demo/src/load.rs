@@ -73,6 +73,8 @@ struct Shared {
     max_retried_us: AtomicU64,
     max_gap_us: AtomicU64,
     last_processed: Mutex<Option<Instant>>,
+    /// When each message was processed (ms since the epoch), in order.
+    processed_at: Mutex<Vec<f64>>,
     processed_count: AtomicU64,
     published_count: AtomicU64,
     publishing: AtomicBool,
@@ -112,6 +114,34 @@ pub struct LoadReport {
     pub max_retried_publish_ms: f64,
     pub max_consumer_gap_ms: f64,
     pub samples: Vec<Sample>,
+    /// When each message was processed (ms since the epoch), in order: for
+    /// the gap of one window ([`LoadReport::gap_overlapping`]).
+    #[serde(skip)]
+    pub processed_at_ms: Vec<f64>,
+}
+
+impl LoadReport {
+    /// The longest time between two processed messages that overlaps
+    /// `[from_ms, to_ms]` (wall clock), also one begun before it.
+    pub fn gap_overlapping(&self, from_ms: f64, to_ms: f64) -> f64 {
+        let t = &self.processed_at_ms;
+        t.windows(2)
+            .filter(|w| w[1] >= from_ms && w[0] <= to_ms)
+            .map(|w| w[1] - w[0])
+            .fold(0.0, f64::max)
+    }
+
+    /// The median time between two processed messages before `until_ms`.
+    pub fn steady_gap_before(&self, until_ms: f64) -> f64 {
+        let mut g: Vec<f64> = self
+            .processed_at_ms
+            .windows(2)
+            .filter(|w| w[1] < until_ms)
+            .map(|w| w[1] - w[0])
+            .collect();
+        g.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        g.get(g.len() / 2).copied().unwrap_or(0.0)
+    }
 }
 
 impl Load {
@@ -237,6 +267,7 @@ impl Load {
             max_retried_publish_ms: s.max_retried_us.load(Ordering::Relaxed) as f64 / 1000.0,
             max_consumer_gap_ms: s.max_gap_us.load(Ordering::Relaxed) as f64 / 1000.0,
             samples: s.samples.lock().unwrap().clone(),
+            processed_at_ms: s.processed_at.lock().unwrap().clone(),
         }
     }
 }
@@ -332,6 +363,11 @@ impl Shared {
             }
         }
         *last = Some(now);
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .unwrap_or(0.0);
+        self.processed_at.lock().unwrap().push(wall);
     }
 }
 

@@ -343,20 +343,20 @@ impl Command {
     /// but not built yet, the same way in every command (bad input, exit 2).
     pub fn check_available(&self) -> Result<(), String> {
         match self {
-            Command::Plan(a) => available(a.strategy, a.mode, false),
-            Command::Run(a) => available(a.plan.strategy, a.plan.mode, false),
+            Command::Plan(a) => available(a.strategy),
+            Command::Run(a) => available(a.plan.strategy),
             // The demo's scenario and its proof are built for strategy source.
             Command::Demo(a) if a.strategy == StrategyArg::Mirror => Err(
                 "the demo runs strategy source; try --strategy mirror with `run` on your own streams"
                     .into(),
             ),
-            Command::Demo(a) => available(a.strategy, a.mode, true),
+            Command::Demo(a) => available(a.strategy),
             _ => Ok(()),
         }
     }
 }
 
-fn available(strategy: StrategyArg, mode: ModeArg, demo: bool) -> Result<(), String> {
+fn available(strategy: StrategyArg) -> Result<(), String> {
     fn name(v: impl ValueEnum) -> String {
         v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
     }
@@ -364,13 +364,6 @@ fn available(strategy: StrategyArg, mode: ModeArg, demo: bool) -> Result<(), Str
         return Err(format!(
             "--strategy {} is not available in this version (it is planned); use --strategy source or mirror",
             name(strategy)
-        ));
-    }
-    // The demo's workers follow the route of drain mode only so far.
-    if demo && mode == ModeArg::Fence {
-        return Err(format!(
-            "--mode {} is not available in this version of the demo (it is planned); use --mode drain, or `run --mode fence` with applications that follow docs/protocol.md",
-            name(mode)
         ));
     }
     Ok(())

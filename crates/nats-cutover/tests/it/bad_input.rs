@@ -250,7 +250,7 @@ async fn account_without_room_for_b_is_refused() {
 /// Strategies and modes that are planned but not built are not offered by
 /// `--help`; naming one is bad input, refused before connecting (the server
 /// here does not exist), with the same message in every command. `mirror`
-/// exists for plan and run (not the demo); `--mode fence` for plan and run.
+/// exists for plan and run (not the demo).
 #[test]
 fn planned_strategies_and_modes_are_hidden_and_refused() {
     for sub in ["plan", "run", "demo"] {
@@ -277,7 +277,4 @@ fn planned_strategies_and_modes_are_hidden_and_refused() {
         assert!(out.stderr.contains(&wanted), "{args:?}: {out:?}");
         assert!(out.stderr.contains(fix), "{args:?}: {out:?}");
     }
-    let out = cli(&["demo", "--mode", "fence"]);
-    assert_eq!(out.code, BAD_INPUT, "{out:?}");
-    assert!(out.stderr.contains("not available in this version of the demo"), "{out:?}");
 }
