@@ -124,6 +124,9 @@ pub struct ServerChecks {
     /// The server's answer to B's configuration: a scratch stream with it was
     /// created and deleted (`None`: not tried, e.g. B exists).
     pub b_config_check: Option<ConfigCheck>,
+    /// Fence mode: each consumer's live registered application instances
+    /// (docs/protocol.md) (`None`: not read).
+    pub live_instances: Option<Vec<(String, usize)>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -390,7 +393,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
     );
     rule_strategy(&mut r, req, facts.version);
     let moved = plan_consumers(&mut r, req, facts, &b_view)?;
-    rule_mode(&mut r, req, facts.version, &moved.plans);
+    rule_mode(&mut r, req, facts, &moved.plans);
     rule_account_storage(&mut r, facts, &a, &b_view);
     rule_consumers_left_behind(&mut r, req, facts);
     rule_downstream(&mut r, req, facts);
@@ -510,21 +513,31 @@ fn rule_strategy(r: &mut Report, req: &PlanRequest, version: ServerVersion) {
     }
 }
 
-fn rule_mode(
-    r: &mut Report,
-    req: &PlanRequest,
-    version: ServerVersion,
-    consumers: &[ConsumerPlan],
-) {
+fn rule_mode(r: &mut Report, req: &PlanRequest, facts: &ServerFacts, consumers: &[ConsumerPlan]) {
     if req.mode != Mode::Fence {
         return;
     }
-    if !version.features().consumer_pause {
+    if !facts.version.features().consumer_pause {
         r.add("plan", "mode", "fence", "", Verdict::Unsafe, "fence mode stops the old consumer delivering past the fence with a consumer pause (nats-server 2.11+); use --mode drain with --publishers-stopped, or upgrade the server");
         return;
     }
     for c in consumers.iter().filter(|c| c.push) {
         r.add(&format!("consumer {}", c.name), "mode", "fence", "", Verdict::Unsafe, "fence mode needs pull consumers (instances fetch from the old and the new durable at once); move push consumers with --mode drain");
+    }
+    for (name, live) in facts.checks.live_instances.iter().flatten() {
+        let scope = format!("consumer {name}");
+        if *live == 0 {
+            r.add(&scope, "instances", "0 live", "", Verdict::Unsafe, format!("fence mode: no live application instance of {}/{name} is registered (inst.{}.{name}.* in KV bucket CUTOVER); start applications that follow docs/protocol.md, or use --mode drain", req.from, req.from));
+        } else {
+            r.add(
+                &scope,
+                "instances",
+                format!("{live} live"),
+                "",
+                Verdict::Ok,
+                "registered instances follow the fence; every instance of the consumer must",
+            );
+        }
     }
     r.add("plan", "mode", "fence", "", Verdict::ChangedOnPurpose, "no stop of consumption: the old consumer stops delivering new messages at the fence F (its last delivered sequence) while instances finish and acknowledge what they hold, and fetch everything after F from the new durable at once; every application instance of the consumers must follow docs/protocol.md (register in KV bucket CUTOVER, nak the old consumer's messages above F, acknowledge the fence): `run` refuses a consumer no live instance registered for, and an application that ignores the protocol could process a message twice");
 }

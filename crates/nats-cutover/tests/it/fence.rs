@@ -586,3 +586,30 @@ async fn consumer_gap_of_fence_and_drain_with_nats_py_pull_apps() {
     );
     assert!(fence.gap_ms < 150.0, "fence mode stopped consumption for {:.1} ms", fence.gap_ms);
 }
+
+/// `plan --mode fence` asks the server what `run` needs: the consumer's live
+/// registered instances (none: unsafe, naming the fix; one: ok).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_in_fence_mode_counts_the_registered_instances() {
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let args =
+        move_args(&["--json", "plan", "--mode", "fence"], "ORDERS", "ORDERS_V2", "worker", &[]);
+    let finding = |p: &serde_json::Value| {
+        let f = p["findings"].as_array().unwrap().iter().find(|f| f["setting"] == "instances");
+        f.cloned().unwrap_or_else(|| panic!("no instances finding: {p:#}"))
+    };
+    let p = e.cli(&args).json();
+    assert_eq!(p["safe"], false, "{p:#}");
+    let f = finding(&p);
+    assert_eq!((f["from"].as_str(), f["verdict"].as_str()), (Some("0 live"), Some("unsafe")));
+    assert!(f["reason"].as_str().unwrap().contains("docs/protocol.md"), "{f:#}");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let one = instance(&e, "only", &Seen::default(), None, stop_rx);
+    until_registered(&e, 1).await;
+    let p = e.cli(&args).json();
+    assert_eq!(p["safe"], true, "{p:#}");
+    assert_eq!(finding(&p)["from"], "1 live");
+    stop_tx.send(true).unwrap();
+    one.await.unwrap();
+}
