@@ -125,6 +125,17 @@ pub struct DemoArgs {
     pub report: Option<PathBuf>,
 }
 
+/// A nak delay: at least a second (instances that follow docs/protocol.md
+/// use at least that anyway).
+pub fn parse_nak_delay(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration like 30s: {e}"))?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("{s} is shorter than 1s: messages above the fence would come back to the instances almost at once; use 1s or more"));
+    }
+    Ok(d)
+}
+
 /// `10` means ten seconds; `10s`, `1m`, `500ms` are humantime durations.
 pub fn parse_secs_or_duration(s: &str) -> Result<Duration, String> {
     if let Ok(n) = s.trim().parse::<f64>() {
@@ -232,6 +243,15 @@ pub struct RunArgs {
     /// worker or a nak'd message cannot stall the applications.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     pub max_pause: Duration,
+    /// --mode fence: how long to wait, once the old consumer settled to the
+    /// fence, for every live instance to acknowledge it (then the run goes on
+    /// and names the missing ones; the old consumer stays paused for good).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub fence_ack_timeout: Duration,
+    /// --mode fence: the delay instances give the old consumer's messages above
+    /// the fence when they nak them (at least 1s; docs/protocol.md).
+    #[arg(long, value_parser = parse_nak_delay, default_value = "30s")]
+    pub nak_delay: Duration,
     /// Write a self-contained HTML report (timeline of the consumers' state with
     /// every step and checkpoint, the journal, the plan), also when the run fails.
     #[arg(long, value_name = "FILE")]

@@ -206,6 +206,8 @@ fn run_options(a: &RunArgs) -> RunOptions {
         lease_ttl: a.lease_ttl,
         settle_timeout: a.settle_timeout,
         max_pause: a.max_pause,
+        fence_ack_timeout: a.fence_ack_timeout,
+        nak_delay: a.nak_delay,
         // Only in the binary the tests run: die after a named step.
         after_step: cutover_nats::test_hooks::crash_after_step(),
         ..Default::default()

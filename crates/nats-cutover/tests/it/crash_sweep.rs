@@ -59,7 +59,7 @@ enum Point {
 /// request, then finishes the migration by `undo` (rollback, or resume where
 /// rollback is refused past the commit point) or resume, and checks the
 /// workload: none lost, none twice.
-async fn sweep_point(k: usize, undo: bool, strategy: &str) -> Point {
+async fn sweep_point(k: usize, undo: bool, strategy: &str, mode: &str) -> Point {
     let e = env().await;
     orders_stream(&e, 30_000).await;
     let watcher = async_nats::connect(e.server.url()).await.unwrap();
@@ -71,12 +71,17 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str) -> Point {
         .connect(e.server.url())
         .await
         .unwrap();
-    let load = Load::start(load_client, load_cfg(500, 40_000)).await;
+    // Fence mode: the workload's workers follow the protocol (registered).
+    let cfg = cutover_demo::load::LoadConfig { protocol: mode == "fence", ..load_cfg(500, 40_000) };
+    let load = Load::start(load_client, cfg).await;
+    if mode == "fence" {
+        crate::fence::until_registered(&e, cfg_workers()).await;
+    }
     until_processed(&load, 100).await;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
         .args(["--server", e.server.url(), "--json", "run", "--from", "ORDERS", "--to"])
         .args(["ORDERS_V2", "--consumer", "worker", "--yes", "--lease-ttl", "1s"])
-        .args(["--strategy", strategy])
+        .args(["--strategy", strategy, "--mode", mode])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -126,7 +131,17 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str) -> Point {
             retry_lease(&e, &["--json", "run", "--resume", ID, "--lease-ttl", "1s"]).await
         } else {
             // Killed before the journal existed: a new run.
-            let new = ["--json", "run", "--strategy", strategy, "--from", "ORDERS", "--to"];
+            let new = [
+                "--json",
+                "run",
+                "--strategy",
+                strategy,
+                "--mode",
+                mode,
+                "--from",
+                "ORDERS",
+                "--to",
+            ];
             retry_lease(&e, &[&new[..], &["ORDERS_V2", "--consumer"]].concat()).await
         };
         assert_eq!(out.code, 0, "resume after {key:?}: {out:?}");
@@ -168,10 +183,19 @@ async fn retry_lease(e: &Env, args: &[&str]) -> Out {
     }
 }
 
+/// The workload's workers (`load_cfg`'s).
+fn cfg_workers() -> usize {
+    load_cfg(500, 40_000).workers
+}
+
 async fn sweep(undo: bool, strategy: &str) {
+    sweep_mode(undo, strategy, "drain").await
+}
+
+async fn sweep_mode(undo: bool, strategy: &str, mode: &str) {
     let mut points = vec![];
     for k in 1.. {
-        match sweep_point(k, undo, strategy).await {
+        match sweep_point(k, undo, strategy, mode).await {
             Point::Killed(key) => points.push(key),
             Point::Finished => break,
         }
@@ -199,4 +223,18 @@ async fn crash_after_every_request_then_resume_is_exact_with_mirror() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crash_after_every_request_then_rollback_is_exact_with_mirror() {
     sweep(true, "mirror").await;
+}
+
+/// Fence mode (docs/protocol.md) with the protocol's workers: killed after
+/// every distinct request, then resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crash_after_every_request_then_resume_is_exact_in_fence_mode() {
+    sweep_mode(false, "source", "fence").await;
+}
+
+/// Fence mode, killed after every distinct request, then rolled back (or
+/// resumed past the commit point).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crash_after_every_request_then_rollback_is_exact_in_fence_mode() {
+    sweep_mode(true, "source", "fence").await;
 }

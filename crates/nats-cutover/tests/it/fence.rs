@@ -613,3 +613,68 @@ async fn plan_in_fence_mode_counts_the_registered_instances() {
     stop_tx.send(true).unwrap();
     one.await.unwrap();
 }
+
+/// A registered, live instance that never acknowledges the fence (it does
+/// not follow the protocol's last step): the run waits for it at most the
+/// fence-ack timeout, then goes on and names it; the old consumer stays paused
+/// for good, so it cannot process past F. The real instance's work is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instance_that_never_acknowledges_is_named_and_the_run_goes_on() {
+    use cutover_core::journal::{InstanceRecord, INSTANCE_VERSION};
+    use cutover_nats::engine::Warning;
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let store = JournalStore::open(&e.js, IfMissing::Create).await.unwrap().unwrap();
+    let stuck = InstanceRecord {
+        version: INSTANCE_VERSION,
+        instance: "stuck".into(),
+        app_version: "0.9".into(),
+        lang: "go".into(),
+        stream: "ORDERS".into(),
+        consumer: "worker".into(),
+        bound: vec!["ORDERS/worker".into()],
+        fence_ack: None,
+        ttl_ms: 120_000,
+        heartbeat_ms: 0,
+    };
+    store.put_instance(&stuck).await.unwrap();
+    let seen = Seen::default();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let real = instance(&e, "real", &seen, None, stop_rx);
+    until_registered(&e, 2).await;
+    let (pub_tx, pub_rx) = tokio::sync::watch::channel(false);
+    let publishing = publisher(&e, pub_rx);
+    wait_until("the instance processes", Duration::from_secs(20), || async { seen.len() >= 50 })
+        .await;
+    let plan = engine::prepare_plan(&e.js, &fence_request("ORDERS", "ORDERS_V2", &["worker"]))
+        .await
+        .unwrap();
+    let opts = RunOptions { fence_ack_timeout: Duration::from_millis(500), ..Default::default() };
+    let sink = Collect::default();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let j = engine::run(&e.js, plan, &opts, &sink, rx).await.unwrap();
+    assert_eq!(j.phase, Phase::Done);
+    let named = sink.0.lock().unwrap().iter().any(|ev| {
+        matches!(&ev.kind, EventKind::Warning(Warning::FenceUnacknowledged { instances, waiting: false, .. }) if instances == &["stuck".to_string()])
+    });
+    assert!(named, "the run names the instance that did not acknowledge");
+    pub_tx.send(true).unwrap();
+    let ids = publishing.await.unwrap();
+    assert_each_once(&seen, &ids).await;
+    stop_tx.send(true).unwrap();
+    real.await.unwrap();
+}
+
+/// A nak delay under a second is bad input, refused before connecting (the
+/// server here does not exist), saying why and what to use.
+#[test]
+fn a_nak_delay_under_a_second_is_refused() {
+    let url = format!("nats://127.0.0.1:{}", cutover_testkit::free_port());
+    let head = ["--server", url.as_str(), "run", "--mode", "fence", "--nak-delay", "10ms"];
+    let out = cli(&move_args(&head, "A", "B", "C", &["--yes"]));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr.contains("shorter than 1s") && out.stderr.contains("use 1s or more"),
+        "{out:?}"
+    );
+}
