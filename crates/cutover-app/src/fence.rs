@@ -264,6 +264,9 @@ where
         Outcome::Nak => {
             let _ = m.ack_with(AckKind::Nak(None)).await;
         }
+        Outcome::NakAfter(d) => {
+            let _ = m.ack_with(AckKind::Nak(Some(d))).await;
+        }
         Outcome::Die => return false,
     }
     true

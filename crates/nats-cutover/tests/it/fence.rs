@@ -186,6 +186,19 @@ async fn nats_py_and_rust_instances_move_through_a_fence_exactly() {
         st["instances"].as_array().unwrap().iter().map(|i| i["lang"].as_str().unwrap()).collect();
     langs.sort();
     assert_eq!(langs, ["python", "python", "rust"], "{st:#}");
+    let table = e.cli(&["status"]);
+    // The table: app version and language, home binding, what each fetches.
+    for want in [
+        "instances:",
+        "fetching from",
+        "py-0",
+        "py-1 (python)",
+        "rust-1 (rust)",
+        "ORDERS/worker",
+        "live",
+    ] {
+        assert!(table.stdout.contains(want), "status lacks {want:?}: {table:?}");
+    }
     let published = dir.join("pub.jsonl");
     let pub_args = [
         "--server",
