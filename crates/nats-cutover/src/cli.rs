@@ -203,8 +203,9 @@ pub struct RunArgs {
     /// Give this stream new settings under its own name, live: two mirror hops
     /// through a temporary stream, sequences and durables kept (2.12+). The
     /// settings come from --set and/or --to-config; --consumer names the
-    /// durables (or --all-consumers).
-    #[arg(long, value_name = "STREAM", conflicts_with_all = ["plan_file", "resume", "from", "to", "strategy"])]
+    /// durables (or --all-consumers). Its hops are drain mode (--mode is
+    /// refused with it).
+    #[arg(long, value_name = "STREAM", conflicts_with_all = ["plan_file", "resume", "from", "to", "strategy", "mode"])]
     pub in_place: Option<String>,
     /// A new setting for --in-place, KEY=VALUE with the server's stream-config
     /// names (storage=memory, retention=limits, max_age=3600000000000);

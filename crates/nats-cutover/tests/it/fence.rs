@@ -679,9 +679,10 @@ async fn an_instance_that_never_acknowledges_is_named_and_the_run_goes_on() {
 }
 
 /// A nak delay under a second is bad input, refused before connecting (the
-/// server here does not exist), saying why and what to use.
+/// server here does not exist), saying why and what to use; so is `--mode`
+/// with `--in-place` (its hops are drain mode), rather than ignored.
 #[test]
-fn a_nak_delay_under_a_second_is_refused() {
+fn a_nak_delay_under_a_second_and_fence_in_place_are_refused() {
     let url = format!("nats://127.0.0.1:{}", cutover_testkit::free_port());
     let head = ["--server", url.as_str(), "run", "--mode", "fence", "--nak-delay", "10ms"];
     let out = cli(&move_args(&head, "A", "B", "C", &["--yes"]));
@@ -690,4 +691,8 @@ fn a_nak_delay_under_a_second_is_refused() {
         out.stderr.contains("shorter than 1s") && out.stderr.contains("use 1s or more"),
         "{out:?}"
     );
+    let in_place = ["--server", url.as_str(), "run", "--in-place", "A", "--set", "storage=memory"];
+    let out = cli(&[&in_place[..], &["--consumer", "C", "--mode", "fence", "--yes"]].concat());
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("cannot be used with"), "{out:?}");
 }
