@@ -52,16 +52,18 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def targets(route, home):
+def targets(route, home, app_version):
     """(old, new) bindings to fetch from under the route record (protocol: States)."""
     if route is None:
         return home, None
     new = (route["stream"], route["consumer"])
+    old = (route.get("old_stream") or home[0], route.get("old_consumer") or home[1])
     mode = route.get("mode", "drain")
     state = route.get("state", "moved")
+    if mode == "rolling" and route.get("new_version") != app_version:
+        return old, None  # another version: stay on the old consumer until replaced
     if route.get("version", 1) < 2 or mode == "drain" or state == "moved":
         return None, new
-    old = (route.get("old_stream") or home[0], route.get("old_consumer") or home[1])
     old = old if state == "fenced" else None
     if route.get("ordered") and state == "fenced":
         new = None
@@ -70,7 +72,7 @@ def targets(route, home):
 
 def fence_of(route):
     """{"migration", "fence"} the old consumer's messages are held to, or None."""
-    if route is None or route.get("mode") != "fence" or route.get("fence") is None:
+    if route is None or route.get("mode") not in ("fence", "rolling") or route.get("fence") is None:
         return None
     return {"migration": route["migration"], "fence": route["fence"]}
 
@@ -170,7 +172,7 @@ class App:
         sub, sub_binding = None, None
         expires = min(self.args.expires, 1.0) if role == "old" else self.args.expires
         while not self.stop.is_set():
-            old, new = targets(self.route, self.home)
+            old, new = targets(self.route, self.home, self.args.app_version)
             want = old if role == "old" else new
             if sub is not None and sub_binding != want:
                 await self.leave(sub, role)

@@ -67,17 +67,27 @@ impl Slot {
     }
 }
 
-/// Where the old and the new slot fetch from under `route`.
-fn targets(route: &Option<Route>, home: &Binding) -> (Option<Binding>, Option<Binding>) {
+/// Where the old and the new slot of an instance of application `version`
+/// fetch from under `route`. Mode rolling: an instance of another version
+/// than the route's `new_version` stays on the old consumer (up to the fence)
+/// until it is replaced.
+fn targets(
+    route: &Option<Route>,
+    home: &Binding,
+    version: &str,
+) -> (Option<Binding>, Option<Binding>) {
     let Some(r) = route else { return (Some(home.clone()), None) };
     let new = Binding { stream: r.stream.clone(), consumer: r.consumer.clone() };
-    if r.mode == Mode::Drain || r.state == RouteState::Moved {
-        return (None, Some(new));
-    }
     let old = Binding {
         stream: r.old_stream.clone().unwrap_or_else(|| home.stream.clone()),
         consumer: r.old_consumer.clone().unwrap_or_else(|| home.consumer.clone()),
     };
+    if r.mode == Mode::Rolling && r.new_version.as_deref() != Some(version) {
+        return (Some(old), None);
+    }
+    if r.mode == Mode::Drain || r.state == RouteState::Moved {
+        return (None, Some(new));
+    }
     let old = (r.state == RouteState::Fenced).then_some(old);
     let new = (!r.ordered || r.state >= RouteState::Settled).then_some(new);
     (old, new)
@@ -85,7 +95,7 @@ fn targets(route: &Option<Route>, home: &Binding) -> (Option<Binding>, Option<Bi
 
 /// The fence the old consumer's messages are held to, if any.
 fn fence_of(route: &Option<Route>) -> Option<FenceAck> {
-    let r = route.as_ref().filter(|r| r.mode == Mode::Fence)?;
+    let r = route.as_ref().filter(|r| r.mode.is_fenced())?;
     Some(FenceAck { migration: r.migration.clone(), fence: r.fence? })
 }
 
@@ -173,7 +183,7 @@ impl Loop {
     /// Rebinds each slot without a batch in hand to its target and starts a
     /// fetch; updates the registration when the bindings change.
     async fn refill(&mut self, route: &Option<Route>) -> Result<(), async_nats::Error> {
-        let (old, new) = targets(route, &self.home);
+        let (old, new) = targets(route, &self.home, &self.opts.instance.app_version);
         let before: Vec<Option<Binding>> = self.slots.iter().map(|s| s.binding.clone()).collect();
         for (i, want) in [old, new].into_iter().enumerate() {
             let expires = match self.slots[i].role {
@@ -289,14 +299,23 @@ mod tests {
     fn the_slots_follow_the_states() {
         let home = Binding { stream: "A".into(), consumer: "c".into() };
         let b = Binding { stream: "B".into(), consumer: "c".into() };
-        assert_eq!(targets(&None, &home), (Some(home.clone()), None));
+        let t = |r: &Option<Route>| targets(r, &home, "1");
+        assert_eq!(t(&None), (Some(home.clone()), None));
         let both = (Some(home.clone()), Some(b.clone()));
-        assert_eq!(targets(&fenced(RouteState::Fenced, false), &home), both);
-        assert_eq!(targets(&fenced(RouteState::Fenced, true), &home), (Some(home.clone()), None));
-        assert_eq!(targets(&fenced(RouteState::Settled, true), &home), (None, Some(b.clone())));
-        assert_eq!(targets(&fenced(RouteState::Moved, false), &home), (None, Some(b.clone())));
+        assert_eq!(t(&fenced(RouteState::Fenced, false)), both);
+        assert_eq!(t(&fenced(RouteState::Fenced, true)), (Some(home.clone()), None));
+        assert_eq!(t(&fenced(RouteState::Settled, true)), (None, Some(b.clone())));
+        assert_eq!(t(&fenced(RouteState::Moved, false)), (None, Some(b.clone())));
         let drain = Some(Route::moved("A", "B", "c", "A.B", 10, 11));
-        assert_eq!(targets(&drain, &home), (None, Some(b)));
+        assert_eq!(t(&drain), (None, Some(b.clone())));
+        // Rolling to version 2: version 1 stays on the old consumer in every
+        // state; version 2 moves as in fence mode.
+        let mut rolling = fenced(RouteState::Moved, false);
+        rolling.as_mut().unwrap().mode = Mode::Rolling;
+        rolling.as_mut().unwrap().new_version = Some("2".into());
+        assert_eq!(t(&rolling), (Some(home.clone()), None));
+        assert_eq!(targets(&rolling, &home, "2"), (None, Some(b)));
+        assert!(fence_of(&rolling).is_some(), "version 1 keeps the fence rule");
         assert_eq!(fence_of(&drain), None);
         let f = fence_of(&fenced(RouteState::Moved, false)).unwrap();
         assert_eq!((f.migration.as_str(), f.fence), ("A.B", 10));

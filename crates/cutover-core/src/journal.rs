@@ -409,6 +409,10 @@ pub struct Route {
     pub nak_delay_ms: u64,
     #[serde(default)]
     pub ack_deadline_ms: Option<u64>,
+    /// Mode rolling: instances of this application version read the new
+    /// durable; instances of other versions stay on the old consumer.
+    #[serde(default)]
+    pub new_version: Option<String>,
     #[serde(default)]
     pub updated_ms: u64,
 }
@@ -438,6 +442,7 @@ impl Route {
             ordered: false,
             nak_delay_ms: 0,
             ack_deadline_ms: None,
+            new_version: None,
             updated_ms: 0,
         }
     }

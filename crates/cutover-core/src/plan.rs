@@ -37,6 +37,12 @@ pub enum Mode {
     #[default]
     Drain,
     Fence,
+    /// A fence that also splits versions (the seed's rolling upgrade): the
+    /// old consumer's messages up to F are processed by the instances that
+    /// stay on it (the old version), everything after F by instances of
+    /// `new_version` from the new durable; the run ends once no live instance
+    /// is bound to the old consumer (docs/protocol.md).
+    Rolling,
 }
 
 impl Strategy {
@@ -54,7 +60,13 @@ impl Mode {
         match self {
             Mode::Drain => "drain",
             Mode::Fence => "fence",
+            Mode::Rolling => "rolling",
         }
+    }
+
+    /// The handoff publishes a fence (fence and rolling).
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Mode::Fence | Mode::Rolling)
     }
 }
 
@@ -75,6 +87,9 @@ pub struct PlanRequest {
     /// duplicate window (B takes A's window, so it cannot cover more).
     #[serde(default)]
     pub retry_horizon: Option<Duration>,
+    /// Mode rolling: the application version that reads the new durable.
+    #[serde(default)]
+    pub new_version: Option<String>,
 }
 
 impl PlanRequest {
@@ -91,6 +106,7 @@ impl PlanRequest {
             to_config: None,
             publishers_stopped: false,
             retry_horizon: None,
+            new_version: None,
         }
     }
 }
@@ -203,6 +219,9 @@ pub struct Plan {
     pub quiescence: Vec<(String, QuiescentBound)>,
     pub publishers_stopped: bool,
     pub retry_horizon_ms: u64,
+    /// Mode rolling: the application version that reads the new durable.
+    #[serde(default)]
+    pub new_version: Option<String>,
     /// No unsafe finding.
     pub safe: bool,
 }
@@ -422,6 +441,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         quiescence: moved.quiescence,
         publishers_stopped: req.publishers_stopped,
         retry_horizon_ms: retry_horizon.as_millis() as u64,
+        new_version: req.new_version.clone(),
         safe,
     })
 }
@@ -514,8 +534,14 @@ fn rule_strategy(r: &mut Report, req: &PlanRequest, version: ServerVersion) {
 }
 
 fn rule_mode(r: &mut Report, req: &PlanRequest, facts: &ServerFacts, consumers: &[ConsumerPlan]) {
-    if req.mode != Mode::Fence {
+    if !req.mode.is_fenced() {
         return;
+    }
+    if req.mode == Mode::Rolling {
+        match &req.new_version {
+            Some(v) => r.add("plan", "mode", "rolling", v, Verdict::ChangedOnPurpose, format!("rolling upgrade: instances of version {v} read the new durable (everything after the fence); instances of other versions stay on the old consumer and process its messages up to the fence only; the run ends once no live instance is bound to the old consumer (replace them one by one; `run --resume ID --proceed` goes on without the ones that never move)")),
+            None => r.add("plan", "mode", "rolling", "", Verdict::Unsafe, "mode rolling needs --new-version: the application version that reads the new durable"),
+        }
     }
     if !facts.version.features().consumer_pause {
         r.add("plan", "mode", "fence", "", Verdict::Unsafe, "fence mode stops the old consumer delivering past the fence with a consumer pause (nats-server 2.11+); use --mode drain with --publishers-stopped, or upgrade the server");

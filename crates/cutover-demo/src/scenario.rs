@@ -82,7 +82,7 @@ pub async fn live_cutover(
     js.consumer_create(&l.stream, &l.consumer, &json!({"durable_name": l.consumer, "ack_policy": "explicit", "ack_wait": cfg.ack_wait.as_nanos() as u64, "max_ack_pending": 1000, "max_deliver": 5}), Action::Create).await?;
     let started_ms = now_ms();
     let t0 = Instant::now();
-    let load_cfg = LoadConfig { protocol: cfg.mode == Mode::Fence, ..l.clone() };
+    let load_cfg = LoadConfig { protocol: cfg.mode.is_fenced(), ..l.clone() };
     let mut load = Load::start(client.clone(), load_cfg).await;
     let sampled = Sampled {
         from: l.stream.clone(),

@@ -253,6 +253,11 @@ pub struct RunArgs {
     /// the fence when they nak them (at least 1s; docs/protocol.md).
     #[arg(long, value_parser = parse_nak_delay, default_value = "30s")]
     pub nak_delay: Duration,
+    /// --mode rolling: go on without waiting for the instances still bound to
+    /// the old consumer (safe: it is paused for good and settled, so they stay
+    /// idle until replaced); use with --resume after stopping a run that waits.
+    #[arg(long)]
+    pub proceed: bool,
     /// Write a self-contained HTML report (timeline of the consumers' state with
     /// every step and checkpoint, the journal, the plan), also when the run fails.
     #[arg(long, value_name = "FILE")]
@@ -351,12 +356,14 @@ pub enum StrategyArg {
 }
 
 /// How the consumers' position is handed over: `drain` (pause, settle, move;
-/// any application) or `fence` (no stop of consumption; applications follow
-/// docs/protocol.md).
+/// any application), `fence` (no stop of consumption; applications follow
+/// docs/protocol.md) or `rolling` (a fence that splits versions: a rolling
+/// upgrade to --new-version).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
     Drain,
     Fence,
+    Rolling,
 }
 
 impl Command {
@@ -367,6 +374,10 @@ impl Command {
             Command::Plan(a) => available(a.strategy),
             Command::Run(a) => available(a.plan.strategy),
             // The demo's scenario and its proof are built for strategy source.
+            Command::Demo(a) if a.mode == ModeArg::Rolling => Err(
+                "the demo runs --mode drain or fence; a rolling upgrade replaces your instances one by one: try `run --mode rolling --new-version V` with applications that follow docs/protocol.md"
+                    .into(),
+            ),
             Command::Demo(a) if a.strategy == StrategyArg::Mirror => Err(
                 "the demo runs strategy source; try --strategy mirror with `run` on your own streams"
                     .into(),
@@ -410,6 +421,11 @@ pub struct PlanArgs {
     /// How the consumers' position is handed over.
     #[arg(long, value_enum, default_value = "drain")]
     pub mode: ModeArg,
+    /// --mode rolling: the application version (the instances' registered
+    /// app_version) that reads the new durable; other versions stay on the old
+    /// consumer until they are replaced.
+    #[arg(long, value_name = "VERSION", required_if_eq("mode", "rolling"))]
+    pub new_version: Option<String>,
     /// JSON file with settings for the new stream, in the server's stream-config
     /// shape (e.g. {"storage":"memory","subjects":["orders.>"]}); durations in ns.
     #[arg(long)]

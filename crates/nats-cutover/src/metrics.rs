@@ -311,7 +311,8 @@ pub fn record_event(reg: &Registry, from: &str, e: &Event) {
                 Progress::CatchUp { .. }
                 | Progress::WindowRaised { .. }
                 | Progress::Fenced { .. }
-                | Progress::FenceSettled { .. } => {}
+                | Progress::FenceSettled { .. }
+                | Progress::Rollout { .. } => {}
             }
         }
         EventKind::Warning(_) => reg.add(&WARNINGS, &[], 1.0),

@@ -49,6 +49,7 @@ mod tests {
             to_config: None,
             publishers_stopped: false,
             retry_horizon: None,
+            new_version: None,
         };
         let mut p = build(&req, &facts).unwrap();
         assert_eq!(a_filters_of(&p, "C"), Some(vec!["o.a".to_string(), "o.b".to_string()]));

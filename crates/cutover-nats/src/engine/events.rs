@@ -90,6 +90,9 @@ pub enum Progress {
     Fenced { fence: u64, b_start: u64, translate_gets: u32, fence_ms: f64 },
     /// Fence mode: the old consumer acknowledged everything up to the fence.
     FenceSettled { fence: u64, settle_ms: u64, ack_pending: u64 },
+    /// Mode rolling: the live instances still bound to the old consumer and
+    /// those on the new durable (`instance@version`), reported on change.
+    Rollout { on_old: Vec<String>, on_new: Vec<String> },
     /// The new durable exists on B at `b_start`.
     Moved {
         checkpoint: u64,
@@ -118,6 +121,9 @@ pub enum Warning {
     /// any is missing the old consumer is not resumed to redeliver (`waiting`),
     /// or the run went on without them at the deadline.
     FenceUnacknowledged { fence: u64, instances: Vec<String>, waiting: bool },
+    /// Mode rolling, told to proceed: these instances were still bound to the
+    /// old consumer (paused for good and settled: they stay idle).
+    ProceededWithout { instances: Vec<String> },
 }
 
 /// The wire shape of an event.
@@ -175,6 +181,10 @@ impl EventKind {
                         format!("instances {} did not acknowledge fence {fence} by the deadline: going on (the old consumer stays paused for good)", instances.join(", "))
                     },
                     "fence": fence,
+                    "instances": instances,
+                }),
+                Warning::ProceededWithout { instances } => json!({
+                    "message": format!("going on although instances {} are still bound to the old consumer (told to proceed): it is paused for good and settled, so they stay idle until replaced", instances.join(", ")),
                     "instances": instances,
                 }),
             },
@@ -237,6 +247,7 @@ impl Progress {
             Progress::FenceSettled { fence, settle_ms, ack_pending } => json!({
                 "fence": fence, "settle_ms": settle_ms, "ack_pending": ack_pending, "settled": true,
             }),
+            Progress::Rollout { on_old, on_new } => json!({ "on_old": on_old, "on_new": on_new }),
             Progress::Moved { checkpoint, b_start, translate_gets, gap_ms, longest_pause_ms } => {
                 json!({
                     "moved": true,

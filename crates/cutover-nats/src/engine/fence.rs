@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 pub(super) async fn check_instances(ctx: &Ctx<'_>) -> Result<()> {
     let (from, waiting) = {
         let j = ctx.journal.lock().await;
-        if j.plan.mode != Mode::Fence {
+        if !j.plan.mode.is_fenced() {
             return Ok(());
         }
         let waiting: Vec<String> = j
@@ -54,15 +54,12 @@ pub(super) async fn route(
     (f, start): (u64, u64),
     state: RouteState,
 ) -> Route {
-    let ordered = ctx
-        .journal
-        .lock()
-        .await
-        .plan
-        .consumers
-        .iter()
-        .find(|c| c.name == name)
-        .is_some_and(|c| c.b_config["max_ack_pending"].as_i64() == Some(1));
+    let (ordered, mode, new_version) = {
+        let j = ctx.journal.lock().await;
+        let ordered = j.plan.consumers.iter().find(|c| c.name == name);
+        let ordered = ordered.is_some_and(|c| c.b_config["max_ack_pending"].as_i64() == Some(1));
+        (ordered, j.plan.mode, j.plan.new_version.clone())
+    };
     Route {
         version: ROUTE_VERSION,
         stream: to.into(),
@@ -70,7 +67,7 @@ pub(super) async fn route(
         migration: ctx.id.clone(),
         checkpoint: f,
         start_seq: start,
-        mode: Mode::Fence,
+        mode,
         state,
         old_stream: Some(from.into()),
         old_consumer: Some(name.into()),
@@ -78,6 +75,7 @@ pub(super) async fn route(
         ordered,
         nak_delay_ms: ctx.opts.nak_delay.as_millis() as u64,
         ack_deadline_ms: Some(now_ms() + ctx.opts.fence_ack_timeout.as_millis() as u64),
+        new_version,
         updated_ms: now_ms(),
     }
 }
@@ -102,8 +100,13 @@ pub(super) async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()
     let step = Step::Consumer(name.into());
     let (f, start, fence_ms) = match (prior.phase, prior.checkpoint, prior.b_start) {
         (ConsumerPhase::Fenced, Some(f), Some(start)) => {
-            // Resumed: the route may not have been written before the crash.
-            publish(ctx, ends, name, (f, start), RouteState::Fenced).await?;
+            // Resumed: the route may not have been written before the crash;
+            // one already past `fenced` for this fence is left as it is (a
+            // step back would send instances to the old consumer again).
+            let r = ctx.store.route(&from, name).await?;
+            if !r.is_some_and(|r| r.migration == ctx.id && r.fence == Some(f)) {
+                publish(ctx, ends, name, (f, start), RouteState::Fenced).await?;
+            }
             (f, start, 0.0)
         }
         _ => fence(ctx, cp, ends, &prior).await?,
@@ -120,8 +123,11 @@ pub(super) async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()
     let settled = Progress::FenceSettled { fence: f, settle_ms, ack_pending };
     ctx.emit(step.clone(), EventKind::Progress(settled));
     await_acks(ctx, &from, name, f).await?;
-    ctx.journal_consumer(name, |p| p.phase = ConsumerPhase::Created).await?;
     publish(ctx, ends, name, (f, start), RouteState::Moved).await?;
+    if ctx.journal.lock().await.plan.mode == Mode::Rolling {
+        await_rollout(ctx, &from, name).await?;
+    }
+    ctx.journal_consumer(name, |p| p.phase = ConsumerPhase::Created).await?;
     let gets = ctx.journal.lock().await.consumer_mut(name).and_then(|c| c.translate_gets);
     let moved = Progress::Moved {
         checkpoint: f,
@@ -355,5 +361,40 @@ async fn await_acks(ctx: &Ctx<'_>, from: &str, name: &str, f: u64) -> Result<()>
         }
         ctx.tick(true).await?;
         tokio::time::sleep(ctx.opts.poll.max(Duration::from_millis(20))).await;
+    }
+}
+
+/// Mode rolling: waits until no live instance is bound to the old consumer
+/// (every instance of the old version replaced), reporting who is on which
+/// side whenever it changes; with `proceed`, goes on at once and names the
+/// ones left (safe: the old consumer is paused for good and settled). Ctrl-C
+/// stops at this safe point; `run --resume ID --proceed` then goes on.
+async fn await_rollout(ctx: &Ctx<'_>, from: &str, name: &str) -> Result<()> {
+    let old = format!("{from}/{name}");
+    let mut last: Option<Vec<String>> = None;
+    loop {
+        let live: Vec<_> = ctx.store.instances(Some((from, name))).await?;
+        let live = live.into_iter().filter(|i| i.live);
+        let (on_old, on_new): (Vec<_>, Vec<_>) = live.partition(|i| i.record.bound.contains(&old));
+        let tag = |i: &crate::journal::Instance| {
+            format!("{}@{}", i.record.instance, i.record.app_version)
+        };
+        let on_old: Vec<String> = on_old.iter().map(tag).collect();
+        if on_old.is_empty() {
+            return Ok(());
+        }
+        if ctx.opts.proceed {
+            let w = Warning::ProceededWithout { instances: on_old };
+            ctx.emit(Step::Consumer(name.into()), EventKind::Warning(w));
+            return Ok(());
+        }
+        if last.as_ref() != Some(&on_old) {
+            let on_new = on_new.iter().map(tag).collect();
+            let p = Progress::Rollout { on_old: on_old.clone(), on_new };
+            ctx.emit(Step::Consumer(name.into()), EventKind::Progress(p));
+            last = Some(on_old);
+        }
+        ctx.tick(true).await?;
+        tokio::time::sleep(ctx.opts.poll.max(Duration::from_millis(100))).await;
     }
 }

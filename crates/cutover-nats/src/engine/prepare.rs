@@ -3,7 +3,7 @@
 use crate::api::Js;
 use crate::error::{Error, Result};
 use cutover_core::names;
-use cutover_core::plan::{self, ConfigCheck, Mode, Plan, PlanRequest, ServerChecks, ServerFacts};
+use cutover_core::plan::{self, ConfigCheck, Plan, PlanRequest, ServerChecks, ServerFacts};
 use cutover_core::version::MINIMUM;
 use serde_json::{json, Value};
 
@@ -77,7 +77,7 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     if !draft.b_exists {
         facts.checks.b_config_check = Some(check_b_config(js, &draft).await?);
     }
-    if req.mode == Mode::Fence {
+    if req.mode.is_fenced() {
         facts.checks.live_instances = Some(live_instances(js, &req.from, &draft).await?);
     }
     Ok(plan::build(req, &facts)?)

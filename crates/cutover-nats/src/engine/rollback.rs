@@ -15,7 +15,7 @@ use crate::journal::{now_ms, IfMissing, JournalStore, Lease};
 use cutover_core::checkpoint::assess;
 use cutover_core::journal::{ConsumerPhase, ConsumerProgress, Journal, Phase, Step};
 use cutover_core::model::{ConsumerInfo, StreamInfo};
-use cutover_core::plan::{Mode, Strategy};
+use cutover_core::plan::Strategy;
 use serde_json::json;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -150,7 +150,7 @@ impl Undo<'_> {
             if let Some((_, bc)) = on_b {
                 let f_b = self.settle_new_durable(j, &c.name, &bc).await?;
                 if f_b >= c.b_start.unwrap_or(u64::MAX) && a_serving {
-                    if j.plan.mode == Mode::Fence {
+                    if j.plan.mode.is_fenced() {
                         // A reset forgets what is pending: the old consumer's
                         // messages up to the fence must be acknowledged first.
                         self.settle_old_to_fence(j, c).await?;

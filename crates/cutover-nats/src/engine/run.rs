@@ -50,6 +50,9 @@ pub struct RunOptions {
     /// Fence mode: the delay instances give the old consumer's messages above
     /// the fence when they nak them (docs/protocol.md).
     pub nak_delay: Duration,
+    /// Mode rolling: do not wait for the instances still bound to the old
+    /// consumer (it is paused for good and settled; they stay idle).
+    pub proceed: bool,
     /// Called after each journaled step with its name (tests kill the runner here).
     pub after_step: Option<StepHook>,
 }
@@ -71,6 +74,7 @@ impl Default for RunOptions {
             max_pause: Duration::from_secs(5),
             fence_ack_timeout: Duration::from_secs(10),
             nak_delay: Duration::from_secs(30),
+            proceed: false,
             after_step: None,
         }
     }
@@ -514,7 +518,7 @@ async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
         let mode = ctx.journal.lock().await.plan.mode;
         let route = match mode {
             Mode::Drain => Route::moved(&from, &to, &c.name, &ctx.id, f, start),
-            Mode::Fence => {
+            Mode::Fence | Mode::Rolling => {
                 let ends = (from.as_str(), to.as_str());
                 super::fence::route(ctx, ends, &c.name, (f, start), RouteState::Moved).await
             }
@@ -534,7 +538,7 @@ async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
 /// Pauses, settles and checkpoints one consumer, then creates it on B (fence
 /// mode: see `super::fence`).
 async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
-    if ctx.journal.lock().await.plan.mode == Mode::Fence {
+    if ctx.journal.lock().await.plan.mode.is_fenced() {
         return super::fence::move_consumer(ctx, cp).await;
     }
     let (from, to, prior) = ctx.consumer_state(&cp.name).await;

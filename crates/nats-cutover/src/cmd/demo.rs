@@ -136,7 +136,10 @@ fn scenario_config(a: &DemoArgs) -> ScenarioConfig {
         new_stream: NEW_STREAM.into(),
         mode: match a.mode {
             crate::cli::ModeArg::Drain => cutover_core::plan::Mode::Drain,
-            crate::cli::ModeArg::Fence => cutover_core::plan::Mode::Fence,
+            // (Refused before: a rolling upgrade replaces instances.)
+            crate::cli::ModeArg::Fence | crate::cli::ModeArg::Rolling => {
+                cutover_core::plan::Mode::Fence
+            }
         },
         // Let the workload settle into a steady state for a third of the run.
         cutover_at: a.duration / 3,

@@ -208,6 +208,7 @@ fn run_options(a: &RunArgs) -> RunOptions {
         max_pause: a.max_pause,
         fence_ack_timeout: a.fence_ack_timeout,
         nak_delay: a.nak_delay,
+        proceed: a.proceed,
         // Only in the binary the tests run: die after a named step.
         after_step: cutover_nats::test_hooks::crash_after_step(),
         ..Default::default()

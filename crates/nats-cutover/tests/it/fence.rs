@@ -107,6 +107,8 @@ struct Seen(std::sync::Arc<std::sync::Mutex<Vec<Rec>>>);
 struct Rec {
     id: String,
     stream: String,
+    seq: u64,
+    version: String,
     t_ms: f64,
 }
 
@@ -130,13 +132,25 @@ fn instance(
     die_on: Option<usize>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<cutover_app::fence::Consumed> {
+    instance_of(e, (id, "rust-1"), seen, die_on, stop)
+}
+
+/// [`instance`] of application version `version`.
+fn instance_of(
+    e: &Env,
+    (id, version): (&str, &str),
+    seen: &Seen,
+    die_on: Option<usize>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<cutover_app::fence::Consumed> {
     use cutover_app::fence::{consume, FenceOptions};
     use cutover_app::instance::InstanceOptions;
     use cutover_app::worker::Outcome;
     let (client, seen, id) = (e.js.client.clone(), seen.clone(), id.to_string());
+    let version = version.to_string();
     let mut handed = 0usize;
     tokio::spawn(async move {
-        let mut inst = InstanceOptions::new(&id, "rust-1");
+        let mut inst = InstanceOptions::new(&id, &version);
         inst.ttl = Duration::from_secs(2);
         let opts = FenceOptions::new(inst);
         consume(client, "ORDERS", "worker", opts, stop, |m| {
@@ -144,8 +158,11 @@ fn instance(
             let die = die_on == Some(handed);
             if !die {
                 let h = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id"));
-                let stream = m.info().unwrap().stream.to_string();
-                let rec = Rec { id: h.unwrap().to_string(), stream, t_ms: epoch_ms() };
+                let info = m.info().unwrap();
+                let (stream, seq) = (info.stream.to_string(), info.stream_sequence);
+                let version = version.clone();
+                let rec =
+                    Rec { id: h.unwrap().to_string(), stream, seq, version, t_ms: epoch_ms() };
                 seen.0.lock().unwrap().push(rec);
             }
             async move { (if die { Outcome::Die } else { Outcome::Ack }, m) }
@@ -695,4 +712,138 @@ fn a_nak_delay_under_a_second_and_fence_in_place_are_refused() {
     let out = cli(&[&in_place[..], &["--consumer", "C", "--mode", "fence", "--yes"]].concat());
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("cannot be used with"), "{out:?}");
+}
+
+fn rolling_request(to_version: &str) -> PlanRequest {
+    PlanRequest {
+        mode: Mode::Rolling,
+        new_version: Some(to_version.into()),
+        ..request("ORDERS", "ORDERS_V2", &["worker"])
+    }
+}
+
+/// A run of the engine in the background, with its events.
+type Background = (
+    tokio::task::JoinHandle<cutover_nats::Result<cutover_core::journal::Journal>>,
+    std::sync::Arc<Collect>,
+    tokio::sync::watch::Sender<bool>,
+);
+
+fn run_in_background(e: &Env, plan: cutover_core::plan::Plan, opts: RunOptions) -> Background {
+    let (js, sink) = (e.js.clone(), std::sync::Arc::new(Collect::default()));
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let events = sink.clone();
+    let task = tokio::spawn(async move { engine::run(&js, plan, &opts, &*events, rx).await });
+    (task, sink, tx)
+}
+
+/// The route's state, once it is `state`.
+async fn until_route(e: &Env, state: RouteState) {
+    let store = JournalStore::open(&e.js, IfMissing::Create).await.unwrap().unwrap();
+    wait_until("the route's state", Duration::from_secs(30), || async {
+        store.route("ORDERS", "worker").await.unwrap().is_some_and(|r| r.state == state)
+    })
+    .await;
+}
+
+/// Mode rolling: three instances of version 1 process the old consumer; the
+/// run to version 2 publishes the fence, and once `moved` waits while any
+/// version 1 instance is bound to the old consumer; they are replaced one by
+/// one by version 2 and the run ends after the last. Every message up to F
+/// was processed by version 1 from the old stream, every message after F by
+/// version 2 from the new one, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_upgrade_replaces_the_instances_one_by_one() {
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let seen = Seen::default();
+    let mut old = vec![];
+    for i in 0..3 {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        old.push((tx, instance_of(&e, (&format!("v1-{i}"), "1"), &seen, None, rx)));
+    }
+    until_registered(&e, 3).await;
+    let (pub_tx, pub_rx) = tokio::sync::watch::channel(false);
+    let publishing = publisher(&e, pub_rx);
+    wait_until("version 1 processes", Duration::from_secs(20), || async { seen.len() >= 100 })
+        .await;
+    let plan = engine::prepare_plan(&e.js, &rolling_request("2")).await.unwrap();
+    assert!(plan.safe, "{}", plan.unsafe_reasons());
+    let (run, events, _stop) = run_in_background(&e, plan, RunOptions::default());
+    until_route(&e, RouteState::Moved).await;
+    let (new_tx, new_rx) = tokio::sync::watch::channel(false);
+    let mut new = vec![];
+    for (i, (tx, task)) in old.into_iter().enumerate() {
+        assert!(!run.is_finished(), "the run waits while version 1 is bound to the old consumer");
+        tx.send(true).unwrap();
+        task.await.unwrap();
+        new.push(instance_of(&e, (&format!("v2-{i}"), "2"), &seen, None, new_rx.clone()));
+    }
+    let j = tokio::time::timeout(Duration::from_secs(30), run).await.unwrap().unwrap().unwrap();
+    assert_eq!(j.phase, Phase::Done);
+    let rollout: Vec<usize> = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|ev| match &ev.kind {
+            EventKind::Progress(Progress::Rollout { on_old, .. }) => Some(on_old.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rollout.first(), Some(&3), "the rollout is reported: {rollout:?}");
+    pub_tx.send(true).unwrap();
+    assert_each_once(&seen, &publishing.await.unwrap()).await;
+    new_tx.send(true).unwrap();
+    for t in new {
+        t.await.unwrap();
+    }
+    let f = j.consumers[0].checkpoint.unwrap();
+    for r in seen.0.lock().unwrap().iter() {
+        match r.version.as_str() {
+            "1" => {
+                assert!(r.stream == "ORDERS" && r.seq <= f, "version 1 past the fence {f}: {r:?}")
+            }
+            _ => assert_eq!(r.stream, "ORDERS_V2", "version 2 on the old stream: {r:?}"),
+        }
+    }
+}
+
+/// Mode rolling with a version 1 instance that is never replaced: the run
+/// waits and reports it; stopped (Ctrl-C) and resumed with `proceed`, it goes
+/// on without it, naming it, and everything is processed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_upgrade_with_an_instance_that_never_moves_proceeds_when_told() {
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let seen = Seen::default();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stuck = instance_of(&e, ("stuck", "1"), &seen, None, stop_rx.clone());
+    let upgraded = instance_of(&e, ("new", "2"), &seen, None, stop_rx);
+    until_registered(&e, 2).await;
+    let (pub_tx, pub_rx) = tokio::sync::watch::channel(false);
+    let publishing = publisher(&e, pub_rx);
+    wait_until("instances process", Duration::from_secs(20), || async { seen.len() >= 100 }).await;
+    let plan = engine::prepare_plan(&e.js, &rolling_request("2")).await.unwrap();
+    let (run, events, ctrl_c) = run_in_background(&e, plan.clone(), RunOptions::default());
+    wait_until("the rollout is reported", Duration::from_secs(30), || async {
+        events.0.lock().unwrap().iter().any(|ev| matches!(&ev.kind, EventKind::Progress(Progress::Rollout { on_old, .. }) if on_old == &["stuck@1".to_string()]))
+    })
+    .await;
+    ctrl_c.send(true).unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(30), run).await.unwrap().unwrap();
+    assert!(stopped.is_err_and(|e| e.to_string().contains("interrupted at a safe point")));
+    let opts = RunOptions { proceed: true, ..Default::default() };
+    let (again, events, _) = run_in_background(&e, plan, opts);
+    let j = tokio::time::timeout(Duration::from_secs(30), again).await.unwrap().unwrap().unwrap();
+    assert_eq!(j.phase, Phase::Done);
+    let named = events.0.lock().unwrap().iter().any(|ev| {
+        matches!(&ev.kind, EventKind::Warning(cutover_nats::engine::Warning::ProceededWithout { instances }) if instances == &["stuck@1".to_string()])
+    });
+    assert!(named, "the run names the instance it went on without");
+    pub_tx.send(true).unwrap();
+    assert_each_once(&seen, &publishing.await.unwrap()).await;
+    stop_tx.send(true).unwrap();
+    stuck.await.unwrap();
+    upgraded.await.unwrap();
 }
