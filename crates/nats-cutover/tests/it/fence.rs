@@ -847,3 +847,113 @@ async fn rolling_upgrade_with_an_instance_that_never_moves_proceeds_when_told() 
     stuck.await.unwrap();
     upgraded.await.unwrap();
 }
+
+/// Mode rolling with nats-py instances (tests/apps/fence_worker.py, from
+/// docs/protocol.md) of version 1, replaced during the run by a nats-py and a
+/// Rust instance of version 2: none lost, none twice; version 1 processed only
+/// the old stream up to F, version 2 only the new stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_upgrade_from_nats_py_to_nats_py_and_rust_instances() {
+    use crate::pyapps::{lines, processed, App};
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let dir = e.server.dir().join("apps");
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = e.server.url();
+    let py = |id: &str, version: &str| {
+        let out = dir.join(format!("{id}.jsonl"));
+        let args = [
+            "--server",
+            url,
+            "--stream",
+            "ORDERS",
+            "--consumer",
+            "worker",
+            "--instance",
+            id,
+            "--app-version",
+            version,
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        (App::start("fence_worker.py", &args), out)
+    };
+    let old: Vec<_> = ["py1-0", "py1-1"].iter().map(|id| py(id, "1")).collect();
+    let old_files: Vec<_> = old.iter().map(|(_, f)| f.clone()).collect();
+    until_registered(&e, 2).await;
+    let published = dir.join("pub.jsonl");
+    let pub_args = [
+        "--server",
+        url,
+        "--subject",
+        "orders",
+        "--subjects-count",
+        "4",
+        "--count",
+        "2000",
+        "--rate",
+        "500",
+        "--id-prefix",
+        "m",
+        "--out",
+        published.to_str().unwrap(),
+    ];
+    let mut publisher = App::start("publisher.py", &pub_args);
+    wait_until("version 1 processes", Duration::from_secs(20), || async {
+        processed(&old_files).len() >= 200
+    })
+    .await;
+    let plan = engine::prepare_plan(&e.js, &rolling_request("2")).await.unwrap();
+    let (run, _, _stop) = run_in_background(&e, plan, RunOptions::default());
+    until_route(&e, RouteState::Moved).await;
+    let mut apps = old.into_iter();
+    let (first, _) = apps.next().unwrap();
+    first.stop();
+    let (py2, py2_file) = py("py2-0", "2");
+    assert!(!run.is_finished(), "py1-1 is still bound to the old consumer");
+    let (second, _) = apps.next().unwrap();
+    second.stop();
+    let rust = Seen::default();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let rust_task = instance_of(&e, ("rs2-1", "2"), &rust, None, stop_rx);
+    let j = tokio::time::timeout(Duration::from_secs(30), run).await.unwrap().unwrap().unwrap();
+    assert_eq!(j.phase, Phase::Done);
+    assert!(publisher.0.wait().unwrap().success());
+    let acked: Vec<String> = lines(&published)
+        .iter()
+        .filter(|l| l.get("failed").is_none())
+        .map(|l| l["id"].as_str().unwrap().to_string())
+        .collect();
+    let all_files = [&old_files[..], std::slice::from_ref(&py2_file)].concat();
+    let count = || processed(&all_files).len() + rust.len();
+    wait_until("every message processed", Duration::from_secs(30), || async {
+        count() >= acked.len()
+    })
+    .await;
+    py2.stop();
+    stop_tx.send(true).unwrap();
+    rust_task.await.unwrap();
+    let mut all = processed(&all_files);
+    for id in rust.ids() {
+        *all.entry(id).or_insert(0) += 1;
+    }
+    let twice: Vec<_> = all.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "processed twice: {twice:?}");
+    assert_eq!(all.len(), acked.len(), "lost or extra");
+    let f = j.consumers[0].checkpoint.unwrap();
+    for l in old_files.iter().flat_map(|f| lines(f)) {
+        assert!(
+            l["stream"] == "ORDERS" && l["seq"].as_u64().unwrap() <= f,
+            "version 1 past the fence {f}: {l}"
+        );
+    }
+    for l in lines(&py2_file) {
+        assert_eq!(l["stream"], "ORDERS_V2", "version 2 on the old stream: {l}");
+    }
+    assert!(rust.0.lock().unwrap().iter().all(|r| r.stream == "ORDERS_V2"));
+    eprintln!(
+        "rolling 1 -> 2 with nats-py and Rust: published {}, processed {}, fence {f}",
+        acked.len(),
+        all.len()
+    );
+}
