@@ -63,6 +63,7 @@ fn refuse_plan_contradictions(a: &RunArgs) -> Result<()> {
         (p.to_config.is_some(), "--to-config"),
         (p.publishers_stopped, "--publishers-stopped"),
         (p.retry_horizon.is_some(), "--retry-horizon"),
+        (p.new_version.is_some(), "--new-version"),
         (a.resume.is_some(), "--resume"),
     ]
     .into_iter()

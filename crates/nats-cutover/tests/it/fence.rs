@@ -695,11 +695,12 @@ async fn an_instance_that_never_acknowledges_is_named_and_the_run_goes_on() {
     real.await.unwrap();
 }
 
-/// A nak delay under a second is bad input, refused before connecting (the
-/// server here does not exist), saying why and what to use; so is `--mode`
-/// with `--in-place` (its hops are drain mode), rather than ignored.
+/// Bad input, refused before connecting (the server here does not exist),
+/// saying why and what to do: a nak delay under a second, `--mode` with
+/// `--in-place` (its hops are drain mode; not ignored), `--mode rolling`
+/// without `--new-version`, `--new-version` beside a plan file.
 #[test]
-fn a_nak_delay_under_a_second_and_fence_in_place_are_refused() {
+fn bad_fence_and_rolling_flags_are_refused_before_connecting() {
     let url = format!("nats://127.0.0.1:{}", cutover_testkit::free_port());
     let head = ["--server", url.as_str(), "run", "--mode", "fence", "--nak-delay", "10ms"];
     let out = cli(&move_args(&head, "A", "B", "C", &["--yes"]));
@@ -712,6 +713,20 @@ fn a_nak_delay_under_a_second_and_fence_in_place_are_refused() {
     let out = cli(&[&in_place[..], &["--consumer", "C", "--mode", "fence", "--yes"]].concat());
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("cannot be used with"), "{out:?}");
+    // --mode rolling needs --new-version; a plan file fixes it.
+    let out = cli(&move_args(
+        &["--server", url.as_str(), "run", "--mode", "rolling"],
+        "A",
+        "B",
+        "C",
+        &["--yes"],
+    ));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--new-version"), "{out:?}");
+    let out =
+        cli(&["--server", url.as_str(), "run", "--plan", "p.toml", "--new-version", "2", "--yes"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--new-version would contradict it"), "{out:?}");
 }
 
 fn rolling_request(to_version: &str) -> PlanRequest {
