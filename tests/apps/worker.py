@@ -15,7 +15,7 @@ the key sends it back to --stream/--consumer.
 Output (--out), JSON lines, line-buffered, one per message handled, written
 once the ack attempt is over:
   {"id", "stream", "seq", "source", "delivered", "consumer", "subject",
-   "acked": bool, "ack_error": str|null, "t": epoch seconds}
+   "t_ms", "acked": bool, "ack_error": str|null}
 and on exit {"done": true, "handled", "acked", "ack_failed", "route"}.
 stdout: `ready` once bound the first time; `route STREAM CONSUMER` after each
 switch done for --follow-route. Logs go to stderr.
@@ -290,6 +290,7 @@ class Worker:
             "delivered": meta.num_delivered,
             "consumer": meta.consumer,
             "subject": msg.subject,
+            "t_ms": time.time() * 1000.0,  # when it was handled (for consumer-gap measurements)
         }
         ack_error = None
         for attempt in range(3):
@@ -314,7 +315,6 @@ class Worker:
             self.rlog("ack", f"ack of {rec['stream']}#{rec['seq']} ({rec['id']}) failed: {ack_error}")
         rec["acked"] = ack_error is None
         rec["ack_error"] = ack_error
-        rec["t"] = time.time()
         self.out.write(json.dumps(rec) + "\n")
 
     async def bind(self, stream, consumer):

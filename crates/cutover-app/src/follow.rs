@@ -1,4 +1,5 @@
-//! Follows the route record (`route.<stream>.<consumer>` in the CUTOVER bucket).
+//! Follows the route record (`route.<stream>.<consumer>` in the CUTOVER bucket):
+//! [`Follower`] the binding it names, [`RouteWatch`] the whole record.
 
 use async_nats::jetstream::kv::{self, Operation};
 use cutover_core::journal::{route_key, Route};
@@ -32,19 +33,12 @@ impl Follower {
         stream: &str,
         consumer: &str,
     ) -> Result<Self, async_nats::Error> {
-        let stats = client.statistics();
-        let js = cutover_nats::Js::new(client, std::time::Duration::from_secs(5));
-        let store = cutover_nats::journal::JournalStore::open(&js, IfMissing::Create)
-            .await?
-            .expect("bucket");
-        let kv: kv::Store = store.kv().clone();
-        let key = route_key(stream, consumer);
         let original = Binding { stream: stream.into(), consumer: consumer.into() };
-        // Watch first, then read: an update between the two is not missed.
-        let watch = kv.watch(&key).await?;
-        let first = read_binding(&kv, &key).await?.unwrap_or_else(|| original.clone());
-        let (tx, rx) = watch::channel(first);
-        let task = tokio::spawn(follow(kv, key, original, tx, watch, stats));
+        let map = move |r: Option<Route>| match r {
+            Some(r) => Binding { stream: r.stream, consumer: r.consumer },
+            None => original.clone(),
+        };
+        let (rx, task) = watch_route(client, stream, consumer, map).await?;
         Ok(Self { rx, task })
     }
 
@@ -58,13 +52,80 @@ impl Follower {
     }
 }
 
-async fn read_binding(kv: &kv::Store, key: &str) -> Result<Option<Binding>, async_nats::Error> {
+/// The whole route record of `stream`/`consumer` (`None`: no record, the
+/// home binding), kept current: what a fence-mode instance follows
+/// (docs/protocol.md).
+pub struct RouteWatch {
+    rx: watch::Receiver<Option<Route>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RouteWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl RouteWatch {
+    pub async fn start(
+        client: async_nats::Client,
+        stream: &str,
+        consumer: &str,
+    ) -> Result<Self, async_nats::Error> {
+        let (rx, task) = watch_route(client, stream, consumer, |r| r).await?;
+        Ok(Self { rx, task })
+    }
+
+    /// A receiver that wakes when the record changes.
+    pub fn subscribe(&self) -> watch::Receiver<Option<Route>> {
+        self.rx.clone()
+    }
+}
+
+type Watched<T> = (watch::Receiver<T>, tokio::task::JoinHandle<()>);
+
+/// Watches `route.<stream>.<consumer>` (creating the bucket if the engine has
+/// not yet) and keeps `map(record)` current in a watch channel.
+async fn watch_route<T, M>(
+    client: async_nats::Client,
+    stream: &str,
+    consumer: &str,
+    map: M,
+) -> Result<Watched<T>, async_nats::Error>
+where
+    T: PartialEq + Send + Sync + 'static,
+    M: Fn(Option<Route>) -> T + Send + Sync + 'static,
+{
+    let stats = client.statistics();
+    let js = cutover_nats::Js::new(client, std::time::Duration::from_secs(5));
+    let store =
+        cutover_nats::journal::JournalStore::open(&js, IfMissing::Create).await?.expect("bucket");
+    let kv: kv::Store = store.kv().clone();
+    let key = route_key(stream, consumer);
+    // Watch first, then read: an update between the two is not missed.
+    let watch = kv.watch(&key).await?;
+    let first = map(read_route(&kv, &key).await?);
+    let (tx, rx) = watch::channel(first);
+    let task = tokio::spawn(follow(kv, key, map, tx, watch, stats));
+    Ok((rx, task))
+}
+
+async fn read_route(kv: &kv::Store, key: &str) -> Result<Option<Route>, async_nats::Error> {
     Ok(match kv.entry(key).await? {
-        Some(e) if e.operation == Operation::Put => serde_json::from_slice::<Route>(&e.value)
-            .ok()
-            .map(|r| Binding { stream: r.stream, consumer: r.consumer }),
+        Some(e) if e.operation == Operation::Put => serde_json::from_slice::<Route>(&e.value).ok(),
         _ => None,
     })
+}
+
+fn send_changed<T: PartialEq>(tx: &watch::Sender<T>, v: T) {
+    tx.send_if_modified(|cur| {
+        if *cur != v {
+            *cur = v;
+            true
+        } else {
+            false
+        }
+    });
 }
 
 /// Applies route updates for as long as the follower lives. A watch ends when
@@ -76,11 +137,11 @@ async fn read_binding(kv: &kv::Store, key: &str) -> Result<Option<Binding>, asyn
 /// consumer is gone, and async-nats notices only when its heartbeats stop
 /// (seconds), while a route written meanwhile (a cut-over riding through the
 /// restart) would leave the workers on a paused consumer.
-async fn follow(
+async fn follow<T: PartialEq, M: Fn(Option<Route>) -> T>(
     kv: kv::Store,
     key: String,
-    original: Binding,
-    tx: watch::Sender<Binding>,
+    map: M,
+    tx: watch::Sender<T>,
     mut w: kv::Watch,
     stats: std::sync::Arc<async_nats::Statistics>,
 ) {
@@ -96,22 +157,15 @@ async fn follow(
                 }
             };
             let Some(Ok(e)) = e else { break };
-            let b = match e.operation {
+            let r = match e.operation {
                 Operation::Put => match serde_json::from_slice::<Route>(&e.value) {
-                    Ok(r) => Binding { stream: r.stream, consumer: r.consumer },
+                    Ok(r) => Some(r),
                     Err(_) => continue,
                 },
                 // A rollback deletes the route: back to the original.
-                _ => original.clone(),
+                _ => None,
             };
-            tx.send_if_modified(|cur| {
-                if *cur != b {
-                    *cur = b;
-                    true
-                } else {
-                    false
-                }
-            });
+            send_changed(&tx, map(r));
         }
         loop {
             if tx.is_closed() {
@@ -119,17 +173,9 @@ async fn follow(
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             let Ok(nw) = kv.watch(&key).await else { continue };
-            match read_binding(&kv, &key).await {
-                Ok(b) => {
-                    let b = b.unwrap_or_else(|| original.clone());
-                    tx.send_if_modified(|cur| {
-                        if *cur != b {
-                            *cur = b;
-                            true
-                        } else {
-                            false
-                        }
-                    });
+            match read_route(&kv, &key).await {
+                Ok(r) => {
+                    send_changed(&tx, map(r));
                     w = nw;
                     break;
                 }

@@ -15,11 +15,20 @@
 //! - [`follow`]: the route follower.
 //! - [`worker`]: a pull-consumer loop that follows the route.
 //! - [`audit`]: one audit record per processed message, for `verify --audit`.
+//! - [`fence`]: a pull-consumer loop that follows the application protocol
+//!   (docs/protocol.md): drain and fence mode, double acks, registered.
+//! - [`idempotency`]: an optional guard that claims each message id in KV
+//!   (create, with a TTL), for redeliveries and versions side by side.
+//! - [`instance`]: an instance's registration with heartbeats (`status`
+//!   shows them).
 //!
 //! The live workload the demo, benchmark and tests run is `cutover-demo`, built
 //! on this crate.
 
 pub mod audit;
+pub mod fence;
 pub mod follow;
+pub mod idempotency;
+pub mod instance;
 pub mod publisher;
 pub mod worker;

@@ -14,6 +14,9 @@ pub enum Outcome {
     Ack,
     /// Processing failed: ask for redelivery.
     Nak,
+    /// Not now: ask for redelivery after this delay (e.g. the idempotency
+    /// guard found the message being processed elsewhere).
+    NakAfter(Duration),
     /// The worker "dies" holding the message: no ack, and the loop ends
     /// (tests use it to simulate a crashed instance).
     Die,
@@ -201,6 +204,9 @@ async fn settle(
         }
         Outcome::Nak => {
             let _ = m.ack_with(jetstream::AckKind::Nak(None)).await;
+        }
+        Outcome::NakAfter(d) => {
+            let _ = m.ack_with(jetstream::AckKind::Nak(Some(d))).await;
         }
         Outcome::Die => return false,
     }

@@ -31,6 +31,22 @@ pub fn route_key(stream: &str, consumer: &str) -> String {
     format!("route.{stream}.{consumer}")
 }
 
+/// Where an application instance of `stream`/`consumer` (its home binding)
+/// registers (docs/protocol.md).
+pub fn instance_key(stream: &str, consumer: &str, instance: &str) -> String {
+    format!("inst.{stream}.{consumer}.{instance}")
+}
+
+/// The key prefix of every instance of `stream`/`consumer`.
+pub fn instance_prefix(stream: &str, consumer: &str) -> String {
+    format!("inst.{stream}.{consumer}.")
+}
+
+/// An instance id is one KV key token: letters, digits, `_` and `-`.
+pub fn valid_instance_id(id: &str) -> bool {
+    !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 /// Phases in order. Everything before [`Phase::SubjectsMoved`] can be rolled
 /// back; from it on, publishers write to B and only rolling forward is safe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -170,7 +186,12 @@ pub enum ConsumerPhase {
     /// About to create the new durable on B at `b_start` (journaled before the
     /// create request): it may or may not exist; resume and rollback ask the server.
     Creating,
-    /// The new durable exists on B at `b_start`.
+    /// Fence mode: the new durable exists on B at `b_start` and the route
+    /// record (state `fenced`) is published; the old durable is still
+    /// finishing its messages up to the checkpoint (the fence).
+    Fenced,
+    /// The new durable exists on B at `b_start` (in fence mode: and the old
+    /// one acknowledged everything up to the fence).
     Created,
     /// The old durable is deleted.
     Retired,
@@ -200,6 +221,11 @@ pub struct ConsumerProgress {
     /// evidence `verify` checks.
     #[serde(default)]
     pub evidence: Option<Settled>,
+    /// Fence mode: the old consumer's state once nothing up to the fence was
+    /// unacknowledged (ack floor >= F, or nothing ack-pending): `verify`'s
+    /// evidence that every message up to F was settled on the old consumer.
+    #[serde(default)]
+    pub fence_settled: Option<Settled>,
     /// The new durable's filters on B (empty: all).
     #[serde(default)]
     pub b_filters: Vec<String>,
@@ -280,6 +306,7 @@ impl Journal {
                     drain_ms: None,
                     longest_pause_ms: None,
                     evidence: None,
+                    fence_settled: None,
                     b_filters: vec![],
                 })
                 .collect(),
@@ -319,15 +346,137 @@ impl Journal {
     }
 }
 
+/// The route record's format (docs/protocol.md); version 1 had only
+/// `stream`, `consumer`, `migration`, `checkpoint` and `start_seq`.
+pub const ROUTE_VERSION: u32 = 2;
+
+fn route_v1() -> u32 {
+    1
+}
+
+/// Where a consumer's handoff stands, as applications read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteState {
+    /// Fence published: old consumer up to the fence, new durable for the rest.
+    Fenced,
+    /// The old consumer acknowledged everything up to the fence.
+    Settled,
+    /// Only the new durable (drain mode writes this state directly).
+    #[default]
+    Moved,
+}
+
+impl RouteState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteState::Fenced => "fenced",
+            RouteState::Settled => "settled",
+            RouteState::Moved => "moved",
+        }
+    }
+}
+
 /// The control record at [`route_key`]: which stream/consumer applications of
-/// `consumer` read from now. Written once the new durable is positioned exactly.
+/// `consumer` read from now and, in fence mode, up to which sequence they
+/// still process the old consumer's messages. Written once the new durable is
+/// positioned exactly. Fields are only added (version 1 readers read
+/// `stream` and `consumer`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Route {
+    #[serde(default = "route_v1")]
+    pub version: u32,
     pub stream: String,
     pub consumer: String,
     pub migration: String,
     pub checkpoint: u64,
     pub start_seq: u64,
+    #[serde(default)]
+    pub mode: crate::plan::Mode,
+    #[serde(default)]
+    pub state: RouteState,
+    #[serde(default)]
+    pub old_stream: Option<String>,
+    #[serde(default)]
+    pub old_consumer: Option<String>,
+    /// Fence mode: F, the last old-stream sequence processed from the old consumer.
+    #[serde(default)]
+    pub fence: Option<u64>,
+    /// Nothing from the new durable before the old one settled to the fence.
+    #[serde(default)]
+    pub ordered: bool,
+    #[serde(default)]
+    pub nak_delay_ms: u64,
+    #[serde(default)]
+    pub ack_deadline_ms: Option<u64>,
+    /// Mode rolling: instances of this application version read the new
+    /// durable; instances of other versions stay on the old consumer.
+    #[serde(default)]
+    pub new_version: Option<String>,
+    #[serde(default)]
+    pub updated_ms: u64,
+}
+
+impl Route {
+    /// A drain-mode route: the new durable only.
+    pub fn moved(
+        from: &str,
+        to: &str,
+        consumer: &str,
+        migration: &str,
+        f: u64,
+        start: u64,
+    ) -> Self {
+        Route {
+            version: ROUTE_VERSION,
+            stream: to.into(),
+            consumer: consumer.into(),
+            migration: migration.into(),
+            checkpoint: f,
+            start_seq: start,
+            mode: crate::plan::Mode::Drain,
+            state: RouteState::Moved,
+            old_stream: Some(from.into()),
+            old_consumer: Some(consumer.into()),
+            fence: None,
+            ordered: false,
+            nak_delay_ms: 0,
+            ack_deadline_ms: None,
+            new_version: None,
+            updated_ms: 0,
+        }
+    }
+}
+
+/// A fence acknowledged by an instance: the route's migration and fence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceAck {
+    pub migration: String,
+    pub fence: u64,
+}
+
+pub const INSTANCE_VERSION: u32 = 1;
+
+/// An application instance's registration at [`instance_key`] (docs/protocol.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceRecord {
+    pub version: u32,
+    pub instance: String,
+    #[serde(default)]
+    pub app_version: String,
+    #[serde(default)]
+    pub lang: String,
+    /// The home binding.
+    pub stream: String,
+    pub consumer: String,
+    /// `stream/consumer` pairs it fetches from now.
+    #[serde(default)]
+    pub bound: Vec<String>,
+    #[serde(default)]
+    pub fence_ack: Option<FenceAck>,
+    pub ttl_ms: u64,
+    #[serde(default)]
+    pub heartbeat_ms: u64,
 }
 
 #[cfg(test)]
@@ -372,5 +521,21 @@ mod tests {
         assert_eq!(journal_key(&migration_id("A", "B")), "m.A.B");
         assert_eq!(route_key("A", "C"), "route.A.C");
         assert_eq!(lease_key("A"), "lease.A");
+        assert_eq!(instance_key("A", "C", "h-1"), "inst.A.C.h-1");
+        assert!(
+            valid_instance_id("host_1-2") && !valid_instance_id("a.b") && !valid_instance_id("")
+        );
+    }
+
+    #[test]
+    fn a_version_1_route_reads_as_a_drain_move() {
+        let v1 = r#"{"stream":"B","consumer":"c","migration":"A.B","checkpoint":4,"start_seq":5}"#;
+        let r: Route = serde_json::from_str(v1).unwrap();
+        assert_eq!((r.version, r.state, r.fence), (1, RouteState::Moved, None));
+        let v2 = serde_json::to_value(Route::moved("A", "B", "c", "A.B", 4, 5)).unwrap();
+        assert_eq!(v2["version"], 2);
+        assert_eq!(v2["state"], "moved");
+        assert_eq!(v2["mode"], "drain");
+        assert_eq!(v2["stream"], "B");
     }
 }

@@ -37,6 +37,12 @@ pub enum Mode {
     #[default]
     Drain,
     Fence,
+    /// A fence that also splits versions (the seed's rolling upgrade): the
+    /// old consumer's messages up to F are processed by the instances that
+    /// stay on it (the old version), everything after F by instances of
+    /// `new_version` from the new durable; the run ends once no live instance
+    /// is bound to the old consumer (docs/protocol.md).
+    Rolling,
 }
 
 impl Strategy {
@@ -54,7 +60,13 @@ impl Mode {
         match self {
             Mode::Drain => "drain",
             Mode::Fence => "fence",
+            Mode::Rolling => "rolling",
         }
+    }
+
+    /// The handoff publishes a fence (fence and rolling).
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Mode::Fence | Mode::Rolling)
     }
 }
 
@@ -75,6 +87,9 @@ pub struct PlanRequest {
     /// duplicate window (B takes A's window, so it cannot cover more).
     #[serde(default)]
     pub retry_horizon: Option<Duration>,
+    /// Mode rolling: the application version that reads the new durable.
+    #[serde(default)]
+    pub new_version: Option<String>,
     /// A hop of an in-place migration: the stream keeps its name in the end,
     /// so streams clients find by name (KV buckets, object stores) may move.
     #[serde(default)]
@@ -106,6 +121,7 @@ impl PlanRequest {
             publishers_stopped: false,
             retry_horizon: None,
             in_place: None,
+            new_version: None,
         }
     }
 }
@@ -139,6 +155,9 @@ pub struct ServerChecks {
     /// The server's answer to B's configuration: a scratch stream with it was
     /// created and deleted (`None`: not tried, e.g. B exists).
     pub b_config_check: Option<ConfigCheck>,
+    /// Fence mode: each consumer's live registered application instances
+    /// (docs/protocol.md) (`None`: not read).
+    pub live_instances: Option<Vec<(String, usize)>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -222,6 +241,9 @@ pub struct Plan {
     /// Which hop of an in-place migration this plan is, if it is one.
     #[serde(default)]
     pub in_place: Option<InPlaceHop>,
+    /// Mode rolling: the application version that reads the new durable.
+    #[serde(default)]
+    pub new_version: Option<String>,
     /// No unsafe finding.
     pub safe: bool,
 }
@@ -507,8 +529,8 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         facts.version,
     );
     rule_strategy(&mut r, req, facts.version);
-    rule_mode(&mut r, req);
     let moved = plan_consumers(&mut r, req, facts, &b_view)?;
+    rule_mode(&mut r, req, facts, &moved.plans);
     rule_account_storage(&mut r, facts, &a, &b_view);
     rule_consumers_left_behind(&mut r, req, facts);
     rule_downstream(&mut r, req, facts);
@@ -540,6 +562,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         retry_horizon_ms: retry_horizon.as_millis() as u64,
         promote_with,
         in_place: req.in_place,
+        new_version: req.new_version.clone(),
         safe,
     })
 }
@@ -633,10 +656,39 @@ fn rule_strategy(r: &mut Report, req: &PlanRequest, version: ServerVersion) {
     }
 }
 
-fn rule_mode(r: &mut Report, req: &PlanRequest) {
-    if req.mode == Mode::Fence {
-        r.add("plan", "mode", "fence", "", Verdict::Unsafe, "fence mode needs applications built on the cutover-app library following the control record; not available in this version; use --mode drain");
+fn rule_mode(r: &mut Report, req: &PlanRequest, facts: &ServerFacts, consumers: &[ConsumerPlan]) {
+    if !req.mode.is_fenced() {
+        return;
     }
+    if req.mode == Mode::Rolling {
+        match &req.new_version {
+            Some(v) => r.add("plan", "mode", "rolling", v, Verdict::ChangedOnPurpose, format!("rolling upgrade: instances of version {v} read the new durable (everything after the fence); instances of other versions stay on the old consumer and process its messages up to the fence only; the run ends once no live instance is bound to the old consumer (replace them one by one; `run --resume ID --proceed` goes on without the ones that never move)")),
+            None => r.add("plan", "mode", "rolling", "", Verdict::Unsafe, "mode rolling needs --new-version: the application version that reads the new durable"),
+        }
+    }
+    if !facts.version.features().consumer_pause {
+        r.add("plan", "mode", "fence", "", Verdict::Unsafe, "fence mode stops the old consumer delivering past the fence with a consumer pause (nats-server 2.11+); use --mode drain with --publishers-stopped, or upgrade the server");
+        return;
+    }
+    for c in consumers.iter().filter(|c| c.push) {
+        r.add(&format!("consumer {}", c.name), "mode", "fence", "", Verdict::Unsafe, "fence mode needs pull consumers (instances fetch from the old and the new durable at once); move push consumers with --mode drain");
+    }
+    for (name, live) in facts.checks.live_instances.iter().flatten() {
+        let scope = format!("consumer {name}");
+        if *live == 0 {
+            r.add(&scope, "instances", "0 live", "", Verdict::Unsafe, format!("fence mode: no live application instance of {}/{name} is registered (inst.{}.{name}.* in KV bucket CUTOVER); start applications that follow docs/protocol.md, or use --mode drain", req.from, req.from));
+        } else {
+            r.add(
+                &scope,
+                "instances",
+                format!("{live} live"),
+                "",
+                Verdict::Ok,
+                "registered instances follow the fence; every instance of the consumer must",
+            );
+        }
+    }
+    r.add("plan", "mode", "fence", "", Verdict::ChangedOnPurpose, "no stop of consumption: the old consumer stops delivering new messages at the fence F (its last delivered sequence) while instances finish and acknowledge what they hold, and fetch everything after F from the new durable at once; every application instance of the consumers must follow docs/protocol.md (register in KV bucket CUTOVER, nak the old consumer's messages above F, acknowledge the fence): `run` refuses a consumer no live instance registered for, and an application that ignores the protocol could process a message twice");
 }
 
 /// What [`plan_consumers`] found: the consumers that can move, the timer bounds

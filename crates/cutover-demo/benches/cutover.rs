@@ -9,8 +9,11 @@
 //! BENCH_RUNS (3), BENCH_PROCESSING_US (1000), BENCH_PRELOAD (0: messages in
 //! the stream before the durable, which starts after them), BENCH_IN_PLACE
 //! (unset: a move to ORDERS_V2; `storage=memory[,retention=workqueue...]`: an
-//! in-place change through ORDERS_CUTOVER, with the plan's estimate).
+//! in-place change through ORDERS_CUTOVER, with the plan's estimate);
+//! BENCH_MODES (drain,fence: each run cuts over once in each mode, on its own
+//! server, and the consumer gap of each handoff is reported side by side).
 
+use cutover_core::plan::Mode;
 use cutover_demo::load::LoadConfig;
 use cutover_demo::scenario::{live_cutover, Outcome, ScenarioConfig};
 use cutover_nats::engine::events::NoSink;
@@ -33,6 +36,7 @@ struct Knobs {
     seconds: u64,
     runs: usize,
     processing: Duration,
+    modes: Vec<Mode>,
     preload: u64,
     in_place: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -58,6 +62,14 @@ impl Knobs {
             processing: Duration::from_micros(env_or("BENCH_PROCESSING_US", 1000)),
             preload: env_or("BENCH_PRELOAD", 0),
             in_place: std::env::var("BENCH_IN_PLACE").ok().map(|s| settings(&s)),
+            modes: std::env::var("BENCH_MODES")
+                .unwrap_or_else(|_| "drain,fence".into())
+                .split(',')
+                .map(|m| match m.trim() {
+                    "fence" => Mode::Fence,
+                    _ => Mode::Drain,
+                })
+                .collect(),
         }
     }
 }
@@ -67,10 +79,14 @@ fn main() {
     // useful either: this target only runs when asked.
     let k = Knobs::from_env();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let outcomes: Vec<Outcome> = (0..k.runs).map(|run| run_once(&rt, &k, run)).collect();
-    print_table(&k, &outcomes);
-    write_json(&k, &outcomes);
-    let bad = outcomes.iter().any(|o| !o.verified);
+    let mut all = vec![];
+    for &mode in &k.modes {
+        let outcomes: Vec<Outcome> = (0..k.runs).map(|run| run_once(&rt, &k, run, mode)).collect();
+        print_table(&k, &outcomes, mode);
+        all.push((mode, outcomes));
+    }
+    write_json(&k, &all);
+    let bad = all.iter().flat_map(|(_, o)| o).any(|o| !o.verified);
     if bad {
         eprintln!("NOT VERIFIED in at least one run");
         std::process::exit(1);
@@ -78,24 +94,24 @@ fn main() {
 }
 
 /// One run on a fresh server: the live cut-over, and a line on stderr.
-fn run_once(rt: &tokio::runtime::Runtime, k: &Knobs, run: usize) -> Outcome {
+fn run_once(rt: &tokio::runtime::Runtime, k: &Knobs, run: usize, mode: Mode) -> Outcome {
     let server = NatsServer::start();
     let outcome = rt.block_on(async {
         let client = async_nats::connect(server.url()).await.expect("connect");
-        live_cutover(client, scenario(k), &NoSink).await.expect("scenario")
+        live_cutover(client, scenario(k, mode), &NoSink).await.expect("scenario")
     });
     let l = &outcome.load;
     let c = &outcome.journal.consumers[0];
     eprintln!(
-        "run {}: published {} processed {} lost {} duplicated {} | publisher stall {:.1} ms (retried {:.1} ms) | consumer gap {:.1} ms | drain {} ms | gets {} | cut-over {:.1} ms",
-        run + 1, l.published, l.processed_total, l.lost.len(), l.duplicated.len(), l.max_publish_stall_ms, l.max_retried_publish_ms, l.max_consumer_gap_ms,
+        "{} run {}: published {} processed {} lost {} duplicated {} | publisher stall {:.1} ms (retried {:.1} ms) | consumer gap {:.1} ms, handoff {:.1} ms, steady {:.2} ms | drain {} ms | gets {} | cut-over {:.1} ms",
+        mode.as_str(), run + 1, l.published, l.processed_total, l.lost.len(), l.duplicated.len(), l.max_publish_stall_ms, l.max_retried_publish_ms, l.max_consumer_gap_ms, outcome.handoff_gap_ms, outcome.steady_gap_ms,
         c.drain_ms.unwrap_or(0), c.translate_gets.unwrap_or(0), outcome.cutover_ms
     );
     outcome
 }
 
 /// The workload the knobs ask for, cut over a third of the way in.
-fn scenario(k: &Knobs) -> ScenarioConfig {
+fn scenario(k: &Knobs, mode: Mode) -> ScenarioConfig {
     ScenarioConfig {
         load: LoadConfig {
             stream: "ORDERS".into(),
@@ -108,18 +124,21 @@ fn scenario(k: &Knobs) -> ScenarioConfig {
             processing: k.processing,
             batch: 32,
             retry_horizon: Duration::from_secs(120),
+            protocol: false,
         },
         new_stream: if k.in_place.is_some() { "ORDERS_CUTOVER" } else { "ORDERS_V2" }.into(),
         cutover_at: Duration::from_secs(k.seconds / 3),
         ack_wait: Duration::from_secs(30),
         preload: k.preload,
         in_place: k.in_place.clone(),
+        mode,
     }
 }
 
 /// The Markdown table on stdout: each measure's median and max over the runs.
-fn print_table(k: &Knobs, outcomes: &[Outcome]) {
-    let Knobs { rate, workers, seconds, runs, processing, preload, in_place } = k;
+fn print_table(k: &Knobs, outcomes: &[Outcome], mode: Mode) {
+    let Knobs { rate, workers, seconds, runs, processing, preload, in_place, .. } = k;
+    let mode = mode.as_str();
     let mut steps: Vec<String> = vec![];
     for (s, _) in outcomes[0].step_durations() {
         if !steps.contains(&s) {
@@ -128,7 +147,7 @@ fn print_table(k: &Knobs, outcomes: &[Outcome]) {
     }
     let what = match in_place {
         Some(m) => format!("in place ({m:?}), {preload} messages preloaded"),
-        None => format!("move, {preload} messages preloaded"),
+        None => format!("move, mode {mode}, {preload} messages preloaded"),
     };
     println!("\n## Cut-over benchmark: {what}; {rate} msg/s, {workers} workers x {processing:?}/msg, batch 32, ack_wait 30s, nats-server {PINNED_VERSION}, {runs} runs of {seconds}s\n");
     println!("| measure | median | max |");
@@ -144,6 +163,8 @@ fn print_table(k: &Knobs, outcomes: &[Outcome]) {
     row("max publisher stall", &|o| o.load.max_publish_stall_ms, " ms");
     row("max stall of a retried publish (subject move)", &|o| o.load.max_retried_publish_ms, " ms");
     row("max consumer gap", &|o| o.load.max_consumer_gap_ms, " ms");
+    row("consumer gap of the handoff (overlapping move_consumers)", &|o| o.handoff_gap_ms, " ms");
+    row("steady-state gap between two processed messages (median)", &|o| o.steady_gap_ms, " ms");
     row("translation gets", &|o| o.journal.consumers[0].translate_gets.unwrap_or(0) as f64, "");
     row("consumer drain", &|o| o.journal.consumers[0].drain_ms.unwrap_or(0) as f64, " ms");
     row("whole cut-over", &|o| o.cutover_ms, " ms");
@@ -163,12 +184,14 @@ fn print_table(k: &Knobs, outcomes: &[Outcome]) {
 }
 
 /// The runs as JSON, to target/bench/cutover.json.
-fn write_json(k: &Knobs, outcomes: &[Outcome]) {
+fn write_json(k: &Knobs, all: &[(Mode, Vec<Outcome>)]) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
     std::fs::create_dir_all(&dir).unwrap();
-    let summary: Vec<serde_json::Value> = outcomes
+    let summary: Vec<serde_json::Value> = all
         .iter()
-        .map(|o| serde_json::json!({
+        .flat_map(|(m, o)| o.iter().map(move |o| (m, o)))
+        .map(|(m, o)| serde_json::json!({
+            "mode": m.as_str(), "handoff_gap_ms": o.handoff_gap_ms, "steady_gap_ms": o.steady_gap_ms,
             "published": o.load.published, "lost": o.load.lost.len(), "duplicated": o.load.duplicated.len(),
             "max_publish_stall_ms": o.load.max_publish_stall_ms, "max_retried_publish_ms": o.load.max_retried_publish_ms, "max_consumer_gap_ms": o.load.max_consumer_gap_ms,
             "cutover_ms": o.cutover_ms, "steps": o.step_durations(), "consumers": o.journal.consumers,

@@ -6,6 +6,8 @@
 
 use async_nats::jetstream;
 use bytes::Bytes;
+use cutover_app::fence::{self, FenceOptions};
+use cutover_app::instance::InstanceOptions;
 use cutover_app::publisher::Publisher;
 use cutover_app::worker::{consume, Outcome, WorkerOptions};
 use serde::Serialize;
@@ -28,6 +30,10 @@ pub struct LoadConfig {
     pub processing: Duration,
     pub batch: usize,
     pub retry_horizon: Duration,
+    /// Workers follow the application protocol (docs/protocol.md, needed by
+    /// fence mode; registered as instances `load-<i>`) instead of the route
+    /// follower.
+    pub protocol: bool,
 }
 
 impl Default for LoadConfig {
@@ -43,6 +49,7 @@ impl Default for LoadConfig {
             processing: Duration::from_millis(1),
             batch: 32,
             retry_horizon: Duration::from_secs(120),
+            protocol: false,
         }
     }
 }
@@ -72,6 +79,8 @@ struct Shared {
     max_retried_us: AtomicU64,
     max_gap_us: AtomicU64,
     last_processed: Mutex<Option<Instant>>,
+    /// When each message was processed (ms since the epoch), in order.
+    processed_at: Mutex<Vec<f64>>,
     processed_count: AtomicU64,
     published_count: AtomicU64,
     publishing: AtomicBool,
@@ -121,6 +130,34 @@ pub struct LoadReport {
     pub max_retried_publish_ms: f64,
     pub max_consumer_gap_ms: f64,
     pub samples: Vec<Sample>,
+    /// When each message was processed (ms since the epoch), in order: for
+    /// the gap of one window ([`LoadReport::gap_overlapping`]).
+    #[serde(skip)]
+    pub processed_at_ms: Vec<f64>,
+}
+
+impl LoadReport {
+    /// The longest time between two processed messages that overlaps
+    /// `[from_ms, to_ms]` (wall clock), also one begun before it.
+    pub fn gap_overlapping(&self, from_ms: f64, to_ms: f64) -> f64 {
+        let t = &self.processed_at_ms;
+        t.windows(2)
+            .filter(|w| w[1] >= from_ms && w[0] <= to_ms)
+            .map(|w| w[1] - w[0])
+            .fold(0.0, f64::max)
+    }
+
+    /// The median time between two processed messages before `until_ms`.
+    pub fn steady_gap_before(&self, until_ms: f64) -> f64 {
+        let mut g: Vec<f64> = self
+            .processed_at_ms
+            .windows(2)
+            .filter(|w| w[1] < until_ms)
+            .map(|w| w[1] - w[0])
+            .collect();
+        g.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        g.get(g.len() / 2).copied().unwrap_or(0.0)
+    }
 }
 
 impl Load {
@@ -143,7 +180,14 @@ impl Load {
         let workers = (0..cfg.workers)
             .map(|i| {
                 let audit = audit_subject.clone().map(|subject| (subject, audit_worker(&cfg, i)));
-                spawn_worker(client.clone(), cfg.clone(), shared.clone(), stop_w_rx.clone(), audit)
+                spawn_worker(
+                    i,
+                    client.clone(),
+                    cfg.clone(),
+                    shared.clone(),
+                    stop_w_rx.clone(),
+                    audit,
+                )
             })
             .collect();
         let publisher = {
@@ -247,6 +291,7 @@ impl Load {
             max_retried_publish_ms: s.max_retried_us.load(Ordering::Relaxed) as f64 / 1000.0,
             max_consumer_gap_ms: s.max_gap_us.load(Ordering::Relaxed) as f64 / 1000.0,
             samples: s.samples.lock().unwrap().clone(),
+            processed_at_ms: s.processed_at.lock().unwrap().clone(),
         }
     }
 }
@@ -266,6 +311,7 @@ fn audit_worker(cfg: &LoadConfig, i: usize) -> cutover_app::audit::Worker {
 /// A worker: consumes the durable wherever its route points until stopped,
 /// each message handled by [`process`].
 fn spawn_worker(
+    i: usize,
     client: async_nats::Client,
     cfg: LoadConfig,
     shared: Arc<Shared>,
@@ -273,12 +319,20 @@ fn spawn_worker(
     audit: Audit,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let opts = WorkerOptions { batch: cfg.batch, ..Default::default() };
         let audit_client = client.clone();
-        let _ = consume(client, &cfg.stream, &cfg.consumer, opts, stop, |m| {
-            process(m, shared.clone(), cfg.processing, audit.clone(), audit_client.clone())
-        })
-        .await;
+        let handler =
+            |m| process(m, shared.clone(), cfg.processing, audit.clone(), audit_client.clone());
+        if cfg.protocol {
+            let instance = InstanceOptions::new(&format!("load-{i}"), env!("CARGO_PKG_VERSION"));
+            let opts = FenceOptions { batch: cfg.batch, ..FenceOptions::new(instance) };
+            let r = fence::consume(client, &cfg.stream, &cfg.consumer, opts, stop, handler).await;
+            if let Err(e) = r {
+                tracing::warn!("worker load-{i}: {e}");
+            }
+        } else {
+            let opts = WorkerOptions { batch: cfg.batch, ..Default::default() };
+            let _ = consume(client, &cfg.stream, &cfg.consumer, opts, stop, handler).await;
+        }
     })
 }
 
@@ -342,6 +396,11 @@ impl Shared {
             }
         }
         *last = Some(now);
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .unwrap_or(0.0);
+        self.processed_at.lock().unwrap().push(wall);
     }
 }
 

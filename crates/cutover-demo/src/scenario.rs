@@ -4,7 +4,8 @@
 
 use crate::load::{Load, LoadConfig, LoadReport};
 use cutover_core::journal::Journal;
-use cutover_core::plan::{Plan, PlanRequest};
+use cutover_core::journal::Step;
+use cutover_core::plan::{Mode, Plan, PlanRequest};
 use cutover_nats::api::Action;
 use cutover_nats::engine::{self, Event, EventKind, InPlaceRequest, RunOptions, Sink};
 use cutover_nats::journal::now_ms;
@@ -30,6 +31,8 @@ pub struct ScenarioConfig {
     /// In place with these new settings (two mirror hops through
     /// `new_stream`) instead of a move to `new_stream`.
     pub in_place: Option<Map<String, Value>>,
+    /// The handoff (fence mode runs the workload's workers on the protocol).
+    pub mode: Mode,
 }
 
 /// Everything a scenario measured.
@@ -51,6 +54,12 @@ pub struct Outcome {
     pub cutover_ms: f64,
     /// In place: the plan's estimate of both copies.
     pub estimate_ms: Option<u64>,
+    /// The longest time between two processed messages overlapping the
+    /// consumers' move (`move_consumers` starting to `move_publishers`
+    /// starting): the consumer gap the handoff caused.
+    pub handoff_gap_ms: f64,
+    /// The median time between two processed messages before the cut-over.
+    pub steady_gap_ms: f64,
     /// Every published message processed exactly once, nothing extra, no
     /// publisher error.
     pub verified: bool,
@@ -83,7 +92,8 @@ pub async fn live_cutover(
     js.consumer_create(&l.stream, &l.consumer, &json!({"durable_name": l.consumer, "ack_policy": "explicit", "ack_wait": cfg.ack_wait.as_nanos() as u64, "max_ack_pending": 1000, "max_deliver": 5, "deliver_policy": deliver}), Action::Create).await?;
     let started_ms = now_ms();
     let t0 = Instant::now();
-    let mut load = Load::start(client.clone(), l.clone()).await;
+    let load_cfg = LoadConfig { protocol: cfg.mode.is_fenced(), ..l.clone() };
+    let mut load = Load::start(client.clone(), load_cfg).await;
     let sampled = Sampled {
         from: l.stream.clone(),
         to: cfg.new_stream.clone(),
@@ -107,6 +117,8 @@ pub async fn live_cutover(
     let drained = load.drain(Duration::from_secs(30)).await;
     let report = load.stop().await;
     let consumer_samples = sampler.finish().await;
+    let events = rec.into_events();
+    let (handoff_gap_ms, steady_gap_ms) = handoff_gaps(&events, &report);
     let verified = drained
         && report.lost.is_empty()
         && report.duplicated.is_empty()
@@ -120,11 +132,13 @@ pub async fn live_cutover(
         started_ms,
         load: report,
         consumer_samples,
-        events: rec.into_events(),
+        events,
         journal,
         plan,
         cutover_ms,
         estimate_ms,
+        handoff_gap_ms,
+        steady_gap_ms,
         verified,
     })
 }
@@ -155,6 +169,7 @@ async fn cut_over(
     }
     let mut req = PlanRequest::source(&l.stream, &cfg.new_stream, &[&l.consumer]);
     req.retry_horizon = Some(l.retry_horizon);
+    req.mode = cfg.mode;
     let plan = engine::prepare_plan(js, &req).await?;
     let cut = Instant::now();
     let journal = engine::run(js, plan.clone(), &RunOptions::default(), rec, rx).await?;
@@ -185,4 +200,15 @@ async fn preload(
         done += n;
     }
     Ok(())
+}
+
+/// The consumer gap overlapping the consumers' move (from `move_consumers`
+/// starting to `move_publishers` starting), and the steady-state gap before it.
+fn handoff_gaps(events: &[Event], report: &LoadReport) -> (f64, f64) {
+    let started = |step: Step| {
+        let e = events.iter().find(|e| e.step == step && e.kind == EventKind::StepStarted);
+        e.map(|e| e.ts_ms as f64).unwrap_or(0.0)
+    };
+    let (moving, moved) = (started(Step::MoveConsumers), started(Step::MovePublishers));
+    (report.gap_overlapping(moving, moved), report.steady_gap_before(moving))
 }

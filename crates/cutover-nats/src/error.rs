@@ -61,6 +61,10 @@ pub enum Error {
     Interrupted { id: String, step: String },
     #[error("{0}")]
     Stuck(String),
+    /// Fence mode needs the consumer's applications to follow the protocol;
+    /// none registered (checked before any write).
+    #[error("fence mode: no live application instance of {stream}/{consumer} is registered (keys inst.{stream}.{consumer}.* in KV bucket CUTOVER, docs/protocol.md); nothing was changed; start applications that follow the protocol (every instance must), or run with --mode drain")]
+    NoInstances { stream: String, consumer: String },
     /// A run stopped by a failure, after its compensating actions: the cause,
     /// the state the migration is left in, and the command that continues or
     /// undoes it.
@@ -119,7 +123,8 @@ impl Error {
             Error::StreamChanged { .. }
             | Error::Journal(_)
             | Error::Leased { .. }
-            | Error::Stuck(_) => ErrorKind::State,
+            | Error::Stuck(_)
+            | Error::NoInstances { .. } => ErrorKind::State,
             Error::Interrupted { .. } => ErrorKind::Interrupted,
             Error::RunStopped { cause, .. } => cause.kind(),
         }

@@ -8,7 +8,9 @@ use crate::api::{Fence, Js};
 use crate::error::{Error, Result};
 use async_nats::jetstream::kv;
 use bytes::Bytes;
-use cutover_core::journal::{journal_key, lease_key, route_key, Journal, Route, BUCKET};
+use cutover_core::journal::{
+    instance_key, journal_key, lease_key, route_key, InstanceRecord, Journal, Route, BUCKET,
+};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -21,6 +23,7 @@ pub fn now_ms() -> u64 {
 #[derive(Clone)]
 pub struct JournalStore {
     kv: kv::Store,
+    js: Js,
 }
 
 fn jerr(what: &str, e: impl std::fmt::Display) -> Error {
@@ -58,7 +61,7 @@ impl JournalStore {
             }
         }
         let kv = ctx.get_key_value(BUCKET).await.map_err(|e| jerr("cannot open the journal", e))?;
-        Ok(Some(Self { kv }))
+        Ok(Some(Self { kv, js: js.clone() }))
     }
 
     pub async fn load(&self, id: &str) -> Result<Option<Journal>> {
@@ -168,6 +171,78 @@ impl JournalStore {
     pub fn kv(&self) -> &kv::Store {
         &self.kv
     }
+
+    /// Writes an instance's registration (its heartbeat).
+    pub async fn put_instance(&self, r: &InstanceRecord) -> Result<()> {
+        let v = serde_json::to_vec(r).expect("instance record serializes");
+        self.kv
+            .put(instance_key(&r.stream, &r.consumer, &r.instance), Bytes::from(v))
+            .await
+            .map_err(|e| jerr("cannot write the instance registration", e))?;
+        Ok(())
+    }
+
+    /// Removes an instance's registration (it stops cleanly).
+    pub async fn delete_instance(
+        &self,
+        stream: &str,
+        consumer: &str,
+        instance: &str,
+    ) -> Result<()> {
+        self.kv
+            .delete(instance_key(stream, consumer, instance))
+            .await
+            .map_err(|e| jerr("cannot delete the instance registration", e))?;
+        Ok(())
+    }
+
+    /// Every registered instance (of `home` = (stream, consumer) only, if
+    /// given), live or not: liveness is judged by the entry's server timestamp
+    /// against the instance's own `ttl_ms`.
+    ///
+    /// The runner polls this: the keys are listed from the bucket stream's
+    /// subjects (one STREAM.INFO with a subjects filter), not with a KV key
+    /// watcher, which would create a consumer per call.
+    pub async fn instances(&self, home: Option<(&str, &str)>) -> Result<Vec<Instance>> {
+        let prefix = match home {
+            Some((s, c)) => cutover_core::journal::instance_prefix(s, c),
+            None => "inst.".into(),
+        };
+        let kv_prefix = format!("$KV.{BUCKET}.");
+        let filter = format!("{kv_prefix}{prefix}>");
+        let info = self
+            .js
+            .api(
+                "list the instances",
+                &format!("STREAM.INFO.KV_{BUCKET}"),
+                &serde_json::json!({ "subjects_filter": filter }),
+            )
+            .await?;
+        let subjects = info["state"]["subjects"].as_object().cloned().unwrap_or_default();
+        let mut out = vec![];
+        for subject in subjects.keys() {
+            let Some(k) = subject.strip_prefix(&kv_prefix) else { continue };
+            let entry = self.kv.entry(k).await.map_err(|e| jerr("cannot read an instance", e))?;
+            let Some(en) = entry.filter(|e| e.operation == kv::Operation::Put) else { continue };
+            let Ok(record) = serde_json::from_slice::<InstanceRecord>(&en.value) else { continue };
+            let written_ms = (en.created.unix_timestamp_nanos() / 1_000_000) as u64;
+            let age_ms = now_ms().saturating_sub(written_ms);
+            out.push(Instance { live: age_ms < record.ttl_ms, age_ms, record });
+        }
+        out.sort_by(|a, b| a.record.instance.cmp(&b.record.instance));
+        Ok(out)
+    }
+}
+
+/// A registered application instance as the runner and `status` see it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Instance {
+    #[serde(flatten)]
+    pub record: InstanceRecord,
+    /// Written less than its `ttl_ms` ago (by the server's timestamp).
+    pub live: bool,
+    /// Milliseconds since its record was last written.
+    pub age_ms: u64,
 }
 
 /// A lease as `status` shows it.

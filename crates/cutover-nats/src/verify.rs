@@ -555,6 +555,8 @@ async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<Con
             b_start,
             journal_b_start: journal_start,
             evidence: c.evidence.clone(),
+            fence: j.plan.mode.is_fenced(),
+            fence_settled: c.fence_settled.clone(),
             publishers_stopped: j.plan.publishers_stopped && !j.plan.features.consumer_pause,
             b_ack_floor,
         });

@@ -134,6 +134,17 @@ pub struct DemoArgs {
     pub report: Option<PathBuf>,
 }
 
+/// A nak delay: at least a second (instances that follow docs/protocol.md
+/// use at least that anyway).
+pub fn parse_nak_delay(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration like 30s: {e}"))?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("{s} is shorter than 1s: messages above the fence would come back to the instances almost at once; use 1s or more"));
+    }
+    Ok(d)
+}
+
 /// `10` means ten seconds; `10s`, `1m`, `500ms` are humantime durations.
 pub fn parse_secs_or_duration(s: &str) -> Result<Duration, String> {
     if let Ok(n) = s.trim().parse::<f64>() {
@@ -227,6 +238,20 @@ pub struct RunArgs {
     /// worker or a nak'd message cannot stall the applications.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     pub max_pause: Duration,
+    /// --mode fence: how long to wait, once the old consumer settled to the
+    /// fence, for every live instance to acknowledge it (then the run goes on
+    /// and names the missing ones; the old consumer stays paused for good).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub fence_ack_timeout: Duration,
+    /// --mode fence: the delay instances give the old consumer's messages above
+    /// the fence when they nak them (at least 1s; docs/protocol.md).
+    #[arg(long, value_parser = parse_nak_delay, default_value = "30s")]
+    pub nak_delay: Duration,
+    /// --mode rolling: go on without waiting for the instances still bound to
+    /// the old consumer (safe: it is paused for good and settled, so they stay
+    /// idle until replaced); use with --resume after stopping a run that waits.
+    #[arg(long)]
+    pub proceed: bool,
     /// Write a self-contained HTML report (timeline of the consumers' state with
     /// every step and checkpoint, the journal, the plan), also when the run fails.
     #[arg(long, value_name = "FILE")]
@@ -347,13 +372,15 @@ pub enum StrategyArg {
     DualWrite,
 }
 
-/// How the consumers' position is handed over. Only `drain` exists in this
-/// version; `fence` is planned and hidden.
+/// How the consumers' position is handed over: `drain` (pause, settle, move;
+/// any application), `fence` (no stop of consumption; applications follow
+/// docs/protocol.md) or `rolling` (a fence that splits versions: a rolling
+/// upgrade to --new-version).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
     Drain,
-    #[value(hide = true)]
     Fence,
+    Rolling,
 }
 
 impl Command {
@@ -361,20 +388,24 @@ impl Command {
     /// but not built yet, the same way in every command (bad input, exit 2).
     pub fn check_available(&self) -> Result<(), String> {
         match self {
-            Command::Plan(a) => available(a.strategy, a.mode),
-            Command::Run(a) => available(a.plan.strategy, a.plan.mode),
+            Command::Plan(a) => available(a.strategy),
+            Command::Run(a) => available(a.plan.strategy),
             // The demo's scenario and its proof are built for strategy source.
+            Command::Demo(a) if a.mode == ModeArg::Rolling => Err(
+                "the demo runs --mode drain or fence; a rolling upgrade replaces your instances one by one: try `run --mode rolling --new-version V` with applications that follow docs/protocol.md"
+                    .into(),
+            ),
             Command::Demo(a) if a.strategy == StrategyArg::Mirror => Err(
                 "the demo runs strategy source; try --strategy mirror with `run` on your own streams"
                     .into(),
             ),
-            Command::Demo(a) => available(a.strategy, a.mode),
+            Command::Demo(a) => available(a.strategy),
             _ => Ok(()),
         }
     }
 }
 
-fn available(strategy: StrategyArg, mode: ModeArg) -> Result<(), String> {
+fn available(strategy: StrategyArg) -> Result<(), String> {
     fn name(v: impl ValueEnum) -> String {
         v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
     }
@@ -382,12 +413,6 @@ fn available(strategy: StrategyArg, mode: ModeArg) -> Result<(), String> {
         return Err(format!(
             "--strategy {} is not available in this version (it is planned); use --strategy source or mirror",
             name(strategy)
-        ));
-    }
-    if mode != ModeArg::Drain {
-        return Err(format!(
-            "--mode {} is not available in this version (it is planned); use --mode drain",
-            name(mode)
         ));
     }
     Ok(())
@@ -413,6 +438,11 @@ pub struct PlanArgs {
     /// How the consumers' position is handed over.
     #[arg(long, value_enum, default_value = "drain")]
     pub mode: ModeArg,
+    /// --mode rolling: the application version (the instances' registered
+    /// app_version) that reads the new durable; other versions stay on the old
+    /// consumer until they are replaced.
+    #[arg(long, value_name = "VERSION", required_if_eq("mode", "rolling"))]
+    pub new_version: Option<String>,
     /// JSON file with settings for the new stream, in the server's stream-config
     /// shape (e.g. {"storage":"memory","subjects":["orders.>"]}); durations in ns.
     #[arg(long)]
@@ -429,8 +459,9 @@ pub struct PlanArgs {
     /// how (`plan`): two mirror hops
     /// through a temporary stream, sequences and durables kept (2.12+). The
     /// settings come from --set and/or --to-config; --consumer names the
-    /// durables (or --all-consumers).
-    #[arg(long, value_name = "STREAM", conflicts_with_all = ["from", "to", "strategy"])]
+    /// durables (or --all-consumers). Its hops are drain mode (--mode is
+    /// refused with it).
+    #[arg(long, value_name = "STREAM", conflicts_with_all = ["from", "to", "strategy", "mode"])]
     pub in_place: Option<String>,
     /// A new setting for --in-place, KEY=VALUE with the server's stream-config
     /// names (storage=memory, retention=limits, max_age=3600000000000);

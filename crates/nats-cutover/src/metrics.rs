@@ -308,7 +308,11 @@ pub fn record_event(reg: &Registry, from: &str, e: &Event) {
                     reg.set(&CHECKPOINT, &l, *checkpoint as f64)
                 }
                 Progress::Moved { .. } => reg.add(&CONSUMERS_MOVED, &[("migration", m)], 1.0),
-                Progress::CatchUp { .. } | Progress::WindowRaised { .. } => {}
+                Progress::CatchUp { .. }
+                | Progress::WindowRaised { .. }
+                | Progress::Fenced { .. }
+                | Progress::FenceSettled { .. }
+                | Progress::Rollout { .. } => {}
             }
         }
         EventKind::Warning(_) => reg.add(&WARNINGS, &[], 1.0),

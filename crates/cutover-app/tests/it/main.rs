@@ -61,13 +61,7 @@ async fn the_follower_follows_the_route_record_and_a_rollback() {
     assert_eq!(follower.current(), original);
     let mut rx = follower.subscribe();
     let store = JournalStore::open(&js, IfMissing::Create).await.unwrap().unwrap();
-    let route = Route {
-        stream: "ORDERS_V2".into(),
-        consumer: "worker".into(),
-        migration: "ORDERS.ORDERS_V2".into(),
-        checkpoint: 10,
-        start_seq: 11,
-    };
+    let route = Route::moved("ORDERS", "ORDERS_V2", "worker", "ORDERS.ORDERS_V2", 10, 11);
     store.put_route("ORDERS", "worker", &route).await.unwrap();
     tokio::time::timeout(Duration::from_secs(10), rx.changed()).await.unwrap().unwrap();
     assert_eq!(follower.current().stream, "ORDERS_V2");
@@ -75,4 +69,31 @@ async fn the_follower_follows_the_route_record_and_a_rollback() {
     tokio::time::timeout(Duration::from_secs(10), rx.changed()).await.unwrap().unwrap();
     assert_eq!(follower.current(), original);
     assert_eq!(route_key("ORDERS", "worker"), "route.ORDERS.worker");
+}
+
+/// The idempotency guard: the first claim of an id wins, a second sees it
+/// busy until it is done, then done; a released claim can be taken again;
+/// ids that are not KV keys work too; a claim expires after the TTL.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_idempotency_guard_claims_each_id_once_within_its_ttl() {
+    use cutover_app::idempotency::{Claim, Guard};
+    let s = NatsServer::start();
+    let (client, _) = connect(&s).await;
+    let guard = Guard::open(client.clone(), "SEEN", Duration::from_secs(2)).await.unwrap();
+    let other = Guard::open(client, "SEEN", Duration::from_secs(2)).await.unwrap();
+    for id in ["m-1", "an id with spaces * and >"] {
+        assert_eq!(guard.claim(id).await.unwrap(), Claim::First, "{id}");
+        assert_eq!(other.claim(id).await.unwrap(), Claim::Busy, "{id}");
+        guard.done(id).await.unwrap();
+        assert_eq!(other.claim(id).await.unwrap(), Claim::Done, "{id}");
+    }
+    assert_eq!(guard.claim("m-2").await.unwrap(), Claim::First);
+    guard.release("m-2").await.unwrap();
+    assert_eq!(other.claim("m-2").await.unwrap(), Claim::First, "a released id is claimed again");
+    // The TTL: the claim of m-1 expires (no sleep: wait for the condition).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while other.claim("m-1").await.unwrap() != Claim::First {
+        assert!(std::time::Instant::now() < deadline, "the claim never expired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -50,6 +50,7 @@ mod tests {
             publishers_stopped: false,
             retry_horizon: None,
             in_place: None,
+            new_version: None,
         };
         let mut p = build(&req, &facts).unwrap();
         assert_eq!(a_filters_of(&p, "C"), Some(vec!["o.a".to_string(), "o.b".to_string()]));

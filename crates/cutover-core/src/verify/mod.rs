@@ -73,6 +73,13 @@ pub struct ConsumerSpec {
     pub journal_b_start: u64,
     /// The settled state F was taken from, as journaled.
     pub evidence: Option<Settled>,
+    /// Fence mode (docs/protocol.md): `evidence` is the paused old consumer
+    /// when F was taken (messages up to F may still be ack-pending then) and
+    /// `fence_settled` its state once they were all settled.
+    #[serde(default)]
+    pub fence: bool,
+    #[serde(default)]
+    pub fence_settled: Option<Settled>,
     /// The checkpoint was taken without a pause (servers before 2.11), which the
     /// plan allows only with publishers stopped: then nothing pending and
     /// nothing ack-pending is the evidence.
@@ -109,6 +116,9 @@ pub fn lost_candidates(a: &ASide, b: &BSide) -> Vec<RoaringTreemap> {
 
 fn settled_ok(spec: &ConsumerSpec) -> Result<(), String> {
     let f = spec.checkpoint;
+    if spec.fence {
+        return fence_settled_ok(spec);
+    }
     match &spec.evidence {
         None => Err("the journal holds no settled state for the checkpoint (journal written before evidence was kept?)".into()),
         Some(e) if !e.paused && spec.publishers_stopped && e.num_pending != 0 => Err(format!("publishers were stopped but the old consumer had {} message(s) pending when checkpoint {f} was taken", e.num_pending)),
@@ -116,6 +126,33 @@ fn settled_ok(spec: &ConsumerSpec) -> Result<(), String> {
         Some(e) if e.num_ack_pending != 0 => Err(format!("the old consumer had {} message(s) ack-pending when checkpoint {f} was taken", e.num_ack_pending)),
         Some(e) if e.delivered_stream_seq != f => Err(format!("the old consumer had delivered up to {} but the checkpoint is {f}", e.delivered_stream_seq)),
         Some(_) => Ok(()),
+    }
+}
+
+/// Fence mode: F was the paused old consumer's last delivered sequence, and
+/// later nothing up to F was unacknowledged on it (its ack floor reached F, or
+/// nothing at all was ack-pending).
+fn fence_settled_ok(spec: &ConsumerSpec) -> Result<(), String> {
+    let f = spec.checkpoint;
+    match (&spec.evidence, &spec.fence_settled) {
+        (None, _) => {
+            Err("the journal holds no state of the old consumer when the fence was taken".into())
+        }
+        (Some(e), _) if !e.paused => {
+            Err(format!("the old consumer was not paused when fence {f} was taken"))
+        }
+        (Some(e), _) if e.delivered_stream_seq != f => Err(format!(
+            "the old consumer had delivered up to {} but the fence is {f}",
+            e.delivered_stream_seq
+        )),
+        (_, None) => Err(format!(
+            "the journal holds no evidence that the old consumer settled up to fence {f}"
+        )),
+        (_, Some(s)) if s.ack_floor_stream_seq < f && s.num_ack_pending != 0 => Err(format!(
+            "the old consumer's ack floor was {} (below fence {f}) with {} message(s) ack-pending",
+            s.ack_floor_stream_seq, s.num_ack_pending
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -420,6 +457,32 @@ mod tests {
         let mut s = spec("all", &[], 20, 21);
         s.journal_b_start = 22;
         only(&run(&[s], &a, &b_copy(&a), None).0, Kind::StartMismatch, 1);
+    }
+
+    /// Fence mode: messages up to F may be ack-pending when F is taken; the
+    /// later settled read is the evidence, and its absence or an ack floor
+    /// below F with messages pending is caught.
+    #[test]
+    fn a_fence_is_judged_by_its_settled_read() {
+        let a = a_msgs(50);
+        let fenced = |settled: Option<(u64, u64)>| {
+            let mut s = spec("all", &[], 20, 21);
+            s.fence = true;
+            s.evidence.as_mut().unwrap().num_ack_pending = 5;
+            s.fence_settled = settled.map(|(floor, pending)| Settled {
+                ack_floor_stream_seq: floor,
+                num_ack_pending: pending,
+                ..s.evidence.clone().unwrap()
+            });
+            s
+        };
+        // Settled: floor at F with the nak'd messages above it still pending.
+        let (r, _) = run(&[fenced(Some((20, 3)))], &a, &b_copy(&a), None);
+        assert!(r.holds, "{:#?}", r.offenders);
+        let (r, _) = run(&[fenced(Some((12, 0)))], &a, &b_copy(&a), None);
+        assert!(r.holds, "nothing pending at all: {:#?}", r.offenders);
+        only(&run(&[fenced(Some((19, 1)))], &a, &b_copy(&a), None).0, Kind::Unsettled, 1);
+        only(&run(&[fenced(None)], &a, &b_copy(&a), None).0, Kind::Unsettled, 1);
     }
 
     /// The streaming checker, against the definitions computed naively.

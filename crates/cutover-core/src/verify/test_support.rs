@@ -22,6 +22,8 @@ pub(super) fn spec(name: &str, a_filters: &[&str], f: u64, start: u64) -> Consum
         b_start: start,
         journal_b_start: start,
         evidence: settled(f),
+        fence: false,
+        fence_settled: None,
         publishers_stopped: false,
         b_ack_floor: None,
     }

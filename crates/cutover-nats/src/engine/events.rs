@@ -84,6 +84,15 @@ pub enum Progress {
     DrainingUnpaused { num_pending: u64, ack_pending: u64 },
     /// Settled at checkpoint F.
     Settled { checkpoint: u64, drain_ms: u64 },
+    /// Fence mode: the new durable exists on B at `b_start` and the fence F
+    /// is published; the old consumer delivered nothing new for `fence_ms`
+    /// (pause to publication) while instances kept processing.
+    Fenced { fence: u64, b_start: u64, translate_gets: u32, fence_ms: f64 },
+    /// Fence mode: the old consumer acknowledged everything up to the fence.
+    FenceSettled { fence: u64, settle_ms: u64, ack_pending: u64 },
+    /// Mode rolling: the live instances still bound to the old consumer and
+    /// those on the new durable (`instance@version`), reported on change.
+    Rollout { on_old: Vec<String>, on_new: Vec<String> },
     /// The new durable exists on B at `b_start`.
     Moved {
         checkpoint: u64,
@@ -108,6 +117,13 @@ pub enum Warning {
     CommitUndone { error: String },
     /// Rollback left something as it found it (and says why).
     Skipped { what: String },
+    /// Fence mode: live instances that have not acknowledged the fence. While
+    /// any is missing the old consumer is not resumed to redeliver (`waiting`),
+    /// or the run went on without them at the deadline.
+    FenceUnacknowledged { fence: u64, instances: Vec<String>, waiting: bool },
+    /// Mode rolling, told to proceed: these instances were still bound to the
+    /// old consumer (paused for good and settled: they stay idle).
+    ProceededWithout { instances: Vec<String> },
 }
 
 /// The wire shape of an event.
@@ -158,6 +174,19 @@ impl EventKind {
                     "error": error,
                 }),
                 Warning::Skipped { what } => json!({ "message": what }),
+                Warning::FenceUnacknowledged { fence, instances, waiting } => json!({
+                    "message": if *waiting {
+                        format!("instances {} have not acknowledged fence {fence}: the old consumer is not resumed to redeliver until they do", instances.join(", "))
+                    } else {
+                        format!("instances {} did not acknowledge fence {fence} by the deadline: going on (the old consumer stays paused for good)", instances.join(", "))
+                    },
+                    "fence": fence,
+                    "instances": instances,
+                }),
+                Warning::ProceededWithout { instances } => json!({
+                    "message": format!("going on although instances {} are still bound to the old consumer (told to proceed): it is paused for good and settled, so they stay idle until replaced", instances.join(", ")),
+                    "instances": instances,
+                }),
             },
         }
     }
@@ -211,6 +240,14 @@ impl Progress {
             Progress::Settled { checkpoint, drain_ms } => {
                 json!({ "checkpoint": checkpoint, "drain_ms": drain_ms })
             }
+            Progress::Fenced { fence, b_start, translate_gets, fence_ms } => json!({
+                "fence": fence, "b_start": b_start, "translate_gets": translate_gets,
+                "fence_ms": fence_ms,
+            }),
+            Progress::FenceSettled { fence, settle_ms, ack_pending } => json!({
+                "fence": fence, "settle_ms": settle_ms, "ack_pending": ack_pending, "settled": true,
+            }),
+            Progress::Rollout { on_old, on_new } => json!({ "on_old": on_old, "on_new": on_new }),
             Progress::Moved { checkpoint, b_start, translate_gets, gap_ms, longest_pause_ms } => {
                 json!({
                     "moved": true,

@@ -7,9 +7,11 @@
 //! - [`run`]: the cut-over itself, journaled and resumable.
 //! - [`rollback`]: undo before the commit point; list journals.
 //! - [`events`]: what the engine reports while it works.
+//! - `fence`: fence mode's handoff (docs/protocol.md), driven by `run`.
 //! - [`inplace`]: a stream's new settings under its own name, in two mirror hops.
 
 pub mod events;
+mod fence;
 pub mod inplace;
 pub mod prepare;
 pub mod progress;
@@ -22,5 +24,5 @@ pub use inplace::{
 };
 pub use prepare::{prepare_plan, PlanInputs};
 pub use progress::{source_progress, SourceProgress};
-pub use rollback::{forget, leases, list, rollback, Forgotten};
+pub use rollback::{forget, instances, leases, list, rollback, Forgotten};
 pub use run::{run, RunOptions};

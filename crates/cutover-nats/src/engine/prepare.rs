@@ -77,7 +77,26 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     if !draft.b_exists {
         facts.checks.b_config_check = Some(check_b_config(js, &draft).await?);
     }
+    if req.mode.is_fenced() {
+        facts.checks.live_instances = Some(live_instances(js, &req.from, &draft).await?);
+    }
     Ok(plan::build(req, &facts)?)
+}
+
+/// Fence mode: each consumer's live registered instances (none without the
+/// bucket).
+async fn live_instances(js: &Js, from: &str, draft: &Plan) -> Result<Vec<(String, usize)>> {
+    let store =
+        crate::journal::JournalStore::open(js, crate::journal::IfMissing::ReturnNone).await?;
+    let mut out = vec![];
+    for c in &draft.consumers {
+        let live = match &store {
+            Some(s) => s.instances(Some((from, &c.name))).await?.iter().filter(|i| i.live).count(),
+            None => 0,
+        };
+        out.push((c.name.clone(), live));
+    }
+    Ok(out)
 }
 
 /// When B keeps fewer messages per subject than A, the most A holds on one

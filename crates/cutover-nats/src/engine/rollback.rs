@@ -150,6 +150,11 @@ impl Undo<'_> {
             if let Some((_, bc)) = on_b {
                 let f_b = self.settle_new_durable(j, &c.name, &bc).await?;
                 if f_b >= c.b_start.unwrap_or(u64::MAX) && a_serving {
+                    if j.plan.mode.is_fenced() {
+                        // A reset forgets what is pending: the old consumer's
+                        // messages up to the fence must be acknowledged first.
+                        self.settle_old_to_fence(j, c).await?;
+                    }
                     self.reset_old_past(j, c, f_b).await?;
                 }
                 self.js.consumer_delete(&j.to, &c.name).await?;
@@ -182,6 +187,23 @@ impl Undo<'_> {
             if Instant::now() > deadline {
                 let _ = self.js.consumer_pause(&j.to, name, None).await;
                 return Err(Error::Stuck(format!("consumer {}/{name} did not settle for the rollback; its workers hold messages; try again", j.to)));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Fence mode: waits until the old consumer has nothing unacknowledged up
+    /// to the fence (its instances finish them while the route still stands).
+    async fn settle_old_to_fence(&self, j: &Journal, c: &ConsumerProgress) -> Result<()> {
+        let f = c.checkpoint.unwrap_or(0);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, ci) = self.js.consumer_info(&j.from, &c.name).await?;
+            if ci.ack_floor.stream_seq >= f || ci.num_ack_pending == 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Stuck(format!("consumer {}/{} still has {} unacknowledged message(s) up to the fence {f}: its instances hold them; try the rollback again, or finish with `nats-cutover run --resume {}`", j.from, c.name, ci.num_ack_pending, j.id)));
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -291,6 +313,14 @@ pub async fn forget(js: &Js, id: &str) -> Result<Forgotten> {
         store.delete_lease(&l.stream).await?;
     }
     Ok(Forgotten { id: id.into(), phase: journal.map(|j| j.phase), lease_removed: lease.is_some() })
+}
+
+/// Every registered application instance, for `status` (docs/protocol.md).
+pub async fn instances(js: &Js) -> Result<Vec<crate::journal::Instance>> {
+    match JournalStore::open(js, IfMissing::ReturnNone).await? {
+        Some(s) => s.instances(None).await,
+        None => Ok(vec![]),
+    }
 }
 
 /// Every lease, for `status` (orphans included: a lease whose migration has

@@ -10,9 +10,11 @@ use crate::api::{Action, Js, Lookup, Via};
 use crate::error::{Error, Result};
 use crate::journal::{now_ms, IfMissing, JournalStore, Lease};
 use cutover_core::checkpoint::{assess, TranslateSearch};
-use cutover_core::journal::{migration_id, ConsumerPhase, Journal, Phase, Route, Settled, Step};
+use cutover_core::journal::{
+    migration_id, ConsumerPhase, Journal, Phase, Route, RouteState, Settled, Step,
+};
 use cutover_core::model::{nanos, ConsumerInfo};
-use cutover_core::plan::{ConsumerPlan, InPlaceHop, Plan};
+use cutover_core::plan::{ConsumerPlan, InPlaceHop, Mode, Plan};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,6 +43,16 @@ pub struct RunOptions {
     /// How long the commit window may last before it is undone (A takes its
     /// subjects back): publishers get no responders meanwhile.
     pub commit_timeout: Duration,
+    /// Fence mode: how long the runner waits, once the old consumer settled
+    /// to the fence, for every live instance to acknowledge it (then it goes on
+    /// and names the missing ones; the old consumer stays paused for good).
+    pub fence_ack_timeout: Duration,
+    /// Fence mode: the delay instances give the old consumer's messages above
+    /// the fence when they nak them (docs/protocol.md).
+    pub nak_delay: Duration,
+    /// Mode rolling: do not wait for the instances still bound to the old
+    /// consumer (it is paused for good and settled; they stay idle).
+    pub proceed: bool,
     /// Called after each journaled step with its name (tests kill the runner here).
     pub after_step: Option<StepHook>,
 }
@@ -60,6 +72,9 @@ impl Default for RunOptions {
             commit_timeout: Duration::from_secs(5),
             stall_timeout: Duration::from_secs(30),
             max_pause: Duration::from_secs(5),
+            fence_ack_timeout: Duration::from_secs(10),
+            nak_delay: Duration::from_secs(30),
+            proceed: false,
             after_step: None,
         }
     }
@@ -67,40 +82,40 @@ impl Default for RunOptions {
 
 /// Consumer pause exists from 2.11; without it drain takes the
 /// publishers-stopped path and nothing is paused or resumed.
-fn can_pause(js: &Js) -> bool {
+pub(super) fn can_pause(js: &Js) -> bool {
     js.server_version().is_some_and(|v| v.features().consumer_pause)
 }
 
 /// A pause that outlives any runner: used once the new durable exists, when the
 /// old one must never deliver again.
-const FOREVER: &str = "9999-01-01T00:00:00Z";
+pub(super) const FOREVER: &str = "9999-01-01T00:00:00Z";
 
-fn rfc3339_in(d: Duration) -> String {
+pub(super) fn rfc3339_in(d: Duration) -> String {
     let t = time::OffsetDateTime::now_utc() + d;
     t.format(&time::format_description::well_known::Rfc3339).expect("format time")
 }
 
-struct Ctx<'a> {
-    js: &'a Js,
-    store: JournalStore,
+pub(super) struct Ctx<'a> {
+    pub(super) js: &'a Js,
+    pub(super) store: JournalStore,
     /// Shared with `js`'s fence: every request and every journal or route
     /// write of this runner first checks it still holds the lease.
     lease: Arc<Mutex<Lease>>,
-    journal: Mutex<Journal>,
+    pub(super) journal: Mutex<Journal>,
     sink: &'a dyn Sink,
     shutdown: watch::Receiver<bool>,
-    opts: &'a RunOptions,
-    id: String,
+    pub(super) opts: &'a RunOptions,
+    pub(super) id: String,
 }
 
 impl Ctx<'_> {
-    fn emit(&self, step: Step, kind: EventKind) {
+    pub(super) fn emit(&self, step: Step, kind: EventKind) {
         self.sink.emit(Event::new(&self.id, step, kind));
     }
 
     /// Changes one consumer's progress and saves the journal: the record of
     /// an intent, or of what just happened.
-    async fn journal_consumer(
+    pub(super) async fn journal_consumer(
         &self,
         name: &str,
         change: impl FnOnce(&mut cutover_core::journal::ConsumerProgress),
@@ -109,21 +124,21 @@ impl Ctx<'_> {
         self.save().await
     }
 
-    async fn save(&self) -> Result<()> {
+    pub(super) async fn save(&self) -> Result<()> {
         let j = self.journal.lock().await.clone();
-        self.fence().await?;
+        self.hold_lease().await?;
         self.store.save(&j).await
     }
 
     /// The lease is still ours (renewed if due), else [`Error::Leased`]: a
     /// runner stopped past its lease and taken over writes nothing more.
-    async fn fence(&self) -> Result<()> {
+    pub(super) async fn hold_lease(&self) -> Result<()> {
         self.lease.lock().await.renew_if_due(&self.store).await
     }
 
     /// Renews the lease and honours Ctrl-C; called in every wait loop.
-    async fn tick(&self, interruptible: bool) -> Result<()> {
-        self.fence().await?;
+    pub(super) async fn tick(&self, interruptible: bool) -> Result<()> {
+        self.hold_lease().await?;
         if interruptible && *self.shutdown.borrow() {
             let j = self.journal.lock().await;
             return Err(Error::Interrupted {
@@ -232,7 +247,7 @@ pub async fn run(
             j.phase = Phase::RolledBack;
             j.in_progress = None;
         }
-        if ctx.fence().await.is_ok() {
+        if ctx.hold_lease().await.is_ok() {
             let _ = ctx.store.save(&j).await;
         }
     }
@@ -300,6 +315,9 @@ fn stopped(e: Error, j: &Journal) -> Error {
 
 async fn drive(ctx: &Ctx<'_>) -> Result<()> {
     let phase = || async { ctx.journal.lock().await.phase };
+    if phase().await < Phase::ConsumersMoved {
+        super::fence::check_instances(ctx).await?;
+    }
     if phase().await < Phase::BReady {
         create_b(ctx).await?;
     }
@@ -520,14 +538,16 @@ async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
         )
     };
     for c in moved {
-        let route = Route {
-            stream: to.clone(),
-            consumer: c.name.clone(),
-            migration: ctx.id.clone(),
-            checkpoint: c.checkpoint.unwrap_or(0),
-            start_seq: c.b_start.unwrap_or(0),
+        let (f, start) = (c.checkpoint.unwrap_or(0), c.b_start.unwrap_or(0));
+        let mode = ctx.journal.lock().await.plan.mode;
+        let route = match mode {
+            Mode::Drain => Route::moved(&from, &to, &c.name, &ctx.id, f, start),
+            Mode::Fence | Mode::Rolling => {
+                let ends = (from.as_str(), to.as_str());
+                super::fence::route(ctx, ends, &c.name, (f, start), RouteState::Moved).await
+            }
         };
-        ctx.fence().await?;
+        ctx.hold_lease().await?;
         ctx.store.put_route(&from, &c.name, &route).await?;
         retire_route_back(ctx, &from, &to, &c.name).await?;
     }
@@ -540,21 +560,50 @@ async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
     .await
 }
 
-/// Pauses, settles and checkpoints one consumer, then creates it on B.
+/// Pauses, settles and checkpoints one consumer, then creates it on B (fence
+/// mode: see `super::fence`).
 async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
-    let (from, to, prior) = {
-        let j = ctx.journal.lock().await;
-        let p =
-            j.consumers.iter().find(|p| p.name == cp.name).cloned().expect("consumer in journal");
-        (j.from.clone(), j.to.clone(), p)
-    };
-    let name = cp.name.as_str();
+    if ctx.journal.lock().await.plan.mode.is_fenced() {
+        return super::fence::move_consumer(ctx, cp).await;
+    }
+    let (from, to, prior) = ctx.consumer_state(&cp.name).await;
     let started = Instant::now();
     let f = checkpoint(ctx, cp, &from, &prior).await?;
-    let (start, gets) = match translate(ctx, &from, &to, f).await {
+    let pos = position(ctx, cp, (&from, &to), f, &prior, async { Ok(()) }).await?;
+    moved(ctx, &cp.name, &from, &to, f, pos, started).await
+}
+
+impl Ctx<'_> {
+    /// A, B and the journaled progress of consumer `name`.
+    pub(super) async fn consumer_state(
+        &self,
+        name: &str,
+    ) -> (String, String, cutover_core::journal::ConsumerProgress) {
+        let j = self.journal.lock().await;
+        let p = j.consumers.iter().find(|p| p.name == name).cloned().expect("consumer in journal");
+        (j.from.clone(), j.to.clone(), p)
+    }
+}
+
+/// Translates checkpoint `f` (while `alongside` runs: fence mode pauses the
+/// old consumer for good meanwhile) and creates the new durable there
+/// (journaled); returns its start and the gets the translation used. A
+/// failure gives the old durable back its state first (unless the server
+/// cannot say whether the new one exists: then it stays paused).
+pub(super) async fn position(
+    ctx: &Ctx<'_>,
+    cp: &ConsumerPlan,
+    (from, to): (&str, &str),
+    f: u64,
+    prior: &cutover_core::journal::ConsumerProgress,
+    alongside: impl std::future::Future<Output = Result<()>>,
+) -> Result<(u64, u32)> {
+    let name = cp.name.as_str();
+    let (translated, done) = tokio::join!(translate(ctx, from, to, f), alongside);
+    let (start, gets) = match translated.and_then(|x| done.map(|_| x)) {
         Ok(x) => x,
         Err(e) => {
-            let _ = undo_consumer(ctx, &from, name, &prior).await;
+            let _ = undo_consumer(ctx, from, name, prior).await;
             return Err(e);
         }
     };
@@ -565,8 +614,8 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         // delivers all, so B's copies below its start on its filters go first;
         // the old durable processed them (nothing was ack-pending at F).
         // Purging again on resume removes nothing more.
-        if let Err(e) = purge_below(ctx, &to, &cp.b_filters, start).await {
-            let _ = undo_consumer(ctx, &from, name, &prior).await;
+        if let Err(e) = purge_below(ctx, to, &cp.b_filters, start).await {
+            let _ = undo_consumer(ctx, from, name, prior).await;
             return Err(e);
         }
     } else {
@@ -576,16 +625,16 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         // The operator paused it: it stays paused on B until the same time.
         cfg["pause_until"] = json!(until);
     }
-    if let Err(e) = create_durable(ctx, &to, name, &cfg, start).await {
+    if let Err(e) = create_durable(ctx, to, name, &cfg, start).await {
         if matches!(e, Error::Stuck(_)) {
             return Err(e);
         }
         // Compensate: the new durable does not exist (create_durable checked),
         // so the old one takes over again as if nothing happened.
-        undo_consumer(ctx, &from, name, &prior).await?;
+        undo_consumer(ctx, from, name, prior).await?;
         return Err(e);
     }
-    moved(ctx, name, &from, &to, f, (start, gets), started).await
+    Ok((start, gets))
 }
 
 /// Purges `stream` below `start` on each filter (all of it with none).
@@ -660,14 +709,8 @@ async fn moved(
         p.translate_gets = Some(gets);
     })
     .await?;
-    let route = Route {
-        stream: to.to_string(),
-        consumer: name.to_string(),
-        migration: ctx.id.clone(),
-        checkpoint: f,
-        start_seq: start,
-    };
-    ctx.fence().await?;
+    let route = Route::moved(from, to, name, &ctx.id, f, start);
+    ctx.hold_lease().await?;
     ctx.store.put_route(from, name, &route).await?;
     retire_route_back(ctx, from, to, name).await?;
     let longest_pause_ms =
@@ -690,9 +733,14 @@ async fn moved(
 /// migration) makes the first move's route, `route.<to>.<consumer>` pointing
 /// at `from`, obsolete once the durable is back on `to`: it is deleted, so
 /// applications following it return to their own binding.
-async fn retire_route_back(ctx: &Ctx<'_>, from: &str, to: &str, name: &str) -> Result<()> {
+pub(super) async fn retire_route_back(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    name: &str,
+) -> Result<()> {
     if ctx.store.route(to, name).await?.is_some_and(|r| r.stream == from) {
-        ctx.fence().await?;
+        ctx.hold_lease().await?;
         ctx.store.delete_route(to, name).await?;
     }
     Ok(())
@@ -702,7 +750,7 @@ async fn retire_route_back(ctx: &Ctx<'_>, from: &str, to: &str, name: &str) -> R
 /// durable does not exist: journal it as waiting (first: a checkpoint must not
 /// outlive the pause it was taken under), then give the old durable back its
 /// state (running, or the operator's pause).
-async fn undo_consumer(
+pub(super) async fn undo_consumer(
     ctx: &Ctx<'_>,
     from: &str,
     name: &str,

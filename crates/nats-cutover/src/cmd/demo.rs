@@ -131,8 +131,16 @@ fn scenario_config(a: &DemoArgs) -> ScenarioConfig {
             processing: a.processing,
             batch: 32,
             retry_horizon: DEFAULT_RETRY_HORIZON,
+            protocol: false,
         },
         new_stream: NEW_STREAM.into(),
+        mode: match a.mode {
+            crate::cli::ModeArg::Drain => cutover_core::plan::Mode::Drain,
+            // (Refused before: a rolling upgrade replaces instances.)
+            crate::cli::ModeArg::Fence | crate::cli::ModeArg::Rolling => {
+                cutover_core::plan::Mode::Fence
+            }
+        },
         // Let the workload settle into a steady state for a third of the run.
         cutover_at: a.duration / 3,
         ack_wait: Duration::from_secs(30),
@@ -252,6 +260,9 @@ pub fn summary_json(o: &Outcome) -> serde_json::Value {
         "max_publish_stall_ms": l.max_publish_stall_ms,
         "max_retried_publish_ms": l.max_retried_publish_ms,
         "max_consumer_gap_ms": l.max_consumer_gap_ms,
+        "handoff_gap_ms": o.handoff_gap_ms,
+        "steady_gap_ms": o.steady_gap_ms,
+        "mode": o.plan.mode.as_str(),
         "cutover_ms": o.cutover_ms,
         "steps": o.step_durations().into_iter().map(|(s, ms)| json!({"step": s, "ms": ms})).collect::<Vec<_>>(),
         "consumers": o.journal.consumers,
@@ -281,6 +292,10 @@ fn print_summary(o: &Outcome) {
                 ],
                 vec!["max stall of a retried publish".into(), render::ms(l.max_retried_publish_ms)],
                 vec!["max consumer gap".into(), render::ms(l.max_consumer_gap_ms)],
+                vec![
+                    format!("consumer gap of the handoff (mode {})", o.plan.mode.as_str()),
+                    render::ms(o.handoff_gap_ms)
+                ],
                 vec!["cut-over duration".into(), render::ms(o.cutover_ms)],
             ]
         )

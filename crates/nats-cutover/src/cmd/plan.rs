@@ -59,7 +59,9 @@ fn build_request(
         mode: match a.mode {
             ModeArg::Drain => Mode::Drain,
             ModeArg::Fence => Mode::Fence,
+            ModeArg::Rolling => Mode::Rolling,
         },
+        new_version: a.new_version.clone(),
         to_config: to_config.map(|m: Map<String, Value>| m),
         publishers_stopped: a.publishers_stopped,
         retry_horizon: a.retry_horizon,

@@ -10,7 +10,7 @@ use crate::report::ReportData;
 use cutover_core::journal::{ConsumerPhase, Journal, Phase};
 use cutover_core::plan::Plan;
 use cutover_nats::engine::{self, RunOptions, Sink};
-use cutover_nats::journal::{now_ms, LeaseInfo};
+use cutover_nats::journal::{now_ms, Instance, LeaseInfo};
 use cutover_nats::observe::{self, ConsumerSample, Observe, OnSample, RunRecord};
 use cutover_nats::Js;
 use serde_json::json;
@@ -68,6 +68,7 @@ fn refuse_plan_contradictions(a: &RunArgs) -> Result<()> {
         (p.to_config.is_some(), "--to-config"),
         (p.publishers_stopped, "--publishers-stopped"),
         (p.retry_horizon.is_some(), "--retry-horizon"),
+        (p.new_version.is_some(), "--new-version"),
         (a.resume.is_some(), "--resume"),
     ]
     .into_iter()
@@ -216,6 +217,9 @@ fn run_options(a: &RunArgs) -> RunOptions {
         lease_ttl: a.lease_ttl,
         settle_timeout: a.settle_timeout,
         max_pause: a.max_pause,
+        fence_ack_timeout: a.fence_ack_timeout,
+        nak_delay: a.nak_delay,
+        proceed: a.proceed,
         // Only in the binary the tests run: die after a named step.
         after_step: cutover_nats::test_hooks::crash_after_step(),
         ..Default::default()
@@ -310,8 +314,13 @@ pub fn print_journal(j: &Journal) {
 pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> Result<ExitCode> {
     let js = super::connect(conn).await?;
     let (list, leases) = read_status(&js, a.id.as_deref()).await?;
+    let mut instances = engine::instances(&js).await?;
+    if a.id.is_some() {
+        // Those of the migration's old stream (their home binding).
+        instances.retain(|i| list.iter().any(|j| j.from == i.record.stream));
+    }
     if json_out {
-        print_status_json(&list, &leases)?;
+        print_status_json(&list, &leases, &instances)?;
         return Ok(ExitCode::Ok);
     }
     if list.is_empty() && leases.is_empty() {
@@ -324,7 +333,36 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> Result<Ex
     if !leases.is_empty() {
         print_leases(&leases, &list);
     }
+    if !instances.is_empty() {
+        print_instances(&instances);
+    }
     Ok(ExitCode::Ok)
+}
+
+/// The registered application instances: version, binding, fence (docs/protocol.md).
+fn print_instances(instances: &[Instance]) {
+    let rows: Vec<Vec<String>> = instances
+        .iter()
+        .map(|i| {
+            let r = &i.record;
+            let state = if i.live {
+                "live".to_string()
+            } else {
+                format!("gone ({} s ago)", i.age_ms / 1000)
+            };
+            let fence = r.fence_ack.as_ref().map(|f| format!("{} @ {}", f.migration, f.fence));
+            vec![
+                r.instance.clone(),
+                format!("{} ({})", r.app_version, r.lang),
+                format!("{}/{}", r.stream, r.consumer),
+                r.bound.join(", "),
+                fence.unwrap_or_else(|| "-".into()),
+                state,
+            ]
+        })
+        .collect();
+    let head = ["instance", "version", "home", "fetching from", "fence acknowledged", "state"];
+    outln!("\ninstances:\n{}", table(&head, &rows));
 }
 
 /// The migrations' journals and the streams' leases: all of them, or those of
@@ -356,7 +394,7 @@ fn orphan(list: &[Journal], migration: &str) -> bool {
 }
 
 /// The journals and leases as one JSON document, each lease marked orphan or not.
-fn print_status_json(list: &[Journal], leases: &[LeaseInfo]) -> Result<()> {
+fn print_status_json(list: &[Journal], leases: &[LeaseInfo], instances: &[Instance]) -> Result<()> {
     let leases: Vec<serde_json::Value> = leases
         .iter()
         .map(|l| {
@@ -365,7 +403,8 @@ fn print_status_json(list: &[Journal], leases: &[LeaseInfo]) -> Result<()> {
             v
         })
         .collect();
-    outln!("{}", serde_json::to_string_pretty(&json!({ "migrations": list, "leases": leases }))?);
+    let doc = json!({ "migrations": list, "leases": leases, "instances": instances });
+    outln!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())
 }
 

@@ -59,7 +59,7 @@ enum Point {
 /// request, then finishes the migration by `undo` (rollback, or resume where
 /// rollback is refused past the commit point) or resume, and checks the
 /// workload: none lost, none twice.
-async fn sweep_point(k: usize, undo: bool, strategy: &str) -> Point {
+async fn sweep_point(k: usize, undo: bool, strategy: &str, mode: &str) -> Point {
     let e = env().await;
     orders_stream(&e, 30_000).await;
     let watcher = async_nats::connect(e.server.url()).await.unwrap();
@@ -71,11 +71,16 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str) -> Point {
         .connect(e.server.url())
         .await
         .unwrap();
-    let load = Load::start(load_client, load_cfg(500, 40_000)).await;
+    // Fence mode: the workload's workers follow the protocol (registered).
+    let cfg = cutover_demo::load::LoadConfig { protocol: mode == "fence", ..load_cfg(500, 40_000) };
+    let load = Load::start(load_client, cfg).await;
+    if mode == "fence" {
+        crate::fence::until_registered(&e, cfg_workers()).await;
+    }
     until_processed(&load, 100).await;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
         .args(["--server", e.server.url(), "--json"])
-        .args(command(strategy))
+        .args(command(strategy, mode))
         .args(["worker", "--yes", "--lease-ttl", "1s"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -127,7 +132,7 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str) -> Point {
     }
     if resumed && strategy == IN_PLACE {
         // The same command resumes whichever hop is under way.
-        let out = retry_lease(&e, &[&["--json"][..], &command(strategy)].concat()).await;
+        let out = retry_lease(&e, &[&["--json"][..], &command(strategy, mode)].concat()).await;
         assert_eq!(out.code, 0, "resume after {key:?}: {out:?}");
         for id in [HOP1, HOP2] {
             let (_, j) = engine::rollback::load(&e.js, id).await.unwrap();
@@ -140,7 +145,7 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str) -> Point {
             retry_lease(&e, &["--json", "run", "--resume", ID, "--lease-ttl", "1s"]).await
         } else {
             // Killed before the journal existed: a new run.
-            retry_lease(&e, &[&["--json"][..], &command(strategy)].concat()).await
+            retry_lease(&e, &[&["--json"][..], &command(strategy, mode)].concat()).await
         };
         assert_eq!(out.code, 0, "resume after {key:?}: {out:?}");
         let (_, j) = engine::rollback::load(&e.js, ID).await.unwrap();
@@ -169,13 +174,14 @@ const IN_PLACE: &str = "in-place";
 const HOP1: &str = "ORDERS.ORDERS_CUTOVER";
 const HOP2: &str = "ORDERS_CUTOVER.ORDERS";
 
-/// The run command of a sweep, up to `--consumer`: a move with `strategy`,
-/// or an in-place change of storage (file to memory).
-fn command(strategy: &str) -> Vec<&str> {
+/// The run command of a sweep, up to `--consumer`: a move with `strategy`
+/// and `mode`, or an in-place change of storage (file to memory).
+fn command<'a>(strategy: &'a str, mode: &'a str) -> Vec<&'a str> {
     if strategy == IN_PLACE {
         return vec!["run", "--in-place", "ORDERS", "--set", "storage=memory", "--consumer"];
     }
-    vec!["run", "--strategy", strategy, "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer"]
+    let head = ["run", "--strategy", strategy, "--mode", mode, "--from", "ORDERS", "--to"];
+    [&head[..], &["ORDERS_V2", "--consumer"]].concat()
 }
 
 /// Runs the CLI until the killed runner's lease has lapsed.
@@ -195,10 +201,19 @@ async fn retry_lease(e: &Env, args: &[&str]) -> Out {
     }
 }
 
+/// The workload's workers (`load_cfg`'s).
+fn cfg_workers() -> usize {
+    load_cfg(500, 40_000).workers
+}
+
 async fn sweep(undo: bool, strategy: &str) {
+    sweep_mode(undo, strategy, "drain").await
+}
+
+async fn sweep_mode(undo: bool, strategy: &str, mode: &str) {
     let mut points = vec![];
     for k in 1.. {
-        match sweep_point(k, undo, strategy).await {
+        match sweep_point(k, undo, strategy, mode).await {
             Point::Killed(key) => points.push(key),
             Point::Finished => break,
         }
@@ -240,4 +255,18 @@ async fn crash_after_every_request_then_resume_is_exact_in_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crash_after_every_request_then_rollback_is_exact_in_place() {
     sweep(true, IN_PLACE).await;
+}
+
+/// Fence mode (docs/protocol.md) with the protocol's workers: killed after
+/// every distinct request, then resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crash_after_every_request_then_resume_is_exact_in_fence_mode() {
+    sweep_mode(false, "source", "fence").await;
+}
+
+/// Fence mode, killed after every distinct request, then rolled back (or
+/// resumed past the commit point).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crash_after_every_request_then_rollback_is_exact_in_fence_mode() {
+    sweep_mode(true, "source", "fence").await;
 }

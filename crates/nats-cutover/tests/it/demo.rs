@@ -32,6 +32,33 @@ fn demo_moves_a_live_workload_with_nothing_lost_or_duplicated() {
     assert!(std::fs::metadata(&report).unwrap().len() > 1000);
 }
 
+/// `demo --mode fence`: the workload's workers follow the application
+/// protocol; the same exact verification, and the handoff's gap reported.
+#[test]
+fn demo_in_fence_mode_moves_the_workload_exactly() {
+    let out = cli(&[
+        "demo",
+        "--json",
+        "--mode",
+        "fence",
+        "--rate",
+        "400",
+        "--duration",
+        "3",
+        "--workers",
+        "3",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let summary: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["mode"], "fence", "{summary:#}");
+    assert_eq!((summary["lost"].as_u64(), summary["duplicated"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(summary["verified"], true, "{summary:#}");
+    assert_eq!(summary["verify"]["holds"], true, "{summary:#}");
+    assert!(summary["handoff_gap_ms"].as_f64().is_some(), "{summary:#}");
+    assert_eq!(summary["consumers"][0]["phase"], "retired", "{summary:#}");
+}
+
 #[test]
 fn demo_refuses_unbounded_or_empty_workloads() {
     let out = cli(&["demo", "--duration", "1h"]);

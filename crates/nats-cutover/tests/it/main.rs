@@ -10,6 +10,7 @@ mod common;
 mod crash_sweep;
 mod demo;
 mod demo_server;
+mod fence;
 mod inspect;
 mod metrics;
 mod output;

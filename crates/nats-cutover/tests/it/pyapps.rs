@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-pub(crate) fn root() -> PathBuf {
+pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
 /// The test apps' interpreter: `CUTOVER_TEST_PYTHON`, else the venv that
 /// scripts/install-test-apps.sh makes. Missing: fail with the command.
-pub(crate) fn python() -> PathBuf {
+pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("CUTOVER_TEST_PYTHON") {
         return p.into();
     }
@@ -29,7 +29,7 @@ pub(crate) fn python() -> PathBuf {
     p
 }
 
-pub(crate) struct App(pub(crate) Child);
+pub struct App(pub Child);
 
 impl Drop for App {
     fn drop(&mut self) {
@@ -39,7 +39,7 @@ impl Drop for App {
 }
 
 impl App {
-    pub(crate) fn start(script: &str, args: &[&str]) -> App {
+    pub fn start(script: &str, args: &[&str]) -> App {
         let mut child = Command::new(python())
             .arg(root().join("tests/apps").join(script))
             .args(args)
@@ -47,7 +47,8 @@ impl App {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        if script == "worker.py" || args.first() == Some(&"watcher") {
+        if script == "worker.py" || script == "fence_worker.py" || args.first() == Some(&"watcher")
+        {
             // Bound to its durable: it says so (no sleep).
             let mut line = String::new();
             BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
@@ -57,14 +58,14 @@ impl App {
     }
 
     /// SIGTERM: the app finishes its acks and writes its last line.
-    pub(crate) fn stop(mut self) {
+    pub fn stop(mut self) {
         let pid = self.0.id().to_string();
         assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
         self.0.wait().unwrap();
     }
 }
 
-pub(crate) fn lines(p: &Path) -> Vec<Value> {
+pub fn lines(p: &Path) -> Vec<Value> {
     std::fs::read_to_string(p)
         .unwrap_or_default()
         .lines()
@@ -76,14 +77,17 @@ pub(crate) fn lines(p: &Path) -> Vec<Value> {
 /// The longest time between two messages processed by any of the workers
 /// (seconds), from their records' timestamps.
 fn longest_gap(files: &[PathBuf]) -> f64 {
-    let mut t: Vec<f64> =
-        files.iter().flat_map(|f| lines(f)).filter_map(|l| l["t"].as_f64()).collect();
+    let mut t: Vec<f64> = files
+        .iter()
+        .flat_map(|f| lines(f))
+        .filter_map(|l| l["t_ms"].as_f64().map(|ms| ms / 1000.0))
+        .collect();
     t.sort_by(|a, b| a.partial_cmp(b).unwrap());
     t.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max)
 }
 
 /// Msg-id → times processed, over the given workers' records.
-fn processed(files: &[PathBuf]) -> HashMap<String, u32> {
+pub fn processed(files: &[PathBuf]) -> HashMap<String, u32> {
     let mut m = HashMap::new();
     for f in files {
         for l in lines(f) {
