@@ -180,8 +180,10 @@ pub enum PlanError {
         "--to-config sets {field:?}, which the cut-over owns ({why}); remove it from the file"
     )]
     ForbiddenOverride { field: String, why: &'static str },
-    #[error("--to-config sets {field:?}, which is not a stream setting nats-cutover knows (a typo?); the stream settings are: {known}; remove or rename it")]
+    #[error("{field:?}, which is not a stream setting nats-cutover knows (a typo?), is set by --set or --to-config; the stream settings are: {known}; remove or rename it")]
     UnknownSetting { field: String, known: String },
+    #[error("{field}={value} is not a value the server takes: {expected}")]
+    BadSettingValue { field: String, value: String, expected: &'static str },
     #[error("cannot read the server's {what} info: {why}")]
     BadServerJson { what: String, why: String },
 }
@@ -401,8 +403,23 @@ pub fn b_config_from(
 /// answer for the stream's name from a partial copy); the temporary stream
 /// answers them meanwhile (its mirror direct get, kept through its promotion),
 /// and the promotion turns the final stream's own back on.
-fn in_place_touches(req: &PlanRequest, mut b_config: Value) -> (Value, Map<String, Value>) {
+///
+/// Any B created by the run takes A's `republish` at the commit point, not
+/// while it copies A: a stream republishes every message it stores, sourced
+/// or mirrored ones too, so the copy would republish A's whole history.
+fn commit_touches(
+    req: &PlanRequest,
+    mut b_config: Value,
+    b_exists: bool,
+) -> (Value, Map<String, Value>) {
     let mut promote = promote_with(req, &b_config);
+    if !b_exists {
+        if let Some(rp) = b_config.as_object_mut().and_then(|c| c.remove("republish")) {
+            if !rp.is_null() {
+                promote.insert("republish".into(), rp);
+            }
+        }
+    }
     if req.in_place == Some(InPlaceHop::Back) && req.strategy == Strategy::Mirror {
         let direct = b_config.get("allow_direct").cloned().unwrap_or(json!(false));
         promote.insert("allow_direct".into(), direct);
@@ -538,8 +555,11 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
     let features = facts.version.features();
     let dw = nanos(b_view.duplicate_window);
     let steps = steps(req, b_exists, dw, features, &moved.plans, &b_final_subjects);
+    if !b_exists && b_config.get("republish").is_some_and(|v| !v.is_null()) {
+        r.add("stream", "republish", "set", "at the commit point", Verdict::ChangedOnPurpose, "B takes A's republish at the commit point, not while it copies A (a stream republishes every message it stores, copied ones too): subscribers of the republished subjects get each message once");
+    }
     let safe = !r.findings.iter().any(|f| f.verdict == Verdict::Unsafe);
-    let (b_config, promote_with) = in_place_touches(req, b_config);
+    let (b_config, promote_with) = commit_touches(req, b_config, b_exists);
     Ok(Plan {
         format: PLAN_FORMAT,
         from: req.from.clone(),
@@ -1136,6 +1156,44 @@ pub fn check_setting_names(settings: &Map<String, Value>) -> Result<(), PlanErro
         }
         None => Ok(()),
     }
+}
+
+/// The values of the settings with a fixed set of values or a range, checked
+/// before anything is judged (the server would refuse them later, or the
+/// "no migration needed" answer would print an update it refuses).
+pub fn check_setting_values(settings: &Map<String, Value>) -> Result<(), PlanError> {
+    for (k, v) in settings {
+        let one_of = |allowed: &[&str]| v.as_str().is_some_and(|s| allowed.contains(&s));
+        let int_from = |min: i64| v.as_i64().is_some_and(|n| n >= min);
+        let expected = match k.as_str() {
+            "retention" if !one_of(&["limits", "interest", "workqueue"]) => {
+                "limits, interest or workqueue"
+            }
+            "storage" if !one_of(&["file", "memory"]) => "file or memory",
+            "discard" if !one_of(&["old", "new"]) => "old or new",
+            "compression" if !one_of(&["none", "s2"]) => "none or s2",
+            "num_replicas" if !v.as_i64().is_some_and(|n| (1..=5).contains(&n)) => "1 to 5",
+            "max_msgs"
+            | "max_bytes"
+            | "max_msgs_per_subject"
+            | "max_msg_size"
+            | "max_consumers"
+                if !int_from(-1) =>
+            {
+                "a whole number, -1 for no limit"
+            }
+            "max_age" | "duplicate_window" if !int_from(0) => {
+                "nanoseconds, 0 for none (e.g. 3600000000000 for 1h)"
+            }
+            _ => continue,
+        };
+        return Err(PlanError::BadSettingValue {
+            field: k.clone(),
+            value: v.to_string(),
+            expected,
+        });
+    }
+    Ok(())
 }
 
 /// The settings among `changes` that the server refuses to update on a stream

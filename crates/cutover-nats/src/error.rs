@@ -118,7 +118,8 @@ impl Error {
                 PlanError::SameStream(_)
                 | PlanError::NoConsumer
                 | PlanError::ForbiddenOverride { .. }
-                | PlanError::UnknownSetting { .. } => ErrorKind::Input,
+                | PlanError::UnknownSetting { .. }
+                | PlanError::BadSettingValue { .. } => ErrorKind::Input,
             },
             Error::StreamChanged { .. }
             | Error::Journal(_)

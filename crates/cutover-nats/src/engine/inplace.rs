@@ -131,6 +131,9 @@ pub async fn run_in_place(
         }
         None => (None, None),
     };
+    if let Some(j) = hop1.as_ref().filter(|j| j.phase != Phase::RolledBack) {
+        same_settings(req, &j.plan)?;
+    }
     // Each hop deletes the stream it leaves: that frees A's name for hop 2.
     let opts = RunOptions { delete_old: true, keep_old_consumers: false, ..opts.clone() };
     let j1 = match hop1 {
@@ -165,6 +168,28 @@ pub async fn run_in_place(
         }
     };
     Ok((j1, j2))
+}
+
+/// A change under way is resumed with the settings it was started with: a
+/// request for other settings is refused, not silently given the old ones.
+fn same_settings(req: &InPlaceRequest, hop1: &Plan) -> Result<()> {
+    let planned = |k: &str| hop1.b_config.get(k).or_else(|| hop1.promote_with.get(k));
+    let differ: Vec<String> = req
+        .settings
+        .iter()
+        .flatten()
+        .filter(|(k, v)| planned(k) != Some(*v))
+        .map(|(k, v)| format!("{k}={v} (under way: {})", planned(k).unwrap_or(&Value::Null)))
+        .collect();
+    if differ.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Unsafe(format!(
+        "an in-place change of {} with other settings is under way ({}): finish it by running its own command again, or undo it with `nats-cutover rollback {}` before its commit point, then ask for the new settings",
+        req.stream,
+        differ.join(", "),
+        hop1.from.clone() + "." + &hop1.to
+    )))
 }
 
 fn refuse_unsafe(p: &Plan, hop: u8) -> Result<()> {

@@ -1285,10 +1285,11 @@ async fn commit_window(
         // A mirror is promoted in the same update: mirror removed, subjects
         // added (2.12+: stream.go configUpdateCheckLocked allows dropping the
         // mirror; updateWithAdvisory stops the mirror consumer).
+        // With what the plan keeps for the commit (republish, and what a
+        // mirror may not have).
         if let Some(c) = cfg.as_object_mut() {
-            if c.remove("mirror").is_some() {
-                c.extend(ctx.journal.lock().await.plan.promote_with.clone());
-            }
+            c.remove("mirror");
+            c.extend(ctx.journal.lock().await.plan.promote_with.clone());
         }
         ctx.js.stream_update(&cfg).await?;
     }

@@ -49,6 +49,20 @@ async fn update_is_enough(
     };
     let settings = req.settings.clone().unwrap_or_default();
     cutover_core::plan::check_setting_names(&settings).map_err(cutover_nats::Error::from)?;
+    cutover_core::plan::check_setting_values(&settings).map_err(cutover_nats::Error::from)?;
+    if settings.iter().all(|(k, v)| raw["config"].get(k) == Some(v)) {
+        let text = format!(
+            "{} already has these settings ({}); nothing was changed",
+            req.stream,
+            settings.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+        if json_out {
+            outln!("{}", json!({ "kind": "already_applied", "message": text }));
+        } else {
+            outln!("{text}");
+        }
+        return Ok(Some(ExitCode::Ok));
+    }
     if !cutover_core::plan::needs_migration(&raw["config"], &settings).is_empty() {
         return Ok(None);
     }
@@ -100,6 +114,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         lease_ttl: a.lease_ttl,
         settle_timeout: a.settle_timeout,
         max_pause: a.max_pause,
+        after_step: cutover_nats::test_hooks::crash_after_step(),
         ..Default::default()
     };
     let js = super::connect(conn).await?;
@@ -155,7 +170,12 @@ pub async fn bucket(
         settings: Some(settings),
         retry_horizon: None,
     };
-    let opts = RunOptions { lease_ttl: a.lease_ttl, max_pause: a.max_pause, ..Default::default() };
+    let opts = RunOptions {
+        lease_ttl: a.lease_ttl,
+        max_pause: a.max_pause,
+        after_step: cutover_nats::test_hooks::crash_after_step(),
+        ..Default::default()
+    };
     let js = super::connect(conn).await?;
     execute(&js, &req, a.yes, &opts, json_out).await
 }

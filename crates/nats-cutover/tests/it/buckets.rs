@@ -293,3 +293,90 @@ async fn in_place_refuses_what_it_cannot_do() {
     }
     assert_eq!(e.snapshot().await, before, "a refused in-place change changed the server");
 }
+
+/// A stream that republishes: neither hop's copy republishes the history (B
+/// takes `republish` at the commit point), and a message published after the
+/// change is republished once (a newcomer's trial saw every message twice).
+#[tokio::test]
+async fn republish_is_not_repeated_by_the_copies() {
+    use futures::StreamExt;
+    let e = env().await;
+    e.stream(json!({"name": "REP", "subjects": ["rep.>"], "republish": {"src": "rep.>", "dest": "repub.>"}})).await;
+    e.publish("rep.a", "m", 100).await;
+    let watcher = async_nats::connect(e.server.url()).await.unwrap();
+    let mut sub = watcher.subscribe("repub.>").await.unwrap();
+    watcher.flush().await.unwrap();
+    let out =
+        e.cli(&["run", "--in-place", "REP", "--set", "storage=memory", "--all-consumers", "--yes"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (raw, _) = e.js.stream_info("REP").await.unwrap();
+    assert_eq!(raw["config"]["republish"]["dest"], "repub.>", "republish kept");
+    e.publish("rep.a", "after", 1).await;
+    let mut got = vec![];
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(5), sub.next()).await {
+        let last = m.payload.as_ref() == b"0"
+            && m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).map(|v| v.as_str())
+                == Some("after-0");
+        got.push(m);
+        if last {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 1, "republished during the change: {}", got.len() - 1);
+}
+
+/// A change killed half way and then asked for with other settings is
+/// refused, naming both, and the server is left as the crash left it; the
+/// original command then finishes it.
+#[tokio::test]
+async fn an_interrupted_change_is_not_finished_with_other_settings() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 20).await;
+    let head = ["run", "--in-place", "ORDERS", "--consumer", "worker", "--yes"];
+    let first = [&head[..], &["--set", "storage=memory", "--lease-ttl", "1s"]].concat();
+    let out = crate::run::run_cli(&e, &first, Some("catch_up"));
+    assert_eq!(out.code, 86, "the test hook kills the runner after catch_up: {out:?}");
+    let before = e.snapshot().await;
+    let other = [&head[..], &["--set", "storage=file", "--set", "max_msgs=1000000"]].concat();
+    let out = crate::run::retry_cli(&e, &other, &["is held by runner"]).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.contains("storage=\"file\" (under way: \"memory\")"), "{}", out.stderr);
+    assert_eq!(e.snapshot().await, before, "a refused request changed the server");
+    let out = crate::run::retry_cli(&e, &first, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (raw, _) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(raw["config"]["storage"], "memory");
+}
+
+/// Values the server would refuse are bad input (exit 2, named), not "no
+/// migration needed"; a change already applied says so.
+#[tokio::test]
+async fn in_place_checks_values_and_says_when_nothing_is_left_to_do() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    let before = e.snapshot().await;
+    for (set, why) in [
+        ("retention=wq", "limits, interest or workqueue"),
+        ("discard=sideways", "old or new"),
+        ("max_msgs=-7", "-1 for no limit"),
+        ("storage=ssd", "file or memory"),
+    ] {
+        let out = e.cli(&["plan", "--in-place", "ORDERS", "--consumer", "worker", "--set", set]);
+        assert_eq!(out.code, 2, "{set}: {out:?}");
+        assert!(out.stderr.contains(why), "{set}: {}", out.stderr);
+    }
+    let out = e.cli(&[
+        "run",
+        "--in-place",
+        "ORDERS",
+        "--consumer",
+        "worker",
+        "--set",
+        "storage=file",
+        "--yes",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("already has these settings"), "{}", out.stdout);
+    assert_eq!(e.snapshot().await, before);
+}

@@ -871,7 +871,7 @@ async fn run_in_place_from_the_cli() {
         (vec![], "needs the new settings"),
         (vec!["--set", "colour=red"], "\"colour\", which is not a stream setting"),
         (vec!["--set", "subjects=orders.>"], "does not have the server's type"),
-        (vec!["--set", "max_age=1h"], "does not have the server's type"),
+        (vec!["--set", "max_age=1h"], "nanoseconds, 0 for none"),
     ] {
         let mut full = vec!["run", "--in-place", "ORDERS", "--consumer", "worker", "--yes"];
         full.extend(args);
