@@ -499,6 +499,17 @@ fn rule_work_queue_b(r: &mut Report, ac: &StreamConfig, b: &StreamConfig, versio
 /// name, A's own sources, the retry horizon against A's window.
 pub(crate) fn check_request(r: &mut Report, req: &crate::plan::PlanRequest, a: &StreamInfo) {
     let s = STREAM;
+    if req.in_place == Some(crate::plan::InPlaceHop::Out) {
+        let what = if a.config.name.starts_with("OBJ_") {
+            "deleting or overwriting objects while a hop copies leaves their old chunks in the copy (storage, not data readers see)"
+        } else {
+            "a message deleted or purged while a hop copies comes back in the copy, where a durable may deliver it"
+        };
+        r.add(s, "deletes", "", "", Verdict::ChangedOnPurpose, format!(
+            "a mirror copies what {} stores, not what is deleted from it afterwards: {what}; do not delete or purge during the change (KV deletes and purges are messages and are carried)",
+            a.config.name
+        ));
+    }
     if req.in_place == Some(crate::plan::InPlaceHop::Out)
         && a.config.name.starts_with("KV_")
         && !a.config.allow_direct

@@ -15,6 +15,7 @@ use crate::journal::{now_ms, IfMissing, JournalStore, Lease};
 use cutover_core::checkpoint::assess;
 use cutover_core::journal::{ConsumerPhase, ConsumerProgress, Journal, Phase, Step};
 use cutover_core::model::{ConsumerInfo, StreamInfo};
+use cutover_core::plan::InPlaceHop;
 use cutover_core::plan::Strategy;
 use serde_json::json;
 use serde_json::Value;
@@ -35,11 +36,19 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
     if j.phase == Phase::RolledBack {
         return Ok(j);
     }
+    if j.plan.in_place == Some(InPlaceHop::Back) {
+        // Hop 1 deleted the old stream: undoing hop 2 alone would leave the
+        // stream under the temporary name.
+        return Err(Error::Unsafe(format!(
+            "migration {id} is hop 2 of an in-place change: the stream's old copy is gone, so it can only be finished: {}",
+            finish_hint(&j)
+        )));
+    }
     if !j.can_roll_back() {
         return Err(Error::Unsafe(format!(
-            "migration {id} passed its commit point ({}): publishers write to {} now, so only rolling forward is safe: `nats-cutover run --resume {id}`",
+            "migration {id} passed its commit point ({}): {}",
             j.phase.as_str(),
-            j.to
+            finish_hint(&j)
         )));
     }
     let mut lease = Lease::acquire(&store, &j.from, id, lease_ttl).await?;
@@ -245,12 +254,34 @@ impl Undo<'_> {
 fn refuse_if_committed(j: &Journal, b: Option<&StreamInfo>) -> Result<()> {
     let finals = &j.plan.b_final_subjects;
     match b {
-        Some(b) if !finals.is_empty() && &b.config.subjects == finals => Err(Error::Unsafe(format!(
-            "migration {} passed its commit point: {} holds the subjects and publishers write to it, so only rolling forward is safe: `nats-cutover run --resume {}`",
-            j.id, j.to, j.id
-        ))),
+        Some(b) if !finals.is_empty() && &b.config.subjects == finals => {
+            Err(Error::Unsafe(format!(
+                "migration {} passed its commit point ({} holds the subjects): {}",
+                j.id,
+                j.to,
+                finish_hint(j)
+            )))
+        }
         _ => Ok(()),
     }
+}
+
+/// What finishes a migration past its commit point: the same in-place
+/// command (it resumes whichever hop is under way), or `run --resume`.
+fn finish_hint(j: &Journal) -> String {
+    let stream = match j.plan.in_place {
+        Some(InPlaceHop::Out) => &j.from,
+        Some(InPlaceHop::Back) => &j.to,
+        None => {
+            return format!(
+                "publishers write to {} now, so only rolling forward is safe: `nats-cutover run --resume {}`",
+                j.to, j.id
+            )
+        }
+    };
+    format!(
+        "only finishing the in-place change of {stream} is safe: run its command again (`nats-cutover run --in-place {stream} --set ...`, or `nats-cutover kv|obj BUCKET --set ...` for a bucket, with the same settings); it resumes whichever hop is under way"
+    )
 }
 
 pub async fn list(js: &Js) -> Result<Vec<Journal>> {
