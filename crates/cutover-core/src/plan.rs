@@ -657,6 +657,14 @@ fn rule_strategy(r: &mut Report, req: &PlanRequest, version: ServerVersion) {
             Verdict::Ok,
             "B mirrors A: every message keeps its sequence, so each checkpoint carries over unchanged (no translation); at the commit point B is promoted (mirror removed and subjects added in one update, 2.12+), keeping sequences, timestamps and the gaps of deleted messages; B's explicit duplicate window records the mirrored msg-ids, so a publisher's retry across the move lands once",
         ),
+        Strategy::Mirror if req.in_place.is_some() => r.add(
+            "plan",
+            "strategy",
+            "mirror",
+            "",
+            Verdict::Unsafe,
+            format!("an in-place change needs mirror promotion (nats-server 2.12+); this server is {version}: upgrade first, or move to a stream with another name (run --from {} --to NEW)", req.from),
+        ),
         other => r.add(
             "plan",
             "strategy",
@@ -811,9 +819,12 @@ fn rule_consumers_left_behind(r: &mut Report, req: &PlanRequest, facts: &ServerF
 
 fn rule_downstream(r: &mut Report, req: &PlanRequest, facts: &ServerFacts) {
     for d in &facts.downstream {
-        r.add("stream", "downstream", d, "", Verdict::Unsafe, format!(
-            "stream {d} sources or mirrors {}: after the cut-over it would receive nothing new; point it at {} first (or migrate it too)", req.from, req.to
-        ));
+        let why = if req.in_place.is_some() {
+            format!("stream {d} sources or mirrors {}: an in-place change deletes and recreates {} under its name, and carrying the streams that source or mirror it through both hops is not supported yet; move {} to a stream with another name instead (run --from {} --to NEW), and point {d} at it", req.from, req.from, req.from, req.from)
+        } else {
+            format!("stream {d} sources or mirrors {}: after the cut-over it would receive nothing new; point it at {} first (or migrate it too)", req.from, req.to)
+        };
+        r.add("stream", "downstream", d, "", Verdict::Unsafe, why);
     }
 }
 

@@ -123,6 +123,11 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
 
 /// `plan --in-place`: both hops, the copy and its estimate; read-only.
 pub async fn plan(conn: &ConnArgs, json_out: bool, a: &PlanArgs) -> Result<ExitCode> {
+    if a.out.is_some() {
+        return Err(CliError::Flag(
+            "--out writes a plan for `run --plan`, which an in-place change does not take (it plans each hop when it gets there): print it with --json instead".into(),
+        ));
+    }
     let req = request(a)?;
     let js = super::connect(conn).await?;
     if let Some(code) = update_is_enough(&js, &req, json_out).await? {
@@ -197,7 +202,9 @@ async fn execute(
     }
     if !yes && !resuming {
         let outline = engine::outline_in_place(js, req).await?;
-        print_outline(&outline);
+        if !json_out {
+            print_outline(&outline);
+        }
         if !outline.hop1.safe {
             return Err(CliError::Unsafe(format!(
                 "hop 1 is unsafe, nothing was changed: {}",

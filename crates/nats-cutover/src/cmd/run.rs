@@ -97,6 +97,11 @@ pub(super) fn shutdown_on_ctrl_c() -> tokio::sync::watch::Receiver<bool> {
 
 pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode> {
     if a.plan.in_place.is_some() {
+        if a.keep_old || a.keep_old_consumers {
+            return Err(CliError::Flag(
+                "--keep-old and --keep-old-consumers do not apply to --in-place: each hop deletes the stream it leaves (that frees the name)".into(),
+            ));
+        }
         if a.plan_file.is_some() || a.resume.is_some() {
             return Err(CliError::Flag(
                 "--in-place plans anew and resumes by itself: run the same --in-place command again, without --plan or --resume".into(),
