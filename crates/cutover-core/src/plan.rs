@@ -875,7 +875,7 @@ fn relies_on(features: Features, version: ServerVersion) -> Vec<String> {
         ));
     }
     if features.consumer_reset {
-        relies_on.push("consumer reset (2.14+): not needed by strategy source; rollback resumes the paused consumer where it was".into());
+        relies_on.push("consumer reset (2.14+): not needed to move; rollback resumes the paused consumer where it was (and resets it past what a new durable processed, when one did)".into());
     }
     relies_on.push(if features.sourcing_streams_get_no_default_dedup_window {
         "2.14+: a sourcing stream gets no duplicate window by default, so B's is set explicitly"

@@ -133,7 +133,11 @@ pub fn print_plan(plan: &Plan) {
     }
     outln!();
     if plan.safe {
-        outln!("Verdict: SAFE. `nats-cutover run` with the same options carries it out.");
+        if plan.in_place.is_some() {
+            outln!("Verdict: SAFE. The same command (run --in-place, kv or obj) with --yes carries out both hops.");
+        } else {
+            outln!("Verdict: SAFE. `nats-cutover run` with the same options carries it out.");
+        }
     } else {
         outln!("Verdict: UNSAFE, refused:");
         for f in plan.unsafe_findings() {
