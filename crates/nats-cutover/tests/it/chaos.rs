@@ -30,7 +30,7 @@ pub const ID: &str = "ORDERS.ORDERS_V2";
 /// How many of the messages processed last before a server is killed may be
 /// processed again (see [`Scene::assert_done`]): a second's worth at the
 /// scene's 300 msg/s, where the server forgets at most 100 ms.
-const FORGOTTEN: u64 = 300;
+pub const FORGOTTEN: u64 = 300;
 
 /// splitmix64: small, seedable, and the same on every platform.
 pub struct Rng(u64);
