@@ -114,7 +114,7 @@ where
             tokio::time::sleep(Duration::from_millis(5)).await;
             continue;
         };
-        if let After::Stop = work(&mut batch, &mut sig, &mut handler, (&mut acked, &stats)).await {
+        if let After::Stop = work(&mut batch, &mut sig, &mut handler, &mut acked).await {
             break;
         }
     }
@@ -156,7 +156,7 @@ async fn work<F, Fut>(
     batch: &mut pull::Batch,
     sig: &mut Signals,
     handler: &mut F,
-    (acked, stats): (&mut u64, &async_nats::Statistics),
+    acked: &mut u64,
 ) -> After
 where
     F: FnMut(jetstream::Message) -> Fut,
@@ -168,7 +168,7 @@ where
             m = batch.next() => {
                 let Some(Ok(m)) = m else { return After::Fetch };
                 let (outcome, m) = handler(m).await;
-                if !settle(outcome, m, acked, stats).await {
+                if !settle(outcome, m, acked).await {
                     return After::Stop;
                 }
             }
@@ -187,18 +187,14 @@ where
 }
 
 /// Acknowledges or naks a handled message, counting the confirmed acks; false
-/// when the handler died holding it. An ack whose answer is lost in a
-/// reconnection is not waited for (whether it reached the server is what
-/// JetStream's redelivery settles either way).
-async fn settle(
-    outcome: Outcome,
-    m: jetstream::Message,
-    acked: &mut u64,
-    stats: &async_nats::Statistics,
-) -> bool {
+/// when the handler died holding it. The ack is waited for (at most the
+/// request timeout) even across a reconnection: dropped while the client's
+/// queue is full (publishes pile up while disconnected), it would never be
+/// sent, and the message would be delivered and processed again.
+async fn settle(outcome: Outcome, m: jetstream::Message, acked: &mut u64) -> bool {
     match outcome {
         Outcome::Ack => {
-            if unless_reconnected(stats, m.double_ack()).await.is_some_and(|r| r.is_ok()) {
+            if m.double_ack().await.is_ok() {
                 *acked += 1;
             }
         }

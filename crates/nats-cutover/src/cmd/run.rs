@@ -196,7 +196,15 @@ async fn load_plan(js: &Js, a: &RunArgs) -> Result<Plan> {
         read_plan_file(p)?
     } else {
         let req = super::plan::request(&a.plan)?;
-        engine::prepare_plan(js, &req).await?
+        // A migration of these streams under way is resumed whatever a new
+        // plan would say (engine::run goes on with its journal): its plan,
+        // not one judged against streams it already changed (past the commit
+        // point B holds the subjects, which a new plan refuses).
+        let id = cutover_core::journal::migration_id(&req.from, &req.to);
+        match engine::rollback::load(js, &id).await {
+            Ok((_, j)) if !matches!(j.phase, Phase::Done | Phase::RolledBack) => j.plan,
+            _ => engine::prepare_plan(js, &req).await?,
+        }
     })
 }
 

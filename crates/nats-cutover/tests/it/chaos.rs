@@ -30,7 +30,7 @@ pub const ID: &str = "ORDERS.ORDERS_V2";
 /// How many of the messages processed last before a server is killed may be
 /// processed again (see [`Scene::assert_done`]): a second's worth at the
 /// scene's 300 msg/s, where the server forgets at most 100 ms.
-const FORGOTTEN: u64 = 300;
+pub const FORGOTTEN: u64 = 300;
 
 /// splitmix64: small, seedable, and the same on every platform.
 pub struct Rng(u64);
@@ -528,14 +528,17 @@ async fn stopped_migration(rng: &mut Rng) -> (String, String, bool) {
     until_lease_lapsed(&s.js).await;
     let (continued_at, code, err) = take_over(&mut s, a, rng, 1).await;
     // It may have finished only if continued before anyone else took over
-    // (then the second runner found the migration done).
+    // (then the second runner found the migration done); stopped while still
+    // planning (no journal yet), it may find the streams changed under it and
+    // refuse. What it must not do is damage: the journal and the workload
+    // are checked below.
     assert!(
-        code == 0 || err.contains("is held by runner"),
+        code == 0 || err.contains("is held by runner") || stopped_at == "no journal",
         "stopped at {stopped_at}, continued at {continued_at}: the stopped runner failed otherwise than on its lease (exit {code}): {err}"
     );
     let what = format!("stopped at {stopped_at}, continued at {continued_at} (exit {code})");
     s.assert_done_and_exact(&what).await;
-    (stopped_at, continued_at, code != 0)
+    (stopped_at, continued_at, err.contains("is held by runner"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -182,3 +182,270 @@ async fn leaders_stepping_down_during_the_cutover_lose_nothing() {
     assert!(by_move.is_empty(), "processed twice without a redelivery: {by_move:?}");
     crate::run::assert_verified(&js, "ORDERS.ORDERS_V2").await;
 }
+
+/// The node (index in the cluster) that leads `what` (a stream or consumer
+/// info's `cluster.leader`, the server's name `n<i>`).
+fn leader_of(info: &serde_json::Value) -> Option<usize> {
+    info["cluster"]["leader"].as_str()?.strip_prefix('n')?.parse().ok()
+}
+
+/// Leaders die under the cut-over: when the runner pauses the consumer (its
+/// drain begins), the node leading that consumer is killed (SIGKILL); when
+/// it releases A's subjects (the commit window), the node leading B, which
+/// must take them, is. Each node comes back at once (its store kept), so two
+/// of three are always up. A run that fails on the lost node is run again
+/// (it resumes); nothing is lost, nothing is processed twice but messages
+/// first processed around a kill, and verify holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leaders_killed_during_the_cutover_lose_nothing() {
+    use crate::chaos::{Requests, Runner, FORGOTTEN};
+    use crate::run::{finish_after, load_cfg, until_processed};
+    use cutover_demo::load::Load;
+    let mut cluster = Cluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+    let urls: Vec<String> = cluster.urls().split(',').map(String::from).collect();
+    let client =
+        async_nats::ConnectOptions::new().custom_inbox_prefix("_TEST").connect(urls).await.unwrap();
+    let js = Js::new(client.clone(), Duration::from_secs(5));
+    wait_until("an R3 stream to be created", Duration::from_secs(30), || async {
+        js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "duplicate_window": 120_000_000_000i64})).await.is_ok()
+    })
+    .await;
+    js.consumer_create("ORDERS", "worker", &json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000}), Action::Create).await.unwrap();
+    let cfg = cutover_demo::load::LoadConfig {
+        duration: Duration::from_secs(300),
+        ..load_cfg(300, 90_000)
+    };
+    let load = Load::start(client.clone(), cfg).await;
+    until_processed(&load, 300).await;
+    let mut requests = Requests::watch(cluster.nodes[0].url()).await;
+    let dir = crate::common::TempDir::new("leaders-killed");
+    let args = run_orders(&["--timeout", "3s"], &["--lease-ttl", "2s"]);
+    let (mut killed, mut attempts, mut killed_at) = (vec![], vec![], vec![]);
+    for n in 0..15 {
+        let mut r = Runner::spawn(&cluster.urls(), &args, &dir.0, n);
+        let code = loop {
+            tokio::select! {
+                req = requests.next() => {
+                    let (leads, what) = match req.subject.as_str() {
+                        "$JS.API.CONSUMER.PAUSE.ORDERS.worker" if killed.is_empty() => {
+                            (js.consumer_info_raw("ORDERS", "worker").await, "consumer ORDERS/worker")
+                        }
+                        "$JS.API.STREAM.UPDATE.ORDERS" if killed.len() == 1 => {
+                            (js.stream_info_raw("ORDERS_V2").await, "stream ORDERS_V2")
+                        }
+                        _ => continue,
+                    };
+                    let Some(i) = leads.ok().as_ref().and_then(leader_of) else { continue };
+                    killed_at.push(load.processed());
+                    let pid = cluster.nodes[i].pid().unwrap().to_string();
+                    assert!(std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
+                    cluster.nodes[i].restart().unwrap();
+                    killed.push(format!("n{i}, leader of {what}"));
+                }
+                status = r.child.wait() => break status.unwrap().code().unwrap_or(-1),
+            }
+        };
+        if code == 0 {
+            break;
+        }
+        let (_, err) = r.exited().await;
+        attempts.push(err.lines().next().unwrap_or("").to_string());
+    }
+    eprintln!("killed: {killed:?}; failed attempts before success: {attempts:#?}");
+    assert_eq!(killed.len(), 2, "both leaders were killed: {killed:?}");
+    let (_, j) = cutover_nats::engine::rollback::load(&js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_eq!(j.phase, cutover_core::journal::Phase::Done, "{attempts:#?}");
+    let r = finish_after(load, 300).await;
+    eprintln!(
+        "published {}, lost {}, processed twice {} (redeliveries {}, from both streams {}), longest retried publish {:.0} ms",
+        r.published,
+        r.lost.len(),
+        r.duplicated.len(),
+        r.redelivered.len(),
+        r.duplicated_across_streams.len(),
+        r.max_retried_publish_ms
+    );
+    assert!(r.lost.is_empty(), "lost: {:?}", r.lost);
+    assert_eq!(r.publish_failures, 0);
+    // A killed consumer leader forgets acks not yet replicated, and its
+    // successor delivers those messages again; once in a few runs one such
+    // message came again from B's durable (from both streams), its cause not
+    // established (docs/reliability.md). Accepted only for a message first
+    // processed around a kill; any other one processed twice fails.
+    let near_kill = |first: u64| killed_at.iter().any(|k| first.abs_diff(*k) <= FORGOTTEN);
+    let far: Vec<_> =
+        r.duplicated_first_processed.iter().filter(|(_, first)| !near_kill(*first)).collect();
+    assert!(far.is_empty(), "processed twice, not around a kill at {killed_at:?}: {far:?}");
+    if !r.duplicated_across_streams.is_empty() {
+        eprintln!("FROM BOTH STREAMS around a kill: {:?}", r.duplicated_across_streams);
+    }
+    crate::run::assert_verified(&js, "ORDERS.ORDERS_V2").await;
+}
+
+/// Cuts node `k` off from the other two by configuration reload (SIGHUP):
+/// `k` keeps no routes, the others drop the one to `k`. A route removed on
+/// reload is closed and not reconnected (nats-server reload.go
+/// `routesOption.Apply`: `setNoReconnect`, `closeConnection(RouteRemoved)`).
+/// `heal` puts every route back. The node keeps running and serving the
+/// clients connected to it: a partition, not a crash.
+fn partition(cluster: &Cluster, k: usize, heal: bool) {
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let path = node.dir().join("server.conf");
+        let conf = std::fs::read_to_string(&path).unwrap();
+        let start = conf.find("routes: [").unwrap() + "routes: [".len();
+        let end = start + conf[start..].find(']').unwrap();
+        let all = cluster_routes(cluster);
+        let keep: Vec<&String> = match (heal, i == k) {
+            (true, _) => all.iter().collect(),
+            (false, true) => vec![],
+            (false, false) => all.iter().filter(|r| **r != all[k]).collect(),
+        };
+        let routes = keep.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ");
+        // A reload checks the file alone: the name given as `-n` must be in it
+        // ("jetstream cluster requires `server_name` to be set").
+        let name = if conf.contains("server_name") {
+            String::new()
+        } else {
+            format!("server_name: n{i}\n")
+        };
+        std::fs::write(&path, format!("{name}{}{routes}{}", &conf[..start], &conf[end..])).unwrap();
+        let pid = node.pid().unwrap().to_string();
+        assert!(std::process::Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .unwrap()
+            .success());
+    }
+}
+
+/// Waits until the majority sees node `k`'s replica of `stream` as current
+/// (`true`) or not (stream info `cluster.replicas[].current`, `offline`): the
+/// partition took effect, or healed.
+async fn replica_current(js: &Js, stream: &str, k: usize, want: bool) {
+    let name = format!("n{k}");
+    wait_until(&format!("{name} current in {stream}: {want}"), Duration::from_secs(30), || async {
+        let Ok(info) = js.stream_info_raw(stream).await else { return false };
+        let leader = info["cluster"]["leader"].as_str() == Some(name.as_str());
+        let replicas = info["cluster"]["replicas"].as_array().cloned().unwrap_or_default();
+        let r = replicas.iter().find(|r| r["name"] == name.as_str());
+        let current = leader || r.is_some_and(|r| r["current"] == true && r["offline"] != true);
+        current == want
+    })
+    .await;
+}
+
+/// Every node's route URL, in node order (from its `listen` line).
+fn cluster_routes(cluster: &Cluster) -> Vec<String> {
+    let route = |n: &cutover_testkit::NatsServer| {
+        let conf = std::fs::read_to_string(n.dir().join("server.conf")).unwrap();
+        let l = conf.split("listen: ").nth(1).unwrap().lines().next().unwrap().trim().to_string();
+        format!("nats-route://{l}")
+    };
+    cluster.nodes.iter().map(route).collect()
+}
+
+/// A node is cut off (routes removed by configuration reload, see
+/// [`partition`]) when the runner pauses the consumer: the node leading that
+/// consumer if the workload is not connected to it, else another. It keeps
+/// running, so clients connected to it meet a JetStream without quorum. The
+/// runner is run again until done (a run connected to the cut-off node
+/// fails); then the routes come back. None lost; a message processed twice
+/// only around the partition; verify holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_partitioned_during_the_cutover_loses_nothing() {
+    use crate::chaos::{Requests, Runner, FORGOTTEN};
+    use crate::run::{finish_after, load_cfg, until_processed};
+    use cutover_demo::load::Load;
+    let cluster = Cluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+    // The workload and the test talk to node 0, which stays in the majority.
+    let client = async_nats::ConnectOptions::new()
+        .custom_inbox_prefix("_TEST")
+        .connect(cluster.nodes[0].url())
+        .await
+        .unwrap();
+    let js = Js::new(client.clone(), Duration::from_secs(5));
+    wait_until("an R3 stream to be created", Duration::from_secs(30), || async {
+        js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "duplicate_window": 120_000_000_000i64})).await.is_ok()
+    })
+    .await;
+    js.consumer_create("ORDERS", "worker", &json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000}), Action::Create).await.unwrap();
+    let cfg = cutover_demo::load::LoadConfig {
+        duration: Duration::from_secs(300),
+        ..load_cfg(300, 90_000)
+    };
+    let load = Load::start(client.clone(), cfg).await;
+    until_processed(&load, 300).await;
+    let mut requests = Requests::watch(cluster.nodes[0].url()).await;
+    let dir = crate::common::TempDir::new("partitioned");
+    let args = run_orders(&["--timeout", "3s"], &["--lease-ttl", "2s"]);
+    let (mut cut, mut cut_at, mut attempts) = (None, 0, vec![]);
+    for n in 0..20 {
+        let mut r = Runner::spawn(&cluster.urls(), &args, &dir.0, n);
+        let code = loop {
+            tokio::select! {
+                req = requests.next(), if cut.is_none() => {
+                    if req.subject != "$JS.API.CONSUMER.PAUSE.ORDERS.worker" { continue }
+                    let leader = js.consumer_info_raw("ORDERS", "worker").await.ok();
+                    let k = leader.as_ref().and_then(leader_of).filter(|k| *k != 0).unwrap_or(1);
+                    cut_at = load.processed();
+                    partition(&cluster, k, false);
+                    replica_current(&js, "ORDERS", k, false).await;
+                    cut = Some(k);
+                }
+                status = r.child.wait() => break status.unwrap().code().unwrap_or(-1),
+            }
+        };
+        if code == 0 {
+            break;
+        }
+        let (_, err) = r.exited().await;
+        attempts.push(err.lines().next().unwrap_or("").to_string());
+    }
+    let k = cut.expect("a node was cut off");
+    eprintln!("n{k} cut off; failed attempts before success: {attempts:#?}");
+    let (_, j) = cutover_nats::engine::rollback::load(&js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_eq!(j.phase, cutover_core::journal::Phase::Done, "{attempts:#?}");
+    partition(&cluster, k, true);
+    for stream in ["ORDERS", "ORDERS_V2"] {
+        replica_current(&js, stream, k, true).await;
+    }
+    let r = finish_after(load, 300).await;
+    eprintln!(
+        "published {}, lost {}, processed twice {} (from both streams {}), longest retried publish {:.0} ms",
+        r.published,
+        r.lost.len(),
+        r.duplicated.len(),
+        r.duplicated_across_streams.len(),
+        r.max_retried_publish_ms
+    );
+    assert!(r.lost.is_empty(), "lost: {:?}", r.lost);
+    assert_eq!(r.publish_failures, 0);
+    let far: Vec<_> = r
+        .duplicated_first_processed
+        .iter()
+        .filter(|(_, first)| first.abs_diff(cut_at) > FORGOTTEN)
+        .collect();
+    assert!(far.is_empty(), "processed twice, not around the cut at {cut_at}: {far:?}");
+    // Right after the heal, verify can fail to read (B's ordered read gets
+    // nothing, "temporarily unavailable") or report what a replica that has
+    // not caught up shows (seen once: 1869 "extra"), though the workload's
+    // records are exact: it is run again until it holds, and every earlier
+    // outcome is printed (docs/reliability.md).
+    let id = "ORDERS.ORDERS_V2";
+    let mut failed = vec![];
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let v = loop {
+        let v = cutover_nats::verify::verify(&js, id, &Default::default(), &|_| {}).await;
+        match v {
+            Ok(v) if v.holds => break v,
+            _ if std::time::Instant::now() < deadline => {
+                failed
+                    .push(v.map(|v| format!("{:?}", v.summary)).unwrap_or_else(|e| e.to_string()));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            v => panic!("verify after the heal: {v:?}; before: {failed:#?}"),
+        }
+    };
+    eprintln!("verify did not hold {} times after the heal: {failed:#?}", failed.len());
+    assert_eq!(v.consumers[0].counts.checked, r.published);
+}

@@ -82,6 +82,7 @@ pub fn assert_exact(r: &LoadReport) {
         "published {} processed {} (unique {}), lost {}, duplicated {}, publish retries {}, max publish stall {:.1} ms, max consumer gap {:.1} ms",
         r.published, r.processed_total, r.processed_unique, r.lost.len(), r.duplicated.len(), r.publish_retries, r.max_publish_stall_ms, r.max_consumer_gap_ms
     );
+    eprintln!("redelivered {:?}, across streams {:?}", r.redelivered, r.duplicated_across_streams);
     assert_eq!(r.publish_failures, 0, "publishers saw errors they could not retry");
     assert!(r.lost.is_empty(), "lost: {:?}", &r.lost[..r.lost.len().min(20)]);
     assert!(
@@ -595,6 +596,25 @@ async fn runner_crash_then_server_restart_after_the_new_durable_exists() {
     until_processed(&load, before + 100).await;
     let out = resume_until_done(&e, "ORDERS.ORDERS_V2").await;
     assert_eq!(out.code, 0, "{out:?}");
+    let r = finish_after(load, 200).await;
+    assert_exact(&r);
+    assert_verified(&e.js, "ORDERS.ORDERS_V2").await;
+}
+
+/// The same `run --from --to` command resumes a migration stopped past its
+/// commit point (B holds the subjects): it goes on with the journal's plan
+/// instead of refusing a new plan's "B already takes direct publishes".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_run_command_resumes_past_the_commit_point() {
+    let e = env().await;
+    let load = orders_under_load(&e, 30_000, 300, 100).await;
+    let args = run_orders(&["--json"], &["--lease-ttl", "1s"]);
+    let out = run_cli(&e, &args, Some("move_publishers"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let out = retry_cli(&e, &args, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_eq!(j.phase, Phase::Done);
     let r = finish_after(load, 200).await;
     assert_exact(&r);
     assert_verified(&e.js, "ORDERS.ORDERS_V2").await;
