@@ -9,4 +9,5 @@
 //!   demo, the benchmark and the report share.
 
 pub mod load;
+pub mod procedures;
 pub mod scenario;

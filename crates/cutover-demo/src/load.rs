@@ -69,6 +69,9 @@ struct Shared {
     processed_count: AtomicU64,
     published_count: AtomicU64,
     publishing: AtomicBool,
+    /// Publishers held (the seed's manual procedure pauses them): nothing is
+    /// published while set; what fell due meanwhile goes out on release.
+    hold: AtomicBool,
     samples: Mutex<Vec<Sample>>,
 }
 
@@ -157,6 +160,17 @@ impl Load {
 
     pub fn elapsed(&self) -> Duration {
         self.t0.elapsed()
+    }
+
+    /// Holds the publisher (an operator pausing the applications' publishes):
+    /// messages that fall due meanwhile are published on release, and their
+    /// stall counts from when they fell due.
+    pub fn hold_publishers(&self) {
+        self.shared.hold.store(true, Ordering::SeqCst);
+    }
+
+    pub fn release_publishers(&self) {
+        self.shared.hold.store(false, Ordering::SeqCst);
     }
 
     /// Stops publishing and waits for the publisher (and its retries) to finish.
@@ -267,7 +281,9 @@ async fn process(
     audit: Audit,
     audit_client: async_nats::Client,
 ) -> (Outcome, jetstream::Message) {
-    tokio::time::sleep(processing).await;
+    if !processing.is_zero() {
+        tokio::time::sleep(processing).await;
+    }
     if let Some((subject, worker)) = &audit {
         // Recorded before the ack: an acknowledged message always
         // has its record. A failed record is a failed processing.
@@ -342,48 +358,72 @@ async fn publish_loop(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut next = 0u64;
     let mut tasks = tokio::task::JoinSet::new();
+    // While held: since when (the run is longer by the time held), and the
+    // ids below `held_below` fell due during a hold (their stall counts from
+    // when they fell due).
+    let (mut held_since, mut held_total, mut held_below) = (None::<Instant>, Duration::ZERO, 0);
     'outer: loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => break,
         }
+        if shared.hold.load(Ordering::SeqCst) {
+            held_since.get_or_insert_with(Instant::now);
+            continue;
+        }
         let due = ((start.elapsed().as_secs_f64() * cfg.rate as f64) as u64).min(cfg.max_messages);
+        if let Some(h) = held_since.take() {
+            held_total += h.elapsed();
+            held_below = due;
+        }
         while next < due {
-            if start.elapsed() > cfg.duration || *stop.borrow() {
+            if start.elapsed() > cfg.duration + held_total || *stop.borrow() {
                 break 'outer;
             }
             let permit = inflight.clone().acquire_owned().await.unwrap();
+            let due_at = (next < held_below)
+                .then(|| start + Duration::from_secs_f64(next as f64 / cfg.rate as f64));
             let (p, shared, id) = (p.clone(), shared.clone(), next);
             let subject = format!("{}.{}", cfg.subject_prefix, id % 4);
             tasks.spawn(async move {
                 let r = p.publish(&subject, &format!("m-{id}"), Bytes::from(id.to_string())).await;
                 drop(permit);
-                match r {
-                    Ok(ok) => {
-                        shared.published.lock().unwrap().push(id);
-                        shared.published_count.fetch_add(1, Ordering::Relaxed);
-                        shared
-                            .max_stall_us
-                            .fetch_max(ok.latency.as_micros() as u64, Ordering::Relaxed);
-                        if ok.attempts > 1 {
-                            shared.retried.fetch_add(1, Ordering::Relaxed);
-                            shared
-                                .max_retried_us
-                                .fetch_max(ok.latency.as_micros() as u64, Ordering::Relaxed);
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!("{e}");
-                        shared.publish_failures.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                shared.count_published(id, r, due_at);
             });
             next += 1;
         }
         while tasks.try_join_next().is_some() {}
-        if next >= cfg.max_messages || start.elapsed() > cfg.duration {
+        if next >= cfg.max_messages || start.elapsed() > cfg.duration + held_total {
             break;
         }
     }
     while tasks.join_next().await.is_some() {}
+}
+
+impl Shared {
+    /// Records a publish's result: its stall (from `due_at` when a hold
+    /// delayed it, else from its first attempt) and retries.
+    fn count_published(
+        &self,
+        id: u64,
+        r: Result<cutover_app::publisher::Published, cutover_app::publisher::PublishFailed>,
+        due_at: Option<Instant>,
+    ) {
+        match r {
+            Ok(ok) => {
+                self.published.lock().unwrap().push(id);
+                self.published_count.fetch_add(1, Ordering::Relaxed);
+                let stall = due_at.map_or(ok.latency, |d| d.elapsed().max(ok.latency));
+                self.max_stall_us.fetch_max(stall.as_micros() as u64, Ordering::Relaxed);
+                if ok.attempts > 1 {
+                    self.retried.fetch_add(1, Ordering::Relaxed);
+                    self.max_retried_us.fetch_max(ok.latency.as_micros() as u64, Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                tracing::warn!("{e}");
+                self.publish_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
