@@ -72,7 +72,7 @@ async fn one_run(n: usize, live: usize, rate: u32) -> Value {
     let create_s = t.elapsed().as_secs_f64();
     let mut loads = vec![];
     for i in 0..live {
-        loads.push(Load::start(client.clone(), load_for(i, rate)).await);
+        loads.push(Load::start_tagged(client.clone(), load_for(i, rate), &format!("c{i}-")).await);
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut req = PlanRequest::source("ORDERS", "ORDERS_V2", &[]);

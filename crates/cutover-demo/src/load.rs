@@ -122,6 +122,22 @@ impl Load {
         cfg: LoadConfig,
         audit_subject: Option<String>,
     ) -> Self {
+        Self::start_inner(client, cfg, audit_subject, String::new()).await
+    }
+
+    /// Like [`Load::start`], with msg-ids `{tag}m-{i}`: several loads on one
+    /// stream (each its own durable) then do not share msg-ids, which the
+    /// stream's duplicate window would drop.
+    pub async fn start_tagged(client: async_nats::Client, cfg: LoadConfig, tag: &str) -> Self {
+        Self::start_inner(client, cfg, None, tag.to_string()).await
+    }
+
+    async fn start_inner(
+        client: async_nats::Client,
+        cfg: LoadConfig,
+        audit_subject: Option<String>,
+        tag: String,
+    ) -> Self {
         let shared = Arc::new(Shared::default());
         shared.publishing.store(true, Ordering::SeqCst);
         let (stop_pub_tx, stop_pub_rx) = watch::channel(false);
@@ -136,7 +152,7 @@ impl Load {
         let publisher = {
             let (shared, cfg) = (shared.clone(), cfg.clone());
             let p = Publisher::new(client.clone(), cfg.retry_horizon);
-            tokio::spawn(async move { publish_loop(p, cfg, shared, stop_pub_rx).await })
+            tokio::spawn(async move { publish_loop(p, cfg, shared, stop_pub_rx, tag).await })
         };
         let sampler = spawn_sampler(shared.clone(), t0);
         Self {
@@ -305,7 +321,7 @@ impl Shared {
             .headers
             .as_ref()
             .and_then(|h| h.get("Nats-Msg-Id"))
-            .and_then(|v| v.as_str().strip_prefix("m-"))
+            .and_then(|v| v.as_str().rsplit_once("m-").map(|(_, n)| n))
             .and_then(|s| s.parse::<u64>().ok())
         {
             *self.processed.lock().unwrap().entry(id).or_default() += 1;
@@ -349,6 +365,7 @@ async fn publish_loop(
     cfg: LoadConfig,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
+    tag: String,
 ) {
     // Publishes concurrently (bounded in flight) so the rate does not depend on
     // the round trip; each publish retries on its own.
@@ -383,10 +400,11 @@ async fn publish_loop(
             let permit = inflight.clone().acquire_owned().await.unwrap();
             let due_at = (next < held_below)
                 .then(|| start + Duration::from_secs_f64(next as f64 / cfg.rate as f64));
-            let (p, shared, id) = (p.clone(), shared.clone(), next);
+            let (p, shared, id, msg_id) =
+                (p.clone(), shared.clone(), next, format!("{tag}m-{next}"));
             let subject = format!("{}.{}", cfg.subject_prefix, id % 4);
             tasks.spawn(async move {
-                let r = p.publish(&subject, &format!("m-{id}"), Bytes::from(id.to_string())).await;
+                let r = p.publish(&subject, &msg_id, Bytes::from(id.to_string())).await;
                 drop(permit);
                 shared.count_published(id, r, due_at);
             });
