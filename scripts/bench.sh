@@ -8,7 +8,7 @@
 # Knobs (environment; the defaults fit in about 30 minutes on 2 cores):
 #   PROC_RATES=1000,5000,20000,max PROC_RUNS=3 PROC_SECONDS=6 PROC_ACK_WAIT_S=5
 #   TRANSLATE_SIZES=10000,1000000   VERIFY_N=1000000 VERIFY_ROUNDS=3
-#   MANY_COUNTS=1,100,1000 MANY_RUNS=3   SOURCING_STEP_S=6
+#   MANY_COUNTS=1,100,400,1000 MANY_RUNS=3   SOURCING_STEP_S=6
 #   BENCH_ONLY=procedures,translate,verify,many,sourcing (a subset; the
 #   report is rebuilt from whatever JSON target/bench holds)
 set -euo pipefail
@@ -25,14 +25,14 @@ full=0
 
 : "${PROC_RATES:=1000,5000,20000,max}" "${PROC_RUNS:=3}" "${PROC_SECONDS:=6}" "${PROC_ACK_WAIT_S:=5}"
 : "${TRANSLATE_SIZES:=10000,1000000}" "${VERIFY_N:=1000000}" "${VERIFY_ROUNDS:=3}"
-: "${MANY_COUNTS:=1,100,1000}" "${MANY_RUNS:=3}" "${SOURCING_STEP_S:=6}"
+: "${MANY_COUNTS:=1,100,400,1000}" "${MANY_RUNS:=3}" "${SOURCING_STEP_S:=6}"
 : "${BENCH_ONLY:=procedures,translate,verify,many,sourcing}"
 if [ "$full" = 1 ]; then TRANSLATE_SIZES="$TRANSLATE_SIZES,10000000"; fi
 
 out="$root/target/bench"
 mkdir -p "$out"
 steps="$out/steps.tsv"
-: >"$steps"
+: >>"$steps"
 started=$(date +%s)
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -40,6 +40,7 @@ t=$(date +%s)
 echo "== building (release)"
 cargo bench --locked -p cutover-demo --bench procedures --bench translate --bench many --bench sourcing --no-run
 cargo bench --locked -p nats-cutover --bench verify --no-run
+sed -i '/^build\t/d' "$steps"
 printf 'build\t%s\tcargo bench --locked -p cutover-demo --no-run; cargo bench --locked -p nats-cutover --bench verify --no-run\n' "$(( $(date +%s) - t ))" >>"$steps"
 
 # Runs one benchmark target with its knobs, recording the exact command and
@@ -51,6 +52,7 @@ run() {
   echo "== $cmd"
   local t; t=$(date +%s)
   env "$@" cargo bench --locked -q -p "$pkg" --bench "$name" 2>&1 | grep -v '^\s*$' | tail -n 60 >&2
+  sed -i "/^$name\t/d" "$steps"
   printf '%s\t%s\t%s\n' "$name" "$(( $(date +%s) - t ))" "$cmd" >>"$steps"
 }
 

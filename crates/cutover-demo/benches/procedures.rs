@@ -74,19 +74,26 @@ fn main() {
     let limits = rt.block_on(measure_limits(&k));
     let sustained = limits["sustained_per_s"].as_u64().unwrap() as u32;
     eprintln!("limits: {limits}");
-    let rates: Vec<u32> = k
-        .rates
-        .iter()
-        .map(|r| if r == "max" { sustained } else { r.parse().expect("a rate") })
-        .collect();
+    let mut rates: Vec<u32> = vec![];
+    for r in &k.rates {
+        let r = if r == "max" { sustained } else { r.parse().expect("a rate") };
+        if !rates.contains(&r) {
+            rates.push(r);
+        }
+    }
     let mut rows = vec![];
     for &rate in &rates {
         for &p in &k.list {
             let runs = if p == Procedure::Fence { 1 } else { k.runs };
             for run in 0..runs {
-                let o = run_once(&rt, &k, p, rate);
-                eprintln!("{} at {rate}/s run {}: {}", p.name(), run + 1, summary(&o));
-                rows.push(summary(&o));
+                // A procedure that fails is reported, not hidden: its row
+                // holds the error.
+                let row = match run_once(&rt, &k, p, rate) {
+                    Ok(o) => summary(&o),
+                    Err(e) => json!({"procedure": p.name(), "rate": rate, "error": e.to_string()}),
+                };
+                eprintln!("{} at {rate}/s run {}: {row}", p.name(), run + 1);
+                rows.push(row);
             }
         }
     }
@@ -156,7 +163,12 @@ async fn limit_step(client: &async_nats::Client, mut cfg: LoadConfig, i: usize) 
 }
 
 /// One run of a procedure on a fresh server.
-fn run_once(rt: &tokio::runtime::Runtime, k: &Knobs, p: Procedure, rate: u32) -> ProcedureOutcome {
+fn run_once(
+    rt: &tokio::runtime::Runtime,
+    k: &Knobs,
+    p: Procedure,
+    rate: u32,
+) -> Result<ProcedureOutcome, cutover_nats::Error> {
     let server = NatsServer::start();
     let cfg = ProcedureConfig {
         load: k.load(rate, k.seconds),
@@ -168,7 +180,7 @@ fn run_once(rt: &tokio::runtime::Runtime, k: &Knobs, p: Procedure, rate: u32) ->
     };
     rt.block_on(async {
         let client = async_nats::connect(server.url()).await.expect("connect");
-        procedures::run(client, &cfg).await.unwrap_or_else(|e| panic!("{}: {e}", p.name()))
+        procedures::run(client, &cfg).await
     })
 }
 
