@@ -199,7 +199,7 @@ def translate_section(t, lines):
         lines.append(f"| {num(s['messages'])} | {num(s['b_messages'])} | {statistics.median_low(sorted(gets))} ({max(gets)}) | {s['gets_bound']} | "
                      f"{mmm(ms, ' ms', 2)} | {num(s['publish_s'], ' s', 1)} | {num(s['source_s'], ' s', 1)} |")
     if not any(s["messages"] >= 10_000_000 for s in t["sizes"]):
-        lines += ["", "10M messages: not in the default run (it alone takes several minutes to publish and source here); `scripts/bench.sh --full` adds it."]
+        lines += ["", "10M messages: not in the default run; `scripts/bench.sh --full` adds it."]
     lines.append("")
 
 
@@ -260,6 +260,8 @@ def sourcing_section(s, svg_dir, lines):
         last = st["steps"][-1]
         a_short = last["a_per_s"] < 0.9 * last["rate"]
         verdict = f"B kept up to {num(k)} msg/s" if k else "B did not keep up at any rate tried"
+        if all(x["keeps_up"] for x in st["steps"]) and not a_short:
+            verdict += " (every rate tried: where it stops lies above, SOURCING_RATES tries higher ones; the reported 18–21k msg/s ceiling of nats-server issue 8612 did not show with these plain 128-byte publishes)"
         if a_short and all(x["keeps_up"] for x in st["steps"][:-1]):
             verdict += f"; at {num(last['rate'])} msg/s A itself ingested only {num(last['a_per_s'])} msg/s, so sourcing's own ceiling lies above what this machine can publish"
         lines += [f"**{st['strategy']}**: {verdict}.", "",
@@ -291,13 +293,18 @@ def header(m, steps, lines):
               f"Measured {m['date']} by `scripts/bench.sh` at commit {m['commit']}: {m['cores']} cores ({m['cpu']}), {mem:.0f} GiB, "
               f"{m['kernel']}; {m['server']} on loopback (a fresh server per run, started by the benchmarks through cutover-testkit); "
               f"release build, {m['rustc']}. Benchmarks are never run by the test suite.", "",
-              f"All the steps below took {total // 60} min {total % 60} s (build included). Load average (1, 5, 15 min) before: {m['load_before']}; after: {m['load_after']}."]
-    if l1 > 1.5 or float(m["load_after"].split()[0]) > 3:
+              f"All the steps below took {total // 60} min {total % 60} s (build included). Load average (1, 5, 15 min) at the start of the last scripts/bench.sh invocation: {m['load_before']}; at its end: {m['load_after']}."]
+    loads = [float(x[3]) for x in steps if len(x) > 3]
+    if any(len(x) < 4 for x in steps if x[0] != "build"):
+        lines += ["", "The load average was not recorded for every step of this run (an older scripts/bench.sh): treat those steps as measured on a shared machine."]
+    if l1 > 1.5 or float(m["load_after"].split()[0]) > 3 or any(v > 1.5 for v in loads):
         lines += ["", "**Not a quiet machine**: other work (compilations, test suites) shared the cores during this run, so rates are low and "
                   "stalls and gaps high, pessimistic. `scripts/bench.sh` regenerates every number here on a quiet machine."]
     lines += ["", "Exact commands (each step's time):", "", "```sh", "scripts/bench.sh    # runs all of these, then scripts/bench-report.py"]
-    for name, secs, cmd in steps:
-        lines.append(f"{cmd}    # {name}: {secs} s")
+    order = ["build", "procedures", "translate", "verify", "many", "sourcing"]
+    for x in sorted(steps, key=lambda x: order.index(x[0]) if x[0] in order else 99):
+        load = f", load {x[3]} at its end" if len(x) > 3 else ""
+        lines.append(f"{x[2]}    # {x[0]}: {x[1]} s{load}")
     lines += ["```", ""]
 
 

@@ -53,7 +53,9 @@ run() {
   local t; t=$(date +%s)
   env "$@" cargo bench --locked -q -p "$pkg" --bench "$name" 2>&1 | grep -v '^\s*$' | tail -n 60 >&2
   sed -i "/^$name\t/d" "$steps"
-  printf '%s\t%s\t%s\n' "$name" "$(( $(date +%s) - t ))" "$cmd" >>"$steps"
+  # The 1-minute load average at the end of the step: above the core count,
+  # other work shared the machine while it ran.
+  printf '%s\t%s\t%s\t%s\n' "$name" "$(( $(date +%s) - t ))" "$cmd" "$(cut -d' ' -f1 /proc/loadavg)" >>"$steps"
 }
 
 run procedures cutover-demo PROC_RATES="$PROC_RATES" PROC_RUNS="$PROC_RUNS" PROC_SECONDS="$PROC_SECONDS" PROC_ACK_WAIT_S="$PROC_ACK_WAIT_S"
