@@ -199,7 +199,7 @@ def translate_section(t, lines):
         lines.append(f"| {num(s['messages'])} | {num(s['b_messages'])} | {statistics.median_low(sorted(gets))} ({max(gets)}) | {s['gets_bound']} | "
                      f"{mmm(ms, ' ms', 2)} | {num(s['publish_s'], ' s', 1)} | {num(s['source_s'], ' s', 1)} |")
     if not any(s["messages"] >= 10_000_000 for s in t["sizes"]):
-        lines += ["", "10M messages: not in the default run; `scripts/bench.sh --full` adds it."]
+        lines += ["", "10M messages: not in this run (TRANSLATE_SIZES)."]
     lines.append("")
 
 
@@ -304,6 +304,8 @@ def header(m, steps, lines):
     order = ["build", "procedures", "translate", "verify", "many", "sourcing"]
     for x in sorted(steps, key=lambda x: order.index(x[0]) if x[0] in order else 99):
         load = f", load {x[3]} at its end" if len(x) > 3 else ""
+        if x[0] == "build" and int(x[1]) < 10:
+            load += " (nothing to rebuild: a fresh checkout adds a cold release build)"
         lines.append(f"{x[2]}    # {x[0]}: {x[1]} s{load}")
     lines += ["```", ""]
 
