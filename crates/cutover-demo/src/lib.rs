@@ -7,6 +7,9 @@
 //!   route, recording every message they process.
 //! - [`scenario`]: the live cut-over scenario (`live_cutover` → `Outcome`) the
 //!   demo, the benchmark and the report share.
+//! - [`procedures`]: the migration procedures side by side on that workload
+//!   (the manual one, naive switches, the engine's), for the benchmarks.
 
 pub mod load;
+pub mod procedures;
 pub mod scenario;

@@ -84,6 +84,9 @@ struct Shared {
     processed_count: AtomicU64,
     published_count: AtomicU64,
     publishing: AtomicBool,
+    /// Publishers held (the seed's manual procedure pauses them): nothing is
+    /// published while set; what fell due meanwhile goes out on release.
+    hold: AtomicBool,
     samples: Mutex<Vec<Sample>>,
 }
 
@@ -172,6 +175,22 @@ impl Load {
         cfg: LoadConfig,
         audit_subject: Option<String>,
     ) -> Self {
+        Self::start_inner(client, cfg, audit_subject, String::new()).await
+    }
+
+    /// Like [`Load::start`], with msg-ids `{tag}m-{i}`: several loads on one
+    /// stream (each its own durable) then do not share msg-ids, which the
+    /// stream's duplicate window would drop.
+    pub async fn start_tagged(client: async_nats::Client, cfg: LoadConfig, tag: &str) -> Self {
+        Self::start_inner(client, cfg, None, tag.to_string()).await
+    }
+
+    async fn start_inner(
+        client: async_nats::Client,
+        cfg: LoadConfig,
+        audit_subject: Option<String>,
+        tag: String,
+    ) -> Self {
         let shared = Arc::new(Shared::default());
         shared.publishing.store(true, Ordering::SeqCst);
         let (stop_pub_tx, stop_pub_rx) = watch::channel(false);
@@ -193,7 +212,7 @@ impl Load {
         let publisher = {
             let (shared, cfg) = (shared.clone(), cfg.clone());
             let p = Publisher::new(client.clone(), cfg.retry_horizon);
-            tokio::spawn(async move { publish_loop(p, cfg, shared, stop_pub_rx).await })
+            tokio::spawn(async move { publish_loop(p, cfg, shared, stop_pub_rx, tag).await })
         };
         let sampler = spawn_sampler(shared.clone(), t0);
         Self {
@@ -217,6 +236,17 @@ impl Load {
 
     pub fn elapsed(&self) -> Duration {
         self.t0.elapsed()
+    }
+
+    /// Holds the publisher (an operator pausing the applications' publishes):
+    /// messages that fall due meanwhile are published on release, and their
+    /// stall counts from when they fell due.
+    pub fn hold_publishers(&self) {
+        self.shared.hold.store(true, Ordering::SeqCst);
+    }
+
+    pub fn release_publishers(&self) {
+        self.shared.hold.store(false, Ordering::SeqCst);
     }
 
     /// Stops publishing and waits for the publisher (and its retries) to finish.
@@ -345,7 +375,9 @@ async fn process(
     audit: Audit,
     audit_client: async_nats::Client,
 ) -> (Outcome, jetstream::Message) {
-    tokio::time::sleep(processing).await;
+    if !processing.is_zero() {
+        tokio::time::sleep(processing).await;
+    }
     if let Some((subject, worker)) = &audit {
         // Recorded before the ack: an acknowledged message always
         // has its record. A failed record is a failed processing.
@@ -367,7 +399,7 @@ impl Shared {
             .headers
             .as_ref()
             .and_then(|h| h.get("Nats-Msg-Id"))
-            .and_then(|v| v.as_str().strip_prefix("m-"))
+            .and_then(|v| v.as_str().rsplit_once("m-").map(|(_, n)| n))
             .and_then(|s| s.parse::<u64>().ok())
         {
             *self.processed.lock().unwrap().entry(id).or_default() += 1;
@@ -425,6 +457,7 @@ async fn publish_loop(
     cfg: LoadConfig,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
+    tag: String,
 ) {
     // Publishes concurrently (bounded in flight) so the rate does not depend on
     // the round trip; each publish retries on its own.
@@ -434,48 +467,73 @@ async fn publish_loop(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut next = 0u64;
     let mut tasks = tokio::task::JoinSet::new();
+    // While held: since when (the run is longer by the time held), and the
+    // ids below `held_below` fell due during a hold (their stall counts from
+    // when they fell due).
+    let (mut held_since, mut held_total, mut held_below) = (None::<Instant>, Duration::ZERO, 0);
     'outer: loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => break,
         }
+        if shared.hold.load(Ordering::SeqCst) {
+            held_since.get_or_insert_with(Instant::now);
+            continue;
+        }
         let due = ((start.elapsed().as_secs_f64() * cfg.rate as f64) as u64).min(cfg.max_messages);
+        if let Some(h) = held_since.take() {
+            held_total += h.elapsed();
+            held_below = due;
+        }
         while next < due {
-            if start.elapsed() > cfg.duration || *stop.borrow() {
+            if start.elapsed() > cfg.duration + held_total || *stop.borrow() {
                 break 'outer;
             }
             let permit = inflight.clone().acquire_owned().await.unwrap();
-            let (p, shared, id) = (p.clone(), shared.clone(), next);
+            let due_at = (next < held_below)
+                .then(|| start + Duration::from_secs_f64(next as f64 / cfg.rate as f64));
+            let (p, shared, id, msg_id) =
+                (p.clone(), shared.clone(), next, format!("{tag}m-{next}"));
             let subject = format!("{}.{}", cfg.subject_prefix, id % 4);
             tasks.spawn(async move {
-                let r = p.publish(&subject, &format!("m-{id}"), Bytes::from(id.to_string())).await;
+                let r = p.publish(&subject, &msg_id, Bytes::from(id.to_string())).await;
                 drop(permit);
-                match r {
-                    Ok(ok) => {
-                        shared.published.lock().unwrap().push(id);
-                        shared.published_count.fetch_add(1, Ordering::Relaxed);
-                        shared
-                            .max_stall_us
-                            .fetch_max(ok.latency.as_micros() as u64, Ordering::Relaxed);
-                        if ok.attempts > 1 {
-                            shared.retried.fetch_add(1, Ordering::Relaxed);
-                            shared
-                                .max_retried_us
-                                .fetch_max(ok.latency.as_micros() as u64, Ordering::Relaxed);
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!("{e}");
-                        shared.publish_failures.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                shared.count_published(id, r, due_at);
             });
             next += 1;
         }
         while tasks.try_join_next().is_some() {}
-        if next >= cfg.max_messages || start.elapsed() > cfg.duration {
+        if next >= cfg.max_messages || start.elapsed() > cfg.duration + held_total {
             break;
         }
     }
     while tasks.join_next().await.is_some() {}
+}
+
+impl Shared {
+    /// Records a publish's result: its stall (from `due_at` when a hold
+    /// delayed it, else from its first attempt) and retries.
+    fn count_published(
+        &self,
+        id: u64,
+        r: Result<cutover_app::publisher::Published, cutover_app::publisher::PublishFailed>,
+        due_at: Option<Instant>,
+    ) {
+        match r {
+            Ok(ok) => {
+                self.published.lock().unwrap().push(id);
+                self.published_count.fetch_add(1, Ordering::Relaxed);
+                let stall = due_at.map_or(ok.latency, |d| d.elapsed().max(ok.latency));
+                self.max_stall_us.fetch_max(stall.as_micros() as u64, Ordering::Relaxed);
+                if ok.attempts > 1 {
+                    self.retried.fetch_add(1, Ordering::Relaxed);
+                    self.max_retried_us.fetch_max(ok.latency.as_micros() as u64, Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                tracing::warn!("{e}");
+                self.publish_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }

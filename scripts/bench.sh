@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Runs every benchmark of the report (issue 14) against pinned nats-servers the
+# benchmarks start on loopback (one fresh server per run), then rewrites
+# docs/benchmarks.md and its charts (docs/bench/*.svg) from their JSON output
+# (target/bench/*.json). Benchmarks are never run by the test suite.
+#
+# Usage: scripts/bench.sh [--full]     (--full: verify at 10M messages too)
+# Knobs (environment; the defaults fit in about 30 minutes on 2 cores):
+#   PROC_RATES=1000,5000,20000,max PROC_RUNS=3 PROC_SECONDS=6 PROC_ACK_WAIT_S=5
+#   TRANSLATE_SIZES=10000,1000000,10000000   VERIFY_N=1000000 VERIFY_ROUNDS=3
+#   MANY_COUNTS=1,100,400,1000 MANY_RUNS=3   SOURCING_STEP_S=6
+#   BENCH_ONLY=procedures,translate,verify,many,sourcing (a subset; the
+#   report is rebuilt from whatever JSON target/bench holds)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+command -v cargo >/dev/null || { echo "cargo is needed: install a Rust toolchain (rustup)" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "python3 is needed for the report" >&2; exit 1; }
+version=2.15.1
+scripts/install-nats-server.sh "$version" >/dev/null
+# The benchmarks start this one (the pinned version, this checkout's install).
+export NATS_SERVER="$root/.nats-server/$version/nats-server"
+full=0
+[ "${1:-}" = "--full" ] && full=1
+
+: "${PROC_RATES:=1000,5000,20000,max}" "${PROC_RUNS:=3}" "${PROC_SECONDS:=6}" "${PROC_ACK_WAIT_S:=5}"
+: "${TRANSLATE_SIZES:=10000,1000000,10000000}" "${VERIFY_N:=1000000}" "${VERIFY_ROUNDS:=3}"
+: "${MANY_COUNTS:=1,100,400,1000}" "${MANY_RUNS:=3}" "${SOURCING_STEP_S:=6}"
+: "${BENCH_ONLY:=procedures,translate,verify,many,sourcing}"
+if [ "$full" = 1 ]; then VERIFY_N=10000000; fi
+
+out="$root/target/bench"
+mkdir -p "$out"
+steps="$out/steps.tsv"
+: >>"$steps"
+started=$(date +%s)
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+t=$(date +%s)
+echo "== building (release)"
+cargo bench --locked -p cutover-demo --bench procedures --bench translate --bench many --bench sourcing --no-run
+cargo bench --locked -p nats-cutover --bench verify --no-run
+sed -i '/^build\t/d' "$steps"
+printf 'build\t%s\tcargo bench --locked -p cutover-demo --no-run; cargo bench --locked -p nats-cutover --bench verify --no-run\n' "$(( $(date +%s) - t ))" >>"$steps"
+
+# Runs one benchmark target with its knobs, recording the exact command and
+# how long it took.
+run() {
+  local name="$1" pkg="$2"; shift 2
+  case ",$BENCH_ONLY," in *",$name,"*) ;; *) return 0 ;; esac
+  local cmd="$* cargo bench --locked -p $pkg --bench $name"
+  echo "== $cmd"
+  local t; t=$(date +%s)
+  env "$@" cargo bench --locked -q -p "$pkg" --bench "$name" 2>&1 | grep -v '^\s*$' | tail -n 60 >&2
+  sed -i "/^$name\t/d" "$steps"
+  # The 1-minute load average at the end of the step: above the core count,
+  # other work shared the machine while it ran.
+  printf '%s\t%s\t%s\t%s\n' "$name" "$(( $(date +%s) - t ))" "$cmd" "$(cut -d' ' -f1 /proc/loadavg)" >>"$steps"
+}
+
+run procedures cutover-demo PROC_RATES="$PROC_RATES" PROC_RUNS="$PROC_RUNS" PROC_SECONDS="$PROC_SECONDS" PROC_ACK_WAIT_S="$PROC_ACK_WAIT_S"
+run translate cutover-demo TRANSLATE_SIZES="$TRANSLATE_SIZES"
+run verify nats-cutover VERIFY_BENCH_N="$VERIFY_N" VERIFY_BENCH_ROUNDS="$VERIFY_ROUNDS"
+run many cutover-demo MANY_COUNTS="$MANY_COUNTS" MANY_RUNS="$MANY_RUNS"
+run sourcing cutover-demo SOURCING_STEP_S="$SOURCING_STEP_S"
+
+cat >"$out/machine.json" <<EOF
+{"cores": $(nproc), "mem_kib": $(awk '/MemTotal/ {print $2}' /proc/meminfo),
+ "cpu": "$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo | tr -d '"')",
+ "kernel": "$(uname -sr)", "server": "$("$root/.nats-server/$version/nats-server" --version)",
+ "rustc": "$(rustc --version)", "commit": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
+ "date": "$(date -u +%Y-%m-%dT%H:%MZ)", "load_before": "$load_before",
+ "load_after": "$(cut -d' ' -f1-3 /proc/loadavg)", "seconds": $(( $(date +%s) - started )),
+ "full": $full}
+EOF
+python3 scripts/bench-report.py "$out" docs/benchmarks.md docs/bench
+echo "benchmarks took $(( ($(date +%s) - started) / 60 )) min; docs/benchmarks.md and docs/bench/*.svg rewritten"
