@@ -139,6 +139,11 @@ impl Js {
         Js { fence: Some(fence), ..self.clone() }
     }
 
+    /// The largest message the server takes (its INFO's max_payload).
+    pub fn max_payload(&self) -> usize {
+        self.client.server_info().max_payload
+    }
+
     pub fn server_version(&self) -> Option<ServerVersion> {
         ServerVersion::parse(&self.client.server_info().version)
     }

@@ -80,7 +80,34 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     if req.mode.is_fenced() {
         facts.checks.live_instances = Some(live_instances(js, &req.from, &draft).await?);
     }
-    Ok(plan::build(req, &facts)?)
+    let mut plan = plan::build(req, &facts)?;
+    refuse_oversized_journal(js, &mut plan);
+    Ok(plan)
+}
+
+/// The journal is one KV value: the plan plus each consumer's progress (about
+/// 2.1 KB per consumer measured with 1,000 durables). Over the server's
+/// max_payload the run could not write it: refused here, with how to split.
+fn refuse_oversized_journal(js: &Js, plan: &mut Plan) {
+    let max = js.max_payload();
+    let per_consumer = 600;
+    let estimate = serde_json::to_vec(&*plan).map(|v| v.len()).unwrap_or(0)
+        + per_consumer * plan.consumers.len();
+    if max == 0 || estimate <= max {
+        return;
+    }
+    let per_run = plan.consumers.len() * max / estimate.max(1);
+    plan.findings.push(cutover_core::compat::Finding {
+        scope: "plan".into(),
+        setting: "consumers".into(),
+        from: plan.consumers.len().to_string(),
+        to: String::new(),
+        verdict: cutover_core::compat::Verdict::Unsafe,
+        reason: format!(
+            "the migration's journal (one KV value) would be about {estimate} bytes, over the server's max_payload of {max}: move the consumers in several runs of at most about {per_run} (--consumer ...), or raise max_payload"
+        ),
+    });
+    plan.safe = false;
 }
 
 /// Fence mode: each consumer's live registered instances (none without the

@@ -278,3 +278,26 @@ fn planned_strategies_and_modes_are_hidden_and_refused() {
         assert!(out.stderr.contains(fix), "{args:?}: {out:?}");
     }
 }
+
+/// A migration whose journal (one KV value) would not fit the server's
+/// max_payload is refused by the plan, saying how to split it (the benchmark
+/// found 1,000 durables failing at the first journal write).
+#[tokio::test(flavor = "multi_thread")]
+async fn too_many_consumers_for_one_journal_are_refused() {
+    let conf = "max_payload: 16384\n";
+    let s =
+        NatsServer::start_with(ServerOptions { config: Some(conf.into()), ..Default::default() })
+            .unwrap();
+    let client = async_nats::connect(s.url()).await.unwrap();
+    let js = cutover_nats::Js::new(client, std::time::Duration::from_secs(5));
+    js.stream_create(&json!({"name": "A", "subjects": ["x.>"]})).await.unwrap();
+    for i in 0..30 {
+        let name = format!("c{i}");
+        let cfg = json!({"durable_name": name, "ack_policy": "explicit"});
+        js.consumer_create("A", &name, &cfg, Action::CreateOrUpdate).await.unwrap();
+    }
+    let out = cli(&["--server", s.url(), "plan", "--from", "A", "--to", "B", "--all-consumers"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stdout.contains("over the server's max_payload of 16384"), "{}", out.stdout);
+    assert!(js.stream_info_opt("B").await.unwrap().is_none());
+}
