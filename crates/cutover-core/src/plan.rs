@@ -399,28 +399,44 @@ pub fn b_config_from(
     Ok((Value::Object(b), final_subjects))
 }
 
-/// The last hop's mirror answers no direct get while it catches up (it would
-/// answer for the stream's name from a partial copy); the temporary stream
-/// answers them meanwhile (its mirror direct get, kept through its promotion),
-/// and the promotion turns the final stream's own back on.
-///
-/// Any B created by the run takes A's `republish` at the commit point, not
-/// while it copies A: a stream republishes every message it stores, sourced
-/// or mirrored ones too, so the copy would republish A's whole history.
+/// What B takes only at the commit point, in the update that gives it the
+/// subjects (and promotes a mirror), and so leaves out while it copies A:
+/// - `republish` (any B the run creates): a stream republishes every message
+///   it stores, copied ones too, so the copy would republish A's history;
+/// - `subject_delete_marker_ttl` (a mirror): "subject delete markers forbidden
+///   on mirrors" (stream.go checkStreamCfg);
+/// - the last hop of an in-place change: the stream as it was plus the new
+///   settings, so no mirror direct get (inherited from the temporary stream)
+///   and no marker of ours; and its own direct get only then: while it
+///   catches up it would answer for the stream's name from a partial copy,
+///   and the temporary stream answers meanwhile (its mirror direct get, kept
+///   through its promotion).
 fn commit_touches(
     req: &PlanRequest,
     mut b_config: Value,
     b_exists: bool,
 ) -> (Value, Map<String, Value>) {
-    let mut promote = promote_with(req, &b_config);
-    if !b_exists {
-        if let Some(rp) = b_config.as_object_mut().and_then(|c| c.remove("republish")) {
-            if !rp.is_null() {
-                promote.insert("republish".into(), rp);
+    let mirror = req.strategy == Strategy::Mirror;
+    let mut promote = Map::new();
+    let mut take = |b_config: &mut Value, key: &str| {
+        if let Some(v) = b_config.as_object_mut().and_then(|c| c.remove(key)) {
+            if !v.is_null() {
+                promote.insert(key.to_string(), v);
             }
         }
+    };
+    if !b_exists {
+        take(&mut b_config, "republish");
     }
-    if req.in_place == Some(InPlaceHop::Back) && req.strategy == Strategy::Mirror {
+    if mirror && !b_exists {
+        take(&mut b_config, "subject_delete_marker_ttl");
+    }
+    if mirror && req.in_place == Some(InPlaceHop::Back) {
+        let mut md =
+            b_config.get("metadata").and_then(|v| v.as_object()).cloned().unwrap_or_default();
+        md.remove(FROM_KEY);
+        promote.insert("metadata".into(), Value::Object(md));
+        promote.insert("mirror_direct".into(), json!(false));
         let direct = b_config.get("allow_direct").cloned().unwrap_or(json!(false));
         promote.insert("allow_direct".into(), direct);
         b_config["allow_direct"] = json!(false);
@@ -476,29 +492,6 @@ pub fn copy_estimate(messages: u64, bytes: u64) -> Duration {
 
 /// The metadata key that tells which stream B was made from.
 pub const FROM_KEY: &str = "nats-cutover.from";
-
-/// What the promotion of a mirror sets besides subjects: the delete-marker
-/// TTL a mirror may not have (stream.go checkStreamCfg: "subject delete
-/// markers forbidden on mirrors"); and for the last hop of an in-place
-/// migration, the stream as it was plus the new settings: no mirror direct
-/// get (inherited from the temporary stream) and no marker of ours.
-pub fn promote_with(req: &PlanRequest, b_config: &Value) -> Map<String, Value> {
-    let mut m = Map::new();
-    if req.strategy != Strategy::Mirror {
-        return m;
-    }
-    if let Some(ttl) = b_config.get("subject_delete_marker_ttl").filter(|v| !v.is_null()) {
-        m.insert("subject_delete_marker_ttl".into(), ttl.clone());
-    }
-    if req.in_place == Some(InPlaceHop::Back) {
-        m.insert("mirror_direct".into(), json!(false));
-        let mut md =
-            b_config.get("metadata").and_then(|v| v.as_object()).cloned().unwrap_or_default();
-        md.remove(FROM_KEY);
-        m.insert("metadata".into(), Value::Object(md));
-    }
-    m
-}
 
 /// The new durable on B: the old one's configuration, unknown fields included,
 /// positioned by `opt_start_seq` later and with filters as B stores them.

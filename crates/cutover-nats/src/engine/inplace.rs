@@ -93,14 +93,21 @@ pub async fn in_place_under_way(js: &Js, req: &InPlaceRequest) -> Result<bool> {
     let Some(store) = JournalStore::open(js, IfMissing::ReturnNone).await? else {
         return Ok(false);
     };
-    let (a, via) = (req.stream.clone(), req.via());
-    let (j1, j2) =
-        (store.load(&migration_id(&a, &via)).await?, store.load(&migration_id(&via, &a)).await?);
+    let (j1, j2) = load_hops(&store, req).await?;
     let open = |j: &Option<Journal>| {
         j.as_ref().is_some_and(|j| j.phase != Phase::Done && j.phase != Phase::RolledBack)
     };
     let between = j1.as_ref().is_some_and(|j| j.phase == Phase::Done) && j2.is_none();
     Ok(open(&j1) || open(&j2) || between)
+}
+
+/// The journals of both hops (`A.VIA`, then `VIA.A`), where they exist.
+async fn load_hops(
+    store: &JournalStore,
+    req: &InPlaceRequest,
+) -> Result<(Option<Journal>, Option<Journal>)> {
+    let (a, via) = (req.stream.as_str(), req.via());
+    Ok((store.load(&migration_id(a, &via)).await?, store.load(&migration_id(&via, a)).await?))
 }
 
 /// Runs (or resumes) both hops. Returns the two journals.
@@ -114,21 +121,18 @@ pub async fn run_in_place(
     let (a, via) = (req.stream.clone(), req.via());
     // Read-only until hop 1's plan is judged: bad input changes nothing.
     let (hop1, hop2) = match JournalStore::open(js, IfMissing::ReturnNone).await? {
-        Some(store) => {
-            let (id1, id2) = (migration_id(&a, &via), migration_id(&via, &a));
-            match (store.load(&id1).await?, store.load(&id2).await?) {
-                // An earlier in-place migration of this stream, finished: this
-                // request is a new one (its records would make it a no-op).
-                (Some(j1), Some(j2)) if j1.phase == Phase::Done && j2.phase == Phase::Done => {
-                    if plan_in_place(js, req).await?.safe {
-                        store.delete_journal(&id1).await?;
-                        store.delete_journal(&id2).await?;
-                    }
-                    (None, None)
+        Some(store) => match load_hops(&store, req).await? {
+            // An earlier in-place migration of this stream, finished: this
+            // request is a new one (its records would make it a no-op).
+            (Some(j1), Some(j2)) if j1.phase == Phase::Done && j2.phase == Phase::Done => {
+                if plan_in_place(js, req).await?.safe {
+                    store.delete_journal(&j1.id).await?;
+                    store.delete_journal(&j2.id).await?;
                 }
-                other => other,
+                (None, None)
             }
-        }
+            other => other,
+        },
         None => (None, None),
     };
     if let Some(j) = hop1.as_ref().filter(|j| j.phase != Phase::RolledBack) {

@@ -171,9 +171,7 @@ async fn check_b_config(js: &Js, draft: &Plan) -> Result<ConfigCheck> {
     cfg["subjects"] = json!([]);
     let nothing =
         json!({ "name": draft.from, "filter_subject": format!("_cutover.check.{}", draft.from) });
-    if let Some(c) = cfg.as_object_mut().filter(|c| c.contains_key("mirror")) {
-        // As run creates it: markers come with the promotion (run.rs create_b).
-        c.remove("subject_delete_marker_ttl");
+    if cfg.get("mirror").is_some() {
         cfg["mirror"] = nothing;
     } else {
         cfg["sources"] = json!([nothing]);

@@ -363,12 +363,6 @@ async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
             ctx.journal.lock().await.created_b = true;
             ctx.save().await?;
             let mut cfg = b_config.clone();
-            if let Some(c) = cfg.as_object_mut().filter(|c| c.contains_key("mirror")) {
-                // "subject delete markers forbidden on mirrors" (stream.go
-                // checkStreamCfg): they would take sequences of their own. The
-                // promotion sets them (commit_window).
-                c.remove("subject_delete_marker_ttl");
-            }
             // (A mirror checks no msg-id, so it needs no such start.)
             if cfg.get("mirror").is_none() && dedup_off_while_sourcing(ctx.js) {
                 // See raise_window: B starts without dedup and gets A's window

@@ -733,30 +733,37 @@ async fn a_retry_across_the_promotion_lands_once() {
     assert_eq!(b.state.messages, 5);
 }
 
+/// ORDERS's durable `worker` through an in-place change of one setting, in
+/// the library; both hops' journals.
+async fn in_place_worker(
+    e: &Env,
+    key: &str,
+    value: serde_json::Value,
+) -> (cutover_core::journal::Journal, cutover_core::journal::Journal) {
+    use cutover_nats::engine::{run_in_place, InPlaceRequest};
+    let req = InPlaceRequest {
+        stream: "ORDERS".into(),
+        via: None,
+        consumers: vec!["worker".into()],
+        all_consumers: false,
+        settings: Some([(key.to_string(), value)].into_iter().collect()),
+        retry_horizon: None,
+    };
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    run_in_place(&e.js, &req, &RunOptions::default(), &Collect::default(), rx).await.unwrap()
+}
+
 /// In place (issue 10, part 2): ORDERS moves from file to memory storage and
 /// back under its own name, live, with publishers and route-following workers: two mirror
 /// hops through ORDERS_CUTOVER. Same name, same sequences, the same durable at
 /// its position; none lost, none twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_place_storage_change_keeps_name_sequences_and_durables() {
-    use cutover_nats::engine::{run_in_place, InPlaceRequest};
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
     let load = live_load(&e, 500, 200).await;
     let (_, before) = e.js.stream_info("ORDERS").await.unwrap();
-    let mut settings = serde_json::Map::new();
-    settings.insert("storage".into(), json!("memory"));
-    let req = InPlaceRequest {
-        stream: "ORDERS".into(),
-        via: None,
-        consumers: vec!["worker".into()],
-        all_consumers: false,
-        settings: Some(settings),
-        retry_horizon: None,
-    };
-    let (_tx, rx) = tokio::sync::watch::channel(false);
-    let (j1, j2) =
-        run_in_place(&e.js, &req, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let (j1, j2) = in_place_worker(&e, "storage", json!("memory")).await;
     assert_eq!((j1.phase, j2.phase), (Phase::Done, Phase::Done));
     let (_, after) = e.js.stream_info("ORDERS").await.unwrap();
     assert_eq!(after.config.storage.as_str(), "memory");
@@ -768,11 +775,7 @@ async fn in_place_storage_change_keeps_name_sequences_and_durables() {
     assert_eq!(c.config.opt_start_seq, j2.consumers[0].b_start);
     // And back to file, live: a second change of the same stream (the first
     // one's finished records are replaced, not taken for this one).
-    let mut back = req.clone();
-    back.settings.as_mut().unwrap().insert("storage".into(), json!("file"));
-    let (_tx, rx) = tokio::sync::watch::channel(false);
-    let (_, j2) =
-        run_in_place(&e.js, &back, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let (_, j2) = in_place_worker(&e, "storage", json!("file")).await;
     let (_, after) = e.js.stream_info("ORDERS").await.unwrap();
     assert_eq!(after.config.storage.as_str(), "file");
     assert_eq!(after.state.first_seq, before.state.first_seq, "sequences kept");
@@ -785,23 +788,11 @@ async fn in_place_storage_change_keeps_name_sequences_and_durables() {
 /// retention, so both hops source from a stream 2.14+ mirrors reliably).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_place_work_queue_to_limits() {
-    use cutover_nats::engine::{run_in_place, InPlaceRequest};
     let e = env().await;
     e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "retention": "workqueue"})).await;
     e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000})).await;
     let load = live_load(&e, 500, 200).await;
-    let mut settings = serde_json::Map::new();
-    settings.insert("retention".into(), json!("limits"));
-    let req = InPlaceRequest {
-        stream: "ORDERS".into(),
-        via: None,
-        consumers: vec!["worker".into()],
-        all_consumers: false,
-        settings: Some(settings),
-        retry_horizon: None,
-    };
-    let (_tx, rx) = tokio::sync::watch::channel(false);
-    run_in_place(&e.js, &req, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    in_place_worker(&e, "retention", json!("limits")).await;
     let (_, after) = e.js.stream_info("ORDERS").await.unwrap();
     assert_eq!(after.config.retention.as_str(), "limits");
     exact_after(load, 200).await;
@@ -813,23 +804,10 @@ async fn in_place_work_queue_to_limits() {
 /// that work queue (2.14+). None lost, none twice; processed messages leave.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_place_limits_to_work_queue() {
-    use cutover_nats::engine::{run_in_place, InPlaceRequest};
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
     let load = live_load(&e, 500, 200).await;
-    let mut settings = serde_json::Map::new();
-    settings.insert("retention".into(), json!("workqueue"));
-    let req = InPlaceRequest {
-        stream: "ORDERS".into(),
-        via: None,
-        consumers: vec!["worker".into()],
-        all_consumers: false,
-        settings: Some(settings),
-        retry_horizon: None,
-    };
-    let (_tx, rx) = tokio::sync::watch::channel(false);
-    let (_, j2) =
-        run_in_place(&e.js, &req, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    let (_, j2) = in_place_worker(&e, "retention", json!("workqueue")).await;
     let (_, after) = e.js.stream_info("ORDERS").await.unwrap();
     assert_eq!(after.config.retention.as_str(), "workqueue");
     let (raw, _) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
