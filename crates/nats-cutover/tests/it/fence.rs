@@ -217,23 +217,7 @@ async fn nats_py_and_rust_instances_move_through_a_fence_exactly() {
         assert!(table.stdout.contains(want), "status lacks {want:?}: {table:?}");
     }
     let published = dir.join("pub.jsonl");
-    let pub_args = [
-        "--server",
-        url,
-        "--subject",
-        "orders",
-        "--subjects-count",
-        "4",
-        "--count",
-        "3000",
-        "--rate",
-        "1000",
-        "--id-prefix",
-        "m",
-        "--out",
-        published.to_str().unwrap(),
-    ];
-    let mut publisher = App::start("publisher.py", &pub_args);
+    let mut publisher = App::publisher(url, 3000, 1000, &published);
     let count = || processed(&files).len() + rust.len();
     wait_until("instances process", Duration::from_secs(20), || async { count() >= 300 }).await;
     let t_run = epoch_ms();
@@ -546,23 +530,7 @@ async fn nats_py_handoff(mode: &str) -> PyRun {
         until_registered(&e, 2).await;
     }
     let published = dir.join("pub.jsonl");
-    let pub_args = [
-        "--server",
-        url,
-        "--subject",
-        "orders",
-        "--subjects-count",
-        "4",
-        "--count",
-        "3000",
-        "--rate",
-        "1000",
-        "--id-prefix",
-        "m",
-        "--out",
-        published.to_str().unwrap(),
-    ];
-    let mut publisher = App::start("publisher.py", &pub_args);
+    let mut publisher = App::publisher(url, 3000, 1000, &published);
     wait_until("apps process", Duration::from_secs(20), || async {
         processed(&files).len() >= 500
     })
@@ -897,23 +865,7 @@ async fn rolling_upgrade_from_nats_py_to_nats_py_and_rust_instances() {
     let old_files: Vec<_> = old.iter().map(|(_, f)| f.clone()).collect();
     until_registered(&e, 2).await;
     let published = dir.join("pub.jsonl");
-    let pub_args = [
-        "--server",
-        url,
-        "--subject",
-        "orders",
-        "--subjects-count",
-        "4",
-        "--count",
-        "2000",
-        "--rate",
-        "500",
-        "--id-prefix",
-        "m",
-        "--out",
-        published.to_str().unwrap(),
-    ];
-    let mut publisher = App::start("publisher.py", &pub_args);
+    let mut publisher = App::publisher(url, 2000, 500, &published);
     wait_until("version 1 processes", Duration::from_secs(20), || async {
         processed(&old_files).len() >= 200
     })

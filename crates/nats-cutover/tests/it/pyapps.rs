@@ -57,6 +57,16 @@ impl App {
         App(child)
     }
 
+    /// tests/apps/publisher.py: `count` messages at about `rate` msg/s to
+    /// orders.0 .. orders.3, msg-ids m-0, m-1, ..., its records in `out`.
+    pub fn publisher(url: &str, count: u32, rate: u32, out: &Path) -> App {
+        let (count, rate) = (count.to_string(), rate.to_string());
+        let args = ["--server", url, "--subject", "orders", "--subjects-count", "4"];
+        let rest = ["--count", &count, "--rate", &rate, "--id-prefix", "m"];
+        let out = ["--out", out.to_str().unwrap()];
+        App::start("publisher.py", &[&args[..], &rest[..], &out[..]].concat())
+    }
+
     /// SIGTERM: the app finishes its acks and writes its last line.
     pub fn stop(mut self) {
         let pid = self.0.id().to_string();
@@ -168,25 +178,7 @@ async fn nats_py_apps_through(move_args: &[&str], ends_on: &str, follow_route: b
         }
     }
     let published = file("pub.jsonl");
-    let mut publisher = App::start(
-        "publisher.py",
-        &[
-            "--server",
-            url,
-            "--subject",
-            "orders",
-            "--subjects-count",
-            "4",
-            "--count",
-            "3000",
-            "--rate",
-            "1000",
-            "--id-prefix",
-            "m",
-            "--out",
-            published.to_str().unwrap(),
-        ],
-    );
+    let mut publisher = App::publisher(url, 3000, 1000, &published);
     wait_until("workers process", Duration::from_secs(20), || async {
         processed(&pull_files).len() >= 300
     })
