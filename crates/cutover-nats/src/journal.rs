@@ -43,6 +43,18 @@ impl JournalStore {
     /// Opens the bucket; `None` when it does not exist and `if_missing` is
     /// [`IfMissing::ReturnNone`].
     pub async fn open(js: &Js, if_missing: IfMissing) -> Result<Option<Self>> {
+        Self::open_with(js, if_missing, 1).await
+    }
+
+    /// Opens the bucket for a run: created with `replicas` (B's), or raised
+    /// to them by [`Self::ensure_replicas`].
+    pub async fn open_replicated(js: &Js, replicas: i64) -> Result<Self> {
+        let store = Self::open_with(js, IfMissing::Create, replicas).await?.expect("created");
+        store.ensure_replicas(replicas).await?;
+        Ok(store)
+    }
+
+    async fn open_with(js: &Js, if_missing: IfMissing, replicas: i64) -> Result<Option<Self>> {
         let ctx = async_nats::jetstream::new(js.client.clone());
         // Probe with the raw API so "no bucket" is told apart from real errors.
         match js.stream_info_opt(&format!("KV_{BUCKET}")).await? {
@@ -53,6 +65,7 @@ impl JournalStore {
                     bucket: BUCKET.into(),
                     description: "nats-cutover migration journals, leases and routes".into(),
                     history: 1,
+                    num_replicas: replicas.max(1) as usize,
                     storage: async_nats::jetstream::stream::StorageType::File,
                     ..Default::default()
                 })
@@ -62,6 +75,52 @@ impl JournalStore {
         }
         let kv = ctx.get_key_value(BUCKET).await.map_err(|e| jerr("cannot open the journal", e))?;
         Ok(Some(Self { kv, js: js.clone() }))
+    }
+
+    /// Raises the bucket's replicas to `replicas` when it has fewer: the
+    /// journal, lease and routes must stay available when the node holding
+    /// an R1 bucket is cut off while the streams it moves (R3) are not
+    /// (docs/reliability.md). Never lowers it: other migrations may need more.
+    /// On a cluster the server scales a stream up in place on an update: it
+    /// adds peers when `newCfg.Replicas > len(currentPeers)` (`isScaleUp` in
+    /// `jetstream_cluster.go`, `jsClusteredStreamUpdateRequestLocked`).
+    pub async fn ensure_replicas(&self, replicas: i64) -> Result<()> {
+        let name = format!("KV_{BUCKET}");
+        let info = self.js.stream_info_raw(&name).await?;
+        let have = info["config"]["num_replicas"].as_i64().unwrap_or(1).max(1);
+        if have >= replicas {
+            return Ok(());
+        }
+        let mut config = info["config"].clone();
+        config["num_replicas"] = replicas.into();
+        self.js
+            .stream_update(&config)
+            .await
+            .map_err(|e| jerr(&format!("cannot raise the journal to {replicas} replicas"), e))?;
+        // The new peers catch up and a leader is (re)elected: until then
+        // writes time out. Wait for a leader and every replica current.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let info = self.js.stream_info_raw(&name).await?;
+            let c = &info["cluster"];
+            let replicas_seen = c["replicas"].as_array().map(|r| r.as_slice()).unwrap_or(&[]);
+            let current = replicas_seen.iter().all(|r| r["current"] == true);
+            if c["leader"].as_str().is_some_and(|l| !l.is_empty())
+                && replicas_seen.len() + 1 >= replicas as usize
+                && current
+            {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(jerr(
+                    &format!(
+                        "the journal's {replicas} replicas did not become current within 30 s"
+                    ),
+                    "run again: the bucket keeps its new replica count",
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     }
 
     pub async fn load(&self, id: &str) -> Result<Option<Journal>> {

@@ -8,7 +8,7 @@ use super::events::{Event, EventKind, Info, Progress, Sink, StepResult, Warning}
 use super::progress::source_progress;
 use crate::api::{Action, Js, Lookup, Via};
 use crate::error::{Error, Result};
-use crate::journal::{now_ms, IfMissing, JournalStore, Lease};
+use crate::journal::{now_ms, JournalStore, Lease};
 use cutover_core::checkpoint::{assess, TranslateSearch};
 use cutover_core::journal::{
     migration_id, ConsumerPhase, Journal, Phase, Route, RouteState, Settled, Step,
@@ -194,7 +194,9 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Journal> {
     let id = migration_id(&plan.from, &plan.to);
-    let store = JournalStore::open(js, IfMissing::Create).await?.expect("created");
+    // The journal as available as the stream that continues (B).
+    let replicas = plan.b_config["num_replicas"].as_i64().unwrap_or(1);
+    let store = JournalStore::open_replicated(js, replicas).await?;
     let mut lease = Lease::acquire(&store, &plan.from, &id, opts.lease_ttl).await?;
     let journal = match store.load(&id).await? {
         Some(j) if j.phase == Phase::Done => {

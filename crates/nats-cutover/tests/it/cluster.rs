@@ -57,6 +57,10 @@ async fn live_cutover_on_a_three_node_cluster_with_r3_streams() {
         engine::prepare_plan(&js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
     assert!(plan.safe, "{:?}", plan.unsafe_findings().collect::<Vec<_>>());
     assert_eq!(plan.b_config["num_replicas"], 3);
+    // The journal bucket as an earlier version left it: R1.
+    use cutover_nats::journal::{IfMissing, JournalStore};
+    JournalStore::open(&js, IfMissing::Create).await.unwrap();
+    assert_eq!(js.stream_info("KV_CUTOVER").await.unwrap().1.config.num_replicas, 1);
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let j = engine::run(&js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
     assert_eq!(j.phase, Phase::Done);
@@ -65,6 +69,9 @@ async fn live_cutover_on_a_three_node_cluster_with_r3_streams() {
     crate::run::assert_verified(&js, &j.id).await;
     let (_, b) = js.stream_info("ORDERS_V2").await.unwrap();
     assert_eq!(b.config.num_replicas, 3);
+    // The journal, lease and routes are as available as B: R3, not R1.
+    let (_, journal) = js.stream_info("KV_CUTOVER").await.unwrap();
+    assert_eq!(journal.config.num_replicas, 3, "the journal bucket follows B's replicas");
 }
 
 /// Leaders change under the cut-over: when the runner sends its key requests
