@@ -55,6 +55,9 @@ pub enum Error {
     Unsafe(String),
     #[error("{0}")]
     Journal(String),
+    /// The migration id named is not on the server (no journal under it).
+    #[error("{0}")]
+    NoMigration(String),
     #[error("migration {id} is held by runner {holder} until {until}; wait for it, or if that runner is gone, run again after the lease expires")]
     Leased { id: String, holder: String, until: String },
     #[error("interrupted at a safe point ({step}); resume with `nats-cutover run --resume {id}` or undo with `nats-cutover rollback {id}`")]
@@ -106,6 +109,7 @@ impl Error {
             Error::StreamNotFound(_)
             | Error::ConsumerNotFound { .. }
             | Error::Input(_)
+            | Error::NoMigration(_)
             | Error::NotVerifiable(_)
             | Error::Name(_) => ErrorKind::Input,
             Error::Plan(p) => match p {

@@ -52,7 +52,7 @@ pub struct ConnArgs {
     #[arg(long, env = "NATS_CA", global = true)]
     pub tlsca: Option<PathBuf>,
     /// Connection and request timeout (e.g. 5s, 500ms).
-    #[arg(long, env = "NATS_TIMEOUT", value_parser = humantime::parse_duration, global = true)]
+    #[arg(long, env = "NATS_TIMEOUT", value_parser = parse_timeout, global = true)]
     pub timeout: Option<Duration>,
 }
 
@@ -145,6 +145,35 @@ pub fn parse_nak_delay(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+fn duration_at_least(s: &str, min: Duration, what: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration like 5s or 500ms: {e}"))?;
+    if d < min {
+        return Err(format!("{s} is shorter than {}: {what}", humantime::format_duration(min)));
+    }
+    Ok(d)
+}
+
+/// `--max-pause`: at least 10ms (shorter, the drain would only resume and
+/// pause the consumer again, never letting it settle).
+pub fn parse_max_pause(s: &str) -> Result<Duration, String> {
+    duration_at_least(s, Duration::from_millis(10), "the drain would resume the consumer as soon as it paused it; use 10ms or more (default 5s)")
+}
+
+/// `--lease-ttl`: at least 1s (the runner renews it between requests).
+pub fn parse_lease_ttl(s: &str) -> Result<Duration, String> {
+    duration_at_least(s, Duration::from_secs(1), "the lease would lapse between two renewals and another runner could take the migration over; use 1s or more (default 30s)")
+}
+
+/// `--timeout`, `--settle-timeout`, `--fence-ack-timeout`: more than zero.
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    duration_at_least(
+        s,
+        Duration::from_millis(1),
+        "a wait of zero would fail at once; give a positive duration such as 5s",
+    )
+}
+
 /// `10` means ten seconds; `10s`, `1m`, `500ms` are humantime durations.
 pub fn parse_secs_or_duration(s: &str) -> Result<Duration, String> {
     if let Ok(n) = s.trim().parse::<f64>() {
@@ -227,21 +256,21 @@ pub struct RunArgs {
     pub keep_old_consumers: bool,
     /// How long a runner's lease lasts without renewal (another runner may take
     /// over a crashed one's migration after this).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    #[arg(long, value_parser = parse_lease_ttl, default_value = "30s")]
     pub lease_ttl: Duration,
     /// Give up safely if a consumer has not settled after this long (default:
     /// 10 × its ack_wait, at least 1 minute).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = parse_timeout)]
     pub settle_timeout: Option<Duration>,
     /// The longest the old consumer stays paused without ack progress (capped by
     /// its ack_wait); then it is resumed for as long and paused again, so a dead
     /// worker or a nak'd message cannot stall the applications.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    #[arg(long, value_parser = parse_max_pause, default_value = "5s")]
     pub max_pause: Duration,
     /// --mode fence: how long to wait, once the old consumer settled to the
     /// fence, for every live instance to acknowledge it (then the run goes on
     /// and names the missing ones; the old consumer stays paused for good).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = parse_timeout, default_value = "10s")]
     pub fence_ack_timeout: Duration,
     /// --mode fence: the delay instances give the old consumer's messages above
     /// the fence when they nak them (at least 1s; docs/protocol.md).
@@ -277,11 +306,11 @@ pub struct BucketArgs {
     #[arg(long, short = 'y')]
     pub yes: bool,
     /// How long a runner's lease lasts without renewal.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    #[arg(long, value_parser = parse_lease_ttl, default_value = "30s")]
     pub lease_ttl: Duration,
     /// The longest a durable of the bucket's stream stays paused without ack
     /// progress (see `run --max-pause`).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    #[arg(long, value_parser = parse_max_pause, default_value = "5s")]
     pub max_pause: Duration,
 }
 
@@ -323,7 +352,7 @@ pub struct ForgetArgs {
 pub struct RollbackArgs {
     /// The migration id (FROM.TO).
     pub id: String,
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    #[arg(long, value_parser = parse_lease_ttl, default_value = "30s")]
     pub lease_ttl: Duration,
 }
 
@@ -388,8 +417,8 @@ impl Command {
     /// but not built yet, the same way in every command (bad input, exit 2).
     pub fn check_available(&self) -> Result<(), String> {
         match self {
-            Command::Plan(a) => available(a.strategy),
-            Command::Run(a) => available(a.plan.strategy),
+            Command::Plan(a) => available(a.strategy).and(rolling_flags(a, None)),
+            Command::Run(a) => available(a.plan.strategy).and(rolling_flags(&a.plan, Some(a))),
             // The demo's scenario and its proof are built for strategy source.
             Command::Demo(a) if a.mode == ModeArg::Rolling => Err(
                 "the demo runs --mode drain or fence; a rolling upgrade replaces your instances one by one: try `run --mode rolling --new-version V` with applications that follow docs/protocol.md"
@@ -403,6 +432,23 @@ impl Command {
             _ => Ok(()),
         }
     }
+}
+
+/// `--new-version` and `--proceed` belong to a rolling upgrade: given with
+/// another mode they would be ignored, and the run would do something else
+/// than asked.
+fn rolling_flags(p: &PlanArgs, run: Option<&RunArgs>) -> Result<(), String> {
+    let rolling = p.mode == ModeArg::Rolling;
+    if p.new_version.is_some() && !rolling {
+        return Err(
+            "--new-version is for a rolling upgrade: add --mode rolling, or drop --new-version"
+                .into(),
+        );
+    }
+    if run.is_some_and(|r| r.proceed && r.resume.is_none() && !rolling) {
+        return Err("--proceed is for a rolling upgrade: use it with --mode rolling, or with --resume ID to go on with a rolling run that waits for instances".into());
+    }
+    Ok(())
 }
 
 fn available(strategy: StrategyArg) -> Result<(), String> {

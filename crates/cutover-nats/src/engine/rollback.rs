@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 pub async fn load(js: &Js, id: &str) -> Result<(JournalStore, Journal)> {
     let store = JournalStore::open(js, IfMissing::ReturnNone)
         .await?
-        .ok_or_else(|| Error::Journal("no migration journal on this server (KV bucket CUTOVER does not exist): no migration was started here; start one with `nats-cutover run`".into()))?;
+        .ok_or_else(|| Error::NoMigration("no migration journal on this server (KV bucket CUTOVER does not exist): no migration was started here; start one with `nats-cutover run`".into()))?;
     let j = store.load(id).await?.ok_or_else(|| {
-        Error::Journal(format!("no migration {id:?}; list them with `nats-cutover status`"))
+        Error::NoMigration(format!("no migration {id:?}; list them with `nats-cutover status`"))
     })?;
     Ok((store, j))
 }
@@ -97,6 +97,8 @@ impl Undo<'_> {
         }
         j.phase = Phase::RolledBack;
         j.in_progress = None;
+        // Its advice (resume or undo) no longer applies.
+        j.error = None;
         j.updated_ms = now_ms();
         self.store.save(&j).await?;
         Ok(j)
@@ -306,7 +308,7 @@ pub struct Forgotten {
 /// finished migration stay: applications follow them.
 pub async fn forget(js: &Js, id: &str) -> Result<Forgotten> {
     let store = JournalStore::open(js, IfMissing::ReturnNone).await?.ok_or_else(|| {
-        Error::Journal(
+        Error::NoMigration(
             "no migration journal on this server (KV bucket CUTOVER does not exist)".into(),
         )
     })?;
@@ -333,7 +335,7 @@ pub async fn forget(js: &Js, id: &str) -> Result<Forgotten> {
         }
     }
     if journal.is_none() && lease.is_none() {
-        return Err(Error::Journal(format!(
+        return Err(Error::NoMigration(format!(
             "no migration {id:?} and no lease of it; `nats-cutover status` lists them"
         )));
     }

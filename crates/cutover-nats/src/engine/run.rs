@@ -172,6 +172,10 @@ impl Ctx<'_> {
             j.end_step(now_ms());
             if let Some(p) = phase {
                 j.phase = p;
+                if p == Phase::Done {
+                    // An error a resume got past is history, not advice.
+                    j.error = None;
+                }
             }
         }
         self.save().await?;

@@ -191,6 +191,13 @@ async fn already_complete(js: &Js, a: &RunArgs, json_out: bool) -> bool {
 async fn load_plan(js: &Js, a: &RunArgs) -> Result<Plan> {
     Ok(if let Some(id) = &a.resume {
         let (_, j) = engine::rollback::load(js, id).await?;
+        if j.phase == Phase::RolledBack {
+            // Resuming would start it all over, unasked and unconfirmed.
+            return Err(CliError::NoMigration(format!(
+                "migration {id} was rolled back: there is nothing to resume; to migrate again, plan and run it anew: `nats-cutover run --from {} --to {} ...`",
+                j.from, j.to
+            )));
+        }
         j.plan
     } else if let Some(p) = &a.plan_file {
         read_plan_file(p)?
@@ -312,10 +319,11 @@ pub fn print_journal(j: &Journal) {
         })
         .collect();
     outln!("{}", table(&["step", "duration"], &steps));
-    if let Some(e) = &j.error {
+    let finished = j.phase == Phase::Done || j.phase == Phase::RolledBack;
+    if let (Some(e), false) = (&j.error, finished) {
         outln!("last error: {e}");
     }
-    if j.phase != Phase::Done && j.phase != Phase::RolledBack {
+    if !finished {
         if j.can_roll_back() {
             outln!("resume with `nats-cutover run --resume {}` or undo with `nats-cutover rollback {}`", j.id, j.id);
         } else {
@@ -431,7 +439,12 @@ fn print_migrations(list: &[Journal]) {
                 j.phase.as_str().into(),
                 j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>().join(","),
                 j.in_progress.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
-                j.error.clone().unwrap_or_default(),
+                // A finished migration's error is history (journals written
+                // before it was cleared on finishing still carry it).
+                match j.phase {
+                    Phase::Done | Phase::RolledBack => String::new(),
+                    _ => j.error.clone().unwrap_or_default(),
+                },
             ]
         })
         .collect();

@@ -199,10 +199,11 @@ async fn run_refuses_unsafe_plans_and_missing_confirmation_without_writing() {
     e.js.consumer_delete("A", "N").await.unwrap();
     // No terminal to confirm on and no --yes: refused, nothing written.
     refused(&e, &move_args(&["run"], "A", "B", "C", &[]), BAD_INPUT, "pass --yes").await;
-    refused(&e, &["run", "--resume", "A.B"], 1, "no migration was started here").await;
+    refused(&e, &["run", "--resume", "A.B"], BAD_INPUT, "no migration was started here").await;
     refused(&e, &["run", "--to", "B", "--consumer", "C", "--yes"], BAD_INPUT, "--from is required")
         .await;
-    refused(&e, &["rollback", "A.B"], 1, "KV bucket CUTOVER does not exist").await;
+    refused(&e, &["rollback", "A.B"], BAD_INPUT, "KV bucket CUTOVER does not exist").await;
+    refused(&e, &["forget", "A.B"], BAD_INPUT, "KV bucket CUTOVER does not exist").await;
 }
 
 /// B copies A while it sources it: an account without room for the copy is
@@ -276,6 +277,35 @@ fn planned_strategies_and_modes_are_hidden_and_refused() {
         assert_eq!(out.code, BAD_INPUT, "{args:?}: {out:?}");
         assert!(out.stderr.contains(&wanted), "{args:?}: {out:?}");
         assert!(out.stderr.contains(fix), "{args:?}: {out:?}");
+    }
+}
+
+/// Flags that would be ignored or make a run misbehave are refused before
+/// connecting (the server here does not exist): rolling-only flags without
+/// --mode rolling, and timings too short to work (a newcomer's trial found
+/// `--max-pause 0s` a busy loop of pauses and `--new-version` silently ignored).
+#[test]
+fn flags_that_would_be_ignored_or_cannot_work_are_refused() {
+    let url = format!("nats://127.0.0.1:{}", free_port());
+    let moves = ["--from", "A", "--to", "B", "--consumer", "C"];
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "--yes", "--new-version", "2"],
+            "--new-version is for a rolling upgrade: add --mode rolling",
+        ),
+        (&["plan", "--new-version", "2"], "--new-version is for a rolling upgrade"),
+        (&["run", "--yes", "--proceed"], "--proceed is for a rolling upgrade"),
+        (&["run", "--yes", "--max-pause", "0s"], "0s is shorter than 10ms"),
+        (&["run", "--yes", "--max-pause", "abc"], "\"abc\" is not a duration like 5s"),
+        (&["run", "--yes", "--lease-ttl", "1ms"], "1ms is shorter than 1s"),
+        (&["run", "--yes", "--settle-timeout", "0s"], "0s is shorter than 1ms"),
+        (&["--timeout", "0s", "plan"], "0s is shorter than 1ms"),
+    ];
+    for (flags, wanted) in cases {
+        let args = [&["--server", url.as_str()][..], flags, &moves].concat();
+        let out = cli(&args);
+        assert_eq!(out.code, BAD_INPUT, "{args:?}: {out:?}");
+        assert!(out.stderr.contains(wanted), "{args:?}: expected {wanted:?} in {out:?}");
     }
 }
 

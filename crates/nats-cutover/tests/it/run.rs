@@ -287,6 +287,12 @@ async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
     assert!(!c.paused);
     let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.phase, Phase::RolledBack);
+    assert_eq!(j.error, None, "a rolled-back migration keeps no advice to resume");
+    // Resuming a rolled-back migration would start it over unasked: refused.
+    let out = run_cli(&e, &["run", "--resume", "ORDERS.ORDERS_V2"], None);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("was rolled back: there is nothing to resume"), "{out:?}");
+    assert!(e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(), "nothing recreated");
     // After the commit point a rollback is refused.
     let e2 = env().await;
     orders_stream(&e2, 30_000).await;
