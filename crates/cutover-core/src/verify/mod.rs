@@ -243,7 +243,7 @@ impl Joined<'_> {
 
     /// The journal's evidence that the old consumer was settled at F.
     fn settled(&self, counts: &mut Counts, out: &mut Offenders) {
-        if let Err(why) = settled_ok(self.spec) {
+        if let Err(why) = settled_ok(self.spec).and(self.stayed_stopped()) {
             counts.unsettled = 1;
             out.push(offender(
                 Kind::Unsettled,
@@ -254,6 +254,25 @@ impl Joined<'_> {
                 why,
             ));
         }
+    }
+
+    /// Without a pause (servers before 2.11) the old consumer kept delivering
+    /// after F: exact only if A stored nothing it selects above F, as the
+    /// operator stated (publishers stopped). A message A stored after F was
+    /// also copied to B after the new durable's start: it may have been
+    /// processed from both streams (a newcomer's trial found 5 such).
+    fn stayed_stopped(&self) -> Result<(), String> {
+        let f = self.spec.checkpoint;
+        let unpaused =
+            self.spec.publishers_stopped && self.spec.evidence.as_ref().is_some_and(|e| !e.paused);
+        let after = self.selected.range_cardinality(f + 1..);
+        if !unpaused || after == 0 {
+            return Ok(());
+        }
+        Err(format!(
+            "publishers were stated stopped but A stored {after} message(s) for this consumer after checkpoint {f} (the first {}), while the old consumer could not be paused (server before 2.11): they may have been processed from both streams",
+            self.selected.iter().find(|s| *s > f).unwrap_or_default()
+        ))
     }
 
     /// The new durable starts where the journal says it does.
@@ -457,6 +476,28 @@ mod tests {
         let mut s = spec("all", &[], 20, 21);
         s.journal_b_start = 22;
         only(&run(&[s], &a, &b_copy(&a), None).0, Kind::StartMismatch, 1);
+    }
+
+    /// Without a pause the operator's "publishers stopped" is the evidence:
+    /// A storing anything the consumer selects after F contradicts it.
+    #[test]
+    fn publishers_stated_stopped_but_a_grew_is_caught() {
+        let a = a_msgs(50);
+        let unpaused = |f: u64| {
+            let mut s = spec("all", &[], f, f + 1);
+            s.publishers_stopped = true;
+            s.evidence.as_mut().unwrap().paused = false;
+            s
+        };
+        let (r, _) = run(&[unpaused(50)], &a, &b_copy(&a), None);
+        assert!(r.holds, "{:#?}", r.offenders);
+        let r = run(&[unpaused(45)], &a, &b_copy(&a), None).0;
+        only(&r, Kind::Unsettled, 1);
+        assert!(r.offenders[0].detail.contains("A stored 5 message(s)"), "{:#?}", r.offenders);
+        // With a pause, messages after F are normal (the consumer stopped).
+        let mut paused = unpaused(45);
+        paused.evidence.as_mut().unwrap().paused = true;
+        assert!(run(&[paused], &a, &b_copy(&a), None).0.holds);
     }
 
     /// Fence mode: messages up to F may be ack-pending when F is taken; the

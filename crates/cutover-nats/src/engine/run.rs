@@ -1006,8 +1006,19 @@ async fn drain_without_pause(
             .max(Duration::from_secs(5));
     let mut last: Option<ConsumerInfo> = None;
     let mut last_emit = Instant::now();
+    // The operator's statement is the evidence here: A must not grow while
+    // the consumer drains (a newcomer's trial ran with publishers still on:
+    // quiet reads between two publishes let messages after F be processed
+    // from both streams). Checked at every read, not only at the settle.
+    let a0 = ctx.js.stream_info(stream).await?.1.state.last_seq;
     loop {
         let (_, ci) = ctx.js.consumer_info(stream, name).await?;
+        let now = ctx.js.stream_info(stream).await?.1.state.last_seq;
+        if now != a0 {
+            return Err(Error::Unsafe(format!(
+                "publishers are not stopped: {stream} grew from sequence {a0} to {now} while consumer {name} drained without a pause (this server cannot pause consumers); nothing moved; stop every publisher of {stream}, then run again (or roll back)"
+            )));
+        }
         let quiet = ci.num_pending == 0 && ci.num_ack_pending == 0;
         if quiet {
             if let Some(prev) = &last {

@@ -72,6 +72,40 @@ async fn without_pause_publishers_must_be_stopped_then_the_move_is_exact() {
     crate::run::assert_verified(&e.js, "ORDERS.ORDERS_V2").await;
 }
 
+/// "Publishers stopped" is the only evidence without a pause, so it is
+/// checked: with a publisher still running the drain stops before anything
+/// moves, and a rollback leaves the workload exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn publishers_stated_stopped_but_running_are_caught_before_anything_moves() {
+    let e = env_on(OLDEST).await;
+    e.stream(
+        json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}),
+    )
+    .await;
+    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 5_000_000_000i64, "max_ack_pending": 1000})).await;
+    let load = Load::start(e.js.client.clone(), load_cfg(200, 100_000)).await;
+    wait_until("100 processed", Duration::from_secs(20), || async { load.processed() >= 100 })
+        .await;
+    let mut req = request("ORDERS", "ORDERS_V2", &["worker"]);
+    req.publishers_stopped = true;
+    let plan = engine::prepare_plan(&e.js, &req).await.unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let err = engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("publishers are not stopped"), "{err}");
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert!(j.can_roll_back(), "stopped before the commit point: {:?}", j.phase);
+    assert_eq!(j.consumers[0].b_start, None, "no new durable");
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert!(!a.config.subjects.is_empty() && !a.config.sealed, "A still serves the publishers");
+    engine::rollback(&e.js, "ORDERS.ORDERS_V2", &Collect::default(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let r = crate::run::finish_after(load, 200).await;
+    assert_exact(&r);
+}
+
 /// The version matrix: the core live cut-over on the newest release of every
 /// minor version with consumer pause (scripts/test.sh installs them), with
 /// load; none lost, none twice, and verify holds.
