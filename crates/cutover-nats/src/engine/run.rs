@@ -976,6 +976,17 @@ impl Drain<'_, '_> {
     }
 }
 
+/// Without a pause, A must not grow past `a0` while `name` drains.
+async fn still_stopped(ctx: &Ctx<'_>, stream: &str, name: &str, a0: u64) -> Result<()> {
+    let now = ctx.js.stream_info(stream).await?.1.state.last_seq;
+    if now == a0 {
+        return Ok(());
+    }
+    Err(Error::Unsafe(format!(
+        "publishers are not stopped: {stream} grew from sequence {a0} to {now} while consumer {name} drained without a pause (this server cannot pause consumers); nothing moved; stop every publisher of {stream}, then run again (or roll back)"
+    )))
+}
+
 /// Servers before 2.11 cannot pause a consumer. The plan allows them only when
 /// the operator states that publishers are stopped: then nothing new reaches A,
 /// and `num_pending == 0 && num_ack_pending == 0` (read twice, agreeing) means
@@ -1013,12 +1024,7 @@ async fn drain_without_pause(
     let a0 = ctx.js.stream_info(stream).await?.1.state.last_seq;
     loop {
         let (_, ci) = ctx.js.consumer_info(stream, name).await?;
-        let now = ctx.js.stream_info(stream).await?.1.state.last_seq;
-        if now != a0 {
-            return Err(Error::Unsafe(format!(
-                "publishers are not stopped: {stream} grew from sequence {a0} to {now} while consumer {name} drained without a pause (this server cannot pause consumers); nothing moved; stop every publisher of {stream}, then run again (or roll back)"
-            )));
-        }
+        still_stopped(ctx, stream, name, a0).await?;
         let quiet = ci.num_pending == 0 && ci.num_ack_pending == 0;
         if quiet {
             if let Some(prev) = &last {
