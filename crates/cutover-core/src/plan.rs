@@ -158,6 +158,10 @@ pub struct ServerChecks {
     /// Fence mode: each consumer's live registered application instances
     /// (docs/protocol.md) (`None`: not read).
     pub live_instances: Option<Vec<(String, usize)>>,
+    /// Live instances that fetch from A's consumer but registered another
+    /// home binding (they followed an earlier migration into A): consumer,
+    /// instance id, home `stream/consumer`.
+    pub chained_instances: Vec<(String, String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -543,6 +547,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
     rule_mode(&mut r, req, facts, &moved.plans);
     rule_account_storage(&mut r, facts, &a, &b_view);
     rule_consumers_left_behind(&mut r, req, facts);
+    rule_chained_instances(&mut r, req, facts);
     rule_downstream(&mut r, req, facts);
     rule_work_queue_overlaps(&mut r, &b_view, &moved.filters);
     let features = facts.version.features();
@@ -807,6 +812,20 @@ fn rule_consumers_left_behind(r: &mut Report, req: &PlanRequest, facts: &ServerF
         } else {
             r.add("stream", "consumers", name, "", Verdict::ChangedOnPurpose, format!("ephemeral consumer {name} on {} stops receiving new messages at the cut-over; its owner must subscribe to {} instead", req.from, req.to));
         }
+    }
+}
+
+/// Instances that followed an earlier migration into A watch the route of
+/// their home binding, which this migration does not write: when it retires
+/// A's consumer they would stop consuming (a newcomer's trial stranded two
+/// protocol workers this way). Routes are not chained (docs/protocol.md,
+/// "Moving again").
+fn rule_chained_instances(r: &mut Report, req: &PlanRequest, facts: &ServerFacts) {
+    for (consumer, instance, home) in &facts.checks.chained_instances {
+        r.add(&format!("consumer {consumer}"), "instances", instance, "", Verdict::Unsafe, format!(
+            "instance {instance} fetches from {from}/{consumer} but registered home binding {home}: it follows route.{home_key}, which this migration does not write, and would stop consuming once {from}/{consumer} is retired; restart it with home binding {from}/{consumer} (it then registers as inst.{from}.{consumer}.*) and plan again",
+            from = req.from, home_key = home.replace('/', ".")
+        ));
     }
 }
 

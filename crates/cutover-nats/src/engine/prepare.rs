@@ -80,6 +80,7 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     if req.mode.is_fenced() {
         facts.checks.live_instances = Some(live_instances(js, &req.from, &draft).await?);
     }
+    facts.checks.chained_instances = chained_instances(js, &req.from, &draft).await?;
     let mut plan = plan::build(req, &facts)?;
     refuse_oversized_journal(js, &mut plan);
     Ok(plan)
@@ -122,6 +123,35 @@ async fn live_instances(js: &Js, from: &str, draft: &Plan) -> Result<Vec<(String
             None => 0,
         };
         out.push((c.name.clone(), live));
+    }
+    Ok(out)
+}
+
+/// Live instances bound to one of A's moved consumers whose home binding is
+/// another stream (they followed an earlier migration into A).
+async fn chained_instances(
+    js: &Js,
+    from: &str,
+    draft: &Plan,
+) -> Result<Vec<(String, String, String)>> {
+    let Some(store) =
+        crate::journal::JournalStore::open(js, crate::journal::IfMissing::ReturnNone).await?
+    else {
+        return Ok(vec![]);
+    };
+    let mut out = vec![];
+    for i in store.instances(None).await?.into_iter().filter(|i| i.live) {
+        let r = &i.record;
+        for c in draft.consumers.iter().filter(|c| r.bound.contains(&format!("{from}/{}", c.name)))
+        {
+            if r.stream != from {
+                out.push((
+                    c.name.clone(),
+                    r.instance.clone(),
+                    format!("{}/{}", r.stream, r.consumer),
+                ));
+            }
+        }
     }
     Ok(out)
 }

@@ -55,6 +55,17 @@ async fn fence_mode_moves_live_without_a_stop_exactly() {
     let store = JournalStore::open(&e.js, IfMissing::ReturnNone).await.unwrap().unwrap();
     let route = store.route("ORDERS", "worker").await.unwrap().unwrap();
     assert_eq!((route.state, route.mode, route.fence), (RouteState::Moved, Mode::Fence, Some(f)));
+    // Moving again: the instances (home ORDERS/worker) follow route.ORDERS.worker,
+    // which a migration of ORDERS_V2 would not write: refused in any mode,
+    // naming them (a newcomer's trial stranded its workers this way).
+    for mode in [Mode::Drain, Mode::Fence] {
+        let again = PlanRequest { mode, ..request("ORDERS_V2", "ORDERS_V3", &["worker"]) };
+        let plan = engine::prepare_plan(&e.js, &again).await.unwrap();
+        assert!(!plan.safe, "{mode:?}");
+        let why = plan.unsafe_reasons();
+        assert!(why.contains("registered home binding ORDERS/worker"), "{why}");
+        assert!(why.contains("restart it with home binding ORDERS_V2/worker"), "{why}");
+    }
     let r = finish_after(load, 300).await;
     eprintln!(
         "fence {f}: published in {fence_ms:.1} ms; max consumer gap {:.1} ms",
