@@ -99,14 +99,18 @@ pub(super) async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()
     let name = cp.name.as_str();
     let ends = (from.as_str(), to.as_str());
     let step = Step::Consumer(name.into());
+    // The state the route already reached: a resumed run never publishes a
+    // state before it (a newcomer's trial saw moved → settled → moved).
+    let mut reached = RouteState::Fenced;
     let (f, start, fence_ms) = match (prior.phase, prior.checkpoint, prior.b_start) {
         (ConsumerPhase::Fenced, Some(f), Some(start)) => {
             // Resumed: the route may not have been written before the crash;
             // one already past `fenced` for this fence is left as it is (a
             // step back would send instances to the old consumer again).
             let r = ctx.store.route(&from, name).await?;
-            if !r.is_some_and(|r| r.migration == ctx.id && r.fence == Some(f)) {
-                publish(ctx, ends, name, (f, start), RouteState::Fenced).await?;
+            match r.filter(|r| r.migration == ctx.id && r.fence == Some(f)) {
+                Some(r) => reached = r.state,
+                None => publish(ctx, ends, name, (f, start), RouteState::Fenced).await?,
             }
             (f, start, 0.0)
         }
@@ -120,11 +124,15 @@ pub(super) async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()
         p.fence_settled = Some(settled_state(&ci));
     })
     .await?;
-    publish(ctx, ends, name, (f, start), RouteState::Settled).await?;
+    if reached < RouteState::Settled {
+        publish(ctx, ends, name, (f, start), RouteState::Settled).await?;
+    }
     let settled = Progress::FenceSettled { fence: f, settle_ms, ack_pending };
     ctx.emit(step.clone(), EventKind::Progress(settled));
-    await_acks(ctx, &from, name, f).await?;
-    publish(ctx, ends, name, (f, start), RouteState::Moved).await?;
+    if reached < RouteState::Moved {
+        await_acks(ctx, &from, name, f).await?;
+        publish(ctx, ends, name, (f, start), RouteState::Moved).await?;
+    }
     if ctx.journal.lock().await.plan.mode == Mode::Rolling {
         await_rollout(ctx, &from, name).await?;
     }

@@ -827,10 +827,34 @@ async fn rolling_upgrade_with_an_instance_that_never_moves_proceeds_when_told() 
     ctrl_c.send(true).unwrap();
     let stopped = tokio::time::timeout(Duration::from_secs(30), run).await.unwrap().unwrap();
     assert!(stopped.is_err_and(|e| e.to_string().contains("interrupted at a safe point")));
+    // The route was `moved` when the run stopped: the resumed run must not
+    // step it back (a newcomer's trial saw moved → settled → moved): every
+    // write the route sees from here on says `moved`.
+    let kv =
+        async_nats::jetstream::new(e.js.client.clone()).get_key_value("CUTOVER").await.unwrap();
+    let mut watch = kv.watch_with_history("route.ORDERS.worker").await.unwrap();
+    let writes = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(u64, String)>::new()));
+    let w = writes.clone();
+    let watcher = tokio::spawn(async move {
+        use futures::StreamExt;
+        while let Some(Ok(en)) = watch.next().await {
+            let v: serde_json::Value = serde_json::from_slice(&en.value).unwrap_or_default();
+            let state = v["state"].as_str().unwrap_or("deleted").to_string();
+            w.lock().unwrap().push((en.revision, state));
+        }
+    });
     let opts = RunOptions { proceed: true, ..Default::default() };
     let (again, events, _) = run_in_background(&e, plan, opts);
     let j = tokio::time::timeout(Duration::from_secs(30), again).await.unwrap().unwrap().unwrap();
     assert_eq!(j.phase, Phase::Done);
+    let last = kv.entry("route.ORDERS.worker").await.unwrap().unwrap().revision;
+    wait_until("the watcher to see the route's last write", Duration::from_secs(10), || async {
+        writes.lock().unwrap().iter().any(|(r, _)| *r == last)
+    })
+    .await;
+    watcher.abort();
+    let states: Vec<String> = writes.lock().unwrap().iter().map(|(_, s)| s.clone()).collect();
+    assert!(states.iter().all(|s| s == "moved"), "the route stepped back: {states:?}");
     let named = events.0.lock().unwrap().iter().any(|ev| {
         matches!(&ev.kind, EventKind::Warning(cutover_nats::engine::Warning::ProceededWithout { instances }) if instances == &["stuck@1".to_string()])
     });
