@@ -286,12 +286,13 @@ fn stopped(e: Error, j: &Journal) -> Error {
         return e; // they say it themselves
     }
     let id = &j.id;
-    let moved: Vec<&str> = j
-        .consumers
-        .iter()
-        .filter(|c| c.phase >= ConsumerPhase::Created)
-        .map(|c| c.name.as_str())
-        .collect();
+    let names = |p: &dyn Fn(ConsumerPhase) -> bool| -> Vec<&str> {
+        j.consumers.iter().filter(|c| p(c.phase)).map(|c| c.name.as_str()).collect()
+    };
+    let moved = names(&|p| p >= ConsumerPhase::Created);
+    // Fence mode: the new durable serves new messages, the old one is paused
+    // for good and finishing up to the fence (not "as it was").
+    let fenced = names(&|p| p == ConsumerPhase::Fenced);
     let (state, next) = if j.phase == Phase::RolledBack {
         (
             format!("nothing was changed (migration {id} ended rolled back)"),
@@ -307,10 +308,11 @@ fn stopped(e: Error, j: &Journal) -> Error {
             format!(
                 "{} still serves the publishers; {}",
                 j.from,
-                if moved.is_empty() {
-                    "every consumer is as it was".to_string()
-                } else {
-                    format!("moved to {} (reading {}'s messages through it): {}", j.to, j.from, moved.join(", "))
+                match (moved.is_empty(), fenced.is_empty()) {
+                    (true, true) => "every consumer is as it was".to_string(),
+                    (false, true) => format!("moved to {} (reading {}'s messages through it): {}", j.to, j.from, moved.join(", ")),
+                    (true, false) => format!("fenced (the new durable on {} serves new messages, the old one is paused for good): {}", j.to, fenced.join(", ")),
+                    (false, false) => format!("moved to {}: {}; fenced (the new durable serves new messages, the old one is paused for good): {}", j.to, moved.join(", "), fenced.join(", ")),
                 }
             ),
             format!("`nats-cutover run --resume {id}` continues, `nats-cutover rollback {id}` undoes it"),
