@@ -906,6 +906,13 @@ const TIMER_NOTE: &str = "no quiescent interval is waited for: the exact signal 
 
 /// How each consumer's checkpoint is taken and carried to B.
 fn checkpoint_rule(req: &PlanRequest) -> String {
+    if req.mode.is_fenced() {
+        return format!(
+            "fence: pause the old consumer and read it twice; F = delivered.stream_seq at once (messages up to F may still be in processing: no wait); the new durable on {to} starts at the first message after F ({how}) and the route says `fenced`; instances keep processing the old consumer's messages up to F and nak those above it, and fetch the new durable meanwhile; the old consumer is retired once its ack floor reached F (or nothing is ack-pending) and every live instance acknowledged the fence (docs/protocol.md)",
+            to = req.to,
+            how = if req.strategy == Strategy::Mirror { "F + 1, the same sequences" } else { "by its Nats-Stream-Source origin sequence, O(log N) direct gets" }
+        );
+    }
     if req.strategy == Strategy::Mirror {
         return format!(
             "pause the old consumer; wait until num_ack_pending = 0 (a pause is bounded: after min(run --max-pause, default 5 s, and ack_wait) without ack progress the consumer is resumed for as long and paused again); F = delivered.stream_seq; {} mirrors {} with the same sequences, so the new durable starts at F + 1 once {} holds F; it is created only once positioned",
@@ -941,6 +948,24 @@ fn create_b_detail(req: &PlanRequest, b_exists: bool, dw: Duration, features: Fe
     }
 }
 
+/// The step that hands one consumer over, by mode.
+fn consumer_step(req: &PlanRequest, c: &ConsumerPlan) -> (String, String) {
+    if req.mode.is_fenced() {
+        return (format!("fence consumer {}", c.name), format!(
+            "pause {}/{n} and take the fence F (its last delivered sequence), create durable {n} on {} at the next sequence, publish the route `fenced`; wait until the old consumer acknowledged everything up to F (`settled`) and every live instance acknowledged the fence (`moved`){}",
+            req.from, req.to,
+            if req.mode == Mode::Rolling { "; then wait until no live instance is bound to the old consumer (or --proceed)" } else { "" },
+            n = c.name
+        ));
+    }
+    (format!("move consumer {}", c.name), format!(
+        "pause {}/{n}, settle, checkpoint F, translate F to {}, create durable {n} on {} at the next sequence{}; publish the new route in the control record",
+        req.from, req.to, req.to,
+        if c.push { " with the same deliver subject/group (subscribers keep receiving)" } else { "" },
+        n = c.name
+    ))
+}
+
 /// The steps `run` takes, in order.
 fn steps(
     req: &PlanRequest,
@@ -971,12 +996,8 @@ fn steps(
         },
     );
     for c in consumers {
-        add(&format!("move consumer {}", c.name), format!(
-            "pause {}/{n}, settle, checkpoint F, translate F to {}, create durable {n} on {} at the next sequence{}; publish the new route in the control record",
-            req.from, req.to, req.to,
-            if c.push { " with the same deliver subject/group (subscribers keep receiving)" } else { "" },
-            n = c.name
-        ));
+        let (title, detail) = consumer_step(req, c);
+        add(&title, detail);
     }
     if mirror {
         add("commit point: move publishers", format!(

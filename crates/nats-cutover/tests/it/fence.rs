@@ -40,6 +40,9 @@ async fn fence_mode_moves_live_without_a_stop_exactly() {
         .await
         .unwrap();
     assert!(plan.safe, "{:?}", plan.unsafe_reasons());
+    // The plan describes the fence, not drain mode's settle-then-checkpoint.
+    assert!(plan.checkpoint_rule.starts_with("fence:"), "{}", plan.checkpoint_rule);
+    assert!(plan.steps.iter().any(|s| s.title == "fence consumer worker"), "{:?}", plan.steps);
     let sink = Collect::default();
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let j = engine::run(&e.js, plan, &RunOptions::default(), &sink, rx).await.unwrap();
