@@ -31,6 +31,9 @@ pub enum CliError {
     /// The server given to `demo` already holds what the demo creates.
     #[error("{0}")]
     DemoLeftovers(String),
+    /// The server given to `demo` cannot pause consumers (before 2.11).
+    #[error("{0}")]
+    DemoServerTooOld(String),
     #[error(transparent)]
     Name(#[from] NameError),
     /// The plan is unsafe: a verdict, refused before any change.
@@ -68,7 +71,7 @@ impl CliError {
             | CliError::NoMigration(_)
             | CliError::DemoLeftovers(_)
             | CliError::Name(_) => ExitCode::BadInput,
-            CliError::Unsafe(_) => ExitCode::Incompatible,
+            CliError::Unsafe(_) | CliError::DemoServerTooOld(_) => ExitCode::Incompatible,
             CliError::LocalServer(_)
             | CliError::LocalConnect(_)
             | CliError::Runtime(_)

@@ -217,6 +217,16 @@ fn print_text(outcome: &Outcome, verify: &Verified, shown: &str, server_started:
 /// A server given with --server must not hold what the demo creates: it
 /// would mix with (or overwrite the state of) something real.
 async fn refuse_leftovers(js: &cutover_nats::Js) -> Result<()> {
+    // The demo's publishers run throughout: it needs consumer pause (2.11+),
+    // checked before it creates anything (a newcomer's trial on 2.10 was left
+    // with the demo's stream and a retry refused).
+    let version = js.server_version();
+    if !version.is_some_and(|v| v.features().consumer_pause) {
+        return Err(CliError::DemoServerTooOld(format!(
+            "the demo moves a consumer while its publisher runs, which needs consumer pause (nats-server 2.11 or newer); this server is {}; run the demo without --server (it starts its own), or on a newer server; nothing was changed",
+            version.map(|v| v.to_string()).unwrap_or_else(|| "of unknown version".into())
+        )));
+    }
     for s in [STREAM, NEW_STREAM] {
         if js.stream_info_opt(s).await?.is_some() {
             return Err(CliError::DemoLeftovers(format!(

@@ -50,6 +50,24 @@ async fn demo_uses_the_server_given_and_refuses_one_holding_its_streams() {
     assert!(out.stderr.contains("nats kv del CUTOVER m.ORDERS.ORDERS_V2"), "{out:?}");
 }
 
+/// A server that cannot pause consumers is refused before the demo creates
+/// anything on it (exit 3), naming the version and the way out.
+#[tokio::test(flavor = "multi_thread")]
+async fn demo_refuses_a_server_without_consumer_pause_before_any_write() {
+    let s = NatsServer::start_with(ServerOptions {
+        version: Some(crate::versions::OLDEST.into()),
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = cli(&[&["--server", s.url()][..], &DEMO].concat());
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.contains("needs consumer pause (nats-server 2.11 or newer)"), "{out:?}");
+    assert!(out.stderr.contains("this server is 2.10.26"), "{out:?}");
+    let client = async_nats::connect(s.url()).await.unwrap();
+    let js = cutover_nats::Js::new(client, std::time::Duration::from_secs(5));
+    assert!(js.stream_info_opt("ORDERS").await.unwrap().is_none(), "nothing created");
+}
+
 /// The demo as a user runs it: a copy of the program outside the repository,
 /// no NATS_SERVER, nothing on PATH, NATS_URL pointing elsewhere (ignored: only
 /// --server on the command line makes the demo use a server).
