@@ -168,3 +168,24 @@ async fn pipes_get_no_ansi_escapes() {
         }
     }
 }
+
+/// With --json even an argument clap rejects is reported on stdout as
+/// `{"error", "exit_code": 2}` (docs/json.md), and on stderr as clap says it.
+#[test]
+fn json_reports_argument_errors_on_stdout() {
+    for args in [
+        &["--json", "--bogus"][..],
+        &["--json", "run", "--max-pause", "abc", "--from", "A", "--to", "B", "--consumer", "C"],
+    ] {
+        let out = cli(args);
+        assert_eq!(out.code, 2, "{args:?}: {out:?}");
+        let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+        assert_eq!(v["exit_code"], 2, "{out:?}");
+        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{out:?}");
+        assert!(out.stderr.contains("error:"), "{out:?}");
+    }
+    // Help stays help.
+    let out = cli(&["--json", "plan", "--help"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("Usage"), "{out:?}");
+}
