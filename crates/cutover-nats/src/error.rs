@@ -51,7 +51,10 @@ pub enum Error {
     Name(#[from] cutover_core::names::NameError),
     #[error(transparent)]
     Plan(#[from] PlanError),
-    #[error("the plan is unsafe: {0}")]
+    /// Refused as unsafe (by the plan, or by a step or a rollback that
+    /// found the server in a state it cannot act on safely); the message says
+    /// why and what to do.
+    #[error("{0}")]
     Unsafe(String),
     #[error("{0}")]
     Journal(String),

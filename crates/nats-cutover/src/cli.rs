@@ -277,8 +277,10 @@ pub struct RunArgs {
     #[arg(long, value_parser = parse_nak_delay, default_value = "30s")]
     pub nak_delay: Duration,
     /// --mode rolling: go on without waiting for the instances still bound to
-    /// the old consumer (safe: it is paused for good and settled, so they stay
-    /// idle until replaced); use with --resume after stopping a run that waits.
+    /// the old consumer (safe: it is settled to the fence, so they process
+    /// nothing more; it is deleted at the end, unless --keep-old-consumers
+    /// keeps it paused so they idle without errors until replaced); use with
+    /// --resume after stopping a run that waits.
     #[arg(long)]
     pub proceed: bool,
     /// Write a self-contained HTML report (timeline of the consumers' state with

@@ -122,7 +122,7 @@ pub enum Warning {
     /// or the run went on without them at the deadline.
     FenceUnacknowledged { fence: u64, instances: Vec<String>, waiting: bool },
     /// Mode rolling, told to proceed: these instances were still bound to the
-    /// old consumer (paused for good and settled: they stay idle).
+    /// old consumer (settled to the fence: they process nothing more).
     ProceededWithout { instances: Vec<String> },
 }
 
@@ -184,7 +184,7 @@ impl EventKind {
                     "instances": instances,
                 }),
                 Warning::ProceededWithout { instances } => json!({
-                    "message": format!("going on although instances {} are still bound to the old consumer (told to proceed): it is paused for good and settled, so they stay idle until replaced", instances.join(", ")),
+                    "message": format!("going on although instances {} are still bound to the old consumer (told to proceed): it is settled to the fence, so they process nothing more; it is deleted at the end unless --keep-old-consumers keeps it paused for them to idle until replaced", instances.join(", ")),
                     "instances": instances,
                 }),
             },

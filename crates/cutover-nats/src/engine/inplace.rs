@@ -200,5 +200,5 @@ fn refuse_unsafe(p: &Plan, hop: u8) -> Result<()> {
     if p.safe {
         return Ok(());
     }
-    Err(Error::Unsafe(format!("hop {hop}: {}", p.unsafe_reasons())))
+    Err(Error::Unsafe(format!("the plan of hop {hop} is unsafe: {}", p.unsafe_reasons())))
 }

@@ -76,6 +76,7 @@ impl Undo<'_> {
     async fn run(&self, mut j: Journal) -> Result<Journal> {
         let b_now = self.js.stream_info_opt(&j.to).await?;
         refuse_if_committed(&j, b_now.as_ref().map(|(_, b)| b))?;
+        self.refuse_without_reset(&j).await?;
         let a_now = self.a_still_serving(&j).await?;
         if let Some((a_raw, a)) = &a_now {
             if a.config.subjects != j.a_subjects {
@@ -102,6 +103,28 @@ impl Undo<'_> {
         j.updated_ms = now_ms();
         self.store.save(&j).await?;
         Ok(j)
+    }
+
+    /// Before any change: a new durable that already delivered messages can
+    /// only be undone by moving the old one past them (consumer reset, 2.14+).
+    /// Without it the rollback would stop half-way with both durables paused
+    /// (a newcomer's trial on 2.11 was told to roll back, then refused).
+    async fn refuse_without_reset(&self, j: &Journal) -> Result<()> {
+        if self.js.server_version().is_some_and(|v| v.features().consumer_reset) {
+            return Ok(());
+        }
+        for c in j.consumers.iter().filter(|c| c.phase >= ConsumerPhase::Creating) {
+            let Some(start) = c.b_start else { continue };
+            if let Some((_, bc)) = self.js.consumer_info_opt(&j.to, &c.name).await? {
+                if bc.delivered.stream_seq >= start {
+                    return Err(Error::Unsafe(format!(
+                        "consumer {} already delivered messages from {} (up to {}); undoing that needs consumer reset (nats-server 2.14+), which this server lacks; nothing was changed; roll forward instead: `nats-cutover run --resume {}`",
+                        c.name, j.to, bc.delivered.stream_seq, j.id
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A, if it can still take publishes. A stream that is gone or sealed moved
@@ -166,7 +189,11 @@ impl Undo<'_> {
                         // messages up to the fence must be acknowledged first.
                         self.settle_old_to_fence(j, c).await?;
                     }
-                    self.reset_old_past(j, c, f_b).await?;
+                    if let Err(e) = self.reset_old_past(j, c, f_b).await {
+                        // The new durable serves on: never leave it held.
+                        let _ = self.js.consumer_pause(&j.to, &c.name, None).await;
+                        return Err(e);
+                    }
                 }
                 self.js.consumer_delete(&j.to, &c.name).await?;
             }
@@ -236,7 +263,7 @@ impl Undo<'_> {
         };
         let Some(o) = origin.filter(|o| Some(*o) > c.checkpoint) else { return Ok(()) };
         if !self.js.server_version().is_some_and(|v| v.features().consumer_reset) {
-            return Err(Error::Unsafe(format!("consumer {} processed messages on {} up to origin {o}; moving the old durable past them needs consumer reset (2.14+); roll forward instead", c.name, j.to)));
+            return Err(Error::Unsafe(format!("consumer {} processed messages on {} up to origin {o}; moving the old durable past them needs consumer reset (2.14+), which this server lacks; nothing was undone; roll forward instead: `nats-cutover run --resume {}`", c.name, j.to, j.id)));
         }
         self.js
             .api(

@@ -219,7 +219,10 @@ pub async fn run(
         _ => {
             if !plan.safe {
                 lease.release(&store).await?;
-                return Err(Error::Unsafe(plan.unsafe_reasons()));
+                return Err(Error::Unsafe(format!(
+                    "the plan is unsafe: {}",
+                    plan.unsafe_reasons()
+                )));
             }
             new_journal(js, plan, opts).await?
         }

@@ -106,6 +106,48 @@ async fn publishers_stated_stopped_but_running_are_caught_before_anything_moves(
     assert_exact(&r);
 }
 
+/// Before 2.14 (no consumer reset) a new durable that already delivered
+/// messages cannot be undone: the rollback is refused before it changes
+/// anything (both durables as they were, the new one serving), naming the
+/// command that rolls forward, which then finishes exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rollback_without_consumer_reset_is_refused_before_any_change() {
+    use crate::run::{finish_after, orders_under_load, retry_cli, run_cli};
+    let e = env_on("2.12.8").await;
+    let load = orders_under_load(&e, 30_000, 500, 200).await;
+    let out =
+        run_cli(&e, &run_orders(&[], &["--lease-ttl", "1s"]), Some("consumer_created:worker"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let start = j.consumers[0].b_start.unwrap();
+    wait_until("workers to process on ORDERS_V2", Duration::from_secs(20), || async {
+        let (_, c) = e.js.consumer_info("ORDERS_V2", "worker").await.unwrap();
+        c.ack_floor.stream_seq > start + 50
+    })
+    .await;
+    let out = retry_cli(
+        &e,
+        &["rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"],
+        &["is held by runner"],
+    )
+    .await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.contains("needs consumer reset (nats-server 2.14+)"), "{out:?}");
+    assert!(out.stderr.contains("`nats-cutover run --resume ORDERS.ORDERS_V2`"), "{out:?}");
+    let (_, b) = e.js.consumer_info("ORDERS_V2", "worker").await.unwrap();
+    assert!(!b.paused, "the new durable keeps serving");
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(a.config.subjects, ["orders.>"], "A keeps the publishers");
+    let out = retry_cli(
+        &e,
+        &["run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"],
+        &["is held by runner"],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_exact(&finish_after(load, 200).await);
+}
+
 /// The version matrix: the core live cut-over on the newest release of every
 /// minor version with consumer pause (scripts/test.sh installs them), with
 /// load; none lost, none twice, and verify holds.
