@@ -54,6 +54,18 @@ impl Render {
                 render::ms(ms.unwrap_or(0.0)),
                 compact(&w.detail)
             ),
+            // What a rolling run waits for, and the way on.
+            EventKind::Progress(cutover_nats::engine::Progress::Rollout { on_old, on_new })
+                if !on_old.is_empty() =>
+            {
+                format!(
+                    "{} waiting for {} (still on the old consumer) to be replaced; on the new durable: {}; Ctrl-C stops at a safe point, then `nats-cutover run --resume {} --proceed` goes on without them",
+                    e.step,
+                    on_old.join(", "),
+                    if on_new.is_empty() { "none yet".to_string() } else { on_new.join(", ") },
+                    e.migration
+                )
+            }
             _ => format!("{} {} {}", e.step, w.kind, compact(&w.detail)),
         };
         Some(format!("[{t:>8.3}s] {text}"))
@@ -66,9 +78,13 @@ fn compact(v: &serde_json::Value) -> String {
     match v.as_object() {
         Some(m) => m
             .iter()
-            .filter(|(k, _)| *k != "ms")
+            .filter(|(k, v)| *k != "ms" && !v.is_null())
             .map(|(k, v)| match (k.strip_suffix("_ms"), v.as_f64()) {
-                (Some(name), Some(x)) => format!("{name}={}", render::ms(x)),
+                // `fence` and `fence_ms` are two things: keep the suffix then.
+                (Some(name), Some(x)) if !m.contains_key(name) => {
+                    format!("{name}={}", render::ms(x))
+                }
+                (Some(_), Some(x)) => format!("{k}={}", render::ms(x)),
                 _ if v.is_number() => format!("{k}={}", render::number(v)),
                 _ => format!("{k}={v}"),
             })
@@ -111,6 +127,10 @@ mod tests {
     fn event_details_print_rounded() {
         assert_eq!(compact(&json!({"gap_ms": 12.345678901})), "gap=12.3 ms");
         assert_eq!(compact(&json!({"drain_ms": 1234})), "drain=1234 ms");
+        assert_eq!(
+            compact(&json!({"fence": 1754, "fence_ms": 40.23, "longest_pause_ms": null})),
+            "fence=1754 fence_ms=40.2 ms"
+        );
         assert_eq!(compact(&json!({"ratio": 0.123456})), "ratio=0.123");
         assert_eq!(compact(&json!({"checkpoint": 10})), "checkpoint=10");
         assert_eq!(compact(&json!({"moved": true, "ms": 3.0})), "moved=true");
@@ -129,5 +149,22 @@ mod tests {
             migration: "A.B".into(),
         };
         assert_eq!(r.line(&e).unwrap(), "[   1.500s] catch_up done in 12.3 ms origin_seq=10");
+    }
+
+    #[test]
+    fn a_rolling_wait_says_who_and_the_way_on() {
+        let r = Render::new(Mode::Lines);
+        let rollout =
+            cutover_nats::engine::Progress::Rollout { on_old: vec!["l2@1".into()], on_new: vec![] };
+        let e = Event {
+            ts_ms: r.t0,
+            kind: EventKind::Progress(rollout),
+            step: Step::Consumer("worker".into()),
+            migration: "A.B".into(),
+        };
+        let line = r.line(&e).unwrap();
+        assert!(line.contains("waiting for l2@1 (still on the old consumer)"), "{line}");
+        assert!(line.contains("on the new durable: none yet"), "{line}");
+        assert!(line.contains("`nats-cutover run --resume A.B --proceed`"), "{line}");
     }
 }
