@@ -199,7 +199,7 @@ fn verifiable(id: &str, j: &Journal) -> Result<()> {
             "migration {id} is at phase {}: verify checks a migration past its commit point (publishers on {}); finish it with `nats-cutover run --resume {id}`{}",
             j.phase.as_str(),
             j.to,
-            if j.can_roll_back() { " or undo it with `nats-cutover rollback`" } else { "" }
+            if j.can_roll_back() { format!(" or undo it with `nats-cutover rollback {}`", j.id) } else { String::new() }
         )));
     }
     if !matches!(j.plan.strategy, Strategy::Source | Strategy::Mirror) {

@@ -44,6 +44,12 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
             finish_hint(&j)
         )));
     }
+    if j.phase == Phase::Done {
+        return Err(Error::Unsafe(format!(
+            "migration {id} is complete: {} serves the publishers and the consumers; a rollback undoes a migration before its commit point only, so there is nothing to undo and nothing was changed",
+            j.to
+        )));
+    }
     if !j.can_roll_back() {
         return Err(Error::Unsafe(format!(
             "migration {id} passed its commit point ({}): {}",

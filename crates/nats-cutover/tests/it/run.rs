@@ -304,7 +304,8 @@ async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
     );
     let out = run_cli(&e2, &["rollback", "ORDERS.ORDERS_V2"], None);
     assert_eq!(out.code, 3, "{out:?}");
-    assert!(out.stderr.contains("only rolling forward is safe"), "{out:?}");
+    assert!(out.stderr.contains("is complete"), "{out:?}");
+    assert!(!out.stderr.contains("run --resume"), "nothing to resume: {out:?}");
 }
 
 /// A message held by a dead worker keeps the paused consumer unsettled; the
