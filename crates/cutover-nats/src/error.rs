@@ -21,6 +21,10 @@ pub enum Error {
     NoResponders { what: String },
     #[error("{what}: the server did not answer in time")]
     Timeout { what: String },
+    /// The server refused this user a subject (a permissions violation): the
+    /// request was dropped unanswered. Named with the fix.
+    #[error("{what}: the server denied this user permission to {op} {subject:?}; grant it in the user's permissions ({op}: {{ allow: [\"{subject}\"] }}; docs/permissions.md lists what each command needs)")]
+    PermissionDenied { what: String, op: &'static str, subject: String },
     #[error("{what}: {reason}")]
     Request { what: String, reason: String },
     #[error("cannot read the server's answer to {what}: {reason}")]
@@ -100,6 +104,7 @@ impl Error {
             | Error::Api { .. }
             | Error::NoResponders { .. }
             | Error::Timeout { .. }
+            | Error::PermissionDenied { .. }
             | Error::Request { .. }
             | Error::Decode { .. } => ErrorKind::Server,
             Error::UnknownServerVersion | Error::Unsafe(_) => ErrorKind::Incompatible,

@@ -9,6 +9,7 @@
 //! - [`connect`]: connection options (nats CLI names, contexts) to a client.
 //! - [`api`]: the JetStream API as raw JSON requests, so no setting the client
 //!   library does not model is ever dropped on an update; message gets.
+//! - [`denied`]: permission violations the server reported, to name them.
 //! - [`error`]: errors carrying what the operator needs to act.
 //! - [`journal`]: the migration journal and lease in a KV bucket.
 //! - [`engine`]: `run`, `status`, `rollback`: the cut-over, step by step.
@@ -19,6 +20,7 @@
 
 pub mod api;
 pub mod connect;
+pub mod denied;
 pub mod engine;
 pub mod error;
 pub mod journal;

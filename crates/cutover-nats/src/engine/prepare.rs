@@ -177,10 +177,11 @@ async fn check_b_config(js: &Js, draft: &Plan) -> Result<ConfigCheck> {
         cfg["sources"] = json!([nothing]);
     }
     cfg["metadata"] = json!({ "nats-cutover.check": draft.to });
-    // A scratch left by a plan that died is replaced.
-    if js.stream_info_opt(&scratch).await?.is_some() {
-        js.stream_delete(&scratch).await?;
-    }
+    // Deleted first: a scratch left by a plan that died is replaced, and the
+    // user is proven allowed to delete it before it exists (a denied delete
+    // afterwards would leave it behind); "not found" is the allowed answer.
+    // (stream_delete takes "not found" as deleted.)
+    js.stream_delete(&scratch).await?;
     let result = match js.stream_create(&cfg).await {
         Ok(_) => {
             js.stream_delete(&scratch).await?;

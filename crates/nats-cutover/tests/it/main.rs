@@ -19,6 +19,7 @@ mod pyapps;
 mod report;
 mod run;
 mod safety;
+mod security;
 mod server_faults;
 mod tls;
 mod verify;

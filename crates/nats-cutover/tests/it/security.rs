@@ -1,0 +1,329 @@
+//! Security (issue 13, item 6): every way the nats CLI authenticates carries a
+//! whole migration (plan, run with a report, verify, status, watch), and no
+//! secret appears in what the tool leaves: its output, its logs, its JSON
+//! events, the journal, route and lease records in KV, the HTML report.
+//! A user without one permission a command needs gets an error naming it.
+
+use crate::common::*;
+use cutover_nats::api::{Lookup, Via};
+use cutover_testkit::auth::{operator_mode, tls_files};
+use cutover_testkit::{NatsServer, ServerOptions};
+use std::process::Command;
+
+/// A server asking for one kind of credentials, the CLI's flags for them,
+/// the secrets that must not leak, and the test's own (admin) client.
+struct Secured {
+    e: Env,
+    args: Vec<String>,
+    secrets: Vec<String>,
+    /// Holds the credential files.
+    _dir: TempDir,
+}
+
+async fn secured(
+    tag: &str,
+    config: String,
+    admin: async_nats::ConnectOptions,
+    args: Vec<String>,
+    secrets: Vec<String>,
+    dir: TempDir,
+) -> Secured {
+    let server =
+        NatsServer::start_with(ServerOptions { config: Some(config), ..Default::default() })
+            .unwrap_or_else(|e| panic!("{tag}: {e}"));
+    let client = admin.connect(server.url()).await.unwrap_or_else(|e| panic!("{tag}: {e}"));
+    let e = Env {
+        js: cutover_nats::Js::new(client.clone(), std::time::Duration::from_secs(5)),
+        ctx: async_nats::jetstream::new(client),
+        server,
+    };
+    let args = [s(&["--server", e.server.url()]), args].concat();
+    Secured { e, args, secrets, _dir: dir }
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+fn path(p: &std::path::Path) -> String {
+    p.to_str().unwrap().to_string()
+}
+
+/// The five ways: user/password in the URL, a token, an nkey seed file, a
+/// creds file (operator mode), mutual TLS with user/password flags.
+async fn each_way() -> Vec<(&'static str, Secured)> {
+    let mut out = vec![];
+    let pw = "pw-Q7xK2mZ9";
+    let conf = format!("authorization {{ users: [ {{ user: op, password: \"{pw}\" }} ] }}\n");
+    let admin = async_nats::ConnectOptions::with_user_and_password("op".into(), pw.into());
+    let mut sec = secured("user", conf, admin, vec![], s(&[pw]), TempDir::new("sec-user")).await;
+    sec.args = s(&["--server", &sec.e.server.url().replacen("://", &format!("://op:{pw}@"), 1)]);
+    out.push(("user/password in the URL", sec));
+
+    let tok = "tok-Vb81LpW3";
+    let conf = format!("authorization {{ token: \"{tok}\" }}\n");
+    let admin = async_nats::ConnectOptions::with_token(tok.into());
+    let sec =
+        secured("token", conf, admin, s(&["--token", tok]), s(&[tok]), TempDir::new("sec-tok"))
+            .await;
+    out.push(("--token", sec));
+
+    let dir = TempDir::new("sec-nkey");
+    let kp = nkeys::KeyPair::new_user();
+    let seed = kp.seed().unwrap();
+    let seed_file = dir.0.join("user.nk");
+    std::fs::write(&seed_file, format!("{seed}\n")).unwrap();
+    let conf = format!("authorization {{ users: [ {{ nkey: {} }} ] }}\n", kp.public_key());
+    let admin = async_nats::ConnectOptions::with_nkey(seed.clone());
+    let args = s(&["--nkey", &path(&seed_file)]);
+    out.push(("--nkey", secured("nkey", conf, admin, args, vec![seed], dir).await));
+
+    let dir = TempDir::new("sec-creds");
+    let m = operator_mode(&dir.0.join("jwt"));
+    let admin = async_nats::ConnectOptions::with_credentials_file(&m.creds).await.unwrap();
+    let args = s(&["--creds", &path(&m.creds)]);
+    let secrets = vec![m.user_seed.clone(), m.user_jwt.clone()];
+    out.push((
+        "--creds (operator mode)",
+        secured("creds", m.config, admin, args, secrets, dir).await,
+    ));
+
+    let dir = TempDir::new("sec-tls");
+    let t = tls_files(&dir.0.join("tls"));
+    let pw = "pw-TlsM4c8R";
+    let conf = format!(
+        "{}authorization {{ users: [ {{ user: tlsop, password: \"{pw}\" }} ] }}\n",
+        t.server_config(true)
+    );
+    let admin = async_nats::ConnectOptions::with_user_and_password("tlsop".into(), pw.into())
+        .add_root_certificates(t.ca.clone())
+        .add_client_certificate(t.client_cert.clone(), t.client_key.clone())
+        .require_tls(true);
+    let args = [
+        ["--tlsca", &path(&t.ca)],
+        ["--tlscert", &path(&t.client_cert)],
+        ["--tlskey", &path(&t.client_key)],
+        ["--user", "tlsop"],
+        ["--password", pw],
+    ]
+    .concat()
+    .into_iter()
+    .map(String::from)
+    .collect();
+    // A line from the middle of the client's private key.
+    let key = std::fs::read_to_string(&t.client_key).unwrap();
+    let key_line = key.lines().nth(5).unwrap().to_string();
+    let secrets = vec![pw.to_string(), key_line];
+    out.push(("mutual TLS", secured("tls", conf, admin, args, secrets, dir).await));
+    out
+}
+
+/// The CLI with the secured server's flags first, debug logs on.
+fn cli_as(sec: &Secured, args: &[&str]) -> Out {
+    let o = Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .args(&sec.args)
+        .args(args)
+        .env_remove("NATS_URL")
+        .env_remove("NATS_CONTEXT")
+        .env("NATS_CUTOVER_LOG", "debug")
+        .env("HOME", std::env::temp_dir().join("nats-cutover-test-home"))
+        .output()
+        .expect("run nats-cutover");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
+    }
+}
+
+/// Every message the KV bucket CUTOVER ever stored (journal, lease, routes),
+/// deleted revisions included as far as the stream keeps them.
+async fn kv_history(e: &Env) -> String {
+    let (_, info) = e.js.stream_info("KV_CUTOVER").await.unwrap();
+    let mut all = String::new();
+    for seq in info.state.first_seq..=info.state.last_seq {
+        if let Some(m) = e.js.get_msg("KV_CUTOVER", seq, Lookup::Exact, Via::Leader).await.unwrap()
+        {
+            all.push_str(&m.subject);
+            all.push_str(&String::from_utf8_lossy(&m.payload));
+            all.push('\n');
+        }
+    }
+    all
+}
+
+/// Each way of authenticating carries plan, run (with a report and JSON
+/// events), verify, status and watch; then the secrets are looked for in all
+/// they wrote: none may appear.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_auth_method_runs_a_migration_and_no_secret_leaks() {
+    for (how, sec) in each_way().await {
+        let e = &sec.e;
+        crate::run::orders_stream(e, 30_000).await;
+        e.publish("orders.eu", "m", 20).await;
+        let report = sec._dir.0.join("report.html");
+        let report_arg = path(&report);
+        let moving = ["--from", "ORDERS", "--to", "ORDERS_V2"];
+        let runs = [
+            [&["--json", "plan"][..], &moving, &["--consumer", "worker"]].concat(),
+            [
+                &["--json", "run"][..],
+                &moving,
+                &["--consumer", "worker", "--yes", "--report", &report_arg],
+            ]
+            .concat(),
+            [&["--json", "verify"][..], &moving].concat(),
+            vec!["--json", "status"],
+            vec!["--json", "watch", "ORDERS_V2", "--consumer", "worker", "--count", "1"],
+            // A failure's message too (a stream that does not exist).
+            vec!["--json", "inspect", "NOPE"],
+        ];
+        let mut seen = String::new();
+        for args in &runs {
+            let out = cli_as(&sec, args);
+            let want = if args[1] == "inspect" { 2 } else { 0 };
+            assert_eq!(out.code, want, "{how}: {args:?}: {out:?}");
+            if args[1] == "verify" {
+                assert_eq!(out.json()["holds"], true, "{how}: {out:?}");
+            }
+            seen.push_str(&out.stdout);
+            seen.push_str(&out.stderr);
+        }
+        seen.push_str(&std::fs::read_to_string(&report).expect("the report was written"));
+        seen.push_str(&kv_history(e).await);
+        assert!(seen.contains("ORDERS.ORDERS_V2"), "{how}: the journal was read");
+        for secret in &sec.secrets {
+            assert!(!seen.contains(secret.as_str()), "{how}: a secret leaked: {secret}");
+        }
+        eprintln!("{how}: {} bytes of output, reports and records, no secret", seen.len());
+    }
+}
+
+/// The permission lists of docs/permissions.md: command → (publish,
+/// subscribe), with `<A>`, `<B>`, `<C>` replaced.
+fn documented_permissions() -> Vec<(String, Vec<String>, Vec<String>)> {
+    let doc = std::fs::read_to_string(cutover_testkit::repo_root().join("docs/permissions.md"))
+        .expect("read docs/permissions.md");
+    let mut out = vec![];
+    let mut lines = doc.lines();
+    while let Some(l) = lines.next() {
+        let Some(cmd) = l.strip_prefix("```permissions ") else { continue };
+        let (mut publish, mut subscribe) = (vec![], vec![]);
+        for l in lines.by_ref().take_while(|l| !l.starts_with("```")) {
+            let l = l.replace("<A>", "ORDERS").replace("<B>", "ORDERS_V2").replace("<C>", "worker");
+            match l.split_once(' ') {
+                Some(("publish", x)) => publish.push(x.to_string()),
+                Some(("subscribe", x)) => subscribe.push(x.to_string()),
+                _ => assert!(l.trim().is_empty(), "docs/permissions.md: not a permission: {l}"),
+            }
+        }
+        out.push((cmd.trim().to_string(), publish, subscribe));
+    }
+    out
+}
+
+fn quoted(v: &[String]) -> String {
+    v.iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(", ")
+}
+
+/// A server with an `admin` user (every permission, the test's) and these
+/// users: (name, publish allowed, subscribe allowed), password = name.
+async fn env_with_users(users: &[(String, Vec<String>, Vec<String>)]) -> Env {
+    let users: Vec<String> = users
+        .iter()
+        .map(|(u, p, s)| {
+            format!(
+                "{{ user: {u}, password: {u}, permissions: {{ publish: {{ allow: [{}] }}, subscribe: {{ allow: [{}] }} }} }}",
+                quoted(p),
+                quoted(s)
+            )
+        })
+        .collect();
+    let conf = format!(
+        "accounts: {{ APP: {{ jetstream: enabled, users: [ {{ user: admin, password: a }},\n{} ] }} }}\n",
+        users.join(",\n")
+    );
+    let server =
+        NatsServer::start_with(ServerOptions { config: Some(conf), ..Default::default() }).unwrap();
+    let client = async_nats::ConnectOptions::with_user_and_password("admin".into(), "a".into())
+        .connect(server.url())
+        .await
+        .unwrap();
+    Env {
+        js: cutover_nats::Js::new(client.clone(), std::time::Duration::from_secs(5)),
+        ctx: async_nats::jetstream::new(client),
+        server,
+    }
+}
+
+/// `args` as `user` (password = name).
+fn cli_user(e: &Env, user: &str, args: &[&str]) -> Out {
+    let url = e.server.url().replacen("://", &format!("://{user}:{user}@"), 1);
+    cli(&[&["--server", url.as_str()][..], args].concat())
+}
+
+/// docs/permissions.md's lists, each given to one user with nothing else,
+/// carry plan, run, verify, watch and status.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_documented_permissions_are_enough_for_each_command() {
+    let perms = documented_permissions();
+    let names: Vec<&str> = perms.iter().map(|p| p.0.as_str()).collect();
+    assert_eq!(names, ["plan", "run", "verify", "watch", "status"]);
+    let e = env_with_users(&perms).await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "m", 20).await;
+    let moving = ["--from", "ORDERS", "--to", "ORDERS_V2"];
+    let runs: [(&str, Vec<&str>); 5] = [
+        ("plan", [&["plan"][..], &moving, &["--consumer", "worker"]].concat()),
+        ("run", [&["run"][..], &moving, &["--consumer", "worker", "--yes"]].concat()),
+        ("verify", [&["--json", "verify"][..], &moving].concat()),
+        (
+            "watch",
+            vec![
+                "watch",
+                "ORDERS_V2",
+                "--consumer",
+                "worker",
+                "--count",
+                "2",
+                "--interval",
+                "100ms",
+            ],
+        ),
+        ("status", vec!["status"]),
+    ];
+    for (user, args) in runs {
+        let out = cli_user(&e, user, &args);
+        assert_eq!(out.code, 0, "{user} with exactly the documented permissions: {out:?}");
+        if user == "verify" {
+            assert_eq!(out.json()["holds"], true, "{out:?}");
+        }
+    }
+}
+
+/// Each of plan's permissions taken away in turn: plan fails naming exactly
+/// that subject and the fix (exit 4), and the server is unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_permission_is_named_with_its_fix() {
+    let (_, publish, subscribe) =
+        documented_permissions().into_iter().find(|p| p.0 == "plan").unwrap();
+    let users: Vec<_> = (0..publish.len())
+        .map(|i| {
+            let mut p = publish.clone();
+            p.remove(i);
+            (format!("u{i}"), p, subscribe.clone())
+        })
+        .collect();
+    let e = env_with_users(&users).await;
+    crate::run::orders_stream(&e, 30_000).await;
+    let before = e.snapshot().await;
+    for (i, missing) in publish.iter().enumerate() {
+        let args = move_args(&["plan"], "ORDERS", "ORDERS_V2", "worker", &[]);
+        let out = cli_user(&e, &format!("u{i}"), &args);
+        assert_eq!(out.code, 4, "without {missing}: {out:?}");
+        let named = format!("the server denied this user permission to publish \"{missing}\"");
+        assert!(out.stderr.contains(&named), "without {missing}: {out:?}");
+        assert!(out.stderr.contains("docs/permissions.md"), "{out:?}");
+        assert_eq!(e.snapshot().await, before, "without {missing}: the server changed");
+    }
+}
