@@ -59,6 +59,16 @@ pub enum Error {
     Unsafe(String),
     #[error("{0}")]
     Journal(String),
+    /// A journal written by a newer nats-cutover: its phases could be
+    /// misread, so nothing acts on it.
+    #[error("journal {id} was written by a newer nats-cutover (journal format {found}; this one reads up to {reads}); nothing was changed: continue, undo or forget it with the newer version")]
+    NewerJournal { id: String, found: u64, reads: u32 },
+    /// A stream the plan names is part of another migration not finished.
+    #[error("stream {stream} is part of migration {id} ({from} -> {to}), which is not finished (phase {phase}); nothing was changed: finish it with `nats-cutover run --resume {id}` or undo it with `nats-cutover rollback {id}` first")]
+    UnderWay { stream: String, id: String, from: String, to: String, phase: String },
+    /// A stream that holds nats-cutover's own name for something else.
+    #[error("{0}")]
+    Reserved(String),
     #[error("migration {id} is held by runner {holder} until {until}; wait for it, or if that runner is gone, run again after the lease expires")]
     Leased { id: String, holder: String, until: String },
     #[error("interrupted at a safe point ({step}); resume with `nats-cutover run --resume {id}` or undo with `nats-cutover rollback {id}`")]
@@ -126,7 +136,9 @@ impl Error {
                 | PlanError::UnknownSetting { .. }
                 | PlanError::BadSettingValue { .. } => ErrorKind::Input,
             },
+            Error::NewerJournal { .. } | Error::Reserved(_) => ErrorKind::Incompatible,
             Error::StreamChanged { .. }
+            | Error::UnderWay { .. }
             | Error::Journal(_)
             | Error::Leased { .. }
             | Error::Stuck(_)

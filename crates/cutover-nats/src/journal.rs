@@ -10,6 +10,7 @@ use async_nats::jetstream::kv;
 use bytes::Bytes;
 use cutover_core::journal::{
     instance_key, journal_key, lease_key, route_key, InstanceRecord, Journal, Route, BUCKET,
+    JOURNAL_FORMAT,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -64,15 +65,43 @@ impl JournalStore {
         Ok(Some(Self { kv, js: js.clone() }))
     }
 
+    /// The journal of migration `id`. One written by a newer nats-cutover
+    /// (a higher `format`) is refused, named, before anything acts on it:
+    /// this version could misread its phases and undo the wrong things.
     pub async fn load(&self, id: &str) -> Result<Option<Journal>> {
         let e =
             self.kv.entry(journal_key(id)).await.map_err(|e| jerr("cannot read the journal", e))?;
-        match e {
-            Some(e) if e.operation == kv::Operation::Put => serde_json::from_slice(&e.value)
-                .map(Some)
-                .map_err(|err| jerr(&format!("journal {id} is unreadable ({err})"), "remove it with `nats kv del CUTOVER m.<id>` only if you know the migration's state")),
-            _ => Ok(None),
+        let Some(e) = e.filter(|e| e.operation == kv::Operation::Put) else { return Ok(None) };
+        let unreadable = |err: &dyn std::fmt::Display| {
+            jerr(&format!("journal {id} is unreadable ({err})"), "remove it with `nats kv del CUTOVER m.<id>` only if you know the migration's state")
+        };
+        let raw: serde_json::Value =
+            serde_json::from_slice(&e.value).map_err(|e| unreadable(&e))?;
+        let format = raw["format"].as_u64().unwrap_or(0);
+        if format > u64::from(JOURNAL_FORMAT) {
+            return Err(Error::NewerJournal {
+                id: id.into(),
+                found: format,
+                reads: JOURNAL_FORMAT,
+            });
         }
+        serde_json::from_value(raw).map(Some).map_err(|e| unreadable(&e))
+    }
+
+    /// The ids of every migration journaled in the bucket, listed from the
+    /// bucket stream's subjects (one STREAM.INFO, no consumer).
+    pub async fn ids(&self) -> Result<Vec<String>> {
+        let kv_prefix = format!("$KV.{BUCKET}.m.");
+        let info = self
+            .js
+            .api(
+                "list the migrations",
+                &format!("STREAM.INFO.KV_{BUCKET}"),
+                &serde_json::json!({ "subjects_filter": format!("{kv_prefix}>") }),
+            )
+            .await?;
+        let subjects = info["state"]["subjects"].as_object().cloned().unwrap_or_default();
+        Ok(subjects.keys().filter_map(|s| s.strip_prefix(&kv_prefix).map(String::from)).collect())
     }
 
     pub async fn save(&self, j: &Journal) -> Result<()> {

@@ -16,6 +16,7 @@ mod metrics;
 mod output;
 mod plan;
 mod pyapps;
+mod refusals;
 mod report;
 mod run;
 mod safety;

@@ -201,7 +201,7 @@ async fn every_auth_method_runs_a_migration_and_no_secret_leaks() {
 
 /// The permission lists of docs/permissions.md: command → (publish,
 /// subscribe), with `<A>`, `<B>`, `<C>` replaced.
-fn documented_permissions() -> Vec<(String, Vec<String>, Vec<String>)> {
+fn documented_permissions(a: &str, b: &str) -> Vec<(String, Vec<String>, Vec<String>)> {
     let doc = std::fs::read_to_string(cutover_testkit::repo_root().join("docs/permissions.md"))
         .expect("read docs/permissions.md");
     let mut out = vec![];
@@ -210,7 +210,7 @@ fn documented_permissions() -> Vec<(String, Vec<String>, Vec<String>)> {
         let Some(cmd) = l.strip_prefix("```permissions ") else { continue };
         let (mut publish, mut subscribe) = (vec![], vec![]);
         for l in lines.by_ref().take_while(|l| !l.starts_with("```")) {
-            let l = l.replace("<A>", "ORDERS").replace("<B>", "ORDERS_V2").replace("<C>", "worker");
+            let l = l.replace("<A>", a).replace("<B>", b).replace("<C>", "worker");
             match l.split_once(' ') {
                 Some(("publish", x)) => publish.push(x.to_string()),
                 Some(("subscribe", x)) => subscribe.push(x.to_string()),
@@ -266,7 +266,7 @@ fn cli_user(e: &Env, user: &str, args: &[&str]) -> Out {
 /// carry plan, run, verify, watch and status.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_documented_permissions_are_enough_for_each_command() {
-    let perms = documented_permissions();
+    let perms = documented_permissions("ORDERS", "ORDERS_V2");
     let names: Vec<&str> = perms.iter().map(|p| p.0.as_str()).collect();
     assert_eq!(names, ["plan", "run", "verify", "watch", "status"]);
     let e = env_with_users(&perms).await;
@@ -302,11 +302,14 @@ async fn the_documented_permissions_are_enough_for_each_command() {
 }
 
 /// Each of plan's permissions taken away in turn: plan fails naming exactly
-/// that subject and the fix (exit 4), and the server is unchanged.
+/// that subject and the fix (exit 4), and the server is unchanged. A finished
+/// migration ORDERS -> ORDERS_V2 is in the journal, so plan reads it too.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_permission_is_named_with_its_fix() {
-    let (_, publish, subscribe) =
-        documented_permissions().into_iter().find(|p| p.0 == "plan").unwrap();
+    let (_, publish, subscribe) = documented_permissions("ORDERS_V2", "ORDERS_V3")
+        .into_iter()
+        .find(|p| p.0 == "plan")
+        .unwrap();
     let users: Vec<_> = (0..publish.len())
         .map(|i| {
             let mut p = publish.clone();
@@ -316,12 +319,17 @@ async fn a_missing_permission_is_named_with_its_fix() {
         .collect();
     let e = env_with_users(&users).await;
     crate::run::orders_stream(&e, 30_000).await;
+    let admin = e.server.url().replacen("://", "://admin:a@", 1);
+    let out = cli(&run_orders(&["--server", &admin], &[]));
+    assert_eq!(out.code, 0, "{out:?}");
     let before = e.snapshot().await;
     for (i, missing) in publish.iter().enumerate() {
-        let args = move_args(&["plan"], "ORDERS", "ORDERS_V2", "worker", &[]);
+        let args = move_args(&["plan"], "ORDERS_V2", "ORDERS_V3", "worker", &[]);
         let out = cli_user(&e, &format!("u{i}"), &args);
         assert_eq!(out.code, 4, "without {missing}: {out:?}");
-        let named = format!("the server denied this user permission to publish \"{missing}\"");
+        // The subject sent is named (under a wildcard, the one it matched).
+        let sent = missing.strip_suffix('>').map_or(format!("{missing}\""), String::from);
+        let named = format!("the server denied this user permission to publish \"{sent}");
         assert!(out.stderr.contains(&named), "without {missing}: {out:?}");
         assert!(out.stderr.contains("docs/permissions.md"), "{out:?}");
         assert_eq!(e.snapshot().await, before, "without {missing}: the server changed");
