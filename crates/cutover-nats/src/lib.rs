@@ -11,6 +11,7 @@
 //!   library does not model is ever dropped on an update; message gets.
 //! - [`denied`]: permission violations the server reported, to name them.
 //! - [`error`]: errors carrying what the operator needs to act.
+//! - [`monitor`]: the server's monitoring endpoint (varz's sync setting).
 //! - [`journal`]: the migration journal and lease in a KV bucket.
 //! - [`engine`]: `run`, `status`, `rollback`: the cut-over, step by step.
 //! - [`verify`]: structural verification of a finished migration.
@@ -24,6 +25,7 @@ pub mod denied;
 pub mod engine;
 pub mod error;
 pub mod journal;
+pub mod monitor;
 pub mod observe;
 pub mod test_hooks;
 pub mod verify;

@@ -221,7 +221,11 @@ async fn load_plan(js: &Js, a: &RunArgs) -> Result<Plan> {
         match engine::rollback::load(js, &id).await {
             Ok((_, j)) if !matches!(j.phase, Phase::Done | Phase::RolledBack) => j.plan,
             Err(e @ cutover_nats::Error::NewerJournal { .. }) => return Err(e.into()),
-            _ => engine::prepare_plan(js, &req).await?,
+            _ => {
+                let mut plan = engine::prepare_plan(js, &req).await?;
+                super::plan::judge_sync(&a.plan, &mut plan).await?;
+                plan
+            }
         }
     })
 }

@@ -335,3 +335,57 @@ async fn a_missing_permission_is_named_with_its_fix() {
         assert_eq!(e.snapshot().await, before, "without {missing}: the server changed");
     }
 }
+
+/// A server on a free port with a monitoring endpoint and this JetStream
+/// sync setting; its monitoring URL.
+async fn env_with_sync(sync: &str) -> (Env, String) {
+    let port = cutover_testkit::free_port();
+    let conf = format!("http: \"127.0.0.1:{port}\"\njetstream {{ sync_interval: {sync} }}\n");
+    let server = NatsServer::start_with(ServerOptions { config: Some(conf), ..Default::default() })
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let e = Env {
+        js: cutover_nats::Js::new(client.clone(), std::time::Duration::from_secs(5)),
+        ctx: async_nats::jetstream::new(client),
+        server,
+    };
+    (e, format!("http://127.0.0.1:{port}"))
+}
+
+/// plan reads the server's sync setting from its monitoring endpoint (varz;
+/// an application account cannot see it) and warns when acknowledged
+/// messages may be on no disk yet; without --monitor it says it was not read.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_warns_when_the_sync_setting_leaves_acknowledged_messages_unsynced() {
+    let (e, monitor) = env_with_sync("\"10s\"").await;
+    orders(&e).await;
+    let plan = move_args(&["plan"], "A", "B", "C", &["--monitor", &monitor]);
+    let out = e.cli(&plan);
+    assert_eq!(out.code, 0, "a warning, not a refusal: {out:?}");
+    assert!(out.stdout.contains("WARNING: the server syncs to disk every 10s"), "{out:?}");
+    assert!(out.stdout.contains("B is R1: a crash of its machine loses them"), "{out:?}");
+    let out = e.cli(&move_args(&["plan"], "A", "B", "C", &[]));
+    assert!(
+        out.stdout.contains("sync_interval") && out.stdout.contains("pass --monitor"),
+        "{out:?}"
+    );
+    // Bad or unreachable --monitor: named, nothing changed.
+    let before = e.snapshot().await;
+    let out = e.cli(&move_args(&["plan"], "A", "B", "C", &["--monitor", "https://127.0.0.1:1"]));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("is not an http:// URL"), "{out:?}");
+    let nothing = format!("http://127.0.0.1:{}", cutover_testkit::free_port());
+    let out = e.cli(&move_args(&["plan"], "A", "B", "C", &["--monitor", &nothing]));
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains("cannot read the monitoring endpoint"), "{out:?}");
+    assert_eq!(e.snapshot().await, before);
+
+    let (e, monitor) = env_with_sync("always").await;
+    orders(&e).await;
+    let out = e.cli(&move_args(&["--json", "plan"], "A", "B", "C", &["--monitor", &monitor]));
+    assert_eq!(out.code, 0, "{out:?}");
+    let findings = out.json()["findings"].as_array().unwrap().clone();
+    let sync = findings.iter().find(|f| f["setting"] == "sync_interval").unwrap();
+    assert_eq!(sync["from"], "always", "{sync:#}");
+    assert_eq!(sync["verdict"], "ok", "{sync:#}");
+}
