@@ -105,7 +105,8 @@ pub fn explain(e: Error) -> Error {
             Some(d) => Error::PermissionDenied { what: what.clone(), op: d.op, subject: d.subject },
             None => e,
         },
-        Error::Journal(ref what) => match latest() {
+        // The journal's KV operations report a dropped request as a timeout.
+        Error::Journal(ref what) if what.contains("timed out") => match latest() {
             Some(d) => Error::PermissionDenied { what: what.clone(), op: d.op, subject: d.subject },
             None => e,
         },

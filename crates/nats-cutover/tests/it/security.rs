@@ -118,14 +118,14 @@ async fn each_way() -> Vec<(&'static str, Secured)> {
     out
 }
 
-/// The CLI with the secured server's flags first, debug logs on.
+/// The CLI with the secured server's flags first, every log (trace) on.
 fn cli_as(sec: &Secured, args: &[&str]) -> Out {
     let o = Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
         .args(&sec.args)
         .args(args)
         .env_remove("NATS_URL")
         .env_remove("NATS_CONTEXT")
-        .env("NATS_CUTOVER_LOG", "debug")
+        .env("NATS_CUTOVER_LOG", "trace")
         .env("HOME", std::env::temp_dir().join("nats-cutover-test-home"))
         .output()
         .expect("run nats-cutover");
