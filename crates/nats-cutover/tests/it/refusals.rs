@@ -106,6 +106,13 @@ async fn another_unfinished_migration_of_a_or_b_is_refused() {
         refused(&e, &args, FAILED, says).await;
         refused(&e, &args, FAILED, fix).await;
     }
+    // Nor is it forgotten while unfinished, once its lease lapsed too.
+    let forget = ["forget", "ORDERS.ORDERS_V2"];
+    wait_until("the dead runner's lease to lapse", std::time::Duration::from_secs(10), || async {
+        e.cli(&forget).stderr.contains("is under way")
+    })
+    .await;
+    refused(&e, &forget, INCOMPATIBLE, "is under way").await;
     // The same migration is still the one to resume, and then others may go.
     let out = retry_cli(&e, &["rollback", "ORDERS.ORDERS_V2"], &["held by runner"]).await;
     assert_eq!(out.code, 0, "{out:?}");
