@@ -88,20 +88,41 @@ impl JournalStore {
         serde_json::from_value(raw).map(Some).map_err(|e| unreadable(&e))
     }
 
-    /// The ids of every migration journaled in the bucket, listed from the
-    /// bucket stream's subjects (one STREAM.INFO, no consumer).
+    /// The ids of every migration journaled in the bucket.
     pub async fn ids(&self) -> Result<Vec<String>> {
-        let kv_prefix = format!("$KV.{BUCKET}.m.");
-        let info = self
-            .js
-            .api(
-                "list the migrations",
-                &format!("STREAM.INFO.KV_{BUCKET}"),
-                &serde_json::json!({ "subjects_filter": format!("{kv_prefix}>") }),
-            )
-            .await?;
-        let subjects = info["state"]["subjects"].as_object().cloned().unwrap_or_default();
-        Ok(subjects.keys().filter_map(|s| s.strip_prefix(&kv_prefix).map(String::from)).collect())
+        let keys = self.keys_under("m.").await?;
+        Ok(keys.iter().filter_map(|k| k.strip_prefix("m.").map(String::from)).collect())
+    }
+
+    /// The keys under `prefix` (`m.`, `lease.`), listed from the bucket
+    /// stream's subjects: STREAM.INFO with a subjects filter, paged. No
+    /// consumer: a KV key listing creates an ephemeral one, which a process
+    /// stopped early (a denied request, Ctrl-C) left behind for 30 s.
+    /// Deleted and purged keys are listed too; `load` skips them.
+    async fn keys_under(&self, prefix: &str) -> Result<Vec<String>> {
+        let kv_prefix = format!("$KV.{BUCKET}.");
+        let filter = format!("{kv_prefix}{prefix}>");
+        let mut out = vec![];
+        loop {
+            let info = self
+                .js
+                .api(
+                    "list the journal's keys",
+                    &format!("STREAM.INFO.KV_{BUCKET}"),
+                    &serde_json::json!({ "subjects_filter": filter, "offset": out.len() }),
+                )
+                .await?;
+            let subjects = info["state"]["subjects"].as_object().cloned().unwrap_or_default();
+            let page = subjects.len();
+            out.extend(
+                subjects.keys().filter_map(|s| s.strip_prefix(&kv_prefix).map(String::from)),
+            );
+            if page == 0 || out.len() as u64 >= info["total"].as_u64().unwrap_or(0) {
+                break;
+            }
+        }
+        out.sort();
+        Ok(out)
     }
 
     pub async fn save(&self, j: &Journal) -> Result<()> {
@@ -114,15 +135,10 @@ impl JournalStore {
     }
 
     pub async fn list(&self) -> Result<Vec<Journal>> {
-        use futures::StreamExt;
-        let mut keys = self.kv.keys().await.map_err(|e| jerr("cannot list the journal", e))?;
         let mut out = vec![];
-        while let Some(k) = keys.next().await {
-            let k = k.map_err(|e| jerr("cannot list the journal", e))?;
-            if let Some(id) = k.strip_prefix("m.") {
-                if let Some(j) = self.load(id).await? {
-                    out.push(j);
-                }
+        for id in self.ids().await? {
+            if let Some(j) = self.load(&id).await? {
+                out.push(j);
             }
         }
         out.sort_by_key(|j| j.started_ms);
@@ -131,11 +147,8 @@ impl JournalStore {
 
     /// Every lease in the bucket, live or expired.
     pub async fn leases(&self) -> Result<Vec<LeaseInfo>> {
-        use futures::StreamExt;
-        let mut keys = self.kv.keys().await.map_err(|e| jerr("cannot list the leases", e))?;
         let mut out = vec![];
-        while let Some(k) = keys.next().await {
-            let k = k.map_err(|e| jerr("cannot list the leases", e))?;
+        for k in self.keys_under("lease.").await? {
             let Some(stream) = k.strip_prefix("lease.") else { continue };
             let entry = self.kv.entry(&k).await.map_err(|e| jerr("cannot read a lease", e))?;
             let Some(en) = entry.filter(|e| e.operation == kv::Operation::Put) else { continue };

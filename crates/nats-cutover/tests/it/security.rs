@@ -222,7 +222,12 @@ fn documented_permissions(a: &str, b: &str) -> Vec<(String, Vec<String>, Vec<Str
     out
 }
 
+/// A permission list as server configuration. An empty allow list would
+/// allow everything: it allows one unused subject instead.
 fn quoted(v: &[String]) -> String {
+    if v.is_empty() {
+        return "\"nothing.allowed\"".into();
+    }
     v.iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(", ")
 }
 
@@ -301,38 +306,76 @@ async fn the_documented_permissions_are_enough_for_each_command() {
     }
 }
 
-/// Each of plan's permissions taken away in turn: plan fails naming exactly
-/// that subject and the fix (exit 4), and the server is unchanged. A finished
-/// migration ORDERS -> ORDERS_V2 is in the journal, so plan reads it too.
+/// One permission taken away from a command's documented list: (the
+/// command's arguments, the user's publish and subscribe lists, what is
+/// missing: op and subject).
+type Without = (Vec<String>, (Vec<String>, Vec<String>), (&'static str, String));
+
+/// Each of plan's permissions taken away in turn, its reply inbox, and one
+/// each of verify, watch and status: the error names exactly that subject
+/// and the fix (exit 4), and the server is unchanged. A finished migration
+/// ORDERS -> ORDERS_V2 is in the journal, so plan reads it too.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_permission_is_named_with_its_fix() {
-    let (_, publish, subscribe) = documented_permissions("ORDERS_V2", "ORDERS_V3")
-        .into_iter()
-        .find(|p| p.0 == "plan")
-        .unwrap();
-    let users: Vec<_> = (0..publish.len())
-        .map(|i| {
-            let mut p = publish.clone();
-            p.remove(i);
-            (format!("u{i}"), p, subscribe.clone())
-        })
+    let mut cases: Vec<Without> = vec![];
+    let doc = documented_permissions("ORDERS_V2", "ORDERS_V3");
+    let (_, publish, subscribe) = doc.iter().find(|p| p.0 == "plan").unwrap().clone();
+    let plan = s(&move_args(&["plan"], "ORDERS_V2", "ORDERS_V3", "worker", &[]));
+    for i in 0..publish.len() {
+        let mut p = publish.clone();
+        let missing = p.remove(i);
+        cases.push((plan.clone(), (p, subscribe.clone()), ("publish", missing)));
+    }
+    cases.push((plan, (publish, vec![]), ("subscribe", "_INBOX.".into())));
+    let doc = documented_permissions("ORDERS", "ORDERS_V2");
+    for (cmd, args, missing) in [
+        (
+            "verify",
+            s(&["verify", "--from", "ORDERS", "--to", "ORDERS_V2"]),
+            "$JS.API.CONSUMER.CREATE.ORDERS_V2.>",
+        ),
+        (
+            "verify",
+            s(&["verify", "--from", "ORDERS", "--to", "ORDERS_V2"]),
+            "$JS.API.STREAM.INFO.KV_CUTOVER",
+        ),
+        (
+            "watch",
+            s(&["watch", "ORDERS_V2", "--consumer", "worker", "--count", "1"]),
+            "$JS.API.CONSUMER.INFO.ORDERS_V2.worker",
+        ),
+        ("status", s(&["status"]), "$JS.API.DIRECT.GET.KV_CUTOVER.>"),
+    ] {
+        let (_, mut p, sub) = doc.iter().find(|p| p.0 == cmd).unwrap().clone();
+        p.retain(|x| x != missing);
+        cases.push((args, (p, sub), ("publish", missing.into())));
+    }
+    let users: Vec<_> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (format!("u{i}"), c.1 .0.clone(), c.1 .1.clone()))
         .collect();
     let e = env_with_users(&users).await;
     crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "m", 5).await;
     let admin = e.server.url().replacen("://", "://admin:a@", 1);
     let out = cli(&run_orders(&["--server", &admin], &[]));
     assert_eq!(out.code, 0, "{out:?}");
     let before = e.snapshot().await;
-    for (i, missing) in publish.iter().enumerate() {
-        let args = move_args(&["plan"], "ORDERS_V2", "ORDERS_V3", "worker", &[]);
+    for (i, (args, _, (op, missing))) in cases.iter().enumerate() {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = cli_user(&e, &format!("u{i}"), &args);
-        assert_eq!(out.code, 4, "without {missing}: {out:?}");
+        assert_eq!(out.code, 4, "{args:?} without {op} {missing}: {out:?}");
         // The subject sent is named (under a wildcard, the one it matched).
-        let sent = missing.strip_suffix('>').map_or(format!("{missing}\""), String::from);
-        let named = format!("the server denied this user permission to publish \"{sent}");
-        assert!(out.stderr.contains(&named), "without {missing}: {out:?}");
+        let sent = match missing.strip_suffix('>') {
+            Some(prefix) => prefix.to_string(),
+            None if missing.ends_with('.') => missing.clone(),
+            None => format!("{missing}\""),
+        };
+        let named = format!("the server denied this user permission to {op} \"{sent}");
+        assert!(out.stderr.contains(&named), "{args:?} without {op} {missing}: {out:?}");
         assert!(out.stderr.contains("docs/permissions.md"), "{out:?}");
-        assert_eq!(e.snapshot().await, before, "without {missing}: the server changed");
+        assert_eq!(e.snapshot().await, before, "{args:?} without {missing}: the server changed");
     }
 }
 
