@@ -49,8 +49,9 @@ fn path(p: &std::path::Path) -> String {
     p.to_str().unwrap().to_string()
 }
 
-/// The five ways: user/password in the URL, a token, an nkey seed file, a
-/// creds file (operator mode), mutual TLS with user/password flags.
+/// The six ways: user/password in the URL, a token, an nkey seed file, a
+/// creds file (operator mode), a nats context with the URL and a creds file,
+/// mutual TLS with user/password flags.
 async fn each_way() -> Vec<(&'static str, Secured)> {
     let mut out = vec![];
     let pw = "pw-Q7xK2mZ9";
@@ -88,6 +89,8 @@ async fn each_way() -> Vec<(&'static str, Secured)> {
         secured("creds", m.config, admin, args, secrets, dir).await,
     ));
 
+    out.push(context_way().await);
+
     let dir = TempDir::new("sec-tls");
     let t = tls_files(&dir.0.join("tls"));
     let pw = "pw-TlsM4c8R";
@@ -116,6 +119,21 @@ async fn each_way() -> Vec<(&'static str, Secured)> {
     let secrets = vec![pw.to_string(), key_line];
     out.push(("mutual TLS", secured("tls", conf, admin, args, secrets, dir).await));
     out
+}
+
+/// A nats CLI context holding the URL and a creds file (operator mode).
+async fn context_way() -> (&'static str, Secured) {
+    let dir = TempDir::new("sec-ctx");
+    let m = operator_mode(&dir.0.join("jwt"));
+    let admin = async_nats::ConnectOptions::with_credentials_file(&m.creds).await.unwrap();
+    let secrets = vec![m.user_seed.clone(), m.user_jwt.clone()];
+    let ctx = dir.0.join("ctx.json");
+    let creds = path(&m.creds);
+    let mut sec = secured("context", m.config, admin, vec![], secrets, dir).await;
+    let context = serde_json::json!({"url": sec.e.server.url(), "creds": creds});
+    std::fs::write(&ctx, context.to_string()).unwrap();
+    sec.args = s(&["--context", &path(&ctx)]);
+    ("--context (URL and creds)", sec)
 }
 
 /// The CLI with the secured server's flags first, every log (trace) on.
