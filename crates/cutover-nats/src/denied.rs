@@ -135,4 +135,22 @@ mod tests {
         assert_eq!(parse("Authorization Violation"), None);
         assert_eq!(parse("Permissions Violation for Publish with Reply of \"x\""), None);
     }
+
+    /// (The record is process-wide: this test's subjects are its own.)
+    #[test]
+    fn a_request_is_explained_only_by_a_denial_of_its_subject_after_it_was_sent() {
+        let before = mark();
+        record("Permissions Violation for Publish to \"t.denied.early\"");
+        let sent = mark();
+        assert!(sent > before);
+        assert_eq!(for_request("t.denied.early", sent), None, "denied before it was sent");
+        assert_eq!(for_request("t.other", before), None, "another subject");
+        record("Permissions Violation for Publish to \"t.denied.late\"");
+        let d = for_request("t.denied.late", sent).unwrap();
+        assert_eq!((d.op, d.subject.as_str()), ("publish", "t.denied.late"));
+        let e = explain(Error::Timeout { what: "read x".into() });
+        assert!(matches!(e, Error::PermissionDenied { .. }), "{e}");
+        let e = explain(Error::Journal("journal A.B is unreadable".into()));
+        assert!(matches!(e, Error::Journal(_)), "only a timed-out journal request: {e}");
+    }
 }
