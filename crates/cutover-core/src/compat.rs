@@ -426,13 +426,7 @@ fn rule_carried_settings(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
         b.storage.as_str(),
         "storage changes with the new stream",
     );
-    r.same_or_changed(
-        s,
-        "num_replicas",
-        ac.num_replicas.max(1),
-        b.num_replicas.max(1),
-        "replica count changes with the new stream",
-    );
+    rule_replicas(r, ac, b);
     r.same_or_changed(
         s,
         "placement",
@@ -441,6 +435,23 @@ fn rule_carried_settings(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
         "placement changes with the new stream",
     );
     r.same_or_changed(s, "deny_delete", ac.deny_delete, b.deny_delete, "deny_delete changes");
+}
+
+/// Fewer replicas on B is allowed (it may be the point of the move) but
+/// warned about: what A kept on three servers B keeps on one.
+fn rule_replicas(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
+    let (x, y) = (ac.num_replicas.max(1), b.num_replicas.max(1));
+    if y < x {
+        r.add(STREAM, "num_replicas", x, y, Verdict::ChangedOnPurpose, format!("WARNING: B keeps {y} replica(s) where A keeps {x}: acknowledged messages then live on fewer servers, and losing {} server(s) loses them; set num_replicas: {x} in --to-config unless this is intended", y));
+    } else {
+        r.same_or_changed(
+            STREAM,
+            "num_replicas",
+            x,
+            y,
+            "replica count changes with the new stream",
+        );
+    }
 }
 
 fn rule_b_not_sealed(r: &mut Report, b: &StreamConfig) {

@@ -16,6 +16,7 @@
 //!   logarithmic search that translates it to the new stream's sequence.
 //! - [`quiescence`]: the timer bound for the cases where no exact signal exists.
 //! - [`compat`]: the compatibility report (ok / changed on purpose / unsafe).
+//! - [`durability`]: the server's disk sync setting, judged for the plan.
 //! - [`plan`]: the plan document `plan` prints and `run` executes.
 //! - [`journal`]: the migration journal, lease and route records.
 //! - [`lag`]: a consumer's status over a window of reads (ok, draining,
@@ -31,6 +32,7 @@ pub mod audit;
 pub mod bucket;
 pub mod checkpoint;
 pub mod compat;
+pub mod durability;
 pub mod journal;
 pub mod lag;
 pub mod model;

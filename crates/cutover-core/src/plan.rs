@@ -1182,6 +1182,21 @@ mod tests {
     }
 
     #[test]
+    fn fewer_replicas_on_b_is_warned_about_not_refused() {
+        let a = json!({"name": "A", "subjects": ["x"], "num_replicas": 3});
+        let c = || vec![consumer(json!({"durable_name": "C", "ack_policy": "explicit"}))];
+        let mut r = req();
+        r.to_config = Some(json!({"num_replicas": 1}).as_object().unwrap().clone());
+        let p = build(&r, &facts(a.clone(), c())).unwrap();
+        let f = p.findings.iter().find(|f| f.setting == "num_replicas").unwrap();
+        assert_eq!(f.verdict, Verdict::ChangedOnPurpose, "{f:?}");
+        assert!(f.reason.starts_with("WARNING: B keeps 1 replica(s) where A keeps 3"), "{f:?}");
+        let p = build(&req(), &facts(a, c())).unwrap();
+        let f = p.findings.iter().find(|f| f.setting == "num_replicas").unwrap();
+        assert_eq!((f.verdict, f.reason.as_str()), (Verdict::Ok, "unchanged"));
+    }
+
+    #[test]
     fn smaller_limits_than_held_are_unsafe() {
         let a = json!({"name": "A", "subjects": ["x"]});
         let mut r = req();

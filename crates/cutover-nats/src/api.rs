@@ -216,12 +216,25 @@ impl Js {
     ) -> Result<async_nats::Message> {
         let stats = self.client.statistics();
         let connects = stats.connects.load(Ordering::Relaxed);
-        let answer = self.client.send_request(subject, req);
+        let since = crate::denied::mark();
+        let denied = |subject: &str| {
+            crate::denied::for_request(subject, since).map(|d| Error::PermissionDenied {
+                what: what.into(),
+                op: d.op,
+                subject: d.subject,
+            })
+        };
+        let answer = self.client.send_request(subject.clone(), req);
         tokio::pin!(answer);
         loop {
             tokio::select! {
-                r = &mut answer => return r.map_err(|e| request_error(what, e)),
+                r = &mut answer => return r.map_err(|e| denied(&subject).unwrap_or_else(|| request_error(what, e))),
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                    // A denied request is dropped unanswered: say so now
+                    // rather than as a timeout (crate::denied).
+                    if let Some(e) = denied(&subject) {
+                        return Err(e);
+                    }
                     if stats.connects.load(Ordering::Relaxed) != connects {
                         return Err(Error::Timeout { what: what.into() });
                     }

@@ -119,7 +119,15 @@ impl ConnectOptions {
         let (urls, url_auth) = server_urls(&server, &shown)?;
         // What was sent, for the error if the server refuses it.
         let mut sent = vec![];
-        let opts = async_nats::ConnectOptions::new().name("nats-cutover");
+        // A permissions violation comes only as an event: recorded, a
+        // request the server dropped for it is named, not a timeout.
+        let opts = async_nats::ConnectOptions::new().name("nats-cutover").event_callback(
+            |ev| async move {
+                if let async_nats::Event::ServerError(async_nats::ServerError::Other(m)) = ev {
+                    crate::denied::record(&m);
+                }
+            },
+        );
         let opts = o.with_files(opts, &mut sent).await?;
         let opts = o.with_auth(opts, url_auth, &mut sent)?;
         let mut opts = o.with_tls(opts)?;

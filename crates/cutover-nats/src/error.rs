@@ -21,6 +21,10 @@ pub enum Error {
     NoResponders { what: String },
     #[error("{what}: the server did not answer in time")]
     Timeout { what: String },
+    /// The server refused this user a subject (a permissions violation): the
+    /// request was dropped unanswered. Named with the fix.
+    #[error("{what}: the server denied this user permission to {op} {subject:?}; grant it in the user's permissions ({op}: {{ allow: [\"{subject}\"] }}; docs/permissions.md lists what each command needs)")]
+    PermissionDenied { what: String, op: &'static str, subject: String },
     #[error("{what}: {reason}")]
     Request { what: String, reason: String },
     #[error("cannot read the server's answer to {what}: {reason}")]
@@ -61,6 +65,16 @@ pub enum Error {
     /// The migration id named is not on the server (no journal under it).
     #[error("{0}")]
     NoMigration(String),
+    /// A journal written by a newer nats-cutover: its phases could be
+    /// misread, so nothing acts on it.
+    #[error("journal {id} was written by a newer nats-cutover (journal format {found}; this one reads up to {reads}); nothing was changed: continue, undo or forget it with the newer version")]
+    NewerJournal { id: String, found: u64, reads: u32 },
+    /// A stream the plan names is part of another migration not finished.
+    #[error("stream {stream} is part of migration {id} ({from} -> {to}), which is not finished (phase {phase}); nothing was changed: finish it with `nats-cutover run --resume {id}` or undo it with `nats-cutover rollback {id}` first")]
+    UnderWay { stream: String, id: String, from: String, to: String, phase: String },
+    /// A stream that holds nats-cutover's own name for something else.
+    #[error("{0}")]
+    Reserved(String),
     #[error("migration {id} is held by runner {holder} until {until}; wait for it, or if that runner is gone, run again after the lease expires")]
     Leased { id: String, holder: String, until: String },
     #[error("interrupted at a safe point ({step}); resume with `nats-cutover run --resume {id}` or undo with `nats-cutover rollback {id}`")]
@@ -106,6 +120,7 @@ impl Error {
             | Error::Api { .. }
             | Error::NoResponders { .. }
             | Error::Timeout { .. }
+            | Error::PermissionDenied { .. }
             | Error::Request { .. }
             | Error::Decode { .. } => ErrorKind::Server,
             Error::UnknownServerVersion | Error::Unsafe(_) => ErrorKind::Incompatible,
@@ -128,7 +143,9 @@ impl Error {
                 | PlanError::UnknownSetting { .. }
                 | PlanError::BadSettingValue { .. } => ErrorKind::Input,
             },
+            Error::NewerJournal { .. } | Error::Reserved(_) => ErrorKind::Incompatible,
             Error::StreamChanged { .. }
+            | Error::UnderWay { .. }
             | Error::Journal(_)
             | Error::Leased { .. }
             | Error::Stuck(_)

@@ -10,6 +10,7 @@ use async_nats::jetstream::kv;
 use bytes::Bytes;
 use cutover_core::journal::{
     instance_key, journal_key, lease_key, route_key, InstanceRecord, Journal, Route, BUCKET,
+    JOURNAL_FORMAT,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -123,15 +124,64 @@ impl JournalStore {
         }
     }
 
+    /// The journal of migration `id`. One written by a newer nats-cutover
+    /// (a higher `format`) is refused, named, before anything acts on it:
+    /// this version could misread its phases and undo the wrong things.
     pub async fn load(&self, id: &str) -> Result<Option<Journal>> {
         let e =
             self.kv.entry(journal_key(id)).await.map_err(|e| jerr("cannot read the journal", e))?;
-        match e {
-            Some(e) if e.operation == kv::Operation::Put => serde_json::from_slice(&e.value)
-                .map(Some)
-                .map_err(|err| jerr(&format!("journal {id} is unreadable ({err})"), "remove it with `nats kv del CUTOVER m.<id>` only if you know the migration's state")),
-            _ => Ok(None),
+        let Some(e) = e.filter(|e| e.operation == kv::Operation::Put) else { return Ok(None) };
+        let unreadable = |err: &dyn std::fmt::Display| {
+            jerr(&format!("journal {id} is unreadable ({err})"), "remove it with `nats kv del CUTOVER m.<id>` only if you know the migration's state")
+        };
+        let raw: serde_json::Value =
+            serde_json::from_slice(&e.value).map_err(|e| unreadable(&e))?;
+        let format = raw["format"].as_u64().unwrap_or(0);
+        if format > u64::from(JOURNAL_FORMAT) {
+            return Err(Error::NewerJournal {
+                id: id.into(),
+                found: format,
+                reads: JOURNAL_FORMAT,
+            });
         }
+        serde_json::from_value(raw).map(Some).map_err(|e| unreadable(&e))
+    }
+
+    /// The ids of every migration journaled in the bucket.
+    pub async fn ids(&self) -> Result<Vec<String>> {
+        let keys = self.keys_under("m.").await?;
+        Ok(keys.iter().filter_map(|k| k.strip_prefix("m.").map(String::from)).collect())
+    }
+
+    /// The keys under `prefix` (`m.`, `lease.`), listed from the bucket
+    /// stream's subjects: STREAM.INFO with a subjects filter, paged. No
+    /// consumer: a KV key listing creates an ephemeral one, which a process
+    /// stopped early (a denied request, Ctrl-C) left behind for 30 s.
+    /// Deleted and purged keys are listed too; `load` skips them.
+    async fn keys_under(&self, prefix: &str) -> Result<Vec<String>> {
+        let kv_prefix = format!("$KV.{BUCKET}.");
+        let filter = format!("{kv_prefix}{prefix}>");
+        let mut out = vec![];
+        loop {
+            let info = self
+                .js
+                .api(
+                    "list the journal's keys",
+                    &format!("STREAM.INFO.KV_{BUCKET}"),
+                    &serde_json::json!({ "subjects_filter": filter, "offset": out.len() }),
+                )
+                .await?;
+            let subjects = info["state"]["subjects"].as_object().cloned().unwrap_or_default();
+            let page = subjects.len();
+            out.extend(
+                subjects.keys().filter_map(|s| s.strip_prefix(&kv_prefix).map(String::from)),
+            );
+            if page == 0 || out.len() as u64 >= info["total"].as_u64().unwrap_or(0) {
+                break;
+            }
+        }
+        out.sort();
+        Ok(out)
     }
 
     pub async fn save(&self, j: &Journal) -> Result<()> {
@@ -144,15 +194,10 @@ impl JournalStore {
     }
 
     pub async fn list(&self) -> Result<Vec<Journal>> {
-        use futures::StreamExt;
-        let mut keys = self.kv.keys().await.map_err(|e| jerr("cannot list the journal", e))?;
         let mut out = vec![];
-        while let Some(k) = keys.next().await {
-            let k = k.map_err(|e| jerr("cannot list the journal", e))?;
-            if let Some(id) = k.strip_prefix("m.") {
-                if let Some(j) = self.load(id).await? {
-                    out.push(j);
-                }
+        for id in self.ids().await? {
+            if let Some(j) = self.load(&id).await? {
+                out.push(j);
             }
         }
         out.sort_by_key(|j| j.started_ms);
@@ -161,11 +206,8 @@ impl JournalStore {
 
     /// Every lease in the bucket, live or expired.
     pub async fn leases(&self) -> Result<Vec<LeaseInfo>> {
-        use futures::StreamExt;
-        let mut keys = self.kv.keys().await.map_err(|e| jerr("cannot list the leases", e))?;
         let mut out = vec![];
-        while let Some(k) = keys.next().await {
-            let k = k.map_err(|e| jerr("cannot list the leases", e))?;
+        for k in self.keys_under("lease.").await? {
             let Some(stream) = k.strip_prefix("lease.") else { continue };
             let entry = self.kv.entry(&k).await.map_err(|e| jerr("cannot read a lease", e))?;
             let Some(en) = entry.filter(|e| e.operation == kv::Operation::Put) else { continue };

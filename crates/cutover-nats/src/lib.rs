@@ -9,7 +9,9 @@
 //! - [`connect`]: connection options (nats CLI names, contexts) to a client.
 //! - [`api`]: the JetStream API as raw JSON requests, so no setting the client
 //!   library does not model is ever dropped on an update; message gets.
+//! - [`denied`]: permission violations the server reported, to name them.
 //! - [`error`]: errors carrying what the operator needs to act.
+//! - [`monitor`]: the server's monitoring endpoint (varz's sync setting).
 //! - [`journal`]: the migration journal and lease in a KV bucket.
 //! - [`engine`]: `run`, `status`, `rollback`: the cut-over, step by step.
 //! - [`verify`]: structural verification of a finished migration.
@@ -19,9 +21,11 @@
 
 pub mod api;
 pub mod connect;
+pub mod denied;
 pub mod engine;
 pub mod error;
 pub mod journal;
+pub mod monitor;
 pub mod observe;
 pub mod test_hooks;
 pub mod verify;

@@ -13,7 +13,10 @@
 //! repository's folder, panicking starts, versions, [`Cluster`].
 //!
 //! # Layout
-//! Everything is in this file: test lookup, [`NatsServer`], [`Cluster`].
+//! This file: test lookup, [`NatsServer`], [`Cluster`]. [`auth`]: servers
+//! that ask for credentials (operator mode's JWTs and creds, TLS files).
+
+pub mod auth;
 
 pub use cutover_localserver::{
     install_hint, installed_server_binary, LocalServer, Places, PINNED_VERSION,

@@ -46,6 +46,9 @@ pub fn main() -> i32 {
     });
     match result {
         Ok(code) => code.code(),
+        // A request the server dropped for a permissions violation is named
+        // as such, whichever path made it (cutover_nats::denied).
+        Err(CliError::Nats(e)) => fail(json, &CliError::Nats(cutover_nats::denied::explain(e))),
         Err(e) => fail(json, &e),
     }
 }

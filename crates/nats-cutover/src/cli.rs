@@ -523,4 +523,9 @@ pub struct PlanArgs {
     /// review; `run --plan FILE` executes it.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// The server's monitoring endpoint (its `http` setting, e.g.
+    /// http://127.0.0.1:8222): plan reads its disk sync setting there (varz)
+    /// and warns when acknowledged messages may be on no disk yet.
+    #[arg(long, value_name = "URL")]
+    pub monitor: Option<String>,
 }

@@ -14,11 +14,7 @@ pub type PlanInputs = PlanRequest;
 /// Validates names first (nothing sent for a bad name), then reads A, B and the
 /// consumers, then builds the plan. Errors here never leave a trace on the server.
 pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
-    names::stream(&req.from)?;
-    names::stream(&req.to)?;
-    for c in &req.consumers {
-        names::consumer(c)?;
-    }
+    check_names(req)?;
     if req.from == req.to {
         return Err(plan::PlanError::SameStream(req.from.clone()).into());
     }
@@ -30,6 +26,7 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
         return Err(plan::PlanError::ServerTooOld { found: version }.into());
     }
     let (a_raw, _) = js.stream_info(&req.from).await?;
+    refuse_other_migrations(js, req).await?;
     let b_raw = js.stream_info_opt(&req.to).await?.map(|(raw, _)| raw);
     let all = js.consumer_names(&req.from).await?;
     let names = if req.all_consumers { all.clone() } else { req.consumers.clone() };
@@ -84,6 +81,59 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     let mut plan = plan::build(req, &facts)?;
     refuse_oversized_journal(js, &mut plan);
     Ok(plan)
+}
+
+/// Names first (nothing is sent for a bad one): each valid, none of them
+/// nats-cutover's own, no consumer named twice.
+fn check_names(req: &PlanRequest) -> Result<()> {
+    names::stream(&req.from)?;
+    names::stream(&req.to)?;
+    for c in &req.consumers {
+        names::consumer(c)?;
+    }
+    let journal = format!("KV_{}", cutover_core::journal::BUCKET);
+    for (flag, s) in [("--from", &req.from), ("--to", &req.to)] {
+        if *s == journal {
+            return Err(Error::Reserved(format!("{flag} {s} names nats-cutover's own journal bucket (KV bucket {}), which a migration reads and writes while it runs: it cannot be migrated by nats-cutover; nothing was changed", cutover_core::journal::BUCKET)));
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(c) = req.consumers.iter().find(|c| !seen.insert(c.as_str())) {
+        return Err(Error::Input(format!(
+            "--consumer {c} is given twice: name each consumer once"
+        )));
+    }
+    Ok(())
+}
+
+/// A migration touching A or B that is not finished (any but `done` and
+/// `rolled_back`, this same one excepted: `run` resumes it) would be undone
+/// or overtaken by a second one: refused, naming it. Read without creating
+/// the bucket.
+async fn refuse_other_migrations(js: &Js, req: &PlanRequest) -> Result<()> {
+    use crate::journal::{IfMissing, JournalStore};
+    use cutover_core::journal::Phase;
+    let Some(store) = JournalStore::open(js, IfMissing::ReturnNone).await? else { return Ok(()) };
+    let this = cutover_core::journal::migration_id(&req.from, &req.to);
+    let ours = [req.from.as_str(), req.to.as_str()];
+    for id in store.ids().await? {
+        let touches = id.split('.').any(|s| ours.contains(&s));
+        if id == this || !touches {
+            continue;
+        }
+        let Some(j) = store.load(&id).await? else { continue };
+        if !matches!(j.phase, Phase::Done | Phase::RolledBack) {
+            let stream = if ours.contains(&j.from.as_str()) { &j.from } else { &j.to };
+            return Err(Error::UnderWay {
+                stream: stream.clone(),
+                id,
+                from: j.from.clone(),
+                to: j.to.clone(),
+                phase: j.phase.as_str().into(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The journal is one KV value: the plan plus each consumer's progress (about
@@ -207,10 +257,17 @@ async fn check_b_config(js: &Js, draft: &Plan) -> Result<ConfigCheck> {
         cfg["sources"] = json!([nothing]);
     }
     cfg["metadata"] = json!({ "nats-cutover.check": draft.to });
-    // A scratch left by a plan that died is replaced.
-    if js.stream_info_opt(&scratch).await?.is_some() {
-        js.stream_delete(&scratch).await?;
+    // A stream of that name that is not a scratch of ours is someone's data:
+    // never deleted. Ours (a plan that died) is replaced; none there, the
+    // delete is still sent first, so a user who may not delete the scratch is
+    // refused before it exists ("not found" is the allowed answer, which
+    // stream_delete takes as deleted).
+    if let Some((raw, _)) = js.stream_info_opt(&scratch).await? {
+        if raw["config"]["metadata"]["nats-cutover.check"].as_str() != Some(&draft.to) {
+            return Err(Error::Reserved(format!("stream {scratch} exists and is not a scratch stream of nats-cutover (no metadata nats-cutover.check = {to}): plan creates and deletes a stream of that name to try B's configuration, so it refuses to touch it; nothing was changed: rename that stream or choose another name for the new stream", to = draft.to)));
+        }
     }
+    js.stream_delete(&scratch).await?;
     let result = match js.stream_create(&cfg).await {
         Ok(_) => {
             js.stream_delete(&scratch).await?;

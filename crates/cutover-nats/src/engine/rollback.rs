@@ -351,7 +351,9 @@ pub async fn forget(js: &Js, id: &str) -> Result<Forgotten> {
             && !j.created_b
             && j.consumers.iter().all(|c| c.phase == ConsumerPhase::Waiting);
         if !(j.phase == Phase::Done || j.phase == Phase::RolledBack || untouched) {
-            return Err(Error::Unsafe(format!(
+            // Server state stops it, not an unsafe plan (it was shown as
+            // "the plan is unsafe: ..." and exited 3).
+            return Err(Error::Journal(format!(
                 "migration {id} is under way ({}): forgetting it would lose what it changed; finish it with `nats-cutover run --resume {id}` or undo it with `nats-cutover rollback {id}` first",
                 j.phase.as_str()
             )));

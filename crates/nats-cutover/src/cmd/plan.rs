@@ -7,6 +7,19 @@ use crate::render::{self, table};
 use cutover_core::plan::{Mode, Plan, PlanRequest, Strategy};
 use serde_json::{Map, Value};
 
+/// The server's disk sync setting judged into the plan: read from
+/// `--monitor` (varz) when given, else said to be unread.
+pub async fn judge_sync(a: &PlanArgs, plan: &mut Plan) -> Result<()> {
+    let sync = match &a.monitor {
+        Some(url) => {
+            Some(cutover_nats::monitor::sync_setting(url, std::time::Duration::from_secs(5)).await?)
+        }
+        None => None,
+    };
+    cutover_core::durability::judge(plan, sync);
+    Ok(())
+}
+
 pub fn request(a: &PlanArgs) -> Result<PlanRequest> {
     let to_config = request_to_config(a)?;
     build_request(a, to_config)
@@ -155,7 +168,8 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: PlanArgs) -> Result<ExitCod
     cutover_core::names::stream(&req.from)?;
     cutover_core::names::stream(&req.to)?;
     let js = super::connect(conn).await?;
-    let plan = cutover_nats::engine::prepare_plan(&js, &req).await?;
+    let mut plan = cutover_nats::engine::prepare_plan(&js, &req).await?;
+    judge_sync(&a, &mut plan).await?;
     if let Some(out) = &a.out {
         write_plan_file(&plan, out)?;
     }

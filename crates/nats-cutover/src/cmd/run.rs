@@ -20,7 +20,24 @@ use std::sync::Arc;
 fn read_plan_file(p: &std::path::Path) -> Result<Plan> {
     let text = std::fs::read_to_string(p)
         .map_err(|e| CliError::File(format!("cannot read plan file {}: {e}", p.display())))?;
-    let plan: Result<Plan, String> = if p.extension().is_some_and(|e| e == "json") {
+    let json = p.extension().is_some_and(|e| e == "json");
+    // The format first: a newer plan may not parse as this version's at all.
+    let format = if json {
+        serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["format"].as_u64())
+    } else {
+        toml::from_str::<toml::Table>(&text)
+            .ok()
+            .and_then(|t| t.get("format").and_then(|f| f.as_integer()))
+            .map(|f| f.max(0) as u64)
+    };
+    if let Some(f) = format.filter(|f| *f > u64::from(cutover_core::plan::PLAN_FORMAT)) {
+        return Err(CliError::File(format!(
+            "plan file {} was written by a newer nats-cutover (plan format {f}; this one reads up to {}); nothing was changed: run it with that version, or make a new plan with this one",
+            p.display(),
+            cutover_core::plan::PLAN_FORMAT
+        )));
+    }
+    let plan: Result<Plan, String> = if json {
         serde_json::from_str(&text).map_err(|e| e.to_string())
     } else {
         toml::from_str(&text).map_err(|e| e.to_string())
@@ -210,7 +227,12 @@ async fn load_plan(js: &Js, a: &RunArgs) -> Result<Plan> {
         let id = cutover_core::journal::migration_id(&req.from, &req.to);
         match engine::rollback::load(js, &id).await {
             Ok((_, j)) if !matches!(j.phase, Phase::Done | Phase::RolledBack) => j.plan,
-            _ => engine::prepare_plan(js, &req).await?,
+            Err(e @ cutover_nats::Error::NewerJournal { .. }) => return Err(e.into()),
+            _ => {
+                let mut plan = engine::prepare_plan(js, &req).await?;
+                super::plan::judge_sync(&a.plan, &mut plan).await?;
+                plan
+            }
         }
     })
 }

@@ -523,6 +523,8 @@ async fn a_write_that_fails_leaves_publishers_served_and_consumers_working() {
             "2s",
         ]);
         assert_ne!(out.code, 0, "denied {denied}: the run cannot succeed: {out:?}");
+        let named = format!("the server denied this user permission to publish \"{denied}\"");
+        assert!(out.stderr.contains(&named), "denied {denied}: named: {out:?}");
         assert!(
             ["run --resume", "rollback", "run again", "nothing was changed"]
                 .iter()

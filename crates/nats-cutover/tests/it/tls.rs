@@ -1,81 +1,20 @@
 //! TLS and token connection options against a real server configured for them.
 
 use crate::common::{cli, TempDir};
+use cutover_testkit::auth::tls_files;
 use cutover_testkit::{NatsServer, ServerOptions};
-use std::path::Path;
-use std::process::Command;
-
-/// A throwaway CA and a server certificate for 127.0.0.1, made with openssl.
-fn make_certs(dir: &Path) {
-    let run = |args: &[&str]| {
-        let o = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl is needed for the TLS test: apt-get install openssl");
-        assert!(o.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=nats-cutover test CA",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "1",
-        "-extfile",
-        "san.ext",
-    ]);
-}
 
 #[test]
 fn tls_with_ca_and_token_auth() {
     let guard = TempDir::new("tls");
     let dir = guard.0.clone();
-    make_certs(&dir);
-    let conf = format!(
-        "tls {{\n  cert_file: \"{d}/server.pem\"\n  key_file: \"{d}/server.key\"\n}}\nauthorization {{ token: s3cret }}\n",
-        d = dir.display()
-    );
+    let t = tls_files(&dir);
+    let conf = format!("{}authorization {{ token: s3cret }}\n", t.server_config(false));
     let s = NatsServer::start_with(ServerOptions { config: Some(conf), ..Default::default() })
         .unwrap_or_else(|e| panic!("{e}"));
     let url = s.url().to_string();
     assert!(url.starts_with("tls://"), "{url}");
-    let ca = dir.join("ca.pem");
+    let ca = t.ca.clone();
     // `inspect NOPE` verifying the server against the CA, with `token`.
     let with_ca = |token: &str| {
         cli(&[
