@@ -51,6 +51,7 @@ mod tests {
             retry_horizon: None,
             in_place: None,
             new_version: None,
+            external: None,
         };
         let mut p = build(&req, &facts).unwrap();
         assert_eq!(a_filters_of(&p, "C"), Some(vec!["o.a".to_string(), "o.b".to_string()]));

@@ -194,6 +194,9 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Journal> {
     let id = migration_id(&plan.from, &plan.to);
+    if plan.external.is_some() && js.source_side().is_none() {
+        return Err(Error::Input(format!("migration {id} moves {} across systems: give the source side's connection too (--from-server or --from-context)", plan.from)));
+    }
     let store = JournalStore::open(js, IfMissing::Create).await?.expect("created");
     let mut lease = Lease::acquire(&store, &plan.from, &id, opts.lease_ttl).await?;
     let journal = match store.load(&id).await? {
@@ -456,7 +459,7 @@ impl Stall {
 /// stream.go applies the 2-minute default only to streams that neither mirror
 /// nor source).
 fn dedup_off_while_sourcing(js: &Js) -> bool {
-    js.server_version().is_some_and(|v| v.features().sourcing_streams_get_no_default_dedup_window)
+    js.target_version().is_some_and(|v| v.features().sourcing_streams_get_no_default_dedup_window)
 }
 
 /// B's duplicate window must drop nothing A stored, yet catch A's publishers'

@@ -1,0 +1,205 @@
+//! Moves across systems (docs/cross-system.md), live, through the CLI: a
+//! stream in a leaf node's JetStream domain to its hub's (a server, then a
+//! 3-node cluster with R3 streams), and a stream in one account to another
+//! account of the same server; and the refusal, before any write, of a
+//! boundary sourcing cannot cross.
+
+use crate::common::{cli, wait_until, Out, TempDir};
+use crate::run::{assert_exact, finish_after, load_cfg, until_processed};
+use cutover_demo::load::Load;
+use cutover_nats::api::Action;
+use cutover_nats::Js;
+use cutover_testkit::{two_accounts_config, LeafSystem, NatsServer, ServerOptions};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// One side of a move: its client and JetStream API.
+struct Side {
+    client: async_nats::Client,
+    js: Js,
+}
+
+async fn side(urls: &str, user: Option<&str>) -> Side {
+    let urls: Vec<String> = urls.split(',').map(String::from).collect();
+    let mut opts = async_nats::ConnectOptions::new();
+    if let Some(u) = user {
+        opts = opts.user_and_password(u.into(), u.into());
+    }
+    let client = opts.connect(urls).await.expect("connect");
+    Side { js: Js::new(client.clone(), Duration::from_secs(5)), client }
+}
+
+/// ORDERS on `src` (R1) with its durable `worker`, as the live tests use it.
+async fn orders_on(src: &Js) {
+    src.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}))
+        .await
+        .expect("create ORDERS");
+    let worker = json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000});
+    src.consumer_create("ORDERS", "worker", &worker, Action::Create).await.expect("create worker");
+}
+
+/// Both domains answer from the other side: the leaf connection is up.
+async fn until_leaf_connected(hub: &Side, leaf: &Side) {
+    wait_until("the leaf node connection", Duration::from_secs(30), || async {
+        let h = hub.client.request("$JS.leaf.API.INFO", "".into()).await.is_ok();
+        let l = leaf.client.request("$JS.hub.API.INFO", "".into()).await.is_ok();
+        h && l
+    })
+    .await;
+}
+
+/// The CLI with `args` (the connection options first).
+fn run(args: &[&str]) -> Out {
+    let out = cli(args);
+    eprintln!("{}", out.stderr);
+    out
+}
+
+/// The live move with load: the publisher and the workers start on the old
+/// stream's system, the workers follow their route to the new one; then the
+/// publishers go on (into B, across the boundary), every message is
+/// processed once, and `verify` holds reading both systems.
+async fn live_move(home: &Side, target: &Side, conn: &[&str], extra: &[&str]) -> Value {
+    orders_on(&home.js).await;
+    let load =
+        Load::start_across(home.client.clone(), target.client.clone(), load_cfg(500, 20_000)).await;
+    until_processed(&load, 300).await;
+    let args = [conn, &["--json", "run", "--from", "ORDERS", "--to", "ORDERS_V2"]].concat();
+    let out = run(&[&args[..], &["--consumer", "worker", "--yes"], extra].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    let r = finish_after(load, 300).await;
+    assert_exact(&r);
+    // A is sealed on its side; B took the subjects and holds every message
+    // published (sourced before the commit point, published after it).
+    let (_, a) = home.js.stream_info("ORDERS").await.unwrap();
+    assert!(a.config.sealed, "ORDERS sealed on the source side");
+    let (_, b) = target.js.stream_info("ORDERS_V2").await.unwrap();
+    assert_eq!(b.config.subjects, vec!["orders.>".to_string()]);
+    assert!(b.config.sources.is_empty(), "source removed");
+    assert_eq!(b.state.messages, r.published, "B holds each published message once");
+    assert!(
+        target.js.stream_info_opt("KV_CUTOVER").await.unwrap().is_some(),
+        "journal on B's side"
+    );
+    assert!(home.js.stream_info_opt("KV_CUTOVER").await.unwrap().is_none(), "none on A's");
+    let args = [conn, &["--json", "verify", "--migration", "ORDERS.ORDERS_V2"]].concat();
+    let v = run(&args);
+    assert_eq!(v.code, 0, "verify across the two connections: {v:?}");
+    let v = v.json();
+    assert_eq!(v["holds"], true, "{v}");
+    assert_eq!(v["consumers"][0]["counts"]["checked"], r.published, "{v}");
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leaf_domain_to_hub_domain_live() {
+    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    let conn = ["--server", &sys.hub_urls(), "--from-server", sys.leaf.url()];
+    live_move(&leaf, &hub, &conn, &[]).await;
+    // B sourced A through the leaf domain's API, derived from A's domain.
+    let out = run(&[&conn[..], &["--json", "status", "ORDERS.ORDERS_V2"]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("$JS.leaf.API"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leaf_domain_to_a_three_node_hub_with_r3_streams_live() {
+    let sys = LeafSystem::start(3).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    wait_until("the hub's meta leader", Duration::from_secs(30), || async {
+        hub.js.account_info().await.is_ok()
+    })
+    .await;
+    let dir = TempDir::new("cross-r3");
+    let b_cfg = dir.0.join("b.json");
+    std::fs::write(&b_cfg, r#"{"num_replicas": 3}"#).unwrap();
+    let conn = ["--server", &sys.hub_urls(), "--from-server", sys.leaf.url()];
+    live_move(&leaf, &hub, &conn, &["--to-config", b_cfg.to_str().unwrap()]).await;
+    let (_, b) = hub.js.stream_info("ORDERS_V2").await.unwrap();
+    assert_eq!(b.config.num_replicas, 3, "B is R3 on the hub cluster");
+}
+
+fn accounts_server(omit: &[&str]) -> NatsServer {
+    NatsServer::start_with(ServerOptions {
+        config: Some(two_accounts_config(omit)),
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The target side as user `dst`, the source side as user `src`, and how B
+/// reaches A (the imports of `two_accounts_config`).
+fn accounts_conn(url: &str) -> Vec<&str> {
+    vec![
+        "--server",
+        url,
+        "--user",
+        "dst",
+        "--password",
+        "dst",
+        "--from-server",
+        url,
+        "--from-user",
+        "src",
+        "--from-password",
+        "src",
+    ]
+}
+
+const ACCOUNTS_PLAN: [&str; 4] = ["--from-api", "JS.SRC.API", "--from-deliver", "deliver.src"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_account_to_another_live() {
+    let server = accounts_server(&[]);
+    let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
+    let v = live_move(&src, &dst, &accounts_conn(server.url()), &ACCOUNTS_PLAN).await;
+    assert_eq!(v["consumers"][0]["counts"]["duplicated"], 0, "{v}");
+}
+
+/// Every stream and consumer of one side, without what changes by itself.
+async fn snapshot(js: &Js) -> Value {
+    let names = js.api("names", "STREAM.NAMES", &Value::Null).await.unwrap();
+    let mut out = serde_json::Map::new();
+    for n in names["streams"].as_array().cloned().unwrap_or_default() {
+        let n = n.as_str().unwrap().to_string();
+        let (_, s) = js.stream_info(&n).await.unwrap();
+        let mut consumers = vec![];
+        for c in js.consumer_names(&n).await.unwrap() {
+            let (_, ci) = js.consumer_info(&n, &c).await.unwrap();
+            consumers.push(json!([c, ci.delivered.stream_seq, ci.ack_floor.stream_seq, ci.paused]));
+        }
+        out.insert(n, json!({"config": s.config.subjects, "last": s.state.last_seq, "sealed": s.config.sealed, "consumers": consumers}));
+    }
+    Value::Object(out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_boundary_sourcing_cannot_cross_is_refused_before_any_write() {
+    // B's account imports neither A's consumer API nor its deliver subjects.
+    let server = accounts_server(&["$JS.API.CONSUMER", "deliver.src"]);
+    let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
+    orders_on(&src.js).await;
+    let before = (snapshot(&src.js).await, snapshot(&dst.js).await);
+    let conn = accounts_conn(server.url());
+    let args = ["--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let plan = run(&[&conn[..], &["plan"], &args, &ACCOUNTS_PLAN].concat());
+    assert_eq!(plan.code, 3, "refused as incompatible: {plan:?}");
+    for named in
+        ["$JS.API.CONSUMER.>", "to: \"JS.SRC.API.CONSUMER.>\"", "exports stream `deliver.src.>`"]
+    {
+        assert!(plan.stdout.contains(named), "the plan names {named}: {plan:?}");
+    }
+    assert!(!plan.stdout.contains("`$JS.FC.>` does not cross"), "$JS.FC.> is imported: {plan:?}");
+    let out = run(&[&conn[..], &["run"], &args, &ACCOUNTS_PLAN, &["--yes"]].concat());
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.contains("deliver.src.>"), "{out:?}");
+    assert_eq!((snapshot(&src.js).await, snapshot(&dst.js).await), before, "nothing changed");
+    // Without a domain on A's side, the prefix must be named: refused as bad
+    // input before anything is read.
+    let out = run(&[&conn[..], &["plan"], &args].concat());
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--from-api"), "{out:?}");
+}
