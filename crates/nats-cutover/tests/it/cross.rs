@@ -203,3 +203,67 @@ async fn a_boundary_sourcing_cannot_cross_is_refused_before_any_write() {
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("--from-api"), "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leaf_domain_to_hub_domain_with_strategy_mirror_live() {
+    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    let conn = ["--server", &sys.hub_urls(), "--from-server", sys.leaf.url()];
+    live_move(&leaf, &hub, &conn, &["--strategy", "mirror"]).await;
+    // B kept A's sequences: the mirror's promotion across the boundary.
+    let (_, a) = leaf.js.stream_info("ORDERS").await.unwrap();
+    let (_, b) = hub.js.stream_info("ORDERS_V2").await.unwrap();
+    assert!(b.config.mirror.is_none(), "promoted");
+    assert_eq!(b.state.first_seq, a.state.first_seq);
+}
+
+/// The CLI until it stops answering that a crashed runner's lease holds.
+async fn until_lease_lapsed(args: &[&str]) -> Out {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = cli(args);
+        if out.code == 0 || !out.stderr.contains("is held by runner") {
+            return out;
+        }
+        assert!(std::time::Instant::now() < deadline, "lease never lapsed: {out:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A runner that dies once the new durable exists on the hub leaves the
+/// journal on the target side: resuming without the source side is refused
+/// (naming the options), and rollback with both sides restores the leaf's
+/// consumer; the applications process every message once throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn across_a_crashed_run_is_refused_without_its_source_side_and_rolled_back() {
+    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    orders_on(&leaf.js).await;
+    let load =
+        Load::start_across(leaf.client.clone(), hub.client.clone(), load_cfg(500, 20_000)).await;
+    until_processed(&load, 300).await;
+    let hub_urls = sys.hub_urls();
+    let conn = ["--server", &hub_urls, "--from-server", sys.leaf.url()];
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
+    cmd.args(conn).args(["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"]);
+    cmd.args(["--yes", "--lease-ttl", "1s"])
+        .env("NATS_CUTOVER_TEST_CRASH_AFTER", "consumer_created:worker");
+    let crashed = cmd.output().unwrap();
+    assert_eq!(crashed.status.code(), Some(86), "{crashed:?}");
+    let out = cli(&["--server", &hub_urls, "run", "--resume", "ORDERS.ORDERS_V2", "--yes"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--from-server or --from-context"), "{out:?}");
+    let args = [&conn[..], &["rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"]].concat();
+    let out = until_lease_lapsed(&args).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, c) = leaf.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused, "the leaf's consumer delivers again");
+    assert!(
+        hub.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(),
+        "B (made by the run) is gone"
+    );
+    let r = finish_after(load, 300).await;
+    assert_exact(&r);
+}
