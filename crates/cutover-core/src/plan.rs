@@ -97,6 +97,10 @@ pub struct PlanRequest {
     /// A move across systems (docs/cross-system.md): how B reaches A.
     #[serde(default)]
     pub external: Option<External>,
+    /// Across systems: the publishers are repointed to the target side (see
+    /// [`External::repoint_publishers`]).
+    #[serde(default)]
+    pub repoint_publishers: bool,
 }
 
 /// How B reaches A on another system: the stream source's (or mirror's)
@@ -112,6 +116,10 @@ pub struct External {
     /// across domains of one account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deliver: Option<String>,
+    /// The operator repoints the publishers to the target side at the
+    /// commit point (B's subjects do not reach across from A's side).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repoint_publishers: bool,
 }
 
 impl External {
@@ -152,6 +160,7 @@ impl PlanRequest {
             in_place: None,
             new_version: None,
             external: None,
+            repoint_publishers: false,
         }
     }
 }
@@ -686,7 +695,7 @@ fn planned_b(
 fn rule_across(r: &mut Report, req: &PlanRequest) {
     let Some(ext) = &req.external else { return };
     r.add("plan", "across", "one system", format!("B sources A through {}", ext.api), Verdict::ChangedOnPurpose, "A is read, paused and sealed through the source connection; B, its durables and the CUTOVER bucket (journal, lease, routes) live on the target side, where the run's result stays and a resume finds it");
-    r.add("plan", "publishers", "", "", Verdict::ChangedOnPurpose, format!("at the commit point B takes the subjects on the target side: publishers connected to A's side keep publishing only where B's subjects reach across (a leaf node connection in the same account, or a service import of them into A's account); otherwise repoint them to the target side (docs/cross-system.md). Pull applications follow the route record through a connection to the target side, or are redeployed there; push consumers keep their deliver subject where it crosses the boundary ({})", req.to));
+    r.add("plan", "applications", "", "", Verdict::ChangedOnPurpose, format!("push consumers keep their deliver subject and group on {} where it crosses the boundary; pull applications follow the route record, on the target side, through a connection to it, or are redeployed there (docs/cross-system.md)", req.to));
     if req.mode != Mode::Drain {
         r.add("plan", "mode", req.mode.as_str(), "", Verdict::Unsafe, "fence and rolling modes across systems are not supported yet (instances register on one side): use --mode drain");
     }
@@ -1087,7 +1096,11 @@ mod tests {
     }
 
     fn across_req(strategy: Strategy) -> PlanRequest {
-        let ext = External { api: "JS.SRC.API".into(), deliver: Some("deliver.src".into()) };
+        let ext = External {
+            api: "JS.SRC.API".into(),
+            deliver: Some("deliver.src".into()),
+            repoint_publishers: false,
+        };
         PlanRequest { strategy, external: Some(ext), ..req() }
     }
 
@@ -1105,7 +1118,7 @@ mod tests {
         let p = build(&across_req(Strategy::Source), &facts(plain_a(), explicit_c())).unwrap();
         assert!(p.safe, "{:#?}", p.unsafe_findings().collect::<Vec<_>>());
         assert_eq!(p.b_config["sources"], json!([{"name": "A", "external": ext}]));
-        assert!(p.findings.iter().any(|f| f.setting == "publishers"), "says what moves");
+        assert!(p.findings.iter().any(|f| f.setting == "applications"), "says what moves");
         let p = build(&across_req(Strategy::Mirror), &facts(plain_a(), explicit_c())).unwrap();
         assert_eq!(p.b_config["mirror"], json!({"name": "A", "external": ext}));
     }

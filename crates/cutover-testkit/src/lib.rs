@@ -195,16 +195,18 @@ impl LeafSystem {
 /// source's external api is `JS.SRC.API`), the deliver subjects
 /// `deliver.src.>` and the flow-control replies `$JS.FC.>`. `DST` exports
 /// `orders.>` as a service that `SRC` imports, so `SRC`'s publishers reach
-/// the new stream once it holds the subjects. `DST`'s imports whose text
-/// contains one of `omit` are left out (the refusal tests).
+/// the new stream once it holds the subjects. Imports whose text contains
+/// one of `omit` are left out (the refusal tests).
 pub fn two_accounts_config(omit: &[&str]) -> String {
     let imports = [
         r#"{ service: { account: SRC, subject: "$JS.API.CONSUMER.>" }, to: "JS.SRC.API.CONSUMER.>" }"#,
         r#"{ stream: { account: SRC, subject: "deliver.src.>" } }"#,
         r#"{ service: { account: SRC, subject: "$JS.FC.>" } }"#,
     ];
-    let imports: Vec<&str> =
-        imports.into_iter().filter(|i| !omit.iter().any(|o| i.contains(o))).collect();
+    let kept = |i: &&str| !omit.iter().any(|o| i.contains(o));
+    let imports: Vec<&str> = imports.into_iter().filter(kept).collect();
+    let publishers = [r#"{ service: { account: DST, subject: "orders.>" } }"#];
+    let publishers: Vec<&str> = publishers.into_iter().filter(kept).collect();
     format!(
         r#"accounts {{
   SRC {{
@@ -215,7 +217,7 @@ pub fn two_accounts_config(omit: &[&str]) -> String {
       {{ stream: "deliver.src.>" }}
       {{ service: "$JS.FC.>" }}
     ]
-    imports: [ {{ service: {{ account: DST, subject: "orders.>" }} }} ]
+    imports: [ {} ]
   }}
   DST {{
     jetstream: enabled
@@ -227,6 +229,7 @@ pub fn two_accounts_config(omit: &[&str]) -> String {
   }}
 }}
 "#,
+        publishers.join(" "),
         imports.join("\n      ")
     )
 }

@@ -511,4 +511,9 @@ pub struct PlanArgs {
     /// messages come back on `PREFIX.>`).
     #[arg(long, value_name = "PREFIX", requires = "from_api")]
     pub from_deliver: Option<String>,
+    /// Across systems, where B's subjects do not reach from A's side: the
+    /// publishers will be repointed to the target side at the commit point
+    /// (until then they retry with the same msg-id; docs/cross-system.md).
+    #[arg(long)]
+    pub repoint_publishers: bool,
 }

@@ -32,19 +32,94 @@ pub async fn request(js: &Js, req: &PlanRequest) -> Result<PlanRequest> {
         let Some(d) = domain.filter(|d| theirs["domain"].as_str() != Some(*d)) else {
             return Err(Error::Input(format!("A's side has no JetStream domain of its own, so B cannot address A's JetStream API by domain: name the prefix B's account imports A's `$JS.API.CONSUMER.>` under with --from-api (the import's `to` without `.CONSUMER.>`) and the deliver prefix A's account exports with --from-deliver; docs/cross-system.md shows the exports and imports for {}", req.from)));
         };
-        req.external = Some(External { api: format!("$JS.{d}.API"), deliver: None });
+        req.external = Some(External {
+            api: format!("$JS.{d}.API"),
+            deliver: None,
+            repoint_publishers: false,
+        });
+    }
+    if let Some(ext) = &mut req.external {
+        ext.repoint_publishers |= req.repoint_publishers;
     }
     Ok(req)
 }
 
-/// Adds to the plan what [`check_boundary`] finds missing (each unsafe).
+/// Adds to the plan what [`check_boundary`] finds missing (each unsafe) and
+/// whether the publishers reach B from where they are ([`publishers`]).
 pub(super) async fn refuse_missing(js: &Js, plan: &mut Plan) -> Result<()> {
     if let Some(ext) = &plan.external {
-        let missing = check_boundary(js, &plan.from, ext).await?;
-        plan.safe &= missing.is_empty();
-        plan.findings.extend(missing);
+        let mut found = check_boundary(js, &plan.from, ext).await?;
+        found.push(publishers(js, plan, ext.repoint_publishers).await?);
+        plan.safe &= !found.iter().any(|f| f.verdict == Verdict::Unsafe);
+        plan.findings.extend(found);
     }
     Ok(())
+}
+
+/// Whether a publish on A's side to B's subjects reaches the target side, as
+/// the publishers' will after the commit point. The probe, one per subject B
+/// takes (wildcards replaced by `_cutover_probe`), is published on A's side
+/// with `Nats-Expected-Stream: <B>`, so A, which captures it, refuses it
+/// before storing anything (server stream.go `processJetStreamMsg`, and
+/// `checkMsgHeadersPreClusteredProposal` before a replicated proposal); a
+/// core subscriber of that subject on A's side sees it (header
+/// `Nats-Cutover-Probe`).
+async fn publishers(js: &Js, plan: &Plan, repoint: bool) -> Result<Finding> {
+    let src = js.source_side().expect("across systems");
+    let mut stranded = vec![];
+    for s in &plan.b_final_subjects {
+        let subject = probe_subject(s);
+        if !reaches(src, js, &subject, &plan.to).await? {
+            stranded.push(s.clone());
+        }
+    }
+    let (verdict, reason) = match (stranded.is_empty(), repoint) {
+        (true, _) => (Verdict::Ok, "a publish on A's side to B's subjects reaches the target side (probed; A refused the probe unstored): publishers keep their connection and move with the subjects at the commit point".to_string()),
+        (false, true) => (Verdict::ChangedOnPurpose, format!("publishes on A's side to {} do not reach the target side: repoint the publishers to it at the commit point (--repoint-publishers); until then they retry with the same msg-id, within their retry horizon", stranded.join(", "))),
+        (false, false) => (Verdict::Unsafe, format!("publishes on A's side to {0} do not reach the target side, so after the commit point publishers there would find no stream: across accounts, B's account exports service `{0}` and A's account imports it; across a leaf node, the connection must allow it; or repoint the publishers to the target side and pass --repoint-publishers", stranded.join(", "))),
+    };
+    Ok(Finding {
+        scope: "plan".into(),
+        setting: "publishers".into(),
+        from: plan.from.clone(),
+        to: plan.to.clone(),
+        verdict,
+        reason,
+    })
+}
+
+/// A concrete subject `pattern` matches: each wildcard token made
+/// `_cutover_probe`.
+fn probe_subject(pattern: &str) -> String {
+    pattern
+        .split('.')
+        .map(|t| if t == "*" || t == ">" { "_cutover_probe" } else { t })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Whether a publish on `from` to `subject`, which the stream there refuses
+/// (`Nats-Expected-Stream: to`), reaches a subscriber on `to_side`.
+async fn reaches(from: &Js, to_side: &Js, subject: &str, to: &str) -> Result<bool> {
+    let err = |e: &dyn std::fmt::Display| Error::Request {
+        what: format!("probe {subject}"),
+        reason: e.to_string(),
+    };
+    let mut sub = to_side.client.subscribe(subject.to_string()).await.map_err(|e| err(&e))?;
+    to_side.client.flush().await.map_err(|e| err(&e))?;
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Expected-Stream", to);
+    headers.insert("Nats-Cutover-Probe", "1");
+    let deadline = Instant::now() + from.timeout();
+    while Instant::now() < deadline {
+        let (s, h) = (subject.to_string(), headers.clone());
+        from.client.publish_with_headers(s, h, "probe".into()).await.map_err(|e| err(&e))?;
+        from.client.flush().await.map_err(|e| err(&e))?;
+        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(100), sub.next()).await {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Probes, without writing to either stream, that the three paths sourcing
@@ -131,4 +206,14 @@ async fn crosses(from: &Js, to: &Js, prefix: &str) -> Result<bool> {
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_probe_subject_is_one_each_pattern_matches() {
+        assert_eq!(super::probe_subject("orders.>"), "orders._cutover_probe");
+        assert_eq!(super::probe_subject("orders.*.eu"), "orders._cutover_probe.eu");
+        assert_eq!(super::probe_subject("orders.eu"), "orders.eu");
+    }
 }

@@ -66,10 +66,12 @@ fn build_request(
         publishers_stopped: a.publishers_stopped,
         retry_horizon: a.retry_horizon,
         in_place: None,
-        external: a
-            .from_api
-            .clone()
-            .map(|api| cutover_core::plan::External { api, deliver: a.from_deliver.clone() }),
+        external: a.from_api.clone().map(|api| cutover_core::plan::External {
+            api,
+            deliver: a.from_deliver.clone(),
+            repoint_publishers: a.repoint_publishers,
+        }),
+        repoint_publishers: a.repoint_publishers,
     })
 }
 

@@ -193,6 +193,7 @@ async fn a_boundary_sourcing_cannot_cross_is_refused_before_any_write() {
         assert!(plan.stdout.contains(named), "the plan names {named}: {plan:?}");
     }
     assert!(!plan.stdout.contains("`$JS.FC.>` does not cross"), "$JS.FC.> is imported: {plan:?}");
+    assert!(!plan.stdout.contains("do not reach the target side"), "orders.> is: {plan:?}");
     let out = run(&[&conn[..], &["run"], &args, &ACCOUNTS_PLAN, &["--yes"]].concat());
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stderr.contains("deliver.src.>"), "{out:?}");
@@ -266,4 +267,31 @@ async fn across_a_crashed_run_is_refused_without_its_source_side_and_rolled_back
     );
     let r = finish_after(load, 300).await;
     assert_exact(&r);
+}
+
+/// A's account does not import B's subjects: publishers left on A's side
+/// would find no stream after the commit point. The plan finds it with a
+/// probe A refuses unstored, and refuses unless the operator says the
+/// publishers will be repointed.
+#[tokio::test(flavor = "multi_thread")]
+async fn publishers_that_cannot_reach_b_are_refused_unless_repointed() {
+    let server = accounts_server(&["account: DST, subject: \"orders.>\""]);
+    let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
+    orders_on(&src.js).await;
+    let before = (snapshot(&src.js).await, snapshot(&dst.js).await);
+    let conn = accounts_conn(server.url());
+    let args = ["--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let plan = run(&[&conn[..], &["plan"], &args, &ACCOUNTS_PLAN].concat());
+    assert_eq!(plan.code, 3, "{plan:?}");
+    assert!(plan.stdout.contains("exports service `orders.>`"), "{plan:?}");
+    assert!(plan.stdout.contains("--repoint-publishers"), "{plan:?}");
+    let ok =
+        run(&[&conn[..], &["--json", "plan"], &args, &ACCOUNTS_PLAN, &["--repoint-publishers"]]
+            .concat());
+    assert_eq!(ok.code, 0, "{ok:?}");
+    let p = ok.json();
+    let f = p["findings"].as_array().unwrap().iter().find(|f| f["setting"] == "publishers");
+    assert!(f.unwrap()["reason"].as_str().unwrap().contains("repoint the publishers"), "{p}");
+    // The probes stored nothing in A and changed nothing on either side.
+    assert_eq!((snapshot(&src.js).await, snapshot(&dst.js).await), before, "nothing changed");
 }
