@@ -295,3 +295,83 @@ async fn publishers_that_cannot_reach_b_are_refused_unless_repointed() {
     // The probes stored nothing in A and changed nothing on either side.
     assert_eq!((snapshot(&src.js).await, snapshot(&dst.js).await), before, "nothing changed");
 }
+
+/// Push subscribers on `client` in queue group `g` of `deliver.orders`,
+/// counting each msg-id they processed and acknowledged (double ack).
+fn push_subscribers(
+    client: &async_nats::Client,
+    n: usize,
+    seen: &std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u64, u32>>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    use futures::StreamExt;
+    (0..n)
+        .map(|_| {
+            let (client, seen) = (client.clone(), seen.clone());
+            tokio::spawn(async move {
+                let mut sub = client.queue_subscribe("deliver.orders", "g".into()).await.unwrap();
+                while let Some(m) = sub.next().await {
+                    let Some(reply) = m.reply.clone() else { continue };
+                    let id = m
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get("Nats-Msg-Id"))
+                        .and_then(|v| v.as_str().strip_prefix("m-"))
+                        .and_then(|s| s.parse::<u64>().ok());
+                    let Some(id) = id else { continue };
+                    if client.request(reply, "+ACK".into()).await.is_ok() {
+                        *seen.lock().unwrap().entry(id).or_default() += 1;
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// A push consumer's subscribers stay on the leaf, on the same deliver
+/// subject and group: the new durable on the hub delivers to them across the
+/// leaf connection and takes their acks. Nothing is redeployed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn push_subscribers_on_the_leaf_keep_receiving_from_the_hub() {
+    use crate::run::until_published;
+    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    leaf.js
+        .stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}))
+        .await
+        .unwrap();
+    let pusher = json!({"durable_name": "pusher", "ack_policy": "explicit", "deliver_subject": "deliver.orders", "deliver_group": "g", "max_ack_pending": 1000, "ack_wait": 30_000_000_000i64});
+    leaf.js.consumer_create("ORDERS", "pusher", &pusher, Action::Create).await.unwrap();
+    let seen = std::sync::Arc::default();
+    let subs = push_subscribers(&leaf.client, 2, &seen);
+    let mut cfg = load_cfg(500, 20_000);
+    cfg.workers = 0;
+    let mut load = Load::start(leaf.client.clone(), cfg).await;
+    wait_until("push subscribers to receive", Duration::from_secs(20), || async {
+        seen.lock().unwrap().len() > 200
+    })
+    .await;
+    let conn = ["--server", &sys.hub_urls(), "--from-server", sys.leaf.url()];
+    let args = ["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "pusher", "--yes"];
+    let out = run(&[&conn[..], &args].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, bc) = hub.js.consumer_info("ORDERS_V2", "pusher").await.unwrap();
+    assert_eq!(bc.config.deliver_subject.as_deref(), Some("deliver.orders"));
+    until_published(&load, load.published() + 300).await;
+    load.finish_publishing().await;
+    // With no library workers, every published id is in `lost`: the published set.
+    let published = load.stop().await.lost;
+    wait_until("push subscribers to process everything", Duration::from_secs(20), || async {
+        let s = seen.lock().unwrap();
+        published.iter().all(|id| s.contains_key(id))
+    })
+    .await;
+    let s = seen.lock().unwrap().clone();
+    let twice: Vec<_> = s.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "processed twice: {twice:?}");
+    assert_eq!(s.len(), published.len(), "processed exactly the published set");
+    eprintln!("push across: published {} processed {} exactly once", published.len(), s.len());
+    subs.into_iter().for_each(|t| t.abort());
+    let v = run(&[&conn[..], &["--json", "verify", "--migration", "ORDERS.ORDERS_V2"]].concat());
+    assert_eq!(v.code, 0, "{v:?}");
+}
