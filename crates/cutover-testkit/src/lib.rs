@@ -152,6 +152,12 @@ impl LeafSystem {
     /// leaf. The leaf connection forms after both run: wait for it (e.g. a
     /// request to `$JS.leaf.API.INFO` from the hub) before relying on it.
     pub fn start(hub_nodes: usize) -> Result<Self, String> {
+        Self::start_with(hub_nodes, "")
+    }
+
+    /// Like [`LeafSystem::start`], with `remote` added to the leaf's remote
+    /// (e.g. `deny_exports: ["$JS.S.>"]`: what the leaf connection lets pass).
+    pub fn start_with(hub_nodes: usize, remote: &str) -> Result<Self, String> {
         let leaf_ports: Vec<u16> = (0..hub_nodes).map(|_| free_port()).collect();
         let hub_conf = |i: usize| {
             format!(
@@ -172,7 +178,7 @@ impl LeafSystem {
             leaf_ports.iter().map(|p| format!("\"nats-leaf://127.0.0.1:{p}\"")).collect();
         let leaf = NatsServer::start_with(ServerOptions {
             config: Some(format!(
-                "jetstream {{ domain: leaf }}\nleafnodes {{ remotes: [ {{ urls: [{}] }} ] }}\n",
+                "jetstream {{ domain: leaf }}\nleafnodes {{ remotes: [ {{ urls: [{}], {remote} }} ] }}\n",
                 urls.join(", ")
             )),
             name: Some("leaf".into()),

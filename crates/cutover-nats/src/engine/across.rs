@@ -137,7 +137,11 @@ pub async fn check_boundary(js: &Js, from: &str, ext: &External) -> Result<Vec<F
     }
     let deliver = ext.deliver.clone().unwrap_or_else(|| "$JS.S".into());
     if !crosses(src, js, &deliver).await? {
-        missing.push(finding("external deliver", &deliver, format!("A's messages would not reach B: subject `{deliver}.>` does not cross from A's side to B's: across accounts, A's account exports stream `{deliver}.>` and B's account imports it (and --from-deliver {deliver} names it); across a leaf node, the connection must allow `{deliver}.>`")));
+        let accounts = match &ext.deliver {
+            Some(d) => format!("across accounts, A's account exports stream `{d}.>` and B's account imports it"),
+            None => "across accounts, name a deliver prefix with --from-deliver that A's account exports as a stream and B's account imports".into(),
+        };
+        missing.push(finding("external deliver", &deliver, format!("A's messages would not reach B: subject `{deliver}.>` does not cross from A's side to B's: {accounts}; across a leaf node, the connection must allow `{deliver}.>`")));
     }
     if !crosses(js, src, "$JS.FC").await? {
         missing.push(finding("flow control", "$JS.FC.>", "B's flow-control replies would not reach A: `$JS.FC.>` does not cross from B's side to A's: A's account exports service `$JS.FC.>` and B's account imports it; across a leaf node, the connection must allow `$JS.FC.>`".into()));

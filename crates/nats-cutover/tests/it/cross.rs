@@ -375,3 +375,23 @@ async fn push_subscribers_on_the_leaf_keep_receiving_from_the_hub() {
     let v = run(&[&conn[..], &["--json", "verify", "--migration", "ORDERS.ORDERS_V2"]].concat());
     assert_eq!(v.code, 0, "{v:?}");
 }
+
+/// The leaf connection does not let A's deliver subjects out: sourcing could
+/// never start. Refused before any write on either side, naming the subject.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leaf_connection_that_holds_back_deliver_subjects_is_refused_before_any_write() {
+    let sys =
+        LeafSystem::start_with(1, r#"deny_exports: ["$JS.S.>"]"#).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    orders_on(&leaf.js).await;
+    let before = (snapshot(&leaf.js).await, snapshot(&hub.js).await);
+    let conn = ["--server", &sys.hub_urls(), "--from-server", sys.leaf.url()];
+    let args = ["--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let out = run(&[&conn[..], &["run"], &args, &["--yes"]].concat());
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.contains("`$JS.S.>` does not cross"), "{out:?}");
+    assert!(out.stderr.contains("the connection must allow `$JS.S.>`"), "{out:?}");
+    assert!(!out.stderr.contains("external api"), "the API crosses: {out:?}");
+    assert_eq!((snapshot(&leaf.js).await, snapshot(&hub.js).await), before, "nothing changed");
+}
