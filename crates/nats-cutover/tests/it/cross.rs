@@ -395,3 +395,36 @@ async fn a_leaf_connection_that_holds_back_deliver_subjects_is_refused_before_an
     assert!(!out.stderr.contains("external api"), "the API crosses: {out:?}");
     assert_eq!((snapshot(&leaf.js).await, snapshot(&hub.js).await), before, "nothing changed");
 }
+
+/// A runner killed inside the commit window (A released its subjects on the
+/// leaf, B has not taken them on the hub) is resumed with both sides: the
+/// resume asks the servers who holds the subjects and finishes; exact, and
+/// verify holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn across_a_run_killed_in_the_commit_window_resumes_exactly() {
+    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    orders_on(&leaf.js).await;
+    let load =
+        Load::start_across(leaf.client.clone(), hub.client.clone(), load_cfg(500, 20_000)).await;
+    until_processed(&load, 300).await;
+    let hub_urls = sys.hub_urls();
+    let conn = ["--server", &hub_urls, "--from-server", sys.leaf.url()];
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
+    cmd.args(conn).args(["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"]);
+    cmd.args(["--yes", "--lease-ttl", "1s"])
+        .env("NATS_CUTOVER_TEST_CRASH_AFTER", "subjects_released");
+    let crashed = cmd.output().unwrap();
+    assert_eq!(crashed.status.code(), Some(86), "{crashed:?}");
+    let args = [&conn[..], &["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"]]
+        .concat();
+    let out = until_lease_lapsed(&args).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let r = finish_after(load, 300).await;
+    assert_exact(&r);
+    let (_, b) = hub.js.stream_info("ORDERS_V2").await.unwrap();
+    assert_eq!(b.config.subjects, vec!["orders.>".to_string()]);
+    let v = run(&[&conn[..], &["--json", "verify", "--migration", "ORDERS.ORDERS_V2"]].concat());
+    assert_eq!(v.code, 0, "{v:?}");
+}
