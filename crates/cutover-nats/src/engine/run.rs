@@ -193,10 +193,10 @@ pub async fn run(
     sink: &dyn Sink,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Journal> {
-    let id = migration_id(&plan.from, &plan.to);
     if plan.external.is_some() && js.source_side().is_none() {
-        return Err(Error::Input(format!("migration {id} moves {} across systems: give the source side's connection too (--from-server or --from-context)", plan.from)));
+        return Err(Error::Input(format!("migration {} moves {} across systems: give the source side's connection too (--from-server or --from-context)", migration_id(&plan.from, &plan.to), plan.from)));
     }
+    let id = migration_id(&plan.from, &plan.to);
     let store = JournalStore::open(js, IfMissing::Create).await?.expect("created");
     let mut lease = Lease::acquire(&store, &plan.from, &id, opts.lease_ttl).await?;
     let journal = match store.load(&id).await? {
