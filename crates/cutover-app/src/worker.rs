@@ -89,21 +89,49 @@ pub async fn consume<F, Fut>(
     consumer: &str,
     opts: WorkerOptions,
     shutdown: watch::Receiver<bool>,
+    handler: F,
+) -> Result<u64, async_nats::Error>
+where
+    F: FnMut(jetstream::Message) -> Fut,
+    Fut: Future<Output = (Outcome, jetstream::Message)>,
+{
+    consume_across(client, None, stream, consumer, opts, shutdown, handler).await
+}
+
+/// [`consume`] for a move across systems (docs/cross-system.md): `home`
+/// reaches `stream`, the old stream; `target` (when given) the system the
+/// migration moves it to, where the route record and every other stream
+/// are.
+pub async fn consume_across<F, Fut>(
+    home: async_nats::Client,
+    target: Option<async_nats::Client>,
+    stream: &str,
+    consumer: &str,
+    opts: WorkerOptions,
+    shutdown: watch::Receiver<bool>,
     mut handler: F,
 ) -> Result<u64, async_nats::Error>
 where
     F: FnMut(jetstream::Message) -> Fut,
     Fut: Future<Output = (Outcome, jetstream::Message)>,
 {
-    let stats = client.statistics();
-    let ctx = jetstream::ContextBuilder::new().timeout(opts.request_timeout).build(client.clone());
-    let follower = Follower::start(client, stream, consumer).await?;
+    let target = target.unwrap_or_else(|| home.clone());
+    let context = |c: &async_nats::Client| {
+        jetstream::ContextBuilder::new().timeout(opts.request_timeout).build(c.clone())
+    };
+    let (home_ctx, target_ctx) = (context(&home), context(&target));
+    let follower = Follower::start(target.clone(), stream, consumer).await?;
     let mut sig =
         Signals { route: follower.subscribe(), route_open: true, shutdown, shutdown_open: true };
     let mut acked = 0u64;
     while !*sig.shutdown.borrow() {
         let binding = sig.route.borrow_and_update().clone();
-        let Some(pull) = bind(&ctx, &binding, &stats).await else {
+        let (ctx, stats) = if binding.stream == stream {
+            (&home_ctx, home.statistics())
+        } else {
+            (&target_ctx, target.statistics())
+        };
+        let Some(pull) = bind(ctx, &binding, &stats).await else {
             // Not there (yet, or any more): wait for a route change or retry soon.
             sig.wait(Duration::from_millis(20)).await;
             continue;

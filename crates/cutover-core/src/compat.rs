@@ -9,6 +9,7 @@ use crate::model::{
 use crate::subject;
 use crate::version::ServerVersion;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -221,9 +222,22 @@ fn rule_sources(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
                 r.add(s, "sources.subject_transforms", "", format!("{} -> {}", src.subject_transforms[0].src, src.subject_transforms[0].dest), Verdict::Unsafe, "B's source rewrites subjects but B has no identical stream subject_transform: after the cut-over, direct publishes would keep their original subjects and the moved consumers' filters would miss them; give B the same mapping as its subject_transform");
             }
         }
-        if src.external.is_some() {
-            r.add(s, "sources.external", "", "set", Verdict::Unsafe, "B sources A from another domain/account; this version translates checkpoints only within one account");
-        }
+    }
+}
+
+/// B reaches A across systems exactly as the migration was planned
+/// (`across`: the plan's `external` block), or not at all.
+pub(crate) fn check_external(r: &mut Report, b: &StreamConfig, across: Option<&Value>) {
+    let (setting, has) = match &b.mirror {
+        Some(m) => ("mirror.external", m.external.as_ref()),
+        None => ("sources.external", b.sources.first().and_then(|s| s.external.as_ref())),
+    };
+    let has = has.filter(|v| !v.is_null());
+    match (has, across) {
+        (None, None) => {}
+        (Some(h), Some(a)) if h == a => r.add(STREAM, setting, "", h.to_string(), Verdict::ChangedOnPurpose, "B reaches A on the source side's system through this API prefix (a move across systems: docs/cross-system.md)"),
+        (Some(h), _) => r.add(STREAM, setting, "", h.to_string(), Verdict::Unsafe, "B reaches A on another system through another way than this migration's: plan the move across systems with the source side's connection (--from-server or --from-context) and --from-api naming this prefix"),
+        (None, Some(a)) => r.add(STREAM, setting, "", a.to_string(), Verdict::Unsafe, "B exists and reads A on its own system, but this migration crosses systems: give B the external block of the plan, or let the run create B"),
     }
 }
 
@@ -250,15 +264,6 @@ fn rule_mirror(
         );
     } else if !whole {
         r.add(s, "mirror", "", &m.name, Verdict::Unsafe, "B's mirror filters, transforms or starts mid-stream: its sequences would not be A's whole history; mirror all of A");
-    } else if m.external.is_some() {
-        r.add(
-            s,
-            "mirror.external",
-            "",
-            "set",
-            Verdict::Unsafe,
-            "B mirrors A from another domain/account; not supported in this version",
-        );
     } else {
         r.add(
             s,

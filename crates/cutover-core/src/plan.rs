@@ -94,6 +94,43 @@ pub struct PlanRequest {
     /// so streams clients find by name (KV buckets, object stores) may move.
     #[serde(default)]
     pub in_place: Option<InPlaceHop>,
+    /// A move across systems (docs/cross-system.md): how B reaches A.
+    #[serde(default)]
+    pub external: Option<External>,
+    /// Across systems: the publishers are repointed to the target side (see
+    /// [`External::repoint_publishers`]).
+    #[serde(default)]
+    pub repoint_publishers: bool,
+}
+
+/// How B reaches A on another system: the stream source's (or mirror's)
+/// `external` block (server stream.go `ExternalStream`: `api` replaces
+/// `$JS.API` in the consumer-create requests B's server sends for A,
+/// `deliver` prefixes the subject A's messages come back on).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct External {
+    /// `$JS.<domain>.API` for another JetStream domain, or the prefix B's
+    /// account imports A's `$JS.API.CONSUMER.>` to.
+    pub api: String,
+    /// Needed across accounts (the stream A's account exports), optional
+    /// across domains of one account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver: Option<String>,
+    /// The operator repoints the publishers to the target side at the
+    /// commit point (B's subjects do not reach across from A's side).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repoint_publishers: bool,
+}
+
+impl External {
+    /// The `external` block, as the server takes it.
+    pub fn json(&self) -> Value {
+        let mut v = json!({ "api": self.api });
+        if let Some(d) = &self.deliver {
+            v["deliver"] = json!(d);
+        }
+        v
+    }
 }
 
 /// Which hop of an in-place migration a plan is.
@@ -122,6 +159,8 @@ impl PlanRequest {
             retry_horizon: None,
             in_place: None,
             new_version: None,
+            external: None,
+            repoint_publishers: false,
         }
     }
 }
@@ -250,6 +289,9 @@ pub struct Plan {
     /// Mode rolling: the application version that reads the new durable.
     #[serde(default)]
     pub new_version: Option<String>,
+    /// A move across systems: how B reaches A (B's source carries it too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<External>,
     /// No unsafe finding.
     pub safe: bool,
 }
@@ -542,7 +584,9 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         retry_horizon,
         facts.version,
     );
+    compat::check_external(&mut r, &b_view, req.external.as_ref().map(External::json).as_ref());
     rule_strategy(&mut r, req, facts.version);
+    rule_across(&mut r, req);
     let moved = plan_consumers(&mut r, req, facts, &b_view)?;
     rule_mode(&mut r, req, facts, &moved.plans);
     rule_account_storage(&mut r, facts, &a, &b_view);
@@ -581,6 +625,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         promote_with,
         in_place: req.in_place,
         new_version: req.new_version.clone(),
+        external: req.external.clone(),
         safe,
     })
 }
@@ -632,16 +677,43 @@ fn planned_b(
             (cfg, subjects, true)
         }
         None => {
-            let (cfg, subjects) = b_config_from(
+            let (mut cfg, subjects) = b_config_from(
                 &a_cfg_raw,
                 &req.to,
                 req.to_config.as_ref(),
                 retry_horizon,
                 req.strategy,
             )?;
+            if let Some(ext) = &req.external {
+                match req.strategy {
+                    Strategy::Mirror => cfg["mirror"]["external"] = ext.json(),
+                    _ => cfg["sources"][0]["external"] = ext.json(),
+                }
+            }
             (cfg, subjects, false)
         }
     })
+}
+
+/// A move across systems: what goes where, what the plan cannot test, and
+/// what is not supported across the boundary yet.
+fn rule_across(r: &mut Report, req: &PlanRequest) {
+    let Some(ext) = &req.external else { return };
+    r.add("plan", "across", "one system", format!("B sources A through {}", ext.api), Verdict::ChangedOnPurpose, "A is read, paused and sealed through the source connection; B, its durables and the CUTOVER bucket (journal, lease, routes) live on the target side, where the run's result stays and a resume finds it");
+    r.add("plan", "applications", "", "", Verdict::ChangedOnPurpose, format!("push consumers keep their deliver subject and group on {} where it crosses the boundary; pull applications follow the route record, on the target side, through a connection to it, or are redeployed there (docs/cross-system.md)", req.to));
+    if req.mode != Mode::Drain {
+        r.add("plan", "mode", req.mode.as_str(), "", Verdict::Unsafe, "fence and rolling modes across systems are not supported yet (instances register on one side): use --mode drain");
+    }
+    if req.in_place.is_some() {
+        r.add(
+            "plan",
+            "in-place",
+            "",
+            "",
+            Verdict::Unsafe,
+            "an in-place change stays on one system: drop --from-server/--from-context",
+        );
+    }
 }
 
 fn rule_strategy(r: &mut Report, req: &PlanRequest, version: ServerVersion) {
@@ -1061,6 +1133,49 @@ mod tests {
 
     fn consumer(cfg: Value) -> Value {
         json!({"name": "C", "stream_name": "A", "config": cfg, "delivered": {"stream_seq": 5}, "ack_floor": {"stream_seq": 5}})
+    }
+
+    fn across_req(strategy: Strategy) -> PlanRequest {
+        let ext = External {
+            api: "JS.SRC.API".into(),
+            deliver: Some("deliver.src".into()),
+            repoint_publishers: false,
+        };
+        PlanRequest { strategy, external: Some(ext), ..req() }
+    }
+
+    fn plain_a() -> Value {
+        json!({"name": "A", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64})
+    }
+
+    fn explicit_c() -> Vec<Value> {
+        vec![consumer(json!({"durable_name": "C", "ack_policy": "explicit"}))]
+    }
+
+    #[test]
+    fn across_systems_b_reaches_a_through_the_external_block() {
+        let ext = json!({"api": "JS.SRC.API", "deliver": "deliver.src"});
+        let p = build(&across_req(Strategy::Source), &facts(plain_a(), explicit_c())).unwrap();
+        assert!(p.safe, "{:#?}", p.unsafe_findings().collect::<Vec<_>>());
+        assert_eq!(p.b_config["sources"], json!([{"name": "A", "external": ext}]));
+        assert!(p.findings.iter().any(|f| f.setting == "applications"), "says what moves");
+        let p = build(&across_req(Strategy::Mirror), &facts(plain_a(), explicit_c())).unwrap();
+        assert_eq!(p.b_config["mirror"], json!({"name": "A", "external": ext}));
+    }
+
+    #[test]
+    fn across_systems_fence_mode_and_an_unplanned_external_b_are_refused() {
+        let fence = PlanRequest { mode: Mode::Fence, ..across_req(Strategy::Source) };
+        let p = build(&fence, &facts(plain_a(), explicit_c())).unwrap();
+        assert!(p.unsafe_findings().any(|f| f.setting == "mode"), "{:#?}", p.findings);
+        // B exists, sourcing A through another system, but the run is on one.
+        let mut f = facts(plain_a(), explicit_c());
+        f.b_raw = Some(
+            json!({"config": {"name": "B", "subjects": [], "duplicate_window": 120_000_000_000i64, "allow_direct": true, "sources": [{"name": "A", "external": {"api": "$JS.leaf.API"}}]}, "state": {"messages": 0}}),
+        );
+        let p = build(&req(), &f).unwrap();
+        let bad: Vec<_> = p.unsafe_findings().map(|f| f.setting.as_str()).collect();
+        assert!(bad.contains(&"sources.external"), "{bad:?}");
     }
 
     #[test]

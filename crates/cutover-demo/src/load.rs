@@ -9,7 +9,7 @@ use bytes::Bytes;
 use cutover_app::fence::{self, FenceOptions};
 use cutover_app::instance::InstanceOptions;
 use cutover_app::publisher::Publisher;
-use cutover_app::worker::{consume, Outcome, WorkerOptions};
+use cutover_app::worker::{consume_across, Outcome, WorkerOptions};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -175,18 +175,30 @@ impl Load {
         cfg: LoadConfig,
         audit_subject: Option<String>,
     ) -> Self {
-        Self::start_inner(client, cfg, audit_subject, String::new()).await
+        Self::start_inner(client, None, cfg, audit_subject, String::new()).await
+    }
+
+    /// Like [`Load::start`] for a move across systems: the publisher and the
+    /// workers start on `home` (the old stream's system); the workers follow
+    /// their route, read on `target`, to the new stream there.
+    pub async fn start_across(
+        home: async_nats::Client,
+        target: async_nats::Client,
+        cfg: LoadConfig,
+    ) -> Self {
+        Self::start_inner(home, Some(target), cfg, None, String::new()).await
     }
 
     /// Like [`Load::start`], with msg-ids `{tag}m-{i}`: several loads on one
     /// stream (each its own durable) then do not share msg-ids, which the
     /// stream's duplicate window would drop.
     pub async fn start_tagged(client: async_nats::Client, cfg: LoadConfig, tag: &str) -> Self {
-        Self::start_inner(client, cfg, None, tag.to_string()).await
+        Self::start_inner(client, None, cfg, None, tag.to_string()).await
     }
 
     async fn start_inner(
         client: async_nats::Client,
+        target: Option<async_nats::Client>,
         cfg: LoadConfig,
         audit_subject: Option<String>,
         tag: String,
@@ -201,7 +213,7 @@ impl Load {
                 let audit = audit_subject.clone().map(|subject| (subject, audit_worker(&cfg, i)));
                 spawn_worker(
                     i,
-                    client.clone(),
+                    (client.clone(), target.clone()),
                     cfg.clone(),
                     shared.clone(),
                     stop_w_rx.clone(),
@@ -342,7 +354,7 @@ fn audit_worker(cfg: &LoadConfig, i: usize) -> cutover_app::audit::Worker {
 /// each message handled by [`process`].
 fn spawn_worker(
     i: usize,
-    client: async_nats::Client,
+    (client, target): (async_nats::Client, Option<async_nats::Client>),
     cfg: LoadConfig,
     shared: Arc<Shared>,
     stop: watch::Receiver<bool>,
@@ -361,7 +373,8 @@ fn spawn_worker(
             }
         } else {
             let opts = WorkerOptions { batch: cfg.batch, ..Default::default() };
-            let _ = consume(client, &cfg.stream, &cfg.consumer, opts, stop, handler).await;
+            let (stream, consumer) = (&cfg.stream, &cfg.consumer);
+            let _ = consume_across(client, target, stream, consumer, opts, stop, handler).await;
         }
     })
 }

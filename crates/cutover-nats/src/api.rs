@@ -99,6 +99,25 @@ pub struct Js {
     timeout: Duration,
     gets: Arc<AtomicU64>,
     fence: Option<Fence>,
+    /// Across two systems ([`Js::across`]): the old stream's name and the
+    /// connection to the system that holds it.
+    source: Option<Arc<(String, Js)>>,
+}
+
+/// The stream a JetStream API subject (without its prefix) is about: `None`
+/// for account-wide requests (`INFO`, `STREAM.NAMES`, `STREAM.LIST`). Subject
+/// shapes: server jetstream_api.go, the `JSApi*` constants.
+fn stream_of(subject: &str) -> Option<&str> {
+    let t: Vec<&str> = subject.split('.').collect();
+    let at = match (t.first().copied(), t.get(1).copied()) {
+        (Some("STREAM"), Some("MSG")) => 3,
+        (Some("STREAM"), _) => 2,
+        (Some("CONSUMER"), Some("MSG" | "DURABLE")) => 3,
+        (Some("CONSUMER"), _) => 2,
+        (Some("DIRECT"), _) => 2,
+        _ => return None,
+    };
+    t.get(at).copied()
 }
 
 fn headers_vec(h: &HeaderMap) -> Vec<(String, String)> {
@@ -130,7 +149,44 @@ impl Js {
             timeout,
             gets: Arc::new(AtomicU64::new(0)),
             fence: None,
+            source: None,
         }
+    }
+
+    /// One client for a move across systems (accounts, JetStream domains,
+    /// leaf nodes, clusters: docs/cross-system.md): every request about the
+    /// stream `from` goes to `source`, the connection to the system that holds
+    /// it; everything else (B, its durables, the `CUTOVER` bucket with the
+    /// journal, lease and routes) to `self`, the target side. The side is
+    /// chosen by the stream a request names, so the engine, `verify` and
+    /// rollback run unchanged across the boundary; B needs another name than
+    /// A (the plan refuses the same name, as on one system).
+    pub fn across(self, source: Js, from: &str) -> Js {
+        Js { source: Some(Arc::new((from.to_string(), source))), ..self }
+    }
+
+    /// The source side of a move across systems, if this is one.
+    pub fn source_side(&self) -> Option<&Js> {
+        self.source.as_deref().map(|(_, js)| js)
+    }
+
+    /// The connection that holds `stream`: the source side for the old
+    /// stream of a move across systems, else this one.
+    pub fn side(&self, stream: &str) -> &Js {
+        match self.source.as_deref() {
+            Some((from, js)) if from == stream => js,
+            _ => self,
+        }
+    }
+
+    /// The client that reaches `stream` (see [`Js::side`]).
+    pub fn client_for(&self, stream: &str) -> &Client {
+        &self.side(stream).client
+    }
+
+    /// The target side's server version (what B's behaviour depends on).
+    pub fn target_version(&self) -> Option<ServerVersion> {
+        ServerVersion::parse(&self.client.server_info().version)
     }
 
     /// This client, awaiting `fence` before every JetStream API request (each
@@ -139,13 +195,27 @@ impl Js {
         Js { fence: Some(fence), ..self.clone() }
     }
 
+    /// How long one request waits for its answer.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The largest message the server takes (its INFO's max_payload).
     pub fn max_payload(&self) -> usize {
         self.client.server_info().max_payload
     }
 
+    /// The server version; across systems the older side's, so a feature is
+    /// used only where both sides have it (pause acts on A, reset on B).
     pub fn server_version(&self) -> Option<ServerVersion> {
-        ServerVersion::parse(&self.client.server_info().version)
+        let own = self.target_version();
+        match self.source_side() {
+            Some(src) => match (own, src.target_version()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                _ => None,
+            },
+            None => own,
+        }
     }
 
     /// Message gets issued so far (translation is measured in gets, not time).
@@ -177,6 +247,12 @@ impl Js {
     }
 
     async fn api_once(&self, what: &str, subject: &str, body: &Value) -> Result<Value> {
+        if let Some(stream) = stream_of(subject) {
+            let side = self.side(stream);
+            if !std::ptr::eq(side, self) {
+                return Box::pin(side.api_once(what, subject, body)).await;
+            }
+        }
         let payload = if body.is_null() {
             Bytes::new()
         } else {
@@ -529,6 +605,10 @@ impl Js {
 
     async fn get_with(&self, stream: &str, req: Value, direct: bool) -> Result<Option<StoredMsg>> {
         let what = format!("get message from {stream}");
+        let side = self.side(stream);
+        if direct && !std::ptr::eq(side, self) {
+            return Box::pin(side.get_with(stream, req, direct)).await;
+        }
         if direct {
             let subject = format!("{}.DIRECT.GET.{stream}", self.prefix);
             let r = async_nats::Request::new()
@@ -603,5 +683,32 @@ pub(crate) fn request_error(what: &str, e: async_nats::RequestError) -> Error {
         K::NoResponders => Error::NoResponders { what: what.into() },
         K::TimedOut => Error::Timeout { what: what.into() },
         _ => Error::Request { what: what.into(), reason: e.to_string() },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stream_of;
+
+    #[test]
+    fn requests_are_routed_by_the_stream_they_name() {
+        for (subject, stream) in [
+            ("STREAM.INFO.A", Some("A")),
+            ("STREAM.UPDATE.A", Some("A")),
+            ("STREAM.MSG.GET.A", Some("A")),
+            ("STREAM.PURGE.A", Some("A")),
+            ("CONSUMER.INFO.A.c", Some("A")),
+            ("CONSUMER.CREATE.A.c", Some("A")),
+            ("CONSUMER.PAUSE.A.c", Some("A")),
+            ("CONSUMER.NAMES.A", Some("A")),
+            ("CONSUMER.DURABLE.CREATE.A.c", Some("A")),
+            ("CONSUMER.MSG.NEXT.A.c", Some("A")),
+            ("DIRECT.GET.A", Some("A")),
+            ("INFO", None),
+            ("STREAM.NAMES", None),
+            ("STREAM.LIST", None),
+        ] {
+            assert_eq!(stream_of(subject), stream, "{subject}");
+        }
     }
 }

@@ -592,7 +592,7 @@ where
     let what = format!("read stream {stream}");
     let rerr =
         |e: &dyn std::fmt::Display| Error::Request { what: what.clone(), reason: e.to_string() };
-    let ctx = jetstream::new(js.client.clone());
+    let ctx = jetstream::new(js.client_for(stream).clone());
     let s = ctx.get_stream(stream).await.map_err(|e| rerr(&e))?;
     let name = format!("nats-cutover-verify-{}", nuid());
     let consumer = s
@@ -734,7 +734,7 @@ async fn count_selected(js: &Js, stream: &str, filters: &[String]) -> Option<u64
     v.ok()?["num_pending"].as_u64()
 }
 
-fn nuid() -> String {
+pub(crate) fn nuid() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

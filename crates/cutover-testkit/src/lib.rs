@@ -13,8 +13,11 @@
 //! repository's folder, panicking starts, versions, [`Cluster`].
 //!
 //! # Layout
-//! This file: test lookup, [`NatsServer`], [`Cluster`]. [`auth`]: servers
-//! that ask for credentials (operator mode's JWTs and creds, TLS files).
+//! This file: test lookup, [`NatsServer`], [`Cluster`], and the systems a
+//! move across crosses: [`LeafSystem`] (a hub, one node or a cluster, and a
+//! leaf node, each its own JetStream domain) and [`two_accounts_config`].
+//! [`auth`]: servers that ask for credentials (operator mode's JWTs and
+//! creds, TLS files).
 
 pub mod auth;
 
@@ -106,14 +109,20 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(n: usize) -> Result<Self, String> {
+        Self::start_with(n, |_| String::new())
+    }
+
+    /// Like [`Cluster::start`], with `extra(i)` added to node `i`'s config.
+    pub fn start_with(n: usize, extra: impl Fn(usize) -> String) -> Result<Self, String> {
         let route_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let routes: Vec<String> =
             route_ports.iter().map(|p| format!("nats-route://127.0.0.1:{p}")).collect();
         let mut nodes = vec![];
         for (i, p) in route_ports.iter().enumerate() {
             let config = format!(
-                "cluster {{\n  name: cutover\n  listen: 127.0.0.1:{p}\n  routes: [{}]\n}}\n",
-                routes.join(", ")
+                "cluster {{\n  name: cutover\n  listen: 127.0.0.1:{p}\n  routes: [{}]\n}}\n{}",
+                routes.join(", "),
+                extra(i)
             );
             nodes.push(NatsServer::start_with(ServerOptions {
                 config: Some(config),
@@ -127,6 +136,111 @@ impl Cluster {
     pub fn urls(&self) -> String {
         self.nodes.iter().map(|n| n.url().to_string()).collect::<Vec<_>>().join(",")
     }
+}
+
+/// Two systems joined by a leaf node connection: a hub (one server, or an
+/// n-node cluster) with JetStream domain `hub`, and a leaf server with domain
+/// `leaf` that connects to it. No accounts are configured, so the leaf
+/// connection joins both servers' global accounts: subjects cross (in both
+/// directions, as interest exists) and each domain's JetStream API is
+/// `$JS.<domain>.API` from either side (the servers deny the plain `$JS.API`
+/// across: server leafnode.go, `denyAllClientJs`).
+pub struct LeafSystem {
+    pub hub: Vec<NatsServer>,
+    pub leaf: NatsServer,
+}
+
+impl LeafSystem {
+    /// The hub with `hub_nodes` servers (1: standalone; 3: a cluster) and the
+    /// leaf. The leaf connection forms after both run: wait for it (e.g. a
+    /// request to `$JS.leaf.API.INFO` from the hub) before relying on it.
+    pub fn start(hub_nodes: usize) -> Result<Self, String> {
+        Self::start_with(hub_nodes, "")
+    }
+
+    /// Like [`LeafSystem::start`], with `remote` added to the leaf's remote
+    /// (e.g. `deny_exports: ["$JS.S.>"]`: what the leaf connection lets pass).
+    pub fn start_with(hub_nodes: usize, remote: &str) -> Result<Self, String> {
+        let leaf_ports: Vec<u16> = (0..hub_nodes).map(|_| free_port()).collect();
+        let hub_conf = |i: usize| {
+            format!(
+                "jetstream {{ domain: hub }}\nleafnodes {{ listen: 127.0.0.1:{} }}\n",
+                leaf_ports[i]
+            )
+        };
+        let hub = if hub_nodes == 1 {
+            vec![NatsServer::start_with(ServerOptions {
+                config: Some(hub_conf(0)),
+                name: Some("hub".into()),
+                ..Default::default()
+            })?]
+        } else {
+            Cluster::start_with(hub_nodes, hub_conf)?.nodes
+        };
+        let urls: Vec<String> =
+            leaf_ports.iter().map(|p| format!("\"nats-leaf://127.0.0.1:{p}\"")).collect();
+        let leaf = NatsServer::start_with(ServerOptions {
+            config: Some(format!(
+                "jetstream {{ domain: leaf }}\nleafnodes {{ remotes: [ {{ urls: [{}], {remote} }} ] }}\n",
+                urls.join(", ")
+            )),
+            name: Some("leaf".into()),
+            ..Default::default()
+        })?;
+        Ok(Self { hub, leaf })
+    }
+
+    pub fn hub_urls(&self) -> String {
+        self.hub.iter().map(|n| n.url().to_string()).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// One server's configuration with two JetStream accounts, `SRC` (user
+/// `src`, password `src`) holding the old stream and `DST` (user `dst`,
+/// password `dst`) the new one, with the exports and imports a stream in
+/// `DST` needs to source one in `SRC` (server jetstream_helpers_test.go
+/// `jsClusterMirrorSourceImportsTempl` has the same three): `SRC`'s
+/// `$JS.API.CONSUMER.>` imported by `DST` as `JS.SRC.API.CONSUMER.>` (the
+/// source's external api is `JS.SRC.API`), the deliver subjects
+/// `deliver.src.>` and the flow-control replies `$JS.FC.>`. `DST` exports
+/// `orders.>` as a service that `SRC` imports, so `SRC`'s publishers reach
+/// the new stream once it holds the subjects. Imports whose text contains
+/// one of `omit` are left out (the refusal tests).
+pub fn two_accounts_config(omit: &[&str]) -> String {
+    let imports = [
+        r#"{ service: { account: SRC, subject: "$JS.API.CONSUMER.>" }, to: "JS.SRC.API.CONSUMER.>" }"#,
+        r#"{ stream: { account: SRC, subject: "deliver.src.>" } }"#,
+        r#"{ service: { account: SRC, subject: "$JS.FC.>" } }"#,
+    ];
+    let kept = |i: &&str| !omit.iter().any(|o| i.contains(o));
+    let imports: Vec<&str> = imports.into_iter().filter(kept).collect();
+    let publishers = [r#"{ service: { account: DST, subject: "orders.>" } }"#];
+    let publishers: Vec<&str> = publishers.into_iter().filter(kept).collect();
+    format!(
+        r#"accounts {{
+  SRC {{
+    jetstream: enabled
+    users: [ {{ user: src, password: src }} ]
+    exports: [
+      {{ service: "$JS.API.CONSUMER.>" }}
+      {{ stream: "deliver.src.>" }}
+      {{ service: "$JS.FC.>" }}
+    ]
+    imports: [ {} ]
+  }}
+  DST {{
+    jetstream: enabled
+    users: [ {{ user: dst, password: dst }} ]
+    exports: [ {{ service: "orders.>" }} ]
+    imports: [
+      {}
+    ]
+  }}
+}}
+"#,
+        publishers.join(" "),
+        imports.join("\n      ")
+    )
 }
 
 #[cfg(test)]

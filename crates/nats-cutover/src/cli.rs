@@ -21,11 +21,13 @@ pub struct Cli {
 /// Connection options, named as in the nats CLI.
 #[derive(Debug, Args, Clone)]
 pub struct ConnArgs {
-    /// NATS server URL(s), comma separated.
-    #[arg(short = 's', long, env = "NATS_URL", global = true)]
+    /// NATS server URL(s), comma separated (across systems: the target side,
+    /// where B, its durables and the journal live).
+    #[arg(short = 's', long, visible_alias = "to-server", env = "NATS_URL", global = true)]
     pub server: Option<String>,
-    /// nats CLI context to use (default: the selected one, if any).
-    #[arg(long, env = "NATS_CONTEXT", global = true)]
+    /// nats CLI context to use (default: the selected one, if any; across
+    /// systems: the target side's).
+    #[arg(long, visible_alias = "to-context", env = "NATS_CONTEXT", global = true)]
     pub context: Option<String>,
     /// User credentials file (JWT + seed).
     #[arg(long, env = "NATS_CREDS", global = true)]
@@ -54,6 +56,31 @@ pub struct ConnArgs {
     /// Connection and request timeout (e.g. 5s, 500ms).
     #[arg(long, env = "NATS_TIMEOUT", value_parser = parse_timeout, global = true)]
     pub timeout: Option<Duration>,
+    /// Across systems (another account, JetStream domain, leaf node or
+    /// cluster; docs/cross-system.md): the URL(s) of the source side, the
+    /// system that holds the old stream. The other connection options are
+    /// the target side's.
+    #[arg(long, global = true)]
+    pub from_server: Option<String>,
+    /// Across systems: the nats CLI context of the source side.
+    #[arg(long, global = true)]
+    pub from_context: Option<String>,
+    /// Across systems: the source side's credentials file.
+    #[arg(long, global = true)]
+    pub from_creds: Option<PathBuf>,
+    /// Across systems: the source side's username.
+    #[arg(long, global = true)]
+    pub from_user: Option<String>,
+    /// Across systems: the source side's password.
+    #[arg(long, global = true)]
+    pub from_password: Option<String>,
+}
+
+impl ConnArgs {
+    /// Whether a source side is given: the move crosses systems.
+    pub fn across(&self) -> bool {
+        self.from_server.is_some() || self.from_context.is_some()
+    }
 }
 
 // Parsed once per process: the size of the largest variant (`run`'s options)
@@ -528,4 +555,18 @@ pub struct PlanArgs {
     /// and warns when acknowledged messages may be on no disk yet.
     #[arg(long, value_name = "URL")]
     pub monitor: Option<String>,
+    /// Across systems: the prefix under which B's side reaches A's
+    /// `$JS.API.CONSUMER.>` (default `$JS.<A's domain>.API`; across accounts,
+    /// the `to` of B's account's service import).
+    #[arg(long, value_name = "PREFIX")]
+    pub from_api: Option<String>,
+    /// Across accounts: the deliver prefix A's account exports to B's (A's
+    /// messages come back on `PREFIX.>`).
+    #[arg(long, value_name = "PREFIX", requires = "from_api")]
+    pub from_deliver: Option<String>,
+    /// Across systems, where B's subjects do not reach from A's side: the
+    /// publishers will be repointed to the target side at the commit point
+    /// (until then they retry with the same msg-id; docs/cross-system.md).
+    #[arg(long)]
+    pub repoint_publishers: bool,
 }

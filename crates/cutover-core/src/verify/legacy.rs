@@ -51,6 +51,8 @@ mod tests {
             retry_horizon: None,
             in_place: None,
             new_version: None,
+            external: None,
+            repoint_publishers: false,
         };
         let mut p = build(&req, &facts).unwrap();
         assert_eq!(a_filters_of(&p, "C"), Some(vec!["o.a".to_string(), "o.b".to_string()]));

@@ -10,6 +10,7 @@
 //! - `fence`: fence mode's handoff (docs/protocol.md), driven by `run`.
 //! - [`inplace`]: a stream's new settings under its own name, in two mirror hops.
 
+pub mod across;
 pub mod events;
 mod fence;
 pub mod inplace;

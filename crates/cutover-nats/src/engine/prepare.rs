@@ -25,6 +25,7 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     if version < MINIMUM {
         return Err(plan::PlanError::ServerTooOld { found: version }.into());
     }
+    let req = &super::across::request(js, req).await?;
     let (a_raw, _) = js.stream_info(&req.from).await?;
     refuse_other_migrations(js, req).await?;
     let b_raw = js.stream_info_opt(&req.to).await?.map(|(raw, _)| raw);
@@ -56,7 +57,7 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
             other_consumers.push((n.clone(), false));
         }
     }
-    let (downstream, other_streams) = other_streams(js, &req.from, &req.to).await?;
+    let (downstream, other_streams) = streams_around(js, req).await?;
     let account = Some(js.account_info().await?);
     let mut facts = ServerFacts {
         version,
@@ -80,6 +81,7 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     facts.checks.chained_instances = chained_instances(js, &req.from, &draft).await?;
     let mut plan = plan::build(req, &facts)?;
     refuse_oversized_journal(js, &mut plan);
+    super::across::refuse_missing(js, &mut plan).await?;
     Ok(plan)
 }
 
@@ -134,6 +136,19 @@ async fn refuse_other_migrations(js: &Js, req: &PlanRequest) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The streams that source or mirror A (on A's side, across systems) and
+/// every other stream's subjects on B's side (B's must not overlap them).
+async fn streams_around(
+    js: &Js,
+    req: &PlanRequest,
+) -> Result<(Vec<String>, Vec<(String, Vec<String>)>)> {
+    let (downstream, subjects) = other_streams(js, &req.from, &req.to).await?;
+    Ok(match js.source_side() {
+        Some(src) => (other_streams(src, &req.from, &req.to).await?.0, subjects),
+        None => (downstream, subjects),
+    })
 }
 
 /// The journal is one KV value: the plan plus each consumer's progress (about
@@ -249,8 +264,11 @@ async fn check_b_config(js: &Js, draft: &Plan) -> Result<ConfigCheck> {
     let mut cfg = draft.b_config.clone();
     cfg["name"] = json!(scratch);
     cfg["subjects"] = json!([]);
-    let nothing =
+    let mut nothing =
         json!({ "name": draft.from, "filter_subject": format!("_cutover.check.{}", draft.from) });
+    if let Some(ext) = &draft.external {
+        nothing["external"] = ext.json();
+    }
     if cfg.get("mirror").is_some() {
         cfg["mirror"] = nothing;
     } else {

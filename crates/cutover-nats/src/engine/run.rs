@@ -197,6 +197,9 @@ pub async fn run(
     sink: &dyn Sink,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Journal> {
+    if plan.external.is_some() && js.source_side().is_none() {
+        return Err(Error::Input(format!("migration {} moves {} across systems: give the source side's connection too (--from-server or --from-context)", migration_id(&plan.from, &plan.to), plan.from)));
+    }
     let id = migration_id(&plan.from, &plan.to);
     // The journal as available as the stream that continues (B).
     let replicas = plan.b_config["num_replicas"].as_i64().unwrap_or(1);
@@ -467,7 +470,7 @@ impl Stall {
 /// stream.go applies the 2-minute default only to streams that neither mirror
 /// nor source).
 fn dedup_off_while_sourcing(js: &Js) -> bool {
-    js.server_version().is_some_and(|v| v.features().sourcing_streams_get_no_default_dedup_window)
+    js.target_version().is_some_and(|v| v.features().sourcing_streams_get_no_default_dedup_window)
 }
 
 /// B's duplicate window must drop nothing A stored, yet catch A's publishers'

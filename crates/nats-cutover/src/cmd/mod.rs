@@ -10,7 +10,7 @@ pub mod verify;
 pub mod watch;
 
 use crate::cli::ConnArgs;
-use crate::error::Result;
+use crate::error::{CliError, Result};
 use crate::metrics::{self, MetricsServer, Registry};
 use cutover_nats::connect::ConnectOptions;
 use cutover_nats::Js;
@@ -37,6 +37,36 @@ pub fn connect_options(c: &ConnArgs) -> ConnectOptions {
 pub async fn connect(c: &ConnArgs) -> Result<Js> {
     let client = connect_options(c).connect().await?;
     Ok(Js::new(client, c.timeout.unwrap_or(Duration::from_secs(5))))
+}
+
+/// The connection for a command about the old stream `from`: with a source
+/// side given (--from-server/--from-context), a [`Js::across`] that sends the
+/// requests about `from` there and the others to the target side.
+pub async fn connect_across(c: &ConnArgs, from: Option<&str>) -> Result<Js> {
+    let js = connect(c).await?;
+    if !c.across() {
+        return Ok(js);
+    }
+    let Some(from) = from else {
+        return Err(CliError::Flag("--from-server/--from-context name the old stream's system: this command needs to know the migration (FROM.TO) too".into()));
+    };
+    let source = ConnectOptions {
+        server: c.from_server.clone(),
+        context: c.from_context.clone(),
+        creds: c.from_creds.clone(),
+        user: c.from_user.clone(),
+        password: c.from_password.clone(),
+        timeout: c.timeout,
+        ..Default::default()
+    };
+    let client = source.connect().await?;
+    let src = Js::new(client, c.timeout.unwrap_or(Duration::from_secs(5)));
+    Ok(js.across(src, from))
+}
+
+/// The old stream of migration `id` (FROM.TO; stream names hold no '.').
+pub fn from_of(id: &str) -> Option<&str> {
+    id.split_once('.').map(|(from, _)| from)
 }
 
 /// Serves `reg` at --metrics-addr (when both are given) and says where, on stderr.

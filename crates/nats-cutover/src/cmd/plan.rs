@@ -79,6 +79,12 @@ fn build_request(
         publishers_stopped: a.publishers_stopped,
         retry_horizon: a.retry_horizon,
         in_place: None,
+        external: a.from_api.clone().map(|api| cutover_core::plan::External {
+            api,
+            deliver: a.from_deliver.clone(),
+            repoint_publishers: a.repoint_publishers,
+        }),
+        repoint_publishers: a.repoint_publishers,
     })
 }
 
@@ -167,7 +173,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: PlanArgs) -> Result<ExitCod
     // Names and the obvious refusals are checked before connecting.
     cutover_core::names::stream(&req.from)?;
     cutover_core::names::stream(&req.to)?;
-    let js = super::connect(conn).await?;
+    let js = super::connect_across(conn, Some(&req.from)).await?;
     let mut plan = cutover_nats::engine::prepare_plan(&js, &req).await?;
     judge_sync(&a, &mut plan).await?;
     if let Some(out) = &a.out {

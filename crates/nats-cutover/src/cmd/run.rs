@@ -130,7 +130,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
     if a.plan_file.is_some() {
         refuse_plan_contradictions(&a)?;
     }
-    let js = super::connect(conn).await?;
+    let js = super::connect_across(conn, run_from(&a)?.as_deref()).await?;
     if already_complete(&js, &a, json_out).await {
         return Ok(ExitCode::Ok);
     }
@@ -162,6 +162,17 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
     let j = result?;
     print_result(&j, json_out);
     Ok(if j.phase == Phase::Done { ExitCode::Ok } else { ExitCode::Failed })
+}
+
+/// The old stream this run is about (--resume's id, --plan's file, --from).
+fn run_from(a: &RunArgs) -> Result<Option<String>> {
+    Ok(if let Some(id) = &a.resume {
+        super::from_of(id).map(String::from)
+    } else if let Some(p) = &a.plan_file {
+        Some(read_plan_file(p)?.from)
+    } else {
+        a.plan.from.clone()
+    })
 }
 
 /// Refuses an unwritable --report path before anything changes on the server.
@@ -355,7 +366,11 @@ pub fn print_journal(j: &Journal) {
 }
 
 pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> Result<ExitCode> {
-    let js = super::connect(conn).await?;
+    // Without an id, the migrations the target side's bucket lists.
+    let js = match a.id.as_deref().and_then(super::from_of) {
+        Some(from) => super::connect_across(conn, Some(from)).await?,
+        None => super::connect(conn).await?,
+    };
     let (list, leases) = read_status(&js, a.id.as_deref()).await?;
     let mut instances = engine::instances(&js).await?;
     if a.id.is_some() {
@@ -515,7 +530,7 @@ pub async fn forget(conn: &ConnArgs, json_out: bool, a: ForgetArgs) -> Result<Ex
 }
 
 pub async fn rollback(conn: &ConnArgs, json_out: bool, a: RollbackArgs) -> Result<ExitCode> {
-    let js = super::connect(conn).await?;
+    let js = super::connect_across(conn, super::from_of(&a.id)).await?;
     let render = Render::new(detect(json_out));
     let j = engine::rollback(&js, &a.id, &render, a.lease_ttl).await;
     render.finish();

@@ -30,7 +30,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> Result<ExitC
     for c in &a.consumer {
         names::consumer(c)?;
     }
-    let js = super::connect(conn).await?;
+    let js = super::connect_across(conn, super::from_of(&id)).await?;
     if !engine::list(&js).await?.iter().any(|j| j.id == id) {
         return Err(CliError::NoMigration(format!(
             "no migration {id:?} on this server; `nats-cutover status` lists them"

@@ -8,6 +8,7 @@ mod chaos;
 mod cluster;
 mod common;
 mod crash_sweep;
+mod cross;
 mod demo;
 mod demo_server;
 mod fence;
