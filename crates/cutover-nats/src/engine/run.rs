@@ -189,6 +189,14 @@ impl Ctx<'_> {
     }
 }
 
+/// A move across systems needs the source side's connection too.
+fn both_sides(js: &Js, plan: &Plan) -> Result<()> {
+    if plan.external.is_some() && js.source_side().is_none() {
+        return Err(Error::Input(format!("migration {} moves {} across systems: give the source side's connection too (--from-server or --from-context)", migration_id(&plan.from, &plan.to), plan.from)));
+    }
+    Ok(())
+}
+
 /// Runs (or resumes) the migration the plan describes. Returns the final journal.
 pub async fn run(
     js: &Js,
@@ -197,9 +205,7 @@ pub async fn run(
     sink: &dyn Sink,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Journal> {
-    if plan.external.is_some() && js.source_side().is_none() {
-        return Err(Error::Input(format!("migration {} moves {} across systems: give the source side's connection too (--from-server or --from-context)", migration_id(&plan.from, &plan.to), plan.from)));
-    }
+    both_sides(js, &plan)?;
     let id = migration_id(&plan.from, &plan.to);
     // The journal as available as the stream that continues (B).
     let replicas = plan.b_config["num_replicas"].as_i64().unwrap_or(1);
