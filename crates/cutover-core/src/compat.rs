@@ -689,7 +689,10 @@ fn rule_push_or_pull(r: &mut Report, s: &str, cc: &ConsumerConfig) {
             if cc.deliver_group.is_some() { " and deliver group" } else { "" }
         ));
     } else {
-        r.add(s, "type", "pull", "pull", Verdict::Ok, "pull consumer: instances fetch from the new durable on B once it exists (it appears only when positioned exactly)");
+        // A plain application that fetches the old durable by name is not
+        // moved by anything the runner does (a newcomer's trial found one
+        // stranded after a SAFE plan): say so where the operator looks.
+        r.add(s, "type", "pull", "pull", Verdict::ChangedOnPurpose, "pull consumer: applications that follow the route record (docs/protocol.md, the cutover-app library) fetch from the new durable on B once it exists (it appears only when positioned exactly); an application that fetches this durable on the old stream by name must be repointed to B (or restarted with the new stream's name): after the move it gets 'consumer not found' (with --keep-old-consumers, no messages) until then; in place (--in-place) keeps the names, so it rides through");
         r.add(
             s,
             "max_waiting",

@@ -15,6 +15,8 @@ async fn plan_explains_a_safe_cutover_and_changes_nothing() {
     assert!(out.stdout.contains("consumer pause (2.11+)"), "{out:?}");
     assert!(out.stdout.contains("F = delivered.stream_seq"), "{out:?}");
     assert!(out.stdout.contains("ack_wait × (max_pending + 1) is not a bound"), "{out:?}");
+    // A pull application bound by name is told it must be repointed.
+    assert!(out.stdout.contains("must be repointed to B"), "{out:?}");
     let toml_text = std::fs::read_to_string(&toml_path).unwrap();
     assert!(toml_text.contains("from = \"A\""), "{toml_text}");
     let j = e.cli(&move_args(&["plan", "--json"], "A", "B", "C", &[])).json();
