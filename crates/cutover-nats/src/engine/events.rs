@@ -176,7 +176,7 @@ impl EventKind {
                 Warning::Skipped { what } => json!({ "message": what }),
                 Warning::FenceUnacknowledged { fence, instances, waiting } => json!({
                     "message": if *waiting {
-                        format!("instances {} have not acknowledged fence {fence}: the old consumer is not resumed to redeliver until they do", instances.join(", "))
+                        format!("instances {} have not acknowledged fence {fence}: the old consumer is not resumed to redeliver until they do (an instance known to be gone counts as live until its record's ttl_ms passes: remove it with `nats kv del CUTOVER inst.<STREAM>.<CONSUMER>.<INSTANCE>`)", instances.join(", "))
                     } else {
                         format!("instances {} did not acknowledge fence {fence} by the deadline: going on (the old consumer stays paused for good)", instances.join(", "))
                     },
