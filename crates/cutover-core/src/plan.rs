@@ -201,6 +201,8 @@ pub struct ServerChecks {
     /// home binding (they followed an earlier migration into A): consumer,
     /// instance id, home `stream/consumer`.
     pub chained_instances: Vec<(String, String, String)>,
+    /// Mode rolling: each consumer's live instances of the new version.
+    pub live_new_version: Option<Vec<(String, usize)>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -770,6 +772,13 @@ fn rule_mode(r: &mut Report, req: &PlanRequest, facts: &ServerFacts, consumers: 
     }
     for c in consumers.iter().filter(|c| c.push) {
         r.add(&format!("consumer {}", c.name), "mode", "fence", "", Verdict::Unsafe, "fence mode needs pull consumers (instances fetch from the old and the new durable at once); move push consumers with --mode drain");
+    }
+    for (name, n) in facts.checks.live_new_version.iter().flatten().filter(|(_, n)| *n == 0) {
+        // Not unsafe (the old version finishes up to F, the new one starts
+        // later), but everything after F waits for it: a newcomer measured
+        // a 9.1 s gap. Said where the operator looks.
+        let v = req.new_version.as_deref().unwrap_or_default();
+        r.add(&format!("consumer {name}"), "instances", format!("{n} live of version {v}"), "", Verdict::ChangedOnPurpose, format!("no live instance of version {v} is registered yet: nothing after the fence is processed until one starts (start at least one instance of version {v} before the run, then replace the others)"));
     }
     for (name, live) in facts.checks.live_instances.iter().flatten() {
         let scope = format!("consumer {name}");

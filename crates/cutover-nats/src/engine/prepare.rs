@@ -76,7 +76,11 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
         facts.checks.b_config_check = Some(check_b_config(js, &draft).await?);
     }
     if req.mode.is_fenced() {
-        facts.checks.live_instances = Some(live_instances(js, &req.from, &draft).await?);
+        let (all, new) = live_instances(js, &req.from, &draft, req.new_version.as_deref()).await?;
+        facts.checks.live_instances = Some(all);
+        if req.mode == cutover_core::plan::Mode::Rolling {
+            facts.checks.live_new_version = Some(new);
+        }
     }
     facts.checks.chained_instances = chained_instances(js, &req.from, &draft).await?;
     let mut plan = plan::build(req, &facts)?;
@@ -178,18 +182,27 @@ fn refuse_oversized_journal(js: &Js, plan: &mut Plan) {
 
 /// Fence mode: each consumer's live registered instances (none without the
 /// bucket).
-async fn live_instances(js: &Js, from: &str, draft: &Plan) -> Result<Vec<(String, usize)>> {
+/// Returns each consumer's live instances, and those of `new_version`.
+async fn live_instances(
+    js: &Js,
+    from: &str,
+    draft: &Plan,
+    new_version: Option<&str>,
+) -> Result<(Vec<(String, usize)>, Vec<(String, usize)>)> {
     let store =
         crate::journal::JournalStore::open(js, crate::journal::IfMissing::ReturnNone).await?;
-    let mut out = vec![];
+    let (mut all, mut new) = (vec![], vec![]);
     for c in &draft.consumers {
         let live = match &store {
-            Some(s) => s.instances(Some((from, &c.name))).await?.iter().filter(|i| i.live).count(),
-            None => 0,
+            Some(s) => s.instances(Some((from, &c.name))).await?,
+            None => vec![],
         };
-        out.push((c.name.clone(), live));
+        let live: Vec<_> = live.into_iter().filter(|i| i.live).collect();
+        let of_new = live.iter().filter(|i| Some(i.record.app_version.as_str()) == new_version);
+        new.push((c.name.clone(), of_new.count()));
+        all.push((c.name.clone(), live.len()));
     }
-    Ok(out)
+    Ok((all, new))
 }
 
 /// Live instances bound to one of A's moved consumers whose home binding is

@@ -766,6 +766,11 @@ async fn rolling_upgrade_replaces_the_instances_one_by_one() {
         .await;
     let plan = engine::prepare_plan(&e.js, &rolling_request("2")).await.unwrap();
     assert!(plan.safe, "{}", plan.unsafe_reasons());
+    // No version 2 yet: the plan says what waits for it.
+    let none_new = |p: &cutover_core::plan::Plan| {
+        p.findings.iter().any(|f| f.reason.contains("no live instance of version 2"))
+    };
+    assert!(none_new(&plan), "{:?}", plan.findings);
     let (run, events, _stop) = run_in_background(&e, plan, RunOptions::default());
     until_route(&e, RouteState::Moved).await;
     let (new_tx, new_rx) = tokio::sync::watch::channel(false);
@@ -822,6 +827,11 @@ async fn rolling_upgrade_with_an_instance_that_never_moves_proceeds_when_told() 
     let publishing = publisher(&e, pub_rx);
     wait_until("instances process", Duration::from_secs(20), || async { seen.len() >= 100 }).await;
     let plan = engine::prepare_plan(&e.js, &rolling_request("2")).await.unwrap();
+    assert!(
+        !plan.findings.iter().any(|f| f.reason.contains("no live instance of version 2")),
+        "an instance of version 2 is live: {:?}",
+        plan.findings
+    );
     let (run, events, ctrl_c) = run_in_background(&e, plan.clone(), RunOptions::default());
     wait_until("the rollout is reported", Duration::from_secs(30), || async {
         events.0.lock().unwrap().iter().any(|ev| matches!(&ev.kind, EventKind::Progress(Progress::Rollout { on_old, .. }) if on_old == &["stuck@1".to_string()]))
