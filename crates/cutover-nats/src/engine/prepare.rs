@@ -2,6 +2,7 @@
 
 use crate::api::Js;
 use crate::error::{Error, Result};
+use cutover_core::journal::{split, Journal};
 use cutover_core::names;
 use cutover_core::plan::{self, ConfigCheck, Plan, PlanRequest, ServerChecks, ServerFacts};
 use cutover_core::version::MINIMUM;
@@ -85,29 +86,56 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     Ok(plan)
 }
 
-/// The journal is one KV value: the plan plus each consumer's progress (about
-/// 2.1 KB per consumer measured with 1,000 durables). Over the server's
-/// max_payload the run could not write it: refused here, with how to split.
+/// The journal is stored as a head record (the plan without its consumers,
+/// and their names) and one record per consumer (its plan entry, findings and
+/// progress), each one KV value. A record over the server's max_payload
+/// could not be written: refused here. The margins are what the records grow
+/// by during a run (steps, an error, A's subjects; checkpoints, evidence).
 fn refuse_oversized_journal(js: &Js, plan: &mut Plan) {
+    const RECORD_MARGIN: usize = 1024;
+    let subjects = serde_json::to_vec(&plan.b_final_subjects).map(|v| v.len()).unwrap_or(0);
+    let head_margin = 2048 + subjects;
     let max = js.max_payload();
-    let per_consumer = 600;
-    let estimate = serde_json::to_vec(&*plan).map(|v| v.len()).unwrap_or(0)
-        + per_consumer * plan.consumers.len();
-    if max == 0 || estimate <= max {
+    if max == 0 {
         return;
     }
-    let per_run = plan.consumers.len() * max / estimate.max(1);
-    plan.findings.push(cutover_core::compat::Finding {
-        scope: "plan".into(),
-        setting: "consumers".into(),
-        from: plan.consumers.len().to_string(),
-        to: String::new(),
-        verdict: cutover_core::compat::Verdict::Unsafe,
-        reason: format!(
-            "the migration's journal (one KV value) would be about {estimate} bytes, over the server's max_payload of {max}: move the consumers in several runs of at most about {per_run} (--consumer ...), or raise max_payload"
-        ),
-    });
-    plan.safe = false;
+    let names: Vec<(String, Option<String>)> =
+        plan.consumers.iter().map(|c| (c.name.clone(), None)).collect();
+    let j = Journal::new(plan.clone(), vec![], &names, false, 0);
+    let (head, records) = split(&j);
+    let head_len = serde_json::to_vec(&head).map(|v| v.len()).unwrap_or(0) + head_margin;
+    let largest = records
+        .iter()
+        .map(|r| {
+            let filters =
+                r.plan.as_ref().map_or(0, |p| p.b_filters.iter().map(|f| f.len() + 3).sum());
+            (serde_json::to_vec(r).map(|v| v.len()).unwrap_or(0) + RECORD_MARGIN + filters, &r.name)
+        })
+        .max();
+    let n = plan.consumers.len();
+    let mut refuse = |setting: &str, reason: String| {
+        plan.findings.push(cutover_core::compat::Finding {
+            scope: "plan".into(),
+            setting: setting.into(),
+            from: n.to_string(),
+            to: String::new(),
+            verdict: cutover_core::compat::Verdict::Unsafe,
+            reason,
+        });
+        plan.safe = false;
+    };
+    if head_len > max {
+        let per_run = n * max / head_len;
+        refuse("consumers", format!(
+            "the migration's journal head record (the plan and {n} consumer names) would be about {head_len} bytes, over the server's max_payload of {max}: move the consumers in several runs of at most about {per_run} (--consumer ...), or raise max_payload"
+        ));
+    }
+    if let Some((len, name)) = largest.filter(|(len, _)| *len > max) {
+        let name = name.clone();
+        refuse("consumers", format!(
+            "consumer {name}'s journal record (its new configuration and findings) would be about {len} bytes, over the server's max_payload of {max}: raise max_payload"
+        ));
+    }
 }
 
 /// Fence mode: each consumer's live registered instances (none without the

@@ -113,21 +113,34 @@ impl Ctx<'_> {
         self.sink.emit(Event::new(&self.id, step, kind));
     }
 
-    /// Changes one consumer's progress and saves the journal: the record of
-    /// an intent, or of what just happened.
+    /// Changes one consumer's progress and saves it: the record of an
+    /// intent, or of what just happened. Only this consumer's record is
+    /// written (its task is its only writer, so writes of different
+    /// consumers, made concurrently, never overwrite each other).
     pub(super) async fn journal_consumer(
         &self,
         name: &str,
         change: impl FnOnce(&mut cutover_core::journal::ConsumerProgress),
     ) -> Result<()> {
-        change(self.journal.lock().await.consumer_mut(name).expect("consumer in journal"));
-        self.save().await
+        if !self.store.holds_records(&self.id) {
+            // The head is not written in format 2 yet (`run` saves the whole
+            // journal before its first step, so this is a safety net).
+            change(self.journal.lock().await.consumer_mut(name).expect("consumer in journal"));
+            return self.save().await;
+        }
+        let (key, value) = {
+            let mut j = self.journal.lock().await;
+            change(j.consumer_mut(name).expect("consumer in journal"));
+            JournalStore::consumer_record(&j, name)
+        };
+        self.hold_lease().await?;
+        self.store.put_record(key, value).await
     }
 
+    /// Saves what changed in the journal, each record written under the lease.
     pub(super) async fn save(&self) -> Result<()> {
         let j = self.journal.lock().await.clone();
-        self.hold_lease().await?;
-        self.store.save(&j).await
+        self.store.save_fenced(&j, || self.hold_lease()).await
     }
 
     /// The lease is still ours (renewed if due), else [`Error::Leased`]: a
