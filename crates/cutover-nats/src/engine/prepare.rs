@@ -2,6 +2,7 @@
 
 use crate::api::Js;
 use crate::error::{Error, Result};
+use cutover_core::catchup::IngestRate;
 use cutover_core::journal::{split, Journal};
 use cutover_core::names;
 use cutover_core::plan::{self, ConfigCheck, Plan, PlanRequest, ServerChecks, ServerFacts};
@@ -61,6 +62,7 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
         }
     }
     let (downstream, other_streams) = other_streams(js, &req.from, &req.to).await?;
+    let a_ingest = Some(a_ingest(js, &req.from, &a_raw).await?);
     let account = Some(js.account_info().await?);
     let mut facts = ServerFacts {
         version,
@@ -70,7 +72,7 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
         other_consumers,
         downstream,
         account,
-        checks: ServerChecks { other_streams, ..Default::default() },
+        checks: ServerChecks { other_streams, a_ingest, ..Default::default() },
     };
     // A first plan tells B's configuration; the server is then asked about it.
     let draft = plan::build(req, &facts)?;
@@ -136,6 +138,30 @@ fn refuse_oversized_journal(js: &Js, plan: &mut Plan) {
             "consumer {name}'s journal record (its new configuration and findings) would be about {len} bytes, over the server's max_payload of {max}: raise max_payload"
         ));
     }
+}
+
+/// How long `plan` watches A's last sequence to know its ingest rate.
+const INGEST_SAMPLE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A's ingest rate: its last sequence read twice [`INGEST_SAMPLE`] apart
+/// (a measurement window, not a wait for a condition). A stream that stored
+/// nothing in the last 10 s (by its `last_ts`) is not sampled: rate 0.
+async fn a_ingest(js: &Js, from: &str, a_raw: &Value) -> Result<IngestRate> {
+    let rfc = time::format_description::well_known::Rfc3339;
+    let recent = a_raw["state"]["last_ts"]
+        .as_str()
+        .and_then(|t| time::OffsetDateTime::parse(t, &rfc).ok())
+        .is_some_and(|t| time::OffsetDateTime::now_utc() - t < time::Duration::seconds(10));
+    if !recent {
+        return Ok(IngestRate { per_s: 0.0, over_ms: 0 });
+    }
+    let (_, a0) = js.stream_info(from).await?;
+    let t0 = std::time::Instant::now();
+    tokio::time::sleep(INGEST_SAMPLE).await;
+    let (_, a1) = js.stream_info(from).await?;
+    let secs = t0.elapsed().as_secs_f64();
+    let stored = a1.state.last_seq.saturating_sub(a0.state.last_seq);
+    Ok(IngestRate { per_s: stored as f64 / secs, over_ms: (secs * 1000.0) as u64 })
 }
 
 /// Fence mode: each consumer's live registered instances (none without the
