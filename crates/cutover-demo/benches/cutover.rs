@@ -103,8 +103,8 @@ fn run_once(rt: &tokio::runtime::Runtime, k: &Knobs, run: usize, mode: Mode) -> 
     let l = &outcome.load;
     let c = &outcome.journal.consumers[0];
     eprintln!(
-        "{} run {}: published {} processed {} lost {} duplicated {} | publisher stall {:.1} ms (retried {:.1} ms) | consumer gap {:.1} ms, handoff {:.1} ms, steady {:.2} ms | drain {} ms | gets {} | cut-over {:.1} ms",
-        mode.as_str(), run + 1, l.published, l.processed_total, l.lost.len(), l.duplicated.len(), l.max_publish_stall_ms, l.max_retried_publish_ms, l.max_consumer_gap_ms, outcome.handoff_gap_ms, outcome.steady_gap_ms,
+        "{} run {}: published {} processed {} lost {} pending on B {} duplicated {} | publisher stall {:.1} ms (retried {:.1} ms) | consumer gap {:.1} ms, handoff {:.1} ms, steady {:.2} ms | drain {} ms | gets {} | cut-over {:.1} ms",
+        mode.as_str(), run + 1, l.published, l.processed_total, l.lost_count(), l.pending_on_b, l.duplicated.len(), l.max_publish_stall_ms, l.max_retried_publish_ms, l.max_consumer_gap_ms, outcome.handoff_gap_ms, outcome.steady_gap_ms,
         c.drain_ms.unwrap_or(0), c.translate_gets.unwrap_or(0), outcome.cutover_ms
     );
     outcome
@@ -158,7 +158,12 @@ fn print_table(k: &Knobs, outcomes: &[Outcome], mode: Mode) {
         println!("| {name} | {:.1}{unit} | {:.1}{unit} |", median(v), max);
     };
     row("published", &|o| o.load.published as f64, "");
-    row("lost", &|o| o.load.lost.len() as f64, "");
+    row("lost", &|o| o.load.lost_count() as f64, "");
+    row(
+        "pending on B when the workers stopped (late, not lost)",
+        &|o| o.load.pending_on_b as f64,
+        "",
+    );
     row("duplicated", &|o| o.load.duplicated.len() as f64, "");
     row("max publisher stall", &|o| o.load.max_publish_stall_ms, " ms");
     row("max stall of a retried publish (subject move)", &|o| o.load.max_retried_publish_ms, " ms");
@@ -192,7 +197,7 @@ fn write_json(k: &Knobs, all: &[(Mode, Vec<Outcome>)]) {
         .flat_map(|(m, o)| o.iter().map(move |o| (m, o)))
         .map(|(m, o)| serde_json::json!({
             "mode": m.as_str(), "handoff_gap_ms": o.handoff_gap_ms, "steady_gap_ms": o.steady_gap_ms,
-            "published": o.load.published, "lost": o.load.lost.len(), "duplicated": o.load.duplicated.len(),
+            "published": o.load.published, "lost": o.load.lost_count(), "pending_on_b": o.load.pending_on_b, "duplicated": o.load.duplicated.len(),
             "max_publish_stall_ms": o.load.max_publish_stall_ms, "max_retried_publish_ms": o.load.max_retried_publish_ms, "max_consumer_gap_ms": o.load.max_consumer_gap_ms,
             "cutover_ms": o.cutover_ms, "steps": o.step_durations(), "consumers": o.journal.consumers,
         }))

@@ -105,8 +105,14 @@ pub struct LoadReport {
     pub published: u64,
     pub processed_unique: u64,
     pub processed_total: u64,
-    /// Published (acknowledged by JetStream) but never processed.
+    /// Published (acknowledged by JetStream) but not processed when the
+    /// workers stopped: lost, or still pending on the final durable (see
+    /// [`LoadReport::pending_on_b`]).
     pub lost: Vec<u64>,
+    /// Of `lost`, how many the final durable still held (pending or awaiting
+    /// an ack) when the workers stopped: late, not lost. Set by whoever knows
+    /// the final durable ([`LoadReport::count_pending`]); 0 until then.
+    pub pending_on_b: u64,
     /// Processed more than once: (id, times).
     pub duplicated: Vec<(u64, u32)>,
     /// Processed at least once from a JetStream redelivery (delivered > 1).
@@ -140,6 +146,23 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
+    /// Published and never processed, and not pending on the final durable.
+    pub fn lost_count(&self) -> u64 {
+        (self.lost.len() as u64).saturating_sub(self.pending_on_b)
+    }
+
+    /// Reads the final durable (`stream`/`consumer`) once the workers have
+    /// stopped: what it still holds for them is pending, not lost (at most
+    /// what was not processed).
+    pub async fn count_pending(&mut self, js: &cutover_nats::Js, stream: &str, consumer: &str) {
+        if self.lost.is_empty() {
+            return;
+        }
+        if let Ok(Some((_, c))) = js.consumer_info_opt(stream, consumer).await {
+            self.pending_on_b = (c.num_pending + c.num_ack_pending).min(self.lost.len() as u64);
+        }
+    }
+
     /// The longest time between two processed messages that overlaps
     /// `[from_ms, to_ms]` (wall clock), also one begun before it.
     pub fn gap_overlapping(&self, from_ms: f64, to_ms: f64) -> f64 {
@@ -313,6 +336,7 @@ impl Load {
             processed_unique: processed.len() as u64,
             processed_total: processed.values().map(|n| *n as u64).sum(),
             lost,
+            pending_on_b: 0,
             duplicated,
             extra,
             publish_failures: s.publish_failures.load(Ordering::Relaxed),

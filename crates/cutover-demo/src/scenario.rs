@@ -115,7 +115,10 @@ pub async fn live_cutover(
     tokio::time::sleep(l.duration.saturating_sub(t0.elapsed())).await;
     load.finish_publishing().await;
     let drained = load.drain(Duration::from_secs(30)).await;
-    let report = load.stop().await;
+    let mut report = load.stop().await;
+    // In place, the durable ends on the stream's own name again.
+    let last = if cfg.in_place.is_some() { &l.stream } else { &cfg.new_stream };
+    report.count_pending(&js, last, &l.consumer).await;
     let consumer_samples = sampler.finish().await;
     let events = rec.into_events();
     let (handoff_gap_ms, steady_gap_ms) = handoff_gaps(&events, &report);

@@ -644,3 +644,24 @@ async fn keep_old_consumers_leaves_them_paused_for_good() {
     );
     assert_eq!(out.code, 2, "the two options contradict each other: {out:?}");
 }
+
+/// A message still held by the durable when the workers stop is reported
+/// pending (late), not lost: here no worker runs, so every published message
+/// is unprocessed and still pending on the durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unprocessed_messages_still_on_the_durable_are_pending_not_lost() {
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let mut load =
+        Load::start(e.js.client.clone(), LoadConfig { workers: 0, ..load_cfg(500, 50) }).await;
+    until_published(&load, 50).await;
+    load.finish_publishing().await;
+    let mut r = load.stop().await;
+    assert_eq!((r.published, r.lost.len() as u64, r.lost_count()), (50, 50, 50));
+    r.count_pending(&e.js, "ORDERS", "worker").await;
+    assert_eq!((r.pending_on_b, r.lost_count()), (50, 0), "pending, not lost");
+    // A message the durable no longer holds (deleted from the stream) is lost.
+    e.js.stream_purge_below("ORDERS", None, 11).await.unwrap();
+    r.count_pending(&e.js, "ORDERS", "worker").await;
+    assert_eq!((r.pending_on_b, r.lost_count()), (40, 10));
+}
