@@ -262,7 +262,8 @@ def sourcing_section(s, svg_dir, lines):
         k = st["keeps_up_to"]
         last = st["steps"][-1]
         a_short = last["a_per_s"] < 0.9 * last["rate"]
-        verdict = f"B kept up to {num(k)} msg/s" if k else "B did not keep up at any rate tried"
+        top = max((x["a_per_s"] for x in st["steps"] if x["keeps_up"]), default=0)
+        verdict = f"B kept up to {num(k)} msg/s asked (A ingesting up to {num(top)} msg/s)" if k else "B did not keep up at any rate tried"
         if all(x["keeps_up"] for x in st["steps"]) and not a_short:
             verdict += f" (every rate tried: where it stops lies above, SOURCING_RATES tries higher ones; the reported 18–21k msg/s ceiling of nats-server issue 8612 did not show with these {st.get('publish', 'plain')} 128-byte publishes)"
         if a_short and all(x["keeps_up"] for x in st["steps"][:-1]):

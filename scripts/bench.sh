@@ -8,7 +8,7 @@
 # Knobs (environment; the defaults fit in about 30 minutes on 2 cores):
 #   PROC_RATES=1000,5000,20000,max PROC_RUNS=3 PROC_SECONDS=6 PROC_ACK_WAIT_S=5
 #   TRANSLATE_SIZES=10000,1000000,10000000   VERIFY_N=1000000 VERIFY_ROUNDS=3
-#   MANY_COUNTS=1,100,400,1000 MANY_RUNS=3   SOURCING_STEP_S=6
+#   MANY_COUNTS=1,100,400,1000 MANY_RUNS=3   SOURCING_STEP_S=6 SOURCING_PUBLISH=plain,async
 #   BENCH_ONLY=procedures,translate,verify,many,sourcing (a subset; the
 #   report is rebuilt from whatever JSON target/bench holds)
 set -euo pipefail
@@ -25,7 +25,7 @@ full=0
 
 : "${PROC_RATES:=1000,5000,20000,max}" "${PROC_RUNS:=3}" "${PROC_SECONDS:=6}" "${PROC_ACK_WAIT_S:=5}"
 : "${TRANSLATE_SIZES:=10000,1000000,10000000}" "${VERIFY_N:=1000000}" "${VERIFY_ROUNDS:=3}"
-: "${MANY_COUNTS:=1,100,400,1000}" "${MANY_RUNS:=3}" "${SOURCING_STEP_S:=6}"
+: "${MANY_COUNTS:=1,100,400,1000}" "${MANY_RUNS:=3}" "${SOURCING_STEP_S:=6}" "${SOURCING_PUBLISH:=plain,async}"
 : "${BENCH_ONLY:=procedures,translate,verify,many,sourcing}"
 if [ "$full" = 1 ]; then VERIFY_N=10000000; fi
 
@@ -62,7 +62,7 @@ run procedures cutover-demo PROC_RATES="$PROC_RATES" PROC_RUNS="$PROC_RUNS" PROC
 run translate cutover-demo TRANSLATE_SIZES="$TRANSLATE_SIZES"
 run verify nats-cutover VERIFY_BENCH_N="$VERIFY_N" VERIFY_BENCH_ROUNDS="$VERIFY_ROUNDS"
 run many cutover-demo MANY_COUNTS="$MANY_COUNTS" MANY_RUNS="$MANY_RUNS"
-run sourcing cutover-demo SOURCING_STEP_S="$SOURCING_STEP_S"
+run sourcing cutover-demo SOURCING_STEP_S="$SOURCING_STEP_S" SOURCING_PUBLISH="$SOURCING_PUBLISH"
 
 cat >"$out/machine.json" <<EOF
 {"cores": $(nproc), "mem_kib": $(awk '/MemTotal/ {print $2}' /proc/meminfo),
