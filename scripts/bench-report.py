@@ -288,6 +288,27 @@ def sourcing_section(s, svg_dir, lines):
         lines += ["![sourcing](bench/sourcing.svg)", ""]
 
 
+def in_place_section(d, lines):
+    runs = d["runs"]
+    steps = lambda r, name: sum(ms for s, ms in r["steps"] if s == name)
+    col = lambda f, u="", dg=None: mmm([f(r) for r in runs], u, dg)
+    lines += ["## In place: a big stream changes storage, live", "",
+              f"The live workload ({num(d['rate'])} msg/s, {d['workers']} pull workers, msg-ids with retries, {d.get('seconds', '?')} s) on ORDERS, "
+              f"which first gets {num(d.get('preload', 0))} messages of 128 bytes (the durable starts after them); a third into the run ORDERS changes "
+              f"to {', '.join(f'{k}={v}' for k, v in (d.get('in_place') or {}).items())} under its own name: two mirror hops through ORDERS_CUTOVER, "
+              "each copying the whole stream.", "",
+              "| measure | median (min–max) |", "|---|---|",
+              f"| published per run | {col(lambda r: r['published'])} |",
+              f"| lost / duplicated / pending on B | {sum(r['lost'] for r in runs)} / {sum(r['duplicated'] for r in runs)} / {sum(r.get('pending_on_b', 0) for r in runs)} (all runs) |",
+              f"| max publisher stall | {col(lambda r: r['max_publish_stall_ms'], ' ms')} |",
+              f"| max consumer gap (pull workers) | {col(lambda r: r['max_consumer_gap_ms'], ' ms')} |",
+              f"| whole change (both hops) | {col(lambda r: r['cutover_ms'], ' ms')} |",
+              f"| plan's estimate of both copies | {col(lambda r: r.get('estimate_ms') or 0, ' ms')} |",
+              f"| both hops' `catch_up` (the copies) | {col(lambda r: steps(r, 'catch_up'), ' ms')} |",
+              f"| both commit windows (`move_publishers`) | {col(lambda r: steps(r, 'move_publishers'), ' ms')} |",
+              f"| runs | {len(runs)} |", ""]
+
+
 def header(m, steps, lines):
     mem = m["mem_kib"] / 1024 / 1024
     l1 = float(m["load_before"].split()[0])
@@ -305,7 +326,7 @@ def header(m, steps, lines):
         lines += ["", "**Not a quiet machine**: other work (compilations, test suites) shared the cores during this run, so rates are low and "
                   "stalls and gaps high, pessimistic. `scripts/bench.sh` regenerates every number here on a quiet machine."]
     lines += ["", "Exact commands (each step's time):", "", "```sh", "scripts/bench.sh    # runs all of these, then scripts/bench-report.py"]
-    order = ["build", "procedures", "translate", "verify", "many", "sourcing"]
+    order = ["build", "procedures", "translate", "verify", "many", "sourcing", "in_place"]
     for x in sorted(steps, key=lambda x: order.index(x[0]) if x[0] in order else 99):
         load = f", load {x[3]} at its end" if len(x) > 3 else ""
         if x[0] == "build" and int(x[1]) < 10:
@@ -326,7 +347,7 @@ def main():
     header(m, steps, lines)
     parts = [("procedures", lambda x: procedures_section(x, svg_dir, lines)), ("translate", lambda x: translate_section(x, lines)),
              ("verify", lambda x: verify_section(x, lines)), ("many", lambda x: many_section(x, lines)),
-             ("sourcing", lambda x: sourcing_section(x, svg_dir, lines))]
+             ("sourcing", lambda x: sourcing_section(x, svg_dir, lines)), ("in_place", lambda x: in_place_section(x, lines))]
     for name, f in parts:
         d = load(src, name)
         if d is None:

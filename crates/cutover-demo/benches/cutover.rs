@@ -199,13 +199,14 @@ fn write_json(k: &Knobs, all: &[(Mode, Vec<Outcome>)]) {
             "mode": m.as_str(), "handoff_gap_ms": o.handoff_gap_ms, "steady_gap_ms": o.steady_gap_ms,
             "published": o.load.published, "lost": o.load.lost_count(), "pending_on_b": o.load.pending_on_b, "duplicated": o.load.duplicated.len(),
             "max_publish_stall_ms": o.load.max_publish_stall_ms, "max_retried_publish_ms": o.load.max_retried_publish_ms, "max_consumer_gap_ms": o.load.max_consumer_gap_ms,
-            "cutover_ms": o.cutover_ms, "steps": o.step_durations(), "consumers": o.journal.consumers,
+            "cutover_ms": o.cutover_ms, "estimate_ms": o.estimate_ms, "steps": o.step_durations(), "consumers": o.journal.consumers,
         }))
         .collect();
     std::fs::write(
         dir.join(if k.in_place.is_some() { "in_place.json" } else { "cutover.json" }),
         serde_json::to_string_pretty(
-            &serde_json::json!({"rate": k.rate, "workers": k.workers, "runs": summary}),
+            &serde_json::json!({"rate": k.rate, "workers": k.workers, "seconds": k.seconds,
+                "preload": k.preload, "in_place": k.in_place, "runs": summary}),
         )
         .unwrap(),
     )
