@@ -388,6 +388,18 @@ fn summary_section(h: &mut String, d: &ReportData) {
         "cut-over duration".into(),
         d.cutover_ms().map(ms).unwrap_or_else(|| "-".into()),
     ]);
+    if let Some(r) = d.run.plan.a_ingest {
+        // Where B would stop keeping up: the threshold plan warns at.
+        rows.push(vec![
+            format!("{}'s ingest when planned", d.run.plan.from),
+            format!(
+                "{:.0} msg/s (plan warns above {:.0} msg/s; run stops before the commit if {} falls behind)",
+                r.per_s,
+                cutover_core::catchup::INGEST_WARN_PER_S,
+                d.run.plan.to
+            ),
+        ]);
+    }
     table(h, &["measure", "value"], &rows);
     let spans = step_spans(&d.run.events, d.run.started_ms);
     let step_rows: Vec<Vec<String>> = spans
