@@ -309,6 +309,23 @@ def in_place_section(d, lines):
               f"| runs | {len(runs)} |", ""]
 
 
+def push_section(d, lines):
+    runs = d["runs"]
+    col = lambda f, u="", dg=None: mmm([f(r) for r in runs], u, dg)
+    lines += ["## Push consumers", "",
+              f"The live workload ({num(d['rate'])} msg/s, {d['workers']} push workers in one deliver group on the durable's deliver subject, "
+              f"msg-ids with retries, {d.get('seconds', '?')} s) on ORDERS; a third into the run the push durable moves to ORDERS_V2 (strategy source, "
+              "drain): the new durable keeps the deliver subject and group, so the workers follow nothing.", "",
+              "| measure | median (min–max) |", "|---|---|",
+              f"| published per run | {col(lambda r: r['published'])} |",
+              f"| lost / duplicated / pending on B | {sum(r['lost'] for r in runs)} / {sum(r['duplicated'] for r in runs)} / {sum(r.get('pending_on_b', 0) for r in runs)} (all runs) |",
+              f"| consumer gap of the handoff (push workers) | {col(lambda r: r['handoff_gap_ms'], ' ms')} |",
+              f"| max consumer gap | {col(lambda r: r['max_consumer_gap_ms'], ' ms')} |",
+              f"| max publisher stall | {col(lambda r: r['max_publish_stall_ms'], ' ms')} |",
+              f"| whole cut-over | {col(lambda r: r['cutover_ms'], ' ms')} |",
+              f"| runs | {len(runs)} |", ""]
+
+
 def header(m, steps, lines):
     mem = m["mem_kib"] / 1024 / 1024
     l1 = float(m["load_before"].split()[0])
@@ -326,7 +343,7 @@ def header(m, steps, lines):
         lines += ["", "**Not a quiet machine**: other work (compilations, test suites) shared the cores during this run, so rates are low and "
                   "stalls and gaps high, pessimistic. `scripts/bench.sh` regenerates every number here on a quiet machine."]
     lines += ["", "Exact commands (each step's time):", "", "```sh", "scripts/bench.sh    # runs all of these, then scripts/bench-report.py"]
-    order = ["build", "procedures", "translate", "verify", "many", "sourcing", "in_place"]
+    order = ["build", "procedures", "translate", "verify", "many", "sourcing", "push", "in_place"]
     for x in sorted(steps, key=lambda x: order.index(x[0]) if x[0] in order else 99):
         load = f", load {x[3]} at its end" if len(x) > 3 else ""
         if x[0] == "build" and int(x[1]) < 10:
@@ -347,7 +364,8 @@ def main():
     header(m, steps, lines)
     parts = [("procedures", lambda x: procedures_section(x, svg_dir, lines)), ("translate", lambda x: translate_section(x, lines)),
              ("verify", lambda x: verify_section(x, lines)), ("many", lambda x: many_section(x, lines)),
-             ("sourcing", lambda x: sourcing_section(x, svg_dir, lines)), ("in_place", lambda x: in_place_section(x, lines))]
+             ("sourcing", lambda x: sourcing_section(x, svg_dir, lines)), ("push", lambda x: push_section(x, lines)),
+             ("in_place", lambda x: in_place_section(x, lines))]
     for name, f in parts:
         d = load(src, name)
         if d is None:

@@ -11,7 +11,9 @@
 #   MANY_COUNTS=1,100,400,1000 MANY_RUNS=3   SOURCING_STEP_S=6 SOURCING_PUBLISH=plain,async
 #   INPLACE_PRELOAD=1000000 INPLACE_RUNS=3 INPLACE_SECONDS=18 (in_place: the
 #   live workload while a stream of that many messages changes storage in place)
-#   BENCH_ONLY=procedures,translate,verify,many,sourcing,in_place (a subset; the
+#   PUSH_RATE=5000 PUSH_RUNS=3 PUSH_SECONDS=9 (push: the live workload read by push
+#   workers in a deliver group, the durable moved in drain mode)
+#   BENCH_ONLY=procedures,translate,verify,many,sourcing,in_place,push (a subset; the
 #   report is rebuilt from whatever JSON target/bench holds)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -29,7 +31,8 @@ full=0
 : "${TRANSLATE_SIZES:=10000,1000000,10000000}" "${VERIFY_N:=1000000}" "${VERIFY_ROUNDS:=3}"
 : "${MANY_COUNTS:=1,100,400,1000}" "${MANY_RUNS:=3}" "${SOURCING_STEP_S:=6}" "${SOURCING_PUBLISH:=plain,async}"
 : "${INPLACE_PRELOAD:=1000000}" "${INPLACE_RUNS:=3}" "${INPLACE_SECONDS:=18}"
-: "${BENCH_ONLY:=procedures,translate,verify,many,sourcing,in_place}"
+: "${PUSH_RATE:=5000}" "${PUSH_RUNS:=3}" "${PUSH_SECONDS:=9}"
+: "${BENCH_ONLY:=procedures,translate,verify,many,sourcing,in_place,push}"
 if [ "$full" = 1 ]; then VERIFY_N=10000000; fi
 
 out="$root/target/bench"
@@ -70,6 +73,7 @@ run translate cutover-demo TRANSLATE_SIZES="$TRANSLATE_SIZES"
 run verify nats-cutover VERIFY_BENCH_N="$VERIFY_N" VERIFY_BENCH_ROUNDS="$VERIFY_ROUNDS"
 run many cutover-demo MANY_COUNTS="$MANY_COUNTS" MANY_RUNS="$MANY_RUNS"
 run sourcing cutover-demo SOURCING_STEP_S="$SOURCING_STEP_S" SOURCING_PUBLISH="$SOURCING_PUBLISH"
+run_as push cutover cutover-demo BENCH_PUSH=1 BENCH_MODES=drain BENCH_RATE="$PUSH_RATE" BENCH_RUNS="$PUSH_RUNS" BENCH_SECONDS="$PUSH_SECONDS"
 run_as in_place cutover cutover-demo BENCH_PRELOAD="$INPLACE_PRELOAD" BENCH_IN_PLACE=storage=memory BENCH_MODES=drain BENCH_RUNS="$INPLACE_RUNS" BENCH_SECONDS="$INPLACE_SECONDS"
 
 cat >"$out/machine.json" <<EOF

@@ -11,7 +11,9 @@
 //! (unset: a move to ORDERS_V2; `storage=memory[,retention=workqueue...]`: an
 //! in-place change through ORDERS_CUTOVER, with the plan's estimate);
 //! BENCH_MODES (drain,fence: each run cuts over once in each mode, on its own
-//! server, and the consumer gap of each handoff is reported side by side).
+//! server, and the consumer gap of each handoff is reported side by side);
+//! BENCH_PUSH (1: the durable is a push consumer with a deliver group and the
+//! workers push subscribers, drain mode only; writes push.json).
 
 use cutover_core::plan::Mode;
 use cutover_demo::load::LoadConfig;
@@ -39,6 +41,7 @@ struct Knobs {
     modes: Vec<Mode>,
     preload: u64,
     in_place: Option<serde_json::Map<String, serde_json::Value>>,
+    push: bool,
 }
 
 /// `k=v,k=v` as stream settings (a value is JSON when it reads as JSON).
@@ -62,6 +65,7 @@ impl Knobs {
             processing: Duration::from_micros(env_or("BENCH_PROCESSING_US", 1000)),
             preload: env_or("BENCH_PRELOAD", 0),
             in_place: std::env::var("BENCH_IN_PLACE").ok().map(|s| settings(&s)),
+            push: env_or("BENCH_PUSH", 0u8) == 1,
             modes: std::env::var("BENCH_MODES")
                 .unwrap_or_else(|_| "drain,fence".into())
                 .split(',')
@@ -125,6 +129,7 @@ fn scenario(k: &Knobs, mode: Mode) -> ScenarioConfig {
             batch: 32,
             retry_horizon: Duration::from_secs(120),
             protocol: false,
+            push: k.push,
         },
         new_stream: if k.in_place.is_some() { "ORDERS_CUTOVER" } else { "ORDERS_V2" }.into(),
         cutover_at: Duration::from_secs(k.seconds / 3),
@@ -203,10 +208,14 @@ fn write_json(k: &Knobs, all: &[(Mode, Vec<Outcome>)]) {
         }))
         .collect();
     std::fs::write(
-        dir.join(if k.in_place.is_some() { "in_place.json" } else { "cutover.json" }),
+        dir.join(match (&k.in_place, k.push) {
+            (Some(_), _) => "in_place.json",
+            (None, true) => "push.json",
+            (None, false) => "cutover.json",
+        }),
         serde_json::to_string_pretty(
             &serde_json::json!({"rate": k.rate, "workers": k.workers, "seconds": k.seconds,
-                "preload": k.preload, "in_place": k.in_place, "runs": summary}),
+                "preload": k.preload, "in_place": k.in_place, "push": k.push, "runs": summary}),
         )
         .unwrap(),
     )

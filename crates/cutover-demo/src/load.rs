@@ -34,6 +34,19 @@ pub struct LoadConfig {
     /// fence mode; registered as instances `load-<i>`) instead of the route
     /// follower.
     pub protocol: bool,
+    /// Workers are push subscribers in queue group [`PUSH_GROUP`] on the
+    /// durable's deliver subject ([`push_subject`]) instead of pull workers:
+    /// the durable must be a push consumer with that subject and group. A
+    /// moved push durable keeps them, so the workers follow nothing.
+    pub push: bool,
+}
+
+/// The queue group of push workers.
+pub const PUSH_GROUP: &str = "workers";
+
+/// The deliver subject of a push workload's durable.
+pub fn push_subject(cfg: &LoadConfig) -> String {
+    format!("_deliver.{}.{}", cfg.stream, cfg.consumer)
 }
 
 impl Default for LoadConfig {
@@ -50,6 +63,7 @@ impl Default for LoadConfig {
             batch: 32,
             retry_horizon: Duration::from_secs(120),
             protocol: false,
+            push: false,
         }
     }
 }
@@ -376,7 +390,9 @@ fn spawn_worker(
         let audit_client = client.clone();
         let handler =
             |m| process(m, shared.clone(), cfg.processing, audit.clone(), audit_client.clone());
-        if cfg.protocol {
+        if cfg.push {
+            push_worker(i, client, &cfg, stop, handler).await;
+        } else if cfg.protocol {
             let instance = InstanceOptions::new(&format!("load-{i}"), env!("CARGO_PKG_VERSION"));
             let opts = FenceOptions { batch: cfg.batch, ..FenceOptions::new(instance) };
             let r = fence::consume(client, &cfg.stream, &cfg.consumer, opts, stop, handler).await;
@@ -388,6 +404,38 @@ fn spawn_worker(
             let _ = consume(client, &cfg.stream, &cfg.consumer, opts, stop, handler).await;
         }
     })
+}
+
+/// A push worker: the durable's deliver subject in the queue group, each
+/// message handled then acknowledged (double ack) or nak'd.
+async fn push_worker<F, Fut>(
+    i: usize,
+    client: async_nats::Client,
+    cfg: &LoadConfig,
+    mut stop: watch::Receiver<bool>,
+    handler: F,
+) where
+    F: Fn(jetstream::Message) -> Fut,
+    Fut: std::future::Future<Output = (Outcome, jetstream::Message)>,
+{
+    use futures::StreamExt;
+    let context = jetstream::new(client.clone());
+    let mut sub = match client.queue_subscribe(push_subject(cfg), PUSH_GROUP.into()).await {
+        Ok(s) => s,
+        Err(e) => return tracing::warn!("push worker {i}: {e}"),
+    };
+    loop {
+        let message = tokio::select! {
+            _ = stop.changed() => return,
+            m = sub.next() => match m { Some(m) => m, None => return },
+        };
+        let (outcome, m) = handler(jetstream::Message { message, context: context.clone() }).await;
+        let _ = match outcome {
+            Outcome::Ack => m.double_ack().await,
+            Outcome::NakAfter(d) => m.ack_with(jetstream::AckKind::Nak(Some(d))).await,
+            Outcome::Nak | Outcome::Die => m.ack_with(jetstream::AckKind::Nak(None)).await,
+        };
+    }
 }
 
 /// One message: the processing time, its audit record (if audited), then

@@ -132,6 +132,7 @@ fn scenario_config(a: &DemoArgs) -> ScenarioConfig {
             batch: 32,
             retry_horizon: DEFAULT_RETRY_HORIZON,
             protocol: false,
+            push: false,
         },
         new_stream: NEW_STREAM.into(),
         mode: match a.mode {
