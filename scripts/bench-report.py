@@ -326,6 +326,27 @@ def push_section(d, lines):
               f"| runs | {len(runs)} |", ""]
 
 
+def kv_section(d, lines):
+    runs = d["runs"]
+    ok = [r for r in runs if not r.get("error")]
+    col = lambda k, u="", dg=None: mmm([r[k] for r in ok], u, dg)
+    lines += ["## KV bucket in place under write load", "",
+              f"A bucket of {num(d['keys'])} keys; a writer puts {num(d['rate'])} values/s to random keys (a put that fails is retried "
+              "with the same value for up to 5 s: failed means it never landed) and a reader gets random keys, while the bucket's stream "
+              "changes to storage=memory, history=64 under its own name (`nats-cutover kv CFG --set ...`: two mirror hops).", ""]
+    for r in runs:
+        if r.get("error"):
+            lines += [f"**failed**: {r['error']}", ""]
+    if ok:
+        lines += ["| measure | median (min–max) |", "|---|---|",
+                  f"| whole change | {col('change_ms', ' ms')} |",
+                  f"| writes / failed | {sum(r['writes'] for r in ok)} / {sum(r['failed_writes'] for r in ok)} (all runs) |",
+                  f"| longest write (first attempt to ack) | {col('longest_write_ms', ' ms')} |",
+                  f"| reads / found no value | {sum(r['reads'] for r in ok)} / {sum(r['reads_not_found'] for r in ok)} (all runs) |",
+                  f"| storage after | {', '.join(sorted({str(r['storage_after']) for r in ok}))} |",
+                  f"| runs | {len(ok)} |", ""]
+
+
 def header(m, steps, lines):
     mem = m["mem_kib"] / 1024 / 1024
     l1 = float(m["load_before"].split()[0])
@@ -343,7 +364,7 @@ def header(m, steps, lines):
         lines += ["", "**Not a quiet machine**: other work (compilations, test suites) shared the cores during this run, so rates are low and "
                   "stalls and gaps high, pessimistic. `scripts/bench.sh` regenerates every number here on a quiet machine."]
     lines += ["", "Exact commands (each step's time):", "", "```sh", "scripts/bench.sh    # runs all of these, then scripts/bench-report.py"]
-    order = ["build", "procedures", "translate", "verify", "many", "sourcing", "push", "in_place"]
+    order = ["build", "procedures", "translate", "verify", "many", "sourcing", "push", "in_place", "kv"]
     for x in sorted(steps, key=lambda x: order.index(x[0]) if x[0] in order else 99):
         load = f", load {x[3]} at its end" if len(x) > 3 else ""
         if x[0] == "build" and int(x[1]) < 10:
@@ -365,7 +386,7 @@ def main():
     parts = [("procedures", lambda x: procedures_section(x, svg_dir, lines)), ("translate", lambda x: translate_section(x, lines)),
              ("verify", lambda x: verify_section(x, lines)), ("many", lambda x: many_section(x, lines)),
              ("sourcing", lambda x: sourcing_section(x, svg_dir, lines)), ("push", lambda x: push_section(x, lines)),
-             ("in_place", lambda x: in_place_section(x, lines))]
+             ("in_place", lambda x: in_place_section(x, lines)), ("kv", lambda x: kv_section(x, lines))]
     for name, f in parts:
         d = load(src, name)
         if d is None:

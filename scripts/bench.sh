@@ -13,7 +13,9 @@
 #   live workload while a stream of that many messages changes storage in place)
 #   PUSH_RATE=5000 PUSH_RUNS=3 PUSH_SECONDS=9 (push: the live workload read by push
 #   workers in a deliver group, the durable moved in drain mode)
-#   BENCH_ONLY=procedures,translate,verify,many,sourcing,in_place,push (a subset; the
+#   KV_KEYS=100000 KV_RATE=300 KV_RUNS=3 (kv: a KV bucket changed in place
+#   under a writer and a reader)
+#   BENCH_ONLY=procedures,translate,verify,many,sourcing,in_place,push,kv (a subset; the
 #   report is rebuilt from whatever JSON target/bench holds)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -32,7 +34,8 @@ full=0
 : "${MANY_COUNTS:=1,100,400,1000}" "${MANY_RUNS:=3}" "${SOURCING_STEP_S:=6}" "${SOURCING_PUBLISH:=plain,async}"
 : "${INPLACE_PRELOAD:=1000000}" "${INPLACE_RUNS:=3}" "${INPLACE_SECONDS:=18}"
 : "${PUSH_RATE:=5000}" "${PUSH_RUNS:=3}" "${PUSH_SECONDS:=9}"
-: "${BENCH_ONLY:=procedures,translate,verify,many,sourcing,in_place,push}"
+: "${KV_KEYS:=100000}" "${KV_RATE:=300}" "${KV_RUNS:=3}"
+: "${BENCH_ONLY:=procedures,translate,verify,many,sourcing,in_place,push,kv}"
 if [ "$full" = 1 ]; then VERIFY_N=10000000; fi
 
 out="$root/target/bench"
@@ -44,7 +47,7 @@ load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 t=$(date +%s)
 echo "== building (release)"
-cargo bench --locked -p cutover-demo --bench procedures --bench translate --bench many --bench sourcing --bench cutover --no-run
+cargo bench --locked -p cutover-demo --bench procedures --bench translate --bench many --bench sourcing --bench cutover --bench kv --no-run
 cargo bench --locked -p nats-cutover --bench verify --no-run
 sed -i '/^build\t/d' "$steps"
 printf 'build\t%s\tcargo bench --locked -p cutover-demo --no-run; cargo bench --locked -p nats-cutover --bench verify --no-run\n' "$(( $(date +%s) - t ))" >>"$steps"
@@ -74,6 +77,7 @@ run verify nats-cutover VERIFY_BENCH_N="$VERIFY_N" VERIFY_BENCH_ROUNDS="$VERIFY_
 run many cutover-demo MANY_COUNTS="$MANY_COUNTS" MANY_RUNS="$MANY_RUNS"
 run sourcing cutover-demo SOURCING_STEP_S="$SOURCING_STEP_S" SOURCING_PUBLISH="$SOURCING_PUBLISH"
 run_as push cutover cutover-demo BENCH_PUSH=1 BENCH_MODES=drain BENCH_RATE="$PUSH_RATE" BENCH_RUNS="$PUSH_RUNS" BENCH_SECONDS="$PUSH_SECONDS"
+run kv cutover-demo KV_KEYS="$KV_KEYS" KV_RATE="$KV_RATE" KV_RUNS="$KV_RUNS"
 run_as in_place cutover cutover-demo BENCH_PRELOAD="$INPLACE_PRELOAD" BENCH_IN_PLACE=storage=memory BENCH_MODES=drain BENCH_RUNS="$INPLACE_RUNS" BENCH_SECONDS="$INPLACE_SECONDS"
 
 cat >"$out/machine.json" <<EOF
