@@ -5,7 +5,7 @@
 # (target/bench/*.json). Benchmarks are never run by the test suite.
 #
 # Usage: scripts/bench.sh [--full]     (--full: verify at 10M messages too)
-# Knobs (environment; the defaults fit in about 30 minutes on 2 cores):
+# Knobs (environment; the defaults fit in about 35 minutes on 2 cores):
 #   PROC_RATES=1000,5000,20000,max PROC_RUNS=3 PROC_SECONDS=6 PROC_ACK_WAIT_S=5
 #   TRANSLATE_SIZES=10000,1000000,10000000   VERIFY_N=1000000 VERIFY_ROUNDS=3
 #   MANY_COUNTS=1,100,400,1000 MANY_RUNS=3   SOURCING_STEP_S=6 SOURCING_PUBLISH=plain,async
