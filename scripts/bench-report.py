@@ -224,19 +224,20 @@ def many_section(m, lines):
               f"N durables of one stream moved by one `run` (strategy source, drain). {m['live']} of them (all, below {m['live']}) have a live "
               f"workload each ({m['rate_per_live']} msg/s on their own subjects, one pull worker following its route, msg-ids and retries); "
               "the others are idle durables on their own subjects. The run starts 2 s into the workloads.", "",
-              "| durables | run (pause → commit → retire) | plan | worst drain (pause → checkpoint) | live consumers: worst gap | worst publish stall | lost / duplicated | runs |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| durables | run (pause → commit → retire) | plan | worst drain (pause → checkpoint) | worst durable's move (pause → route on B) | live consumers: worst gap | worst publish stall | lost / duplicated / pending on B | runs |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for n in sorted({r["durables"] for r in runs}):
         c = [r for r in runs if r["durables"] == n and not r.get("error")]
         errs = [r for r in runs if r["durables"] == n and r.get("error")]
         if errs:
-            lines.append(f"| {num(n)} | **failed** in {len(errs)} of {len(errs) + len(c)} runs after {mmm([r['run_s'] for r in errs], ' s', 1)}: {errs[0]['error']} | | | | | | |")
+            lines.append(f"| {num(n)} | **failed** in {len(errs)} of {len(errs) + len(c)} runs after {mmm([r['run_s'] for r in errs], ' s', 1)}: {errs[0]['error']} | | | | | | | |")
         if not c:
             continue
         col = lambda k, u="", d=None: mmm([r[k] for r in c], u, d)
         lost = sum(r["live_lost"] for r in c)
         dup = sum(r["live_duplicated"] for r in c)
-        lines.append(f"| {num(n)} | {col('run_s', ' s', 1)} | {col('plan_s', ' s', 2)} | {col('worst_drain_ms', ' ms')} | {col('live_max_consumer_gap_ms', ' ms')} | {col('live_max_publish_stall_ms', ' ms')} | {lost} / {dup} (all runs) | {len(c)} |")
+        pend = sum(r.get("live_pending_on_b", 0) for r in c)
+        lines.append(f"| {num(n)} | {col('run_s', ' s', 1)} | {col('plan_s', ' s', 2)} | {col('worst_drain_ms', ' ms')} | {mmm([r.get('worst_move_gap_ms', 0) for r in c], ' ms')} | {col('live_max_consumer_gap_ms', ' ms')} | {col('live_max_publish_stall_ms', ' ms')} | {lost} / {dup} / {pend} (all runs) | {len(c)} |")
     big = [r["run_s"] for r in runs if r["durables"] >= 1000 and not r.get("error")]
     if any(r["durables"] >= 1000 and r.get("error") for r in runs):
         ok = sorted({r["durables"] for r in runs if not r.get("error")})
@@ -251,37 +252,99 @@ def many_section(m, lines):
 
 def sourcing_section(s, svg_dir, lines):
     lines += ["## Where sourcing stops keeping up", "",
-              f"B sources (or mirrors) A while a publisher paces plain NATS publishes (128 bytes, no ack wait) into A at rising rates, "
-              f"{s['step_s']} s per rate on one fresh server per strategy. Over the second half of each step: A's and B's ingest rates; B keeps up "
+              f"B sources (or mirrors) A while a publisher paces publishes (128 bytes) into A at rising rates: plain NATS publishes (no ack "
+              f"wait), or JetStream publishes whose acks are awaited pipelined (async, up to {num(s.get('inflight', 4096))} outstanding); "
+              f"{s['step_s']} s per rate on one fresh server per strategy and way of publishing. Over the second half of each step: A's and B's ingest rates; B keeps up "
               "when its rate is ≥ 95 % of A's and its lag at the end is under a quarter second of A's ingest. The ramp stops after B "
               "fails two rates, or when A itself ingests under 90 % of the asked rate (then the limit is the server's ingest or the publisher's, not sourcing's).", ""]
+    label = lambda st: f"{st['strategy']}, {st.get('publish', 'plain')} publishes"
     for st in s["strategies"]:
         k = st["keeps_up_to"]
         last = st["steps"][-1]
         a_short = last["a_per_s"] < 0.9 * last["rate"]
-        verdict = f"B kept up to {num(k)} msg/s" if k else "B did not keep up at any rate tried"
+        top = max((x["a_per_s"] for x in st["steps"] if x["keeps_up"]), default=0)
+        verdict = f"B kept up to {num(k)} msg/s asked (A ingesting up to {num(top)} msg/s)" if k else "B did not keep up at any rate tried"
         if all(x["keeps_up"] for x in st["steps"]) and not a_short:
-            verdict += " (every rate tried: where it stops lies above, SOURCING_RATES tries higher ones; the reported 18–21k msg/s ceiling of nats-server issue 8612 did not show with these plain 128-byte publishes)"
+            verdict += f" (every rate tried: where it stops lies above, SOURCING_RATES tries higher ones; the reported 18–21k msg/s ceiling of nats-server issue 8612 did not show with these {st.get('publish', 'plain')} 128-byte publishes)"
         if a_short and all(x["keeps_up"] for x in st["steps"][:-1]):
             verdict += f"; at {num(last['rate'])} msg/s A itself ingested only {num(last['a_per_s'])} msg/s, so sourcing's own ceiling lies above what this machine can publish"
-        lines += [f"**{st['strategy']}**: {verdict}.", "",
+        lines += [f"**{label(st)}**: {verdict}.", "",
                   "| rate asked | A ingested | B ingested | B's lag at the end | keeps up |", "|---|---|---|---|---|"]
         for x in st["steps"]:
             lines.append(f"| {num(x['rate'])} | {num(x['a_per_s'])}/s | {num(x['b_per_s'])}/s | {num(x['lag_at_end'])} | {'yes' if x['keeps_up'] else 'no'} |")
         lines.append("")
     rates = sorted({x["rate"] for st in s["strategies"] for x in st["steps"]})
-    series = [f"A ({st['strategy']} run)" for st in s["strategies"]] + [f"B {st['strategy']}" for st in s["strategies"]]
+    series = [f"A ({label(st)})" for st in s["strategies"]] + [f"B ({label(st)})" for st in s["strategies"]]
 
     def value(g, name):
         for st in s["strategies"]:
             for x in st["steps"]:
-                if x["rate"] == g and name == f"A ({st['strategy']} run)":
+                if x["rate"] == g and name == f"A ({label(st)})":
                     return x["a_per_s"]
-                if x["rate"] == g and name == f"B {st['strategy']}":
+                if x["rate"] == g and name == f"B ({label(st)})":
                     return x["b_per_s"]
         return None
     if bar_chart(os.path.join(svg_dir, "sourcing.svg"), "Ingest rate of A and B (msg/s) by rate asked", rates, series, value, "", log=False):
         lines += ["![sourcing](bench/sourcing.svg)", ""]
+
+
+def in_place_section(d, lines):
+    runs = d["runs"]
+    steps = lambda r, name: sum(ms for s, ms in r["steps"] if s == name)
+    col = lambda f, u="", dg=None: mmm([f(r) for r in runs], u, dg)
+    lines += ["## In place: a big stream changes storage, live", "",
+              f"The live workload ({num(d['rate'])} msg/s, {d['workers']} pull workers, msg-ids with retries, {d.get('seconds', '?')} s) on ORDERS, "
+              f"which first gets {num(d.get('preload', 0))} messages of 128 bytes (the durable starts after them); a third into the run ORDERS changes "
+              f"to {', '.join(f'{k}={v}' for k, v in (d.get('in_place') or {}).items())} under its own name: two mirror hops through ORDERS_CUTOVER, "
+              "each copying the whole stream.", "",
+              "| measure | median (min–max) |", "|---|---|",
+              f"| published per run | {col(lambda r: r['published'])} |",
+              f"| lost / duplicated / pending on B | {sum(r['lost'] for r in runs)} / {sum(r['duplicated'] for r in runs)} / {sum(r.get('pending_on_b', 0) for r in runs)} (all runs) |",
+              f"| max publisher stall | {col(lambda r: r['max_publish_stall_ms'], ' ms')} |",
+              f"| max consumer gap (pull workers) | {col(lambda r: r['max_consumer_gap_ms'], ' ms')} |",
+              f"| whole change (both hops) | {col(lambda r: r['cutover_ms'], ' ms')} |",
+              f"| plan's estimate of both copies | {col(lambda r: r.get('estimate_ms') or 0, ' ms')} |",
+              f"| both hops' `catch_up` (the copies) | {col(lambda r: steps(r, 'catch_up'), ' ms')} |",
+              f"| both commit windows (`move_publishers`) | {col(lambda r: steps(r, 'move_publishers'), ' ms')} |",
+              f"| runs | {len(runs)} |", ""]
+
+
+def push_section(d, lines):
+    runs = d["runs"]
+    col = lambda f, u="", dg=None: mmm([f(r) for r in runs], u, dg)
+    lines += ["## Push consumers", "",
+              f"The live workload ({num(d['rate'])} msg/s, {d['workers']} push workers in one deliver group on the durable's deliver subject, "
+              f"msg-ids with retries, {d.get('seconds', '?')} s) on ORDERS; a third into the run the push durable moves to ORDERS_V2 (strategy source, "
+              "drain): the new durable keeps the deliver subject and group, so the workers follow nothing.", "",
+              "| measure | median (min–max) |", "|---|---|",
+              f"| published per run | {col(lambda r: r['published'])} |",
+              f"| lost / duplicated / pending on B | {sum(r['lost'] for r in runs)} / {sum(r['duplicated'] for r in runs)} / {sum(r.get('pending_on_b', 0) for r in runs)} (all runs) |",
+              f"| consumer gap of the handoff (push workers) | {col(lambda r: r['handoff_gap_ms'], ' ms')} |",
+              f"| max consumer gap | {col(lambda r: r['max_consumer_gap_ms'], ' ms')} |",
+              f"| max publisher stall | {col(lambda r: r['max_publish_stall_ms'], ' ms')} |",
+              f"| whole cut-over | {col(lambda r: r['cutover_ms'], ' ms')} |",
+              f"| runs | {len(runs)} |", ""]
+
+
+def kv_section(d, lines):
+    runs = d["runs"]
+    ok = [r for r in runs if not r.get("error")]
+    col = lambda k, u="", dg=None: mmm([r[k] for r in ok], u, dg)
+    lines += ["## KV bucket in place under write load", "",
+              f"A bucket of {num(d['keys'])} keys; a writer puts {num(d['rate'])} values/s to random keys (a put that fails is retried "
+              "with the same value for up to 5 s: failed means it never landed) and a reader gets random keys, while the bucket's stream "
+              "changes to storage=memory, history=64 under its own name (`nats-cutover kv CFG --set ...`: two mirror hops).", ""]
+    for r in runs:
+        if r.get("error"):
+            lines += [f"**failed**: {r['error']}", ""]
+    if ok:
+        lines += ["| measure | median (min–max) |", "|---|---|",
+                  f"| whole change | {col('change_ms', ' ms')} |",
+                  f"| writes / failed | {sum(r['writes'] for r in ok)} / {sum(r['failed_writes'] for r in ok)} (all runs) |",
+                  f"| longest write (first attempt to ack) | {col('longest_write_ms', ' ms')} |",
+                  f"| reads / found no value | {sum(r['reads'] for r in ok)} / {sum(r['reads_not_found'] for r in ok)} (all runs) |",
+                  f"| storage after | {', '.join(sorted({str(r['storage_after']) for r in ok}))} |",
+                  f"| runs | {len(ok)} |", ""]
 
 
 def header(m, steps, lines):
@@ -301,7 +364,7 @@ def header(m, steps, lines):
         lines += ["", "**Not a quiet machine**: other work (compilations, test suites) shared the cores during this run, so rates are low and "
                   "stalls and gaps high, pessimistic. `scripts/bench.sh` regenerates every number here on a quiet machine."]
     lines += ["", "Exact commands (each step's time):", "", "```sh", "scripts/bench.sh    # runs all of these, then scripts/bench-report.py"]
-    order = ["build", "procedures", "translate", "verify", "many", "sourcing"]
+    order = ["build", "procedures", "translate", "verify", "many", "sourcing", "push", "in_place", "kv"]
     for x in sorted(steps, key=lambda x: order.index(x[0]) if x[0] in order else 99):
         load = f", load {x[3]} at its end" if len(x) > 3 else ""
         if x[0] == "build" and int(x[1]) < 10:
@@ -322,7 +385,8 @@ def main():
     header(m, steps, lines)
     parts = [("procedures", lambda x: procedures_section(x, svg_dir, lines)), ("translate", lambda x: translate_section(x, lines)),
              ("verify", lambda x: verify_section(x, lines)), ("many", lambda x: many_section(x, lines)),
-             ("sourcing", lambda x: sourcing_section(x, svg_dir, lines))]
+             ("sourcing", lambda x: sourcing_section(x, svg_dir, lines)), ("push", lambda x: push_section(x, lines)),
+             ("in_place", lambda x: in_place_section(x, lines)), ("kv", lambda x: kv_section(x, lines))]
     for name, f in parts:
         d = load(src, name)
         if d is None:

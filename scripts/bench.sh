@@ -5,11 +5,17 @@
 # (target/bench/*.json). Benchmarks are never run by the test suite.
 #
 # Usage: scripts/bench.sh [--full]     (--full: verify at 10M messages too)
-# Knobs (environment; the defaults fit in about 30 minutes on 2 cores):
+# Knobs (environment; the defaults fit in about 35 minutes on 2 cores):
 #   PROC_RATES=1000,5000,20000,max PROC_RUNS=3 PROC_SECONDS=6 PROC_ACK_WAIT_S=5
 #   TRANSLATE_SIZES=10000,1000000,10000000   VERIFY_N=1000000 VERIFY_ROUNDS=3
-#   MANY_COUNTS=1,100,400,1000 MANY_RUNS=3   SOURCING_STEP_S=6
-#   BENCH_ONLY=procedures,translate,verify,many,sourcing (a subset; the
+#   MANY_COUNTS=1,100,400,1000 MANY_RUNS=3   SOURCING_STEP_S=6 SOURCING_PUBLISH=plain,async
+#   INPLACE_PRELOAD=1000000 INPLACE_RUNS=3 INPLACE_SECONDS=18 (in_place: the
+#   live workload while a stream of that many messages changes storage in place)
+#   PUSH_RATE=5000 PUSH_RUNS=3 PUSH_SECONDS=9 (push: the live workload read by push
+#   workers in a deliver group, the durable moved in drain mode)
+#   KV_KEYS=100000 KV_RATE=300 KV_RUNS=3 (kv: a KV bucket changed in place
+#   under a writer and a reader)
+#   BENCH_ONLY=procedures,translate,verify,many,sourcing,in_place,push,kv (a subset; the
 #   report is rebuilt from whatever JSON target/bench holds)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -25,8 +31,11 @@ full=0
 
 : "${PROC_RATES:=1000,5000,20000,max}" "${PROC_RUNS:=3}" "${PROC_SECONDS:=6}" "${PROC_ACK_WAIT_S:=5}"
 : "${TRANSLATE_SIZES:=10000,1000000,10000000}" "${VERIFY_N:=1000000}" "${VERIFY_ROUNDS:=3}"
-: "${MANY_COUNTS:=1,100,400,1000}" "${MANY_RUNS:=3}" "${SOURCING_STEP_S:=6}"
-: "${BENCH_ONLY:=procedures,translate,verify,many,sourcing}"
+: "${MANY_COUNTS:=1,100,400,1000}" "${MANY_RUNS:=3}" "${SOURCING_STEP_S:=6}" "${SOURCING_PUBLISH:=plain,async}"
+: "${INPLACE_PRELOAD:=1000000}" "${INPLACE_RUNS:=3}" "${INPLACE_SECONDS:=18}"
+: "${PUSH_RATE:=5000}" "${PUSH_RUNS:=3}" "${PUSH_SECONDS:=9}"
+: "${KV_KEYS:=100000}" "${KV_RATE:=300}" "${KV_RUNS:=3}"
+: "${BENCH_ONLY:=procedures,translate,verify,many,sourcing,in_place,push,kv}"
 if [ "$full" = 1 ]; then VERIFY_N=10000000; fi
 
 out="$root/target/bench"
@@ -38,20 +47,24 @@ load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 t=$(date +%s)
 echo "== building (release)"
-cargo bench --locked -p cutover-demo --bench procedures --bench translate --bench many --bench sourcing --no-run
+cargo bench --locked -p cutover-demo --bench procedures --bench translate --bench many --bench sourcing --bench cutover --bench kv --no-run
 cargo bench --locked -p nats-cutover --bench verify --no-run
 sed -i '/^build\t/d' "$steps"
 printf 'build\t%s\tcargo bench --locked -p cutover-demo --no-run; cargo bench --locked -p nats-cutover --bench verify --no-run\n' "$(( $(date +%s) - t ))" >>"$steps"
 
 # Runs one benchmark target with its knobs, recording the exact command and
-# how long it took.
+# how long it took. `run_as LABEL TARGET PKG KNOBS...` names the step LABEL.
 run() {
-  local name="$1" pkg="$2"; shift 2
+  local name="$1"; shift
+  run_as "$name" "$name" "$@"
+}
+run_as() {
+  local name="$1" target="$2" pkg="$3"; shift 3
   case ",$BENCH_ONLY," in *",$name,"*) ;; *) return 0 ;; esac
-  local cmd="$* cargo bench --locked -p $pkg --bench $name"
+  local cmd="$* cargo bench --locked -p $pkg --bench $target"
   echo "== $cmd"
   local t; t=$(date +%s)
-  env "$@" cargo bench --locked -q -p "$pkg" --bench "$name" 2>&1 | grep -v '^\s*$' | tail -n 60 >&2
+  env "$@" cargo bench --locked -q -p "$pkg" --bench "$target" 2>&1 | grep -v '^\s*$' | tail -n 60 >&2
   sed -i "/^$name\t/d" "$steps"
   # The 1-minute load average at the end of the step: above the core count,
   # other work shared the machine while it ran.
@@ -62,7 +75,10 @@ run procedures cutover-demo PROC_RATES="$PROC_RATES" PROC_RUNS="$PROC_RUNS" PROC
 run translate cutover-demo TRANSLATE_SIZES="$TRANSLATE_SIZES"
 run verify nats-cutover VERIFY_BENCH_N="$VERIFY_N" VERIFY_BENCH_ROUNDS="$VERIFY_ROUNDS"
 run many cutover-demo MANY_COUNTS="$MANY_COUNTS" MANY_RUNS="$MANY_RUNS"
-run sourcing cutover-demo SOURCING_STEP_S="$SOURCING_STEP_S"
+run sourcing cutover-demo SOURCING_STEP_S="$SOURCING_STEP_S" SOURCING_PUBLISH="$SOURCING_PUBLISH"
+run_as push cutover cutover-demo BENCH_PUSH=1 BENCH_MODES=drain BENCH_RATE="$PUSH_RATE" BENCH_RUNS="$PUSH_RUNS" BENCH_SECONDS="$PUSH_SECONDS"
+run kv cutover-demo KV_KEYS="$KV_KEYS" KV_RATE="$KV_RATE" KV_RUNS="$KV_RUNS"
+run_as in_place cutover cutover-demo BENCH_PRELOAD="$INPLACE_PRELOAD" BENCH_IN_PLACE=storage=memory BENCH_MODES=drain BENCH_RUNS="$INPLACE_RUNS" BENCH_SECONDS="$INPLACE_SECONDS"
 
 cat >"$out/machine.json" <<EOF
 {"cores": $(nproc), "mem_kib": $(awk '/MemTotal/ {print $2}' /proc/meminfo),

@@ -6,12 +6,36 @@
 //! from [`Journal::phase`]. The record is also the control record applications
 //! follow (see [`Route`]): it is designed so that a later "fence" handoff can be
 //! driven from the same bucket without a format change (new fields only).
+//!
+//! # Stored as records (format 2)
+//!
+//! A KV value is at most the server's max_payload (1 MiB by default), and a
+//! journal of 1,000 consumers is about 2 MB. Format 2 stores it as a head
+//! record at [`journal_key`] (everything but the consumers: the plan without
+//! its consumers and their findings, the list of consumer names) and one
+//! record per consumer at [`consumer_key`] ([`ConsumerRecord`]: its plan, its
+//! findings with their places in the plan, its progress). [`split`] and
+//! [`join`] convert; they round-trip exactly.
+//!
+//! Each consumer's progress is written by that consumer's task alone, and the
+//! head only by the steps that run one at a time, so no write depends on
+//! another record being written with it: a runner killed between two writes
+//! leaves every record as its last write, which is what resume reconciles.
+//! A new journal's consumer records are written before its head: without a
+//! head there is no migration (a kill before it leaves records the next run
+//! overwrites). Format 1 (one value with every consumer) is still read; the
+//! next save writes it as records, head last.
+//!
+//! The head has no `consumers` field, so a runner of format 1 cannot read it
+//! (it refuses the journal as unreadable rather than see no consumers).
 
-use crate::plan::Plan;
+use crate::compat::Finding;
+use crate::plan::{ConsumerPlan, Plan};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 pub const BUCKET: &str = "CUTOVER";
-pub const JOURNAL_FORMAT: u32 = 1;
+pub const JOURNAL_FORMAT: u32 = 2;
 
 pub fn migration_id(from: &str, to: &str) -> String {
     // Stream names cannot contain '.', so this is unambiguous and a valid key.
@@ -20,6 +44,16 @@ pub fn migration_id(from: &str, to: &str) -> String {
 
 pub fn journal_key(id: &str) -> String {
     format!("m.{id}")
+}
+
+/// Format 2: consumer `consumer`'s record of migration `id`.
+pub fn consumer_key(id: &str, consumer: &str) -> String {
+    format!("mc.{id}.{consumer}")
+}
+
+/// The key prefix of every consumer record of migration `id`.
+pub fn consumer_prefix(id: &str) -> String {
+    format!("mc.{id}.")
 }
 
 pub fn lease_key(from: &str) -> String {
@@ -346,6 +380,136 @@ impl Journal {
     }
 }
 
+/// One consumer's part of a format 2 journal, at [`consumer_key`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsumerRecord {
+    pub name: String,
+    /// Its entry in the plan's `consumers`.
+    #[serde(default)]
+    pub plan: Option<ConsumerPlan>,
+    /// Its findings (scope `consumer NAME`) and their places in the plan's.
+    #[serde(default)]
+    pub findings: Vec<PlacedFinding>,
+    /// Its entry in the journal's `consumers`.
+    #[serde(default)]
+    pub progress: Option<ConsumerProgress>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlacedFinding {
+    /// Its index in the plan's findings.
+    pub at: usize,
+    pub finding: Finding,
+}
+
+/// Why stored records do not make a journal.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum JoinError {
+    #[error("its head record does not parse ({0})")]
+    Head(String),
+    #[error("its record of consumer {0} is missing")]
+    Missing(String),
+}
+
+/// The scope of a consumer's findings (as `compat::check_consumer` names it).
+fn finding_scope(name: &str) -> String {
+    format!("consumer {name}")
+}
+
+/// Every consumer named by the journal or its plan, journal order first.
+fn consumer_names(j: &Journal) -> Vec<String> {
+    let mut names: Vec<String> = j.consumers.iter().map(|c| c.name.clone()).collect();
+    for c in &j.plan.consumers {
+        if !names.contains(&c.name) {
+            names.push(c.name.clone());
+        }
+    }
+    names
+}
+
+/// Consumer `name`'s record of `j`.
+pub fn consumer_record(j: &Journal, name: &str) -> ConsumerRecord {
+    let scope = finding_scope(name);
+    ConsumerRecord {
+        name: name.into(),
+        plan: j.plan.consumers.iter().find(|c| c.name == name).cloned(),
+        findings: j
+            .plan
+            .findings
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.scope == scope)
+            .map(|(at, f)| PlacedFinding { at, finding: f.clone() })
+            .collect(),
+        progress: j.consumers.iter().find(|c| c.name == name).cloned(),
+    }
+}
+
+/// The head record of `j` (format 2): `j` without its consumers, its plan
+/// without its consumers and their findings, and `consumer_names`.
+pub fn head(j: &Journal) -> Value {
+    let names = consumer_names(j);
+    let scopes: std::collections::HashSet<String> =
+        names.iter().map(|n| finding_scope(n)).collect();
+    let mut plan = Plan { consumers: vec![], findings: vec![], ..j.plan.clone() };
+    plan.findings =
+        j.plan.findings.iter().filter(|f| !scopes.contains(&f.scope)).cloned().collect();
+    let light = Journal { consumers: vec![], plan, ..j.clone() };
+    let mut v = serde_json::to_value(&light).expect("journal serializes");
+    let o = v.as_object_mut().expect("journal is an object");
+    o.remove("consumers");
+    o["plan"].as_object_mut().expect("plan is an object").remove("consumers");
+    o.insert("format".into(), JOURNAL_FORMAT.into());
+    o.insert("consumer_names".into(), serde_json::to_value(&names).unwrap());
+    v
+}
+
+/// `j` as records: its head and each consumer's record.
+pub fn split(j: &Journal) -> (Value, Vec<ConsumerRecord>) {
+    let records = consumer_names(j).iter().map(|n| consumer_record(j, n)).collect();
+    (head(j), records)
+}
+
+/// The consumer names a head record lists (empty for a format 1 journal).
+pub fn head_consumer_names(head: &Value) -> Vec<String> {
+    serde_json::from_value(head["consumer_names"].clone()).unwrap_or_default()
+}
+
+/// A format 1 journal: one value holding every consumer.
+pub fn is_single_value(head: &Value) -> bool {
+    head.get("consumers").is_some()
+}
+
+/// The journal a head and its consumer records (found by name) make.
+pub fn join(
+    head: &Value,
+    mut record: impl FnMut(&str) -> Option<ConsumerRecord>,
+) -> Result<Journal, JoinError> {
+    let mut v = head.clone();
+    let names = head_consumer_names(&v);
+    let o = v.as_object_mut().ok_or_else(|| JoinError::Head("not an object".into()))?;
+    o.remove("consumer_names");
+    o.insert("consumers".into(), Value::Array(vec![]));
+    if let Some(p) = o.get_mut("plan").and_then(Value::as_object_mut) {
+        p.insert("consumers".into(), Value::Array(vec![]));
+    }
+    let mut j: Journal = serde_json::from_value(v).map_err(|e| JoinError::Head(e.to_string()))?;
+    let mut placed = vec![];
+    for n in &names {
+        let r = record(n).ok_or_else(|| JoinError::Missing(n.clone()))?;
+        j.plan.consumers.extend(r.plan);
+        j.consumers.extend(r.progress);
+        placed.extend(r.findings);
+    }
+    // Inserted in the order of their places, each lands where it was.
+    placed.sort_by_key(|p| p.at);
+    for p in placed {
+        let at = p.at.min(j.plan.findings.len());
+        j.plan.findings.insert(at, p.finding);
+    }
+    Ok(j)
+}
+
 /// The route record's format (docs/protocol.md); version 1 had only
 /// `stream`, `consumer`, `migration`, `checkpoint` and `start_seq`.
 pub const ROUTE_VERSION: u32 = 2;
@@ -525,6 +689,71 @@ mod tests {
         assert!(
             valid_instance_id("host_1-2") && !valid_instance_id("a.b") && !valid_instance_id("")
         );
+    }
+
+    /// A plan of three consumers built by the planner (its findings
+    /// interleave stream, consumer and plan scopes).
+    fn three_consumer_journal() -> Journal {
+        use crate::plan::{build, PlanRequest, ServerFacts};
+        use crate::version::ServerVersion;
+        use serde_json::json;
+        let consumer = |n: &str| json!({"name": n, "stream_name": "A", "config": {"durable_name": n, "ack_policy": "explicit", "filter_subject": format!("orders.{n}")}, "delivered": {"stream_seq": 5}, "ack_floor": {"stream_seq": 5}});
+        let facts = ServerFacts {
+            version: ServerVersion::new(2, 15, 1),
+            a_raw: json!({"config": {"name": "A", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}, "state": {"messages": 10, "bytes": 1000, "first_seq": 1, "last_seq": 10}}),
+            b_raw: None,
+            consumers_raw: vec![consumer("c1"), consumer("c2"), consumer("c3")],
+            other_consumers: vec![],
+            downstream: vec![],
+            account: None,
+            checks: Default::default(),
+        };
+        let plan = build(&PlanRequest::source("A", "B", &["c1", "c2", "c3"]), &facts).unwrap();
+        let paused = [
+            ("c1".into(), None),
+            ("c2".into(), Some("2030-01-01T00:00:00Z".into())),
+            ("c3".into(), None),
+        ];
+        let mut j = Journal::new(plan, vec!["orders.>".into()], &paused, false, 7);
+        j.consumer_mut("c2").unwrap().phase = ConsumerPhase::Created;
+        j.consumer_mut("c2").unwrap().checkpoint = Some(4);
+        j.start_step(&Step::MoveConsumers, 9);
+        j
+    }
+
+    #[test]
+    fn a_journal_split_into_records_joins_back_exactly() {
+        let j = three_consumer_journal();
+        assert!(j.plan.findings.iter().any(|f| f.scope == "consumer c2"));
+        let (head, records) = split(&j);
+        assert_eq!(head["format"], 2);
+        assert!(head.get("consumers").is_none() && head["plan"].get("consumers").is_none());
+        let scopes: Vec<&str> = head["plan"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["scope"].as_str().unwrap())
+            .collect();
+        assert!(!scopes.iter().any(|s| s.starts_with("consumer ")), "{scopes:?}");
+        assert!(!is_single_value(&head));
+        assert_eq!(head_consumer_names(&head), ["c1", "c2", "c3"]);
+        let back = join(&head, |n| records.iter().find(|r| r.name == n).cloned()).unwrap();
+        assert_eq!(back, Journal { format: JOURNAL_FORMAT, ..j.clone() });
+        let c2 = consumer_record(&j, "c2");
+        assert_eq!(c2.progress.unwrap().checkpoint, Some(4));
+        assert!(c2.findings.iter().all(|f| j.plan.findings[f.at] == f.finding));
+        let missing = join(&head, |n| records.iter().find(|r| r.name == n && n != "c3").cloned());
+        assert_eq!(missing.unwrap_err(), JoinError::Missing("c3".into()));
+    }
+
+    #[test]
+    fn a_format_1_journal_is_told_apart() {
+        let j = Journal { format: 1, ..three_consumer_journal() };
+        let v = serde_json::to_value(&j).unwrap();
+        assert!(is_single_value(&v));
+        assert_eq!(serde_json::from_value::<Journal>(v).unwrap(), j);
+        // A format 1 runner requires `consumers`: it refuses a head.
+        assert!(serde_json::from_value::<Journal>(head(&j)).is_err());
     }
 
     #[test]

@@ -30,6 +30,7 @@
 pub mod api_error;
 pub mod audit;
 pub mod bucket;
+pub mod catchup;
 pub mod checkpoint;
 pub mod compat;
 pub mod durability;

@@ -203,6 +203,8 @@ pub struct ServerChecks {
     pub chained_instances: Vec<(String, String, String)>,
     /// Mode rolling: each consumer's live instances of the new version.
     pub live_new_version: Option<Vec<(String, usize)>>,
+    /// A's ingest rate, sampled (`None`: not read).
+    pub a_ingest: Option<crate::catchup::IngestRate>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -294,6 +296,9 @@ pub struct Plan {
     /// A move across systems: how B reaches A (B's source carries it too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<External>,
+    /// A's ingest rate when planned (B must receive at least as fast).
+    #[serde(default)]
+    pub a_ingest: Option<crate::catchup::IngestRate>,
     /// No unsafe finding.
     pub safe: bool,
 }
@@ -592,6 +597,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
     let moved = plan_consumers(&mut r, req, facts, &b_view)?;
     rule_mode(&mut r, req, facts, &moved.plans);
     rule_account_storage(&mut r, facts, &a, &b_view);
+    rule_ingest_rate(&mut r, facts);
     rule_consumers_left_behind(&mut r, req, facts);
     rule_chained_instances(&mut r, req, facts);
     rule_downstream(&mut r, req, facts);
@@ -628,6 +634,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         in_place: req.in_place,
         new_version: req.new_version.clone(),
         external: req.external.clone(),
+        a_ingest: facts.checks.a_ingest,
         safe,
     })
 }
@@ -879,6 +886,22 @@ fn rule_account_storage(
     } else {
         r.add("stream", "account storage", format!("{used} bytes used"), format!("+{need} bytes"), Verdict::Ok, if limit > 0 { format!("B's copy of A fits the account's {used_key} limit ({limit} bytes)") } else { format!("B holds a copy of A ({need} bytes) until A is deleted; the account has no {used_key} limit") });
     }
+}
+
+/// B must receive A's messages at least as fast as A stores them: above
+/// [`crate::catchup::INGEST_WARN_PER_S`] a warning (not a refusal: `run`
+/// measures B's pace while it catches up and stops before any commit if B
+/// falls behind).
+fn rule_ingest_rate(r: &mut Report, facts: &ServerFacts) {
+    use crate::catchup::INGEST_WARN_PER_S;
+    let Some(rate) = facts.checks.a_ingest else { return };
+    if rate.per_s <= INGEST_WARN_PER_S {
+        return;
+    }
+    r.add("stream", "ingest rate", format!("{:.0} msg/s", rate.per_s), "", Verdict::Ok, format!(
+        "warning: A stored {:.0} msg/s while sampled ({} ms), above {INGEST_WARN_PER_S:.0} msg/s, where sourcing into one stream was reported to top out (nats-server issue 8612): B may not catch up; run stops before the commit if B's lag keeps growing over its catch-up window; run at a quieter time if it does",
+        rate.per_s, rate.over_ms
+    ));
 }
 
 /// After the commit point A is sealed and takes nothing new: whatever else reads
@@ -1200,6 +1223,31 @@ mod tests {
         assert_eq!(p.consumers[0].b_config["filter_subject"], "orders.eu");
         assert_eq!(p.consumers[0].a_filters, Some(vec!["orders.eu".to_string()]));
         assert_eq!(p.consumers[0].b_config["deliver_policy"], "by_start_sequence");
+    }
+
+    #[test]
+    fn an_ingest_rate_above_the_sourcing_ceiling_is_warned_not_refused() {
+        use crate::catchup::IngestRate;
+        let a =
+            json!({"name": "A", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64});
+        let c = vec![consumer(json!({"durable_name": "C", "ack_policy": "explicit"}))];
+        let mut f = facts(a, c);
+        for (per_s, warned) in [(25_000.0, true), (1_000.0, false), (0.0, false)] {
+            f.checks.a_ingest = Some(IngestRate { per_s, over_ms: 250 });
+            let p = build(&req(), &f).unwrap();
+            assert!(p.safe, "a warning, not a refusal");
+            assert_eq!(p.a_ingest, Some(IngestRate { per_s, over_ms: 250 }));
+            let w = p.findings.iter().find(|x| x.setting == "ingest rate");
+            assert_eq!(w.is_some(), warned, "{per_s}: {w:?}");
+            if let Some(w) = w {
+                assert!(
+                    w.reason.starts_with("warning: A stored 25000 msg/s")
+                        && w.reason.contains("above 18000 msg/s"),
+                    "{}",
+                    w.reason
+                );
+            }
+        }
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //! (unset: a move to ORDERS_V2; `storage=memory[,retention=workqueue...]`: an
 //! in-place change through ORDERS_CUTOVER, with the plan's estimate);
 //! BENCH_MODES (drain,fence: each run cuts over once in each mode, on its own
-//! server, and the consumer gap of each handoff is reported side by side).
+//! server, and the consumer gap of each handoff is reported side by side);
+//! BENCH_PUSH (1: the durable is a push consumer with a deliver group and the
+//! workers push subscribers, drain mode only; writes push.json).
 
 use cutover_core::plan::Mode;
 use cutover_demo::load::LoadConfig;
@@ -39,6 +41,7 @@ struct Knobs {
     modes: Vec<Mode>,
     preload: u64,
     in_place: Option<serde_json::Map<String, serde_json::Value>>,
+    push: bool,
 }
 
 /// `k=v,k=v` as stream settings (a value is JSON when it reads as JSON).
@@ -62,6 +65,7 @@ impl Knobs {
             processing: Duration::from_micros(env_or("BENCH_PROCESSING_US", 1000)),
             preload: env_or("BENCH_PRELOAD", 0),
             in_place: std::env::var("BENCH_IN_PLACE").ok().map(|s| settings(&s)),
+            push: env_or("BENCH_PUSH", 0u8) == 1,
             modes: std::env::var("BENCH_MODES")
                 .unwrap_or_else(|_| "drain,fence".into())
                 .split(',')
@@ -103,8 +107,8 @@ fn run_once(rt: &tokio::runtime::Runtime, k: &Knobs, run: usize, mode: Mode) -> 
     let l = &outcome.load;
     let c = &outcome.journal.consumers[0];
     eprintln!(
-        "{} run {}: published {} processed {} lost {} duplicated {} | publisher stall {:.1} ms (retried {:.1} ms) | consumer gap {:.1} ms, handoff {:.1} ms, steady {:.2} ms | drain {} ms | gets {} | cut-over {:.1} ms",
-        mode.as_str(), run + 1, l.published, l.processed_total, l.lost.len(), l.duplicated.len(), l.max_publish_stall_ms, l.max_retried_publish_ms, l.max_consumer_gap_ms, outcome.handoff_gap_ms, outcome.steady_gap_ms,
+        "{} run {}: published {} processed {} lost {} pending on B {} duplicated {} | publisher stall {:.1} ms (retried {:.1} ms) | consumer gap {:.1} ms, handoff {:.1} ms, steady {:.2} ms | drain {} ms | gets {} | cut-over {:.1} ms",
+        mode.as_str(), run + 1, l.published, l.processed_total, l.lost_count(), l.pending_on_b, l.duplicated.len(), l.max_publish_stall_ms, l.max_retried_publish_ms, l.max_consumer_gap_ms, outcome.handoff_gap_ms, outcome.steady_gap_ms,
         c.drain_ms.unwrap_or(0), c.translate_gets.unwrap_or(0), outcome.cutover_ms
     );
     outcome
@@ -125,6 +129,7 @@ fn scenario(k: &Knobs, mode: Mode) -> ScenarioConfig {
             batch: 32,
             retry_horizon: Duration::from_secs(120),
             protocol: false,
+            push: k.push,
         },
         new_stream: if k.in_place.is_some() { "ORDERS_CUTOVER" } else { "ORDERS_V2" }.into(),
         cutover_at: Duration::from_secs(k.seconds / 3),
@@ -158,7 +163,12 @@ fn print_table(k: &Knobs, outcomes: &[Outcome], mode: Mode) {
         println!("| {name} | {:.1}{unit} | {:.1}{unit} |", median(v), max);
     };
     row("published", &|o| o.load.published as f64, "");
-    row("lost", &|o| o.load.lost.len() as f64, "");
+    row("lost", &|o| o.load.lost_count() as f64, "");
+    row(
+        "pending on B when the workers stopped (late, not lost)",
+        &|o| o.load.pending_on_b as f64,
+        "",
+    );
     row("duplicated", &|o| o.load.duplicated.len() as f64, "");
     row("max publisher stall", &|o| o.load.max_publish_stall_ms, " ms");
     row("max stall of a retried publish (subject move)", &|o| o.load.max_retried_publish_ms, " ms");
@@ -192,15 +202,20 @@ fn write_json(k: &Knobs, all: &[(Mode, Vec<Outcome>)]) {
         .flat_map(|(m, o)| o.iter().map(move |o| (m, o)))
         .map(|(m, o)| serde_json::json!({
             "mode": m.as_str(), "handoff_gap_ms": o.handoff_gap_ms, "steady_gap_ms": o.steady_gap_ms,
-            "published": o.load.published, "lost": o.load.lost.len(), "duplicated": o.load.duplicated.len(),
+            "published": o.load.published, "lost": o.load.lost_count(), "pending_on_b": o.load.pending_on_b, "duplicated": o.load.duplicated.len(),
             "max_publish_stall_ms": o.load.max_publish_stall_ms, "max_retried_publish_ms": o.load.max_retried_publish_ms, "max_consumer_gap_ms": o.load.max_consumer_gap_ms,
-            "cutover_ms": o.cutover_ms, "steps": o.step_durations(), "consumers": o.journal.consumers,
+            "cutover_ms": o.cutover_ms, "estimate_ms": o.estimate_ms, "steps": o.step_durations(), "consumers": o.journal.consumers,
         }))
         .collect();
     std::fs::write(
-        dir.join(if k.in_place.is_some() { "in_place.json" } else { "cutover.json" }),
+        dir.join(match (&k.in_place, k.push) {
+            (Some(_), _) => "in_place.json",
+            (None, true) => "push.json",
+            (None, false) => "cutover.json",
+        }),
         serde_json::to_string_pretty(
-            &serde_json::json!({"rate": k.rate, "workers": k.workers, "runs": summary}),
+            &serde_json::json!({"rate": k.rate, "workers": k.workers, "seconds": k.seconds,
+                "preload": k.preload, "in_place": k.in_place, "push": k.push, "runs": summary}),
         )
         .unwrap(),
     )

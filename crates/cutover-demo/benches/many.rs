@@ -18,7 +18,7 @@ mod common;
 use cutover_core::plan::PlanRequest;
 use cutover_demo::load::{Load, LoadConfig};
 use cutover_nats::api::Action;
-use cutover_nats::engine::{self, events::NoSink, RunOptions};
+use cutover_nats::engine::{self, events::Collect, EventKind, Progress, RunOptions};
 use cutover_nats::Js;
 use cutover_testkit::{NatsServer, PINNED_VERSION};
 use serde_json::{json, Value};
@@ -84,15 +84,20 @@ async fn one_run(n: usize, live: usize, rate: u32) -> Value {
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let t = Instant::now();
     // A run that fails is reported with its error (the workloads still end).
-    let result = engine::run(&js, plan, &RunOptions::default(), &NoSink, rx).await;
+    let events = Collect::default();
+    let result = engine::run(&js, plan, &RunOptions::default(), &events, rx).await;
     let run_s = t.elapsed().as_secs_f64();
-    let (mut lost, mut dup, mut gap, mut stall) = (0, 0, 0f64, 0f64);
-    for mut l in loads {
+    let (worst_move_gap_ms, steps) = gaps_and_steps(&events);
+    let (mut lost, mut pending, mut dup, mut gap, mut stall) = (0, 0, 0, 0f64, 0f64);
+    for (i, mut l) in loads.into_iter().enumerate() {
         tokio::time::sleep(Duration::from_secs(6).saturating_sub(l.elapsed())).await;
         l.finish_publishing().await;
         l.drain(Duration::from_secs(30)).await;
-        let r = l.stop().await;
-        lost += r.lost.len();
+        let mut r = l.stop().await;
+        // Still held by the moved durable: late, not lost.
+        r.count_pending(&js, "ORDERS_V2", &format!("c{i}")).await;
+        lost += r.lost_count();
+        pending += r.pending_on_b;
         dup += r.duplicated.len();
         gap = gap.max(r.max_consumer_gap_ms);
         stall = stall.max(r.max_publish_stall_ms);
@@ -102,7 +107,31 @@ async fn one_run(n: usize, live: usize, rate: u32) -> Value {
         Err(e) => (0, None, Some(e.to_string())),
     };
     json!({"durables": n, "live": live, "create_durables_s": create_s, "plan_s": plan_s,
+        "worst_move_gap_ms": worst_move_gap_ms, "steps_ms": steps,
         "run_s": run_s, "moved": moved, "worst_drain_ms": worst_drain, "error": error,
         "live_max_consumer_gap_ms": gap, "live_max_publish_stall_ms": stall,
-        "live_lost": lost, "live_duplicated": dup})
+        "live_lost": lost, "live_pending_on_b": pending, "live_duplicated": dup})
+}
+
+/// The worst durable's gap (its pause to its route on B, idle durables
+/// included) and where the run's time went, step by step.
+fn gaps_and_steps(events: &Collect) -> (f64, serde_json::Map<String, Value>) {
+    let events = events.0.lock().unwrap();
+    let worst = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Progress(Progress::Moved { gap_ms, .. }) => Some(*gap_ms),
+            _ => None,
+        })
+        .fold(0f64, f64::max);
+    let steps = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::StepDone { ms: Some(ms), .. } if e.step.consumer().is_none() => {
+                Some((e.step.to_string(), json!(ms)))
+            }
+            _ => None,
+        })
+        .collect();
+    (worst, steps)
 }

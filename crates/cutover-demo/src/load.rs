@@ -34,6 +34,19 @@ pub struct LoadConfig {
     /// fence mode; registered as instances `load-<i>`) instead of the route
     /// follower.
     pub protocol: bool,
+    /// Workers are push subscribers in queue group [`PUSH_GROUP`] on the
+    /// durable's deliver subject ([`push_subject`]) instead of pull workers:
+    /// the durable must be a push consumer with that subject and group. A
+    /// moved push durable keeps them, so the workers follow nothing.
+    pub push: bool,
+}
+
+/// The queue group of push workers.
+pub const PUSH_GROUP: &str = "workers";
+
+/// The deliver subject of a push workload's durable.
+pub fn push_subject(cfg: &LoadConfig) -> String {
+    format!("_deliver.{}.{}", cfg.stream, cfg.consumer)
 }
 
 impl Default for LoadConfig {
@@ -50,6 +63,7 @@ impl Default for LoadConfig {
             batch: 32,
             retry_horizon: Duration::from_secs(120),
             protocol: false,
+            push: false,
         }
     }
 }
@@ -105,8 +119,14 @@ pub struct LoadReport {
     pub published: u64,
     pub processed_unique: u64,
     pub processed_total: u64,
-    /// Published (acknowledged by JetStream) but never processed.
+    /// Published (acknowledged by JetStream) but not processed when the
+    /// workers stopped: lost, or still pending on the final durable (see
+    /// [`LoadReport::pending_on_b`]).
     pub lost: Vec<u64>,
+    /// Of `lost`, how many the final durable still held (pending or awaiting
+    /// an ack) when the workers stopped: late, not lost. Set by whoever knows
+    /// the final durable ([`LoadReport::count_pending`]); 0 until then.
+    pub pending_on_b: u64,
     /// Processed more than once: (id, times).
     pub duplicated: Vec<(u64, u32)>,
     /// Processed at least once from a JetStream redelivery (delivered > 1).
@@ -140,6 +160,23 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
+    /// Published and never processed, and not pending on the final durable.
+    pub fn lost_count(&self) -> u64 {
+        (self.lost.len() as u64).saturating_sub(self.pending_on_b)
+    }
+
+    /// Reads the final durable (`stream`/`consumer`) once the workers have
+    /// stopped: what it still holds for them is pending, not lost (at most
+    /// what was not processed).
+    pub async fn count_pending(&mut self, js: &cutover_nats::Js, stream: &str, consumer: &str) {
+        if self.lost.is_empty() {
+            return;
+        }
+        if let Ok(Some((_, c))) = js.consumer_info_opt(stream, consumer).await {
+            self.pending_on_b = (c.num_pending + c.num_ack_pending).min(self.lost.len() as u64);
+        }
+    }
+
     /// The longest time between two processed messages that overlaps
     /// `[from_ms, to_ms]` (wall clock), also one begun before it.
     pub fn gap_overlapping(&self, from_ms: f64, to_ms: f64) -> f64 {
@@ -325,6 +362,7 @@ impl Load {
             processed_unique: processed.len() as u64,
             processed_total: processed.values().map(|n| *n as u64).sum(),
             lost,
+            pending_on_b: 0,
             duplicated,
             extra,
             publish_failures: s.publish_failures.load(Ordering::Relaxed),
@@ -364,7 +402,9 @@ fn spawn_worker(
         let audit_client = client.clone();
         let handler =
             |m| process(m, shared.clone(), cfg.processing, audit.clone(), audit_client.clone());
-        if cfg.protocol {
+        if cfg.push {
+            push_worker(i, client, &cfg, stop, handler).await;
+        } else if cfg.protocol {
             let instance = InstanceOptions::new(&format!("load-{i}"), env!("CARGO_PKG_VERSION"));
             let opts = FenceOptions { batch: cfg.batch, ..FenceOptions::new(instance) };
             let r = fence::consume(client, &cfg.stream, &cfg.consumer, opts, stop, handler).await;
@@ -377,6 +417,38 @@ fn spawn_worker(
             let _ = consume_across(client, target, stream, consumer, opts, stop, handler).await;
         }
     })
+}
+
+/// A push worker: the durable's deliver subject in the queue group, each
+/// message handled then acknowledged (double ack) or nak'd.
+async fn push_worker<F, Fut>(
+    i: usize,
+    client: async_nats::Client,
+    cfg: &LoadConfig,
+    mut stop: watch::Receiver<bool>,
+    handler: F,
+) where
+    F: Fn(jetstream::Message) -> Fut,
+    Fut: std::future::Future<Output = (Outcome, jetstream::Message)>,
+{
+    use futures::StreamExt;
+    let context = jetstream::new(client.clone());
+    let mut sub = match client.queue_subscribe(push_subject(cfg), PUSH_GROUP.into()).await {
+        Ok(s) => s,
+        Err(e) => return tracing::warn!("push worker {i}: {e}"),
+    };
+    loop {
+        let message = tokio::select! {
+            _ = stop.changed() => return,
+            m = sub.next() => match m { Some(m) => m, None => return },
+        };
+        let (outcome, m) = handler(jetstream::Message { message, context: context.clone() }).await;
+        let _ = match outcome {
+            Outcome::Ack => m.double_ack().await,
+            Outcome::NakAfter(d) => m.ack_with(jetstream::AckKind::Nak(Some(d))).await,
+            Outcome::Nak | Outcome::Die => m.ack_with(jetstream::AckKind::Nak(None)).await,
+        };
+    }
 }
 
 /// One message: the processing time, its audit record (if audited), then

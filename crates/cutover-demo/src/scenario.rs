@@ -89,7 +89,12 @@ pub async fn live_cutover(
     js.stream_create(&json!({"name": l.stream, "subjects": [format!("{}.>", l.subject_prefix)], "duplicate_window": 120_000_000_000i64, "allow_direct": true})).await?;
     preload(&client, &cfg).await?;
     let deliver = if cfg.preload > 0 { "new" } else { "all" };
-    js.consumer_create(&l.stream, &l.consumer, &json!({"durable_name": l.consumer, "ack_policy": "explicit", "ack_wait": cfg.ack_wait.as_nanos() as u64, "max_ack_pending": 1000, "max_deliver": 5, "deliver_policy": deliver}), Action::Create).await?;
+    let mut durable = json!({"durable_name": l.consumer, "ack_policy": "explicit", "ack_wait": cfg.ack_wait.as_nanos() as u64, "max_ack_pending": 1000, "max_deliver": 5, "deliver_policy": deliver});
+    if l.push {
+        durable["deliver_subject"] = json!(crate::load::push_subject(l));
+        durable["deliver_group"] = json!(crate::load::PUSH_GROUP);
+    }
+    js.consumer_create(&l.stream, &l.consumer, &durable, Action::Create).await?;
     let started_ms = now_ms();
     let t0 = Instant::now();
     let load_cfg = LoadConfig { protocol: cfg.mode.is_fenced(), ..l.clone() };
@@ -115,7 +120,10 @@ pub async fn live_cutover(
     tokio::time::sleep(l.duration.saturating_sub(t0.elapsed())).await;
     load.finish_publishing().await;
     let drained = load.drain(Duration::from_secs(30)).await;
-    let report = load.stop().await;
+    let mut report = load.stop().await;
+    // In place, the durable ends on the stream's own name again.
+    let last = if cfg.in_place.is_some() { &l.stream } else { &cfg.new_stream };
+    report.count_pending(&js, last, &l.consumer).await;
     let consumer_samples = sampler.finish().await;
     let events = rec.into_events();
     let (handoff_gap_ms, steady_gap_ms) = handoff_gaps(&events, &report);

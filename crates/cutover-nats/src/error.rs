@@ -81,6 +81,18 @@ pub enum Error {
     Interrupted { id: String, step: String },
     #[error("{0}")]
     Stuck(String),
+    /// B receives A's messages slower than A stores them: the commit could
+    /// never close (checked while catching up, before any commit).
+    #[error("{to} is not catching up with {from}: over the last {window_s:.1} s {from} stored {a_per_s:.0} msg/s and {to} received {b_per_s:.0} msg/s of them, and its lag grew from {lag_from} to {lag_to} messages; nothing was committed: run again when {from}'s ingest is lower (plan shows the rate it measured), or roll back")]
+    FallingBehind {
+        from: String,
+        to: String,
+        window_s: f64,
+        a_per_s: f64,
+        b_per_s: f64,
+        lag_from: u64,
+        lag_to: u64,
+    },
     /// Fence mode needs the consumer's applications to follow the protocol;
     /// none registered (checked before any write).
     #[error("fence mode: no live application instance of {stream}/{consumer} is registered (keys inst.{stream}.{consumer}.* in KV bucket CUTOVER, docs/protocol.md); nothing was changed; start applications that follow the protocol (every instance must), or run with --mode drain")]
@@ -149,6 +161,7 @@ impl Error {
             | Error::Journal(_)
             | Error::Leased { .. }
             | Error::Stuck(_)
+            | Error::FallingBehind { .. }
             | Error::NoInstances { .. } => ErrorKind::State,
             Error::Interrupted { .. } => ErrorKind::Interrupted,
             Error::RunStopped { cause, .. } => cause.kind(),

@@ -1,5 +1,11 @@
 //! The journal, lease and route records in the `CUTOVER` KV bucket.
 //!
+//! The journal is stored as records (a head and one per consumer, see
+//! `cutover_core::journal`): a save writes only the records that changed
+//! since this store last read or wrote them, consumer records before the
+//! head, so moving 1,000 consumers writes each consumer's record when it
+//! changes rather than the whole journal.
+//!
 //! One runner at a time per source stream: the lease is a KV entry updated by
 //! revision compare-and-set, with an expiry so that a crashed runner's lease can
 //! be taken over once it lapses.
@@ -9,10 +15,13 @@ use crate::error::{Error, Result};
 use async_nats::jetstream::kv;
 use bytes::Bytes;
 use cutover_core::journal::{
-    instance_key, journal_key, lease_key, route_key, InstanceRecord, Journal, Route, BUCKET,
-    JOURNAL_FORMAT,
+    self as cj, consumer_key, instance_key, journal_key, lease_key, route_key, ConsumerRecord,
+    InstanceRecord, Journal, Route, BUCKET, JOURNAL_FORMAT,
 };
+use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::Mutex;
@@ -25,7 +34,13 @@ pub fn now_ms() -> u64 {
 pub struct JournalStore {
     kv: kv::Store,
     js: Js,
+    /// The journal records as this store last read or wrote them (key →
+    /// value): a save writes only those that differ.
+    known: Arc<std::sync::Mutex<HashMap<String, Bytes>>>,
 }
+
+/// How many journal records are read or written at once.
+const RECORDS_IN_FLIGHT: usize = 32;
 
 fn jerr(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Journal(format!("{what} in KV bucket {BUCKET}: {e}"))
@@ -75,7 +90,7 @@ impl JournalStore {
             }
         }
         let kv = ctx.get_key_value(BUCKET).await.map_err(|e| jerr("cannot open the journal", e))?;
-        Ok(Some(Self { kv, js: js.clone() }))
+        Ok(Some(Self { kv, js: js.clone(), known: Default::default() }))
     }
 
     /// Raises the bucket's replicas to `replicas` when it has fewer: the
@@ -124,29 +139,6 @@ impl JournalStore {
         }
     }
 
-    /// The journal of migration `id`. One written by a newer nats-cutover
-    /// (a higher `format`) is refused, named, before anything acts on it:
-    /// this version could misread its phases and undo the wrong things.
-    pub async fn load(&self, id: &str) -> Result<Option<Journal>> {
-        let e =
-            self.kv.entry(journal_key(id)).await.map_err(|e| jerr("cannot read the journal", e))?;
-        let Some(e) = e.filter(|e| e.operation == kv::Operation::Put) else { return Ok(None) };
-        let unreadable = |err: &dyn std::fmt::Display| {
-            jerr(&format!("journal {id} is unreadable ({err})"), "remove it with `nats kv del CUTOVER m.<id>` only if you know the migration's state")
-        };
-        let raw: serde_json::Value =
-            serde_json::from_slice(&e.value).map_err(|e| unreadable(&e))?;
-        let format = raw["format"].as_u64().unwrap_or(0);
-        if format > u64::from(JOURNAL_FORMAT) {
-            return Err(Error::NewerJournal {
-                id: id.into(),
-                found: format,
-                reads: JOURNAL_FORMAT,
-            });
-        }
-        serde_json::from_value(raw).map(Some).map_err(|e| unreadable(&e))
-    }
-
     /// The ids of every migration journaled in the bucket.
     pub async fn ids(&self) -> Result<Vec<String>> {
         let keys = self.keys_under("m.").await?;
@@ -184,13 +176,131 @@ impl JournalStore {
         Ok(out)
     }
 
+    /// The journal of migration `id`: a head and its consumer records, or a
+    /// single value written by a runner of journal format 1.
+    pub async fn load(&self, id: &str) -> Result<Option<Journal>> {
+        let unreadable = |err: String| {
+            jerr(&format!("journal {id} is unreadable ({err})"), "remove it with `nats-cutover forget` or `nats kv del CUTOVER m.<id>` only if you know the migration's state")
+        };
+        let key = journal_key(id);
+        let e = self.kv.entry(&key).await.map_err(|e| jerr("cannot read the journal", e))?;
+        let Some(e) = e.filter(|e| e.operation == kv::Operation::Put) else { return Ok(None) };
+        let head: serde_json::Value =
+            serde_json::from_slice(&e.value).map_err(|err| unreadable(err.to_string()))?;
+        // One written by a newer nats-cutover (a higher `format`) is refused,
+        // named, before anything acts on it: this version could misread its
+        // phases and undo the wrong things.
+        let format = head["format"].as_u64().unwrap_or(0);
+        if format > u64::from(JOURNAL_FORMAT) {
+            return Err(Error::NewerJournal {
+                id: id.into(),
+                found: format,
+                reads: JOURNAL_FORMAT,
+            });
+        }
+        if cj::is_single_value(&head) {
+            // Format 1: nothing is known as written, so the next save writes
+            // every consumer record, then the head in format 2.
+            return serde_json::from_value(head)
+                .map(Some)
+                .map_err(|err| unreadable(err.to_string()));
+        }
+        let names = cj::head_consumer_names(&head);
+        // Collected first: a lazily mapped stream of futures borrowing the
+        // names would make this future not `Send`.
+        let reads: Vec<_> = names
+            .into_iter()
+            .map(|n| {
+                let (k, kv) = (consumer_key(id, &n), self.kv.clone());
+                async move { (n, kv.entry(&k).await, k) }
+            })
+            .collect();
+        let reads =
+            futures::stream::iter(reads).buffered(RECORDS_IN_FLIGHT).collect::<Vec<_>>().await;
+        let mut records = HashMap::new();
+        let mut known = vec![(key, e.value)];
+        for (name, entry, k) in reads {
+            let entry = entry.map_err(|e| jerr("cannot read the journal", e))?;
+            let Some(en) = entry.filter(|e| e.operation == kv::Operation::Put) else { continue };
+            let r: ConsumerRecord =
+                serde_json::from_slice(&en.value).map_err(|err| unreadable(err.to_string()))?;
+            records.insert(name, r);
+            known.push((k, en.value));
+        }
+        let j = cj::join(&head, |n| records.remove(n)).map_err(|e| unreadable(e.to_string()))?;
+        self.known.lock().unwrap().extend(known);
+        Ok(Some(j))
+    }
+
+    /// Saves `j`: the records that changed (see [`JournalStore::save_fenced`]).
     pub async fn save(&self, j: &Journal) -> Result<()> {
-        let v = serde_json::to_vec(j).expect("journal serializes");
+        self.save_fenced(j, || async { Ok(()) }).await
+    }
+
+    /// Saves `j`, writing only the records that differ from what this store
+    /// last read or wrote: consumer records first, the head last (a new
+    /// journal exists once its head does). `hold` is called before each
+    /// write (the runner's lease check).
+    pub async fn save_fenced<F, Fut>(&self, j: &Journal, hold: F) -> Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<()>>,
+    {
+        let (head, records) = cj::split(j);
+        let mut writes: Vec<(String, Bytes)> = records
+            .iter()
+            .map(|r| (consumer_key(&j.id, &r.name), encode(r)))
+            .chain([(journal_key(&j.id), encode(&head))])
+            .collect();
+        {
+            let known = self.known.lock().unwrap();
+            writes.retain(|(k, v)| known.get(k) != Some(v));
+        }
+        let head = match writes.last() {
+            Some((k, _)) if *k == journal_key(&j.id) => writes.pop(),
+            _ => None,
+        };
+        let writes: Vec<_> = writes
+            .into_iter()
+            .map(|(k, v)| {
+                let hold = &hold;
+                async move {
+                    hold().await?;
+                    self.put_record(k, v).await
+                }
+            })
+            .collect();
+        futures::stream::iter(writes)
+            .buffer_unordered(RECORDS_IN_FLIGHT)
+            .try_collect::<Vec<()>>()
+            .await?;
+        if let Some((k, v)) = head {
+            hold().await?;
+            self.put_record(k, v).await?;
+        }
+        Ok(())
+    }
+
+    /// Consumer `name`'s record of `j`, to write with [`JournalStore::put_record`]
+    /// (the consumer's task saves its own progress, nothing else).
+    pub fn consumer_record(j: &Journal, name: &str) -> (String, Bytes) {
+        (consumer_key(&j.id, name), encode(&cj::consumer_record(j, name)))
+    }
+
+    /// Writes one journal record and remembers it as written.
+    pub async fn put_record(&self, key: String, value: Bytes) -> Result<()> {
         self.kv
-            .put(journal_key(&j.id), Bytes::from(v))
+            .put(key.as_str(), value.clone())
             .await
             .map_err(|e| jerr("cannot write the journal", e))?;
+        self.known.lock().unwrap().insert(key, value);
         Ok(())
+    }
+
+    /// Whether the bucket holds `id`'s journal as records (format 2) as far
+    /// as this store knows: a consumer record alone is written only then.
+    pub fn holds_records(&self, id: &str) -> bool {
+        self.known.lock().unwrap().contains_key(&journal_key(id))
     }
 
     pub async fn list(&self) -> Result<Vec<Journal>> {
@@ -224,9 +334,17 @@ impl JournalStore {
         Ok(out)
     }
 
-    /// Removes a journal record (and nothing else).
+    /// Removes a journal: its head first (without it there is no
+    /// migration), then its consumer records.
     pub async fn delete_journal(&self, id: &str) -> Result<()> {
-        self.kv.purge(journal_key(id)).await.map_err(|e| jerr("cannot delete the journal", e))
+        let key = journal_key(id);
+        self.kv.purge(&key).await.map_err(|e| jerr("cannot delete the journal", e))?;
+        self.known.lock().unwrap().remove(&key);
+        for k in self.keys_under(&cj::consumer_prefix(id)).await? {
+            self.kv.purge(&k).await.map_err(|e| jerr("cannot delete the journal", e))?;
+            self.known.lock().unwrap().remove(&k);
+        }
+        Ok(())
     }
 
     /// Removes the lease on `stream`, if it is the one read (compare and set
@@ -478,6 +596,10 @@ impl Lease {
             .map_err(|e| jerr("cannot release the lease", e))?;
         Ok(())
     }
+}
+
+fn encode(v: &impl Serialize) -> Bytes {
+    Bytes::from(serde_json::to_vec(v).expect("journal record serializes"))
 }
 
 fn hostname() -> String {

@@ -388,6 +388,18 @@ fn summary_section(h: &mut String, d: &ReportData) {
         "cut-over duration".into(),
         d.cutover_ms().map(ms).unwrap_or_else(|| "-".into()),
     ]);
+    if let Some(r) = d.run.plan.a_ingest {
+        // Where B would stop keeping up: the threshold plan warns at.
+        rows.push(vec![
+            format!("{}'s ingest when planned", d.run.plan.from),
+            format!(
+                "{:.0} msg/s (plan warns above {:.0} msg/s; run stops before the commit if {} falls behind)",
+                r.per_s,
+                cutover_core::catchup::INGEST_WARN_PER_S,
+                d.run.plan.to
+            ),
+        ]);
+    }
     table(h, &["measure", "value"], &rows);
     let spans = step_spans(&d.run.events, d.run.started_ms);
     let step_rows: Vec<Vec<String>> = spans
@@ -417,7 +429,11 @@ fn workload_rows(load: Option<&LoadSection>) -> Vec<Vec<String>> {
                 "processed".into(),
                 format!("{} ({} unique)", r.processed_total, r.processed_unique),
             ]);
-            rows.push(vec!["lost".into(), r.lost.len().to_string()]);
+            rows.push(vec!["lost".into(), r.lost_count().to_string()]);
+            rows.push(vec![
+                "pending on B when the workers stopped (late, not lost)".into(),
+                r.pending_on_b.to_string(),
+            ]);
             rows.push(vec!["duplicated".into(), r.duplicated.len().to_string()]);
             rows.push(vec!["extra (processed, never published)".into(), r.extra.len().to_string()]);
             rows.push(vec![
@@ -456,10 +472,11 @@ fn verification_section(h: &mut String, d: &ReportData) {
 fn workload_verification(h: &mut String, r: &LoadReport) {
     let _ = write!(
         h,
-        "<p>Every message the publisher got a JetStream ack for was compared with what the workers processed: {} published, {} processed once, {} lost, {} duplicated, {} extra, {} publish failure(s).</p>",
+        "<p>Every message the publisher got a JetStream ack for was compared with what the workers processed: {} published, {} processed once, {} lost, {} pending on B when the workers stopped (late, not lost), {} duplicated, {} extra, {} publish failure(s).</p>",
         r.published,
         r.processed_unique,
-        r.lost.len(),
+        r.lost_count(),
+        r.pending_on_b,
         r.duplicated.len(),
         r.extra.len(),
         r.publish_failures
@@ -467,7 +484,7 @@ fn workload_verification(h: &mut String, r: &LoadReport) {
     if !r.lost.is_empty() {
         let _ = write!(
             h,
-            "<p class=bad>lost (first 20): {}</p>",
+            "<p class=bad>not processed (first 20; lost unless pending on B): {}</p>",
             esc(&format!("{:?}", &r.lost[..r.lost.len().min(20)]))
         );
     }

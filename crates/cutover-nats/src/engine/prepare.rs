@@ -2,6 +2,8 @@
 
 use crate::api::Js;
 use crate::error::{Error, Result};
+use cutover_core::catchup::IngestRate;
+use cutover_core::journal::{split, Journal};
 use cutover_core::names;
 use cutover_core::plan::{self, ConfigCheck, Plan, PlanRequest, ServerChecks, ServerFacts};
 use cutover_core::version::MINIMUM;
@@ -58,6 +60,7 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
         }
     }
     let (downstream, other_streams) = streams_around(js, req).await?;
+    let a_ingest = Some(a_ingest(js, &req.from, &a_raw).await?);
     let account = Some(js.account_info().await?);
     let mut facts = ServerFacts {
         version,
@@ -67,7 +70,7 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
         other_consumers,
         downstream,
         account,
-        checks: ServerChecks { other_streams, ..Default::default() },
+        checks: ServerChecks { other_streams, a_ingest, ..Default::default() },
     };
     // A first plan tells B's configuration; the server is then asked about it.
     let draft = plan::build(req, &facts)?;
@@ -75,18 +78,31 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     if !draft.b_exists {
         facts.checks.b_config_check = Some(check_b_config(js, &draft).await?);
     }
-    if req.mode.is_fenced() {
-        let (all, new) = live_instances(js, &req.from, &draft, req.new_version.as_deref()).await?;
-        facts.checks.live_instances = Some(all);
-        if req.mode == cutover_core::plan::Mode::Rolling {
-            facts.checks.live_new_version = Some(new);
-        }
-    }
-    facts.checks.chained_instances = chained_instances(js, &req.from, &draft).await?;
+    instance_checks(js, req, &draft, &mut facts.checks).await?;
     let mut plan = plan::build(req, &facts)?;
     refuse_oversized_journal(js, &mut plan);
     super::across::refuse_missing(js, &mut plan).await?;
     Ok(plan)
+}
+
+/// What the registered application instances tell the plan: how many are
+/// live (fence and rolling modes), of the new version (rolling), and which
+/// followed an earlier migration into A.
+async fn instance_checks(
+    js: &Js,
+    req: &PlanRequest,
+    draft: &Plan,
+    checks: &mut ServerChecks,
+) -> Result<()> {
+    if req.mode.is_fenced() {
+        let (all, new) = live_instances(js, &req.from, draft, req.new_version.as_deref()).await?;
+        checks.live_instances = Some(all);
+        if req.mode == cutover_core::plan::Mode::Rolling {
+            checks.live_new_version = Some(new);
+        }
+    }
+    checks.chained_instances = chained_instances(js, &req.from, draft).await?;
+    Ok(())
 }
 
 /// Names first (nothing is sent for a bad one): each valid, none of them
@@ -155,29 +171,80 @@ async fn streams_around(
     })
 }
 
-/// The journal is one KV value: the plan plus each consumer's progress (about
-/// 2.1 KB per consumer measured with 1,000 durables). Over the server's
-/// max_payload the run could not write it: refused here, with how to split.
+/// The journal is stored as a head record (the plan without its consumers,
+/// and their names) and one record per consumer (its plan entry, findings and
+/// progress), each one KV value. A record over the server's max_payload
+/// could not be written: refused here. The margins are what the records grow
+/// by during a run (steps, an error, A's subjects; checkpoints, evidence).
 fn refuse_oversized_journal(js: &Js, plan: &mut Plan) {
+    const RECORD_MARGIN: usize = 1024;
+    let subjects = serde_json::to_vec(&plan.b_final_subjects).map(|v| v.len()).unwrap_or(0);
+    let head_margin = 2048 + subjects;
     let max = js.max_payload();
-    let per_consumer = 600;
-    let estimate = serde_json::to_vec(&*plan).map(|v| v.len()).unwrap_or(0)
-        + per_consumer * plan.consumers.len();
-    if max == 0 || estimate <= max {
+    if max == 0 {
         return;
     }
-    let per_run = plan.consumers.len() * max / estimate.max(1);
-    plan.findings.push(cutover_core::compat::Finding {
-        scope: "plan".into(),
-        setting: "consumers".into(),
-        from: plan.consumers.len().to_string(),
-        to: String::new(),
-        verdict: cutover_core::compat::Verdict::Unsafe,
-        reason: format!(
-            "the migration's journal (one KV value) would be about {estimate} bytes, over the server's max_payload of {max}: move the consumers in several runs of at most about {per_run} (--consumer ...), or raise max_payload"
-        ),
-    });
-    plan.safe = false;
+    let names: Vec<(String, Option<String>)> =
+        plan.consumers.iter().map(|c| (c.name.clone(), None)).collect();
+    let j = Journal::new(plan.clone(), vec![], &names, false, 0);
+    let (head, records) = split(&j);
+    let head_len = serde_json::to_vec(&head).map(|v| v.len()).unwrap_or(0) + head_margin;
+    let largest = records
+        .iter()
+        .map(|r| {
+            let filters =
+                r.plan.as_ref().map_or(0, |p| p.b_filters.iter().map(|f| f.len() + 3).sum());
+            (serde_json::to_vec(r).map(|v| v.len()).unwrap_or(0) + RECORD_MARGIN + filters, &r.name)
+        })
+        .max();
+    let n = plan.consumers.len();
+    let mut refuse = |setting: &str, reason: String| {
+        plan.findings.push(cutover_core::compat::Finding {
+            scope: "plan".into(),
+            setting: setting.into(),
+            from: n.to_string(),
+            to: String::new(),
+            verdict: cutover_core::compat::Verdict::Unsafe,
+            reason,
+        });
+        plan.safe = false;
+    };
+    if head_len > max {
+        let per_run = n * max / head_len;
+        refuse("consumers", format!(
+            "the migration's journal head record (the plan and {n} consumer names) would be about {head_len} bytes, over the server's max_payload of {max}: move the consumers in several runs of at most about {per_run} (--consumer ...), or raise max_payload"
+        ));
+    }
+    if let Some((len, name)) = largest.filter(|(len, _)| *len > max) {
+        let name = name.clone();
+        refuse("consumers", format!(
+            "consumer {name}'s journal record (its new configuration and findings) would be about {len} bytes, over the server's max_payload of {max}: raise max_payload"
+        ));
+    }
+}
+
+/// How long `plan` watches A's last sequence to know its ingest rate.
+const INGEST_SAMPLE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A's ingest rate: its last sequence read twice [`INGEST_SAMPLE`] apart
+/// (a measurement window, not a wait for a condition). A stream that stored
+/// nothing in the last 10 s (by its `last_ts`) is not sampled: rate 0.
+async fn a_ingest(js: &Js, from: &str, a_raw: &Value) -> Result<IngestRate> {
+    let rfc = time::format_description::well_known::Rfc3339;
+    let recent = a_raw["state"]["last_ts"]
+        .as_str()
+        .and_then(|t| time::OffsetDateTime::parse(t, &rfc).ok())
+        .is_some_and(|t| time::OffsetDateTime::now_utc() - t < time::Duration::seconds(10));
+    if !recent {
+        return Ok(IngestRate { per_s: 0.0, over_ms: 0 });
+    }
+    let (_, a0) = js.stream_info(from).await?;
+    let t0 = std::time::Instant::now();
+    tokio::time::sleep(INGEST_SAMPLE).await;
+    let (_, a1) = js.stream_info(from).await?;
+    let secs = t0.elapsed().as_secs_f64();
+    let stored = a1.state.last_seq.saturating_sub(a0.state.last_seq);
+    Ok(IngestRate { per_s: stored as f64 / secs, over_ms: (secs * 1000.0) as u64 })
 }
 
 /// Fence mode: each consumer's live registered instances (none without the

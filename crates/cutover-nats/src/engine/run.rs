@@ -15,6 +15,7 @@ use cutover_core::journal::{
 };
 use cutover_core::model::{nanos, ConsumerInfo};
 use cutover_core::plan::{ConsumerPlan, InPlaceHop, Mode, Plan};
+use futures::{StreamExt, TryStreamExt};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,6 +41,10 @@ pub struct RunOptions {
     /// How long sourcing may make no progress while A has more before a wait
     /// for it gives up (safely).
     pub stall_timeout: Duration,
+    /// While B catches up: the window over which a lag that keeps growing
+    /// (B receiving less than A stores) stops the run before any commit
+    /// (`cutover_core::catchup`).
+    pub catch_up_window: Duration,
     /// How long the commit window may last before it is undone (A takes its
     /// subjects back): publishers get no responders meanwhile.
     pub commit_timeout: Duration,
@@ -53,6 +58,10 @@ pub struct RunOptions {
     /// Mode rolling: do not wait for the instances still bound to the old
     /// consumer (it is paused for good and settled; they stay idle).
     pub proceed: bool,
+    /// How many consumers are moved at once. Each consumer's gap (its pause
+    /// to its route on B) is its own steps' time, not the whole batch's: with
+    /// 1,000 durables all at once each waited for everyone's requests.
+    pub consumers_at_once: usize,
     /// Called after each journaled step with its name (tests kill the runner here).
     pub after_step: Option<StepHook>,
 }
@@ -71,10 +80,12 @@ impl Default for RunOptions {
             settle_timeout: None,
             commit_timeout: Duration::from_secs(5),
             stall_timeout: Duration::from_secs(30),
+            catch_up_window: Duration::from_secs(10),
             max_pause: Duration::from_secs(5),
             fence_ack_timeout: Duration::from_secs(10),
             nak_delay: Duration::from_secs(30),
             proceed: false,
+            consumers_at_once: 64,
             after_step: None,
         }
     }
@@ -113,21 +124,34 @@ impl Ctx<'_> {
         self.sink.emit(Event::new(&self.id, step, kind));
     }
 
-    /// Changes one consumer's progress and saves the journal: the record of
-    /// an intent, or of what just happened.
+    /// Changes one consumer's progress and saves it: the record of an
+    /// intent, or of what just happened. Only this consumer's record is
+    /// written (its task is its only writer, so writes of different
+    /// consumers, made concurrently, never overwrite each other).
     pub(super) async fn journal_consumer(
         &self,
         name: &str,
         change: impl FnOnce(&mut cutover_core::journal::ConsumerProgress),
     ) -> Result<()> {
-        change(self.journal.lock().await.consumer_mut(name).expect("consumer in journal"));
-        self.save().await
+        if !self.store.holds_records(&self.id) {
+            // The head is not written in format 2 yet (`run` saves the whole
+            // journal before its first step, so this is a safety net).
+            change(self.journal.lock().await.consumer_mut(name).expect("consumer in journal"));
+            return self.save().await;
+        }
+        let (key, value) = {
+            let mut j = self.journal.lock().await;
+            change(j.consumer_mut(name).expect("consumer in journal"));
+            JournalStore::consumer_record(&j, name)
+        };
+        self.hold_lease().await?;
+        self.store.put_record(key, value).await
     }
 
+    /// Saves what changed in the journal, each record written under the lease.
     pub(super) async fn save(&self) -> Result<()> {
         let j = self.journal.lock().await.clone();
-        self.hold_lease().await?;
-        self.store.save(&j).await
+        self.store.save_fenced(&j, || self.hold_lease()).await
     }
 
     /// The lease is still ours (renewed if due), else [`Error::Leased`]: a
@@ -419,12 +443,14 @@ async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
     let target = a.state.last_seq;
     let mut last_emit = Instant::now();
     let mut stall = Stall::new(ctx.opts.stall_timeout);
+    let mut pace = Pace::new(ctx.opts.catch_up_window);
     loop {
         let p = source_progress(ctx.js, &to, &from).await?;
         if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= target) {
             break;
         }
         stall.check(&p, &to, &from)?;
+        pace.check(&p, &to, &from)?;
         if last_emit.elapsed() > Duration::from_millis(250) {
             let remaining = target.saturating_sub(p.sourced_origin_seq.unwrap_or(0));
             let progress = Progress::CatchUp { remaining, reported_lag: p.reported_lag };
@@ -436,6 +462,43 @@ async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
     }
     ctx.done(Step::CatchUp, t, Some(Phase::CaughtUp), StepResult::CatchUp { origin_seq: target })
         .await
+}
+
+/// B must receive A's messages at least as fast as A stores them, or the
+/// commit could never close: judged over a window of reads
+/// (`cutover_core::catchup`).
+struct Pace {
+    watch: cutover_core::catchup::Watch,
+    started: Instant,
+}
+
+impl Pace {
+    fn new(window: Duration) -> Self {
+        Self {
+            watch: cutover_core::catchup::Watch::new(window.as_millis() as u64),
+            started: Instant::now(),
+        }
+    }
+
+    fn check(&mut self, p: &super::SourceProgress, to: &str, from: &str) -> Result<()> {
+        let sample = cutover_core::catchup::Sample {
+            at_ms: self.started.elapsed().as_millis() as u64,
+            a_last: p.origin_last_seq,
+            b_origin: p.sourced_origin_seq.unwrap_or(0),
+        };
+        match self.watch.push(sample) {
+            None => Ok(()),
+            Some(f) => Err(Error::FallingBehind {
+                from: from.into(),
+                to: to.into(),
+                window_s: f.window_ms as f64 / 1000.0,
+                a_per_s: f.a_per_s,
+                b_per_s: f.b_per_s,
+                lag_from: f.lag_from,
+                lag_to: f.lag_to,
+            }),
+        }
+    }
 }
 
 /// Waits for sourcing are bounded by progress, not by time: B may take hours
@@ -532,8 +595,14 @@ async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
             .cloned()
             .collect()
     };
-    // Concurrently: each consumer drains on its own; no timer stacks up.
-    let results = futures::future::join_all(todo.iter().map(|c| move_consumer(ctx, c))).await;
+    // Concurrently (a bounded number at once): each consumer drains on its
+    // own; no timer stacks up. Every started move runs to its end (moved, or
+    // compensated) before the first error is reported.
+    let moves: Vec<_> = todo.iter().map(|c| move_consumer(ctx, c)).collect();
+    let results: Vec<Result<()>> = futures::stream::iter(moves)
+        .buffer_unordered(ctx.opts.consumers_at_once.max(1))
+        .collect()
+        .await;
     for r in results {
         r?;
     }
@@ -1439,11 +1508,17 @@ async fn retire(ctx: &Ctx<'_>) -> Result<()> {
     // it: its consumers went with it.
     let a_exists = ctx.js.stream_info_opt(&from).await?.is_some();
     if !keep {
+        // Deletes are idempotent (a resumed retire deletes again): sent
+        // several at once, all journaled retired once all are done.
+        if a_exists {
+            let deletes: Vec<_> = names.iter().map(|n| ctx.js.consumer_delete(&from, n)).collect();
+            futures::stream::iter(deletes)
+                .buffer_unordered(ctx.opts.consumers_at_once.max(1))
+                .try_collect::<Vec<()>>()
+                .await?;
+        }
+        let mut j = ctx.journal.lock().await;
         for n in &names {
-            if a_exists {
-                ctx.js.consumer_delete(&from, n).await?;
-            }
-            let mut j = ctx.journal.lock().await;
             j.consumer_mut(n).unwrap().phase = ConsumerPhase::Retired;
         }
     }

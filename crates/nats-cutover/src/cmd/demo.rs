@@ -132,6 +132,7 @@ fn scenario_config(a: &DemoArgs) -> ScenarioConfig {
             batch: 32,
             retry_horizon: DEFAULT_RETRY_HORIZON,
             protocol: false,
+            push: false,
         },
         new_stream: NEW_STREAM.into(),
         mode: match a.mode {
@@ -262,7 +263,8 @@ pub fn summary_json(o: &Outcome) -> serde_json::Value {
         "published": l.published,
         "processed": l.processed_total,
         "processed_unique": l.processed_unique,
-        "lost": l.lost.len(),
+        "lost": l.lost_count(),
+        "pending_on_b": l.pending_on_b,
         "duplicated": l.duplicated.len(),
         "extra": l.extra.len(),
         "publish_failures": l.publish_failures,
@@ -293,7 +295,11 @@ fn print_summary(o: &Outcome) {
                     "processed".into(),
                     format!("{} ({} unique)", l.processed_total, l.processed_unique)
                 ],
-                vec!["lost".into(), l.lost.len().to_string()],
+                vec!["lost".into(), l.lost_count().to_string()],
+                vec![
+                    "pending on B when the workers stopped (late, not lost)".into(),
+                    l.pending_on_b.to_string()
+                ],
                 vec!["duplicated".into(), l.duplicated.len().to_string()],
                 vec!["publish retries (same msg-id)".into(), l.publish_retries.to_string()],
                 vec![
@@ -322,8 +328,10 @@ fn print_summary(o: &Outcome) {
         outln!("VERIFIED: every published message was processed exactly once.");
     } else {
         outln!(
-            "NOT VERIFIED: lost {:?} duplicated {:?}",
+            "NOT VERIFIED: not processed {:?} ({} of them still pending on {}: late, not lost), duplicated {:?}",
             &l.lost[..l.lost.len().min(10)],
+            l.pending_on_b,
+            o.journal.to,
             &l.duplicated[..l.duplicated.len().min(10)]
         );
     }

@@ -123,6 +123,18 @@ pub fn print_plan(plan: &Plan) {
         plan.strategy.as_str(),
         plan.mode.as_str()
     );
+    match plan.a_ingest {
+        Some(r) if r.over_ms > 0 => outln!(
+            "{}'s ingest: {:.0} msg/s (sampled over {} ms; plan warns above {:.0} msg/s, and run stops before the commit if {} falls behind)",
+            plan.from,
+            r.per_s,
+            r.over_ms,
+            cutover_core::catchup::INGEST_WARN_PER_S,
+            plan.to
+        ),
+        Some(_) => outln!("{}'s ingest: idle (nothing stored in the last 10 s)", plan.from),
+        None => {}
+    }
     outln!("Server {}; relies on:", plan.server_version);
     for r in &plan.relies_on {
         outln!("  - {r}");

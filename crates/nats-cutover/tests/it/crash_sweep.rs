@@ -28,8 +28,13 @@ fn request_key(m: &async_nats::Message) -> Option<String> {
         return None;
     }
     let subject = m.subject.as_str();
+    if let Some(key) = subject.strip_prefix("$KV.CUTOVER.mc.") {
+        // A consumer's journal record: the consumer's phase it records.
+        let r: serde_json::Value = serde_json::from_slice(&m.payload).ok()?;
+        return Some(format!("journal consumer {key} {}", r["progress"]["phase"]));
+    }
     if subject.starts_with("$KV.CUTOVER.m.") {
-        // A journal write: the state it records.
+        // A journal head (or a format 1 journal): the state it records.
         let j: serde_json::Value = serde_json::from_slice(&m.payload).ok()?;
         let consumers: Vec<String> = j["consumers"]
             .as_array()

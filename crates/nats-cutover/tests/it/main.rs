@@ -13,6 +13,7 @@ mod demo;
 mod demo_server;
 mod fence;
 mod inspect;
+mod journal_records;
 mod metrics;
 mod output;
 mod plan;

@@ -651,3 +651,51 @@ async fn keep_old_consumers_leaves_them_paused_for_good() {
     );
     assert_eq!(out.code, 2, "the two options contradict each other: {out:?}");
 }
+
+/// A message still held by the durable when the workers stop is reported
+/// pending (late), not lost: here no worker runs, so every published message
+/// is unprocessed and still pending on the durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unprocessed_messages_still_on_the_durable_are_pending_not_lost() {
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let mut load =
+        Load::start(e.js.client.clone(), LoadConfig { workers: 0, ..load_cfg(500, 50) }).await;
+    until_published(&load, 50).await;
+    load.finish_publishing().await;
+    let mut r = load.stop().await;
+    assert_eq!((r.published, r.lost.len() as u64, r.lost_count()), (50, 50, 50));
+    r.count_pending(&e.js, "ORDERS", "worker").await;
+    assert_eq!((r.pending_on_b, r.lost_count()), (50, 0), "pending, not lost");
+    // A message the durable no longer holds (deleted from the stream) is lost.
+    e.js.stream_purge_below("ORDERS", None, 11).await.unwrap();
+    r.count_pending(&e.js, "ORDERS", "worker").await;
+    assert_eq!((r.pending_on_b, r.lost_count()), (40, 10));
+}
+
+/// The workload's push workers (a deliver group on the durable's deliver
+/// subject, the benchmark's push row) ride through a move exactly: the new
+/// durable keeps the subject and group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn push_workers_of_the_workload_move_exactly() {
+    let e = env().await;
+    let cfg = LoadConfig { push: true, ..load_cfg(500, 20_000) };
+    e.stream(
+        json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}),
+    )
+    .await;
+    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000,
+        "deliver_subject": cutover_demo::load::push_subject(&cfg), "deliver_group": cutover_demo::load::PUSH_GROUP})).await;
+    let load = Load::start(e.js.client.clone(), cfg).await;
+    until_processed(&load, 200).await;
+    let plan =
+        engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let j =
+        engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
+    assert_eq!(j.phase, Phase::Done);
+    let (_, b) = e.js.consumer_info("ORDERS_V2", "worker").await.unwrap();
+    assert_eq!(b.config.deliver_subject.as_deref(), Some("_deliver.ORDERS.worker"));
+    let r = finish_after(load, 200).await;
+    assert_exact(&r);
+}

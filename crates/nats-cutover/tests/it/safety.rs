@@ -633,6 +633,51 @@ async fn a_stalled_source_is_reported_not_waited_for() {
     assert!(!c.paused);
 }
 
+/// A B that receives less than A stores stops the run while it catches up,
+/// before any commit, saying so (cutover_core::catchup). Forced here: a
+/// message over B's max_msg_size (set behind the plan's back) blocks B's
+/// source while a publisher goes on storing into A, so B's lag grows in
+/// every read; the stall timeout is set far beyond the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_b_falling_behind_stops_the_run_before_the_commit() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 3).await;
+    e.ctx.publish("orders.eu", vec![b'x'; 2048].into()).await.unwrap().await.unwrap();
+    let client = e.js.client.clone();
+    let publisher = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(2));
+        loop {
+            tick.tick().await;
+            client.publish("orders.us", "m".into()).await.unwrap();
+        }
+    });
+    let mut plan =
+        engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    let ingest = plan.a_ingest.expect("plan samples A's ingest");
+    assert!(ingest.over_ms > 0 && ingest.per_s > 0.0, "A was storing while sampled: {ingest:?}");
+    plan.b_config["max_msg_size"] = json!(512);
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let opts = RunOptions {
+        catch_up_window: std::time::Duration::from_secs(1),
+        stall_timeout: std::time::Duration::from_secs(120),
+        ..Default::default()
+    };
+    let err = engine::run(&e.js, plan, &opts, &Collect::default(), rx).await.unwrap_err();
+    publisher.abort();
+    let text = err.to_string();
+    assert!(text.contains("ORDERS_V2 is not catching up with ORDERS"), "{text}");
+    assert!(text.contains("nothing was committed"), "{text}");
+    assert!(text.contains("every consumer is as it was"), "{text}");
+    assert_eq!(err.kind(), cutover_nats::ErrorKind::State);
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(a.config.subjects, vec!["orders.>".to_string()]);
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused);
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_eq!(j.phase, cutover_core::journal::Phase::BReady, "stopped while catching up");
+}
+
 /// Same bound for a message nak'd with a delay (a poison message retried with
 /// backoff): it stays ack-pending for 6 s while paused, but no single pause
 /// lasts longer than max_pause, and the move stays exact.
