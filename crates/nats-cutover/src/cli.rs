@@ -468,7 +468,10 @@ impl Command {
 /// than asked.
 fn rolling_flags(p: &PlanArgs, run: Option<&RunArgs>) -> Result<(), String> {
     let rolling = p.mode == ModeArg::Rolling;
-    if p.new_version.is_some() && !rolling {
+    // A plan file or a journal says the mode: `run` itself refuses flags
+    // that contradict it.
+    let planned = run.is_some_and(|r| r.plan_file.is_some() || r.resume.is_some());
+    if p.new_version.is_some() && !rolling && !planned {
         return Err(
             "--new-version is for a rolling upgrade: add --mode rolling, or drop --new-version"
                 .into(),
