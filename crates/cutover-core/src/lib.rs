@@ -16,6 +16,8 @@
 //!   logarithmic search that translates it to the new stream's sequence.
 //! - [`quiescence`]: the timer bound for the cases where no exact signal exists.
 //! - [`compat`]: the compatibility report (ok / changed on purpose / unsafe).
+//! - [`dual`]: strategy dual-write: the subject map, the publisher record and
+//!   registration, where a new durable starts on B, the proof.
 //! - [`plan`]: the plan document `plan` prints and `run` executes.
 //! - [`journal`]: the migration journal, lease and route records.
 //! - [`lag`]: a consumer's status over a window of reads (ok, draining,
@@ -31,6 +33,7 @@ pub mod audit;
 pub mod bucket;
 pub mod checkpoint;
 pub mod compat;
+pub mod dual;
 pub mod journal;
 pub mod lag;
 pub mod model;

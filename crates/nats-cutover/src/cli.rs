@@ -361,14 +361,14 @@ pub struct InspectArgs {
 }
 
 /// How B gets A's messages: `source` (B sources A; sequences renumbered,
-/// checkpoints translated) or `mirror` (B mirrors A and is promoted at the
-/// commit point, 2.12+; sequences kept). `dual-write` is planned and hidden;
-/// naming it is refused by [`Command::check_available`] before anything connects.
+/// checkpoints translated), `mirror` (B mirrors A and is promoted at the
+/// commit point, 2.12+; sequences kept) or `dual-write` (B has subjects of
+/// its own; publishers following docs/protocol.md write both streams, then B
+/// only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StrategyArg {
     Source,
     Mirror,
-    #[value(hide = true)]
     DualWrite,
 }
 
@@ -384,38 +384,22 @@ pub enum ModeArg {
 }
 
 impl Command {
-    /// Refuses, before anything connects, a strategy or mode that is planned
-    /// but not built yet, the same way in every command (bad input, exit 2).
+    /// Refuses, before anything connects, what a command does not do, the
+    /// same way in every command (bad input, exit 2).
     pub fn check_available(&self) -> Result<(), String> {
         match self {
-            Command::Plan(a) => available(a.strategy),
-            Command::Run(a) => available(a.plan.strategy),
             // The demo's scenario and its proof are built for strategy source.
             Command::Demo(a) if a.mode == ModeArg::Rolling => Err(
                 "the demo runs --mode drain or fence; a rolling upgrade replaces your instances one by one: try `run --mode rolling --new-version V` with applications that follow docs/protocol.md"
                     .into(),
             ),
-            Command::Demo(a) if a.strategy == StrategyArg::Mirror => Err(
-                "the demo runs strategy source; try --strategy mirror with `run` on your own streams"
+            Command::Demo(a) if a.strategy != StrategyArg::Source => Err(
+                "the demo runs strategy source; try --strategy mirror or dual-write with `run` on your own streams"
                     .into(),
             ),
-            Command::Demo(a) => available(a.strategy),
             _ => Ok(()),
         }
     }
-}
-
-fn available(strategy: StrategyArg) -> Result<(), String> {
-    fn name(v: impl ValueEnum) -> String {
-        v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
-    }
-    if strategy == StrategyArg::DualWrite {
-        return Err(format!(
-            "--strategy {} is not available in this version (it is planned); use --strategy source or mirror",
-            name(strategy)
-        ));
-    }
-    Ok(())
 }
 
 #[derive(Debug, Args, Clone)]

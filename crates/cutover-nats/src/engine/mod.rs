@@ -7,9 +7,11 @@
 //! - [`run`]: the cut-over itself, journaled and resumable.
 //! - [`rollback`]: undo before the commit point; list journals.
 //! - [`events`]: what the engine reports while it works.
+//! - `dual`: strategy dual-write's steps (docs/protocol.md, *Dual-write*).
 //! - `fence`: fence mode's handoff (docs/protocol.md), driven by `run`.
 //! - [`inplace`]: a stream's new settings under its own name, in two mirror hops.
 
+mod dual;
 pub mod events;
 mod fence;
 pub mod inplace;

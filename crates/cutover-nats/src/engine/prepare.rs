@@ -80,6 +80,9 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     if req.mode.is_fenced() {
         facts.checks.live_instances = Some(live_instances(js, &req.from, &draft).await?);
     }
+    if req.strategy == plan::Strategy::DualWrite {
+        facts.checks.live_publishers = Some(live_publishers(js, &req.from).await?);
+    }
     let mut plan = plan::build(req, &facts)?;
     refuse_oversized_journal(js, &mut plan);
     Ok(plan)
@@ -124,6 +127,17 @@ async fn live_instances(js: &Js, from: &str, draft: &Plan) -> Result<Vec<(String
         out.push((c.name.clone(), live));
     }
     Ok(out)
+}
+
+/// Strategy dual-write: the live registered publishers of `from` (none
+/// without the bucket).
+async fn live_publishers(js: &Js, from: &str) -> Result<usize> {
+    let store =
+        crate::journal::JournalStore::open(js, crate::journal::IfMissing::ReturnNone).await?;
+    Ok(match &store {
+        Some(s) => super::dual::publishers(js, s, from).await?.iter().filter(|p| p.live).count(),
+        None => 0,
+    })
 }
 
 /// When B keeps fewer messages per subject than A, the most A holds on one

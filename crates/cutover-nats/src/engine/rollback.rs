@@ -75,7 +75,14 @@ impl Undo<'_> {
 
     async fn run(&self, mut j: Journal) -> Result<Journal> {
         let b_now = self.js.stream_info_opt(&j.to).await?;
-        refuse_if_committed(&j, b_now.as_ref().map(|(_, b)| b))?;
+        if j.plan.strategy == Strategy::DualWrite {
+            // B holds its own subjects from the start; the commit is the
+            // journal's (written before the publisher record says `b`).
+            // Publishers back to A only first: A never stopped taking them.
+            super::dual::delete_record(self.store, &j.from).await?;
+        } else {
+            refuse_if_committed(&j, b_now.as_ref().map(|(_, b)| b))?;
+        }
         let a_now = self.a_still_serving(&j).await?;
         if let Some((a_raw, a)) = &a_now {
             if a.config.subjects != j.a_subjects {

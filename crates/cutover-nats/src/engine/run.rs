@@ -153,14 +153,14 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    async fn begin(&self, step: Step) -> Result<Instant> {
+    pub(super) async fn begin(&self, step: Step) -> Result<Instant> {
         self.journal.lock().await.start_step(&step, now_ms());
         self.save().await?;
         self.emit(step, EventKind::StepStarted);
         Ok(Instant::now())
     }
 
-    async fn done(
+    pub(super) async fn done(
         &self,
         step: Step,
         started: Instant,
@@ -314,6 +314,9 @@ fn stopped(e: Error, j: &Journal) -> Error {
 }
 
 async fn drive(ctx: &Ctx<'_>) -> Result<()> {
+    if ctx.journal.lock().await.plan.strategy == cutover_core::plan::Strategy::DualWrite {
+        return super::dual::drive(ctx).await;
+    }
     let phase = || async { ctx.journal.lock().await.phase };
     if phase().await < Phase::ConsumersMoved {
         super::fence::check_instances(ctx).await?;
@@ -766,7 +769,7 @@ pub(super) async fn undo_consumer(
 /// that name already on B is accepted only if it is ours (a runner died after
 /// creating it): positioned at the journaled start. On error the durable does
 /// not exist.
-async fn create_durable(
+pub(super) async fn create_durable(
     ctx: &Ctx<'_>,
     to: &str,
     name: &str,

@@ -10,6 +10,7 @@ mod common;
 mod crash_sweep;
 mod demo;
 mod demo_server;
+mod dual;
 mod fence;
 mod inspect;
 mod metrics;
