@@ -12,7 +12,8 @@
 //! - [`error`]: errors carrying what the operator needs to act.
 //! - [`journal`]: the migration journal and lease in a KV bucket.
 //! - [`engine`]: `run`, `status`, `rollback`: the cut-over, step by step.
-//! - [`verify`]: structural verification of a finished migration.
+//! - [`verify`]: structural verification of a finished migration;
+//!   [`verify_dual`]: of a dual-write migration, by msg-id.
 //! - [`observe`]: beside a run: the event recorder, the consumer sampler, and
 //!   what a run leaves for its report.
 //! - [`test_hooks`]: the crash hook, only with the `test-hooks` feature.
@@ -25,6 +26,7 @@ pub mod journal;
 pub mod observe;
 pub mod test_hooks;
 pub mod verify;
+pub mod verify_dual;
 
 pub use api::Js;
 pub use error::{Error, ErrorKind, Result};

@@ -252,6 +252,10 @@ pub struct RunArgs {
     /// idle until replaced); use with --resume after stopping a run that waits.
     #[arg(long)]
     pub proceed: bool,
+    /// --strategy dual-write: how long old and new consumers run side by side
+    /// (publishers writing both streams) before writes to the old stream stop.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+    pub side_by_side: Duration,
     /// Write a self-contained HTML report (timeline of the consumers' state with
     /// every step and checkpoint, the journal, the plan), also when the run fails.
     #[arg(long, value_name = "FILE")]

@@ -43,6 +43,9 @@ pub(super) async fn drive(ctx: &Ctx<'_>) -> Result<()> {
     if phase().await < Phase::ConsumersMoved {
         move_consumers(ctx).await?;
     }
+    if phase().await < Phase::SubjectsMoved {
+        side_by_side(ctx).await?;
+    }
     if phase().await < Phase::Sealed {
         stop_writes_to_a(ctx).await?;
     }
@@ -427,6 +430,20 @@ async fn map_start(ctx: &Ctx<'_>, from: &str, to: &str, f: u64) -> Result<u64> {
     let b_ids = ids(ctx.js, to, 1, b.state.last_seq).await?;
     let b_ids = b_ids.into_iter().map(|(s, id)| (s, id.unwrap_or_default()));
     Ok(start_after(&processed, b_ids).unwrap_or(b.state.last_seq + 1))
+}
+
+/// The operator's side-by-side period (`--side-by-side`): publishers write
+/// both streams, old and new consumers run; interruptible.
+async fn side_by_side(ctx: &Ctx<'_>) -> Result<()> {
+    let until = Instant::now() + ctx.opts.side_by_side;
+    while Instant::now() < until {
+        ctx.tick(true).await?;
+        tokio::time::sleep(
+            Duration::from_millis(20).min(until.saturating_duration_since(Instant::now())),
+        )
+        .await;
+    }
+    Ok(())
 }
 
 /// Waits until `from`/`name` has nothing pending or ack-pending, or its ack

@@ -53,6 +53,10 @@ pub struct RunOptions {
     /// Mode rolling: do not wait for the instances still bound to the old
     /// consumer (it is paused for good and settled; they stay idle).
     pub proceed: bool,
+    /// Strategy dual-write: how long old and new consumers run side by side
+    /// (publishers writing both streams) before writes to A stop; an
+    /// operator's choice, not a correctness wait (Ctrl-C ends it safely).
+    pub side_by_side: Duration,
     /// Called after each journaled step with its name (tests kill the runner here).
     pub after_step: Option<StepHook>,
 }
@@ -75,6 +79,7 @@ impl Default for RunOptions {
             fence_ack_timeout: Duration::from_secs(10),
             nak_delay: Duration::from_secs(30),
             proceed: false,
+            side_by_side: Duration::ZERO,
             after_step: None,
         }
     }

@@ -12,6 +12,7 @@ use cutover_app::instance::InstanceOptions;
 use cutover_app::worker::{self, Outcome, WorkerOptions};
 use cutover_core::dual::{publisher_key, PublisherRecord, Writes};
 use cutover_nats::journal::{IfMissing, JournalStore};
+use futures::StreamExt;
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -52,6 +53,71 @@ fn publisher(
     })
 }
 
+/// The guard's decision for a message, recording a first claim in `seen`.
+async fn guarded(guard: &Guard, seen: &Seen, m: &jetstream::Message, version: &str) -> Outcome {
+    let id = m
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Nats-Msg-Id"))
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    match guard.claim(&id).await {
+        Ok(Claim::First) => {
+            let from = m.info().map(|i| i.stream.to_string()).unwrap_or_default();
+            seen.0.lock().unwrap().push((id.clone(), from, version.into()));
+            guard.done(&id).await.expect("guard done");
+            Outcome::Ack
+        }
+        Ok(Claim::Done) => Outcome::Ack,
+        Ok(Claim::Busy) | Err(_) => Outcome::NakAfter(Duration::from_millis(100)),
+    }
+}
+
+/// An old-version application: fetches ORDERS/worker with the guard and
+/// knows nothing of routes; once the durable is gone it has nothing to do.
+fn old_worker(
+    client: async_nats::Client,
+    guard: Guard,
+    seen: Seen,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let ctx = jetstream::new(client);
+        while !*stop.borrow_and_update() {
+            let consumer = async {
+                ctx.get_stream("ORDERS")
+                    .await
+                    .ok()?
+                    .get_consumer::<jetstream::consumer::pull::Config>("worker")
+                    .await
+                    .ok()
+            };
+            let Some(c) = consumer.await else {
+                // Retired: wait to be stopped.
+                let _ = stop.changed().await;
+                continue;
+            };
+            let Ok(mut batch) =
+                c.fetch().max_messages(32).expires(Duration::from_millis(200)).messages().await
+            else {
+                continue;
+            };
+            while let Some(Ok(m)) = batch.next().await {
+                match guarded(&guard, &seen, &m, "v1").await {
+                    Outcome::Ack => {
+                        let _ = m.double_ack().await;
+                    }
+                    _ => {
+                        let _ = m
+                            .ack_with(jetstream::AckKind::Nak(Some(Duration::from_millis(100))))
+                            .await;
+                    }
+                }
+            }
+        }
+    })
+}
+
 /// A guarded worker of `version` on `stream`/worker (following its route).
 fn guarded_worker(
     client: async_nats::Client,
@@ -64,25 +130,7 @@ fn guarded_worker(
     tokio::spawn(async move {
         let handler = move |m: jetstream::Message| {
             let (guard, seen) = (guard.clone(), seen.clone());
-            async move {
-                let id = m
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get("Nats-Msg-Id"))
-                    .map(|v| v.to_string())
-                    .unwrap_or_default();
-                let outcome = match guard.claim(&id).await {
-                    Ok(Claim::First) => {
-                        let from = m.info().map(|i| i.stream.to_string()).unwrap_or_default();
-                        seen.0.lock().unwrap().push((id.clone(), from, version.into()));
-                        guard.done(&id).await.expect("guard done");
-                        Outcome::Ack
-                    }
-                    Ok(Claim::Done) => Outcome::Ack,
-                    Ok(Claim::Busy) | Err(_) => Outcome::NakAfter(Duration::from_millis(100)),
-                };
-                (outcome, m)
-            }
+            async move { (guarded(&guard, &seen, &m, version).await, m) }
         };
         worker::consume(client, stream, "worker", WorkerOptions::default(), stop, handler)
             .await
@@ -118,12 +166,10 @@ impl Live {
             Guard::open(client.clone(), "ORDERS_SEEN", Duration::from_secs(600)).await.unwrap();
         let seen = Seen::default();
         let (stop_workers, w_rx) = watch::channel(false);
-        let workers = [("ORDERS", "v1"), ("ORDERS_V2", "v2")]
-            .into_iter()
-            .map(|(s, v)| {
-                guarded_worker(client.clone(), guard.clone(), s, v, seen.clone(), w_rx.clone())
-            })
-            .collect();
+        let workers = vec![
+            old_worker(client.clone(), guard.clone(), seen.clone(), w_rx.clone()),
+            guarded_worker(client.clone(), guard.clone(), "ORDERS_V2", "v2", seen.clone(), w_rx),
+        ];
         let live = Live { sent, seen, pubs, workers, stop_pubs, stop_workers };
         live.until_seen(200).await;
         live
@@ -215,7 +261,7 @@ async fn dual_write_moves_publishers_and_consumers_live_exactly() {
     let plan = e.cli(&dual_args(&["plan"], &cfg, &[]));
     assert_eq!(plan.code, 0, "{plan:?}");
     assert!(plan.stdout.contains("another account or system"), "{plan:?}");
-    let out = e.cli(&dual_args(&["run"], &cfg, &["--yes"]));
+    let out = e.cli(&dual_args(&["run"], &cfg, &["--yes", "--side-by-side", "1s"]));
     assert_eq!(out.code, 0, "{out:?}");
     eprintln!("{}", out.stdout);
     let (writes, ids, records) = live.finish(300).await;
@@ -237,6 +283,30 @@ async fn dual_write_moves_publishers_and_consumers_live_exactly() {
     let rec: PublisherRecord = serde_json::from_slice(&rec).unwrap();
     let pairs = vec![("orders.>".to_string(), "v2.orders.>".to_string())];
     assert_eq!((rec.writes, rec.subjects), (Writes::B, pairs));
+    verify_judges_by_msg_id(&e, &store).await;
+}
+
+/// `verify` of the migration holds (every message A stored after the dual
+/// point is in B, the two sides together deliver everything); with the
+/// new durable's first message deleted from B it does not, and names it.
+async fn verify_judges_by_msg_id(e: &Env, store: &JournalStore) {
+    let out = e.cli(&["--json", "verify", "--migration", "ORDERS.ORDERS_V2"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let r = out.json();
+    let c = &r["consumers"][0];
+    eprintln!(
+        "verify: {} of A after the dual point, {} missing in B; old side {}, new side {}, guarded {}, lost {}",
+        r["a_after_point"], r["missing_in_b"], c["old"], c["new"], c["guarded"], c["lost"]
+    );
+    assert!(r["a_after_point"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!((r["missing_in_b"].as_u64(), c["lost"].as_u64()), (Some(0), Some(0)), "{r}");
+    let j = store.load("ORDERS.ORDERS_V2").await.unwrap().unwrap();
+    let start = j.consumers[0].b_start.unwrap();
+    e.js.api("delete", "STREAM.MSG.DELETE.ORDERS_V2", &json!({ "seq": start })).await.unwrap();
+    let out = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);
+    assert_eq!(out.code, 6, "{out:?}");
+    assert!(out.stdout.contains("DOES NOT HOLD"), "{out:?}");
+    assert!(out.stdout.contains("1 without a copy in ORDERS_V2"), "{out:?}");
 }
 
 /// `plan` says what dual-write needs and `run` refuses before any write:
