@@ -150,12 +150,13 @@ struct Live {
 }
 
 impl Live {
-    async fn start(e: &Env) -> Live {
+    /// With the library's publishers `names` (each at 250 msg/s).
+    async fn start(e: &Env, names: &[&'static str]) -> Live {
         let client = e.js.client.clone();
         let (stop_pubs, stop_rx) = watch::channel(false);
         let sent = Sent::default();
         let mut pubs = vec![];
-        for name in ["p1", "p2"] {
+        for name in names.iter().copied() {
             let opts = InstanceOptions::new(name, "1.0");
             let p = DualPublisher::start(client.clone(), "ORDERS", &opts, Duration::from_secs(60))
                 .await
@@ -187,7 +188,7 @@ impl Live {
     /// until every acknowledged publish was processed, stops the workers:
     /// where each publisher wrote last, the ids, and what was processed.
     async fn finish(
-        self,
+        mut self,
         more: usize,
     ) -> (Vec<Writes>, Vec<String>, Vec<(String, String, String)>) {
         let sent = &self.sent;
@@ -198,13 +199,20 @@ impl Live {
         .await;
         self.stop_pubs.send(true).unwrap();
         let mut writes = vec![];
-        for p in self.pubs {
+        for p in std::mem::take(&mut self.pubs) {
             let p = p.await.unwrap();
             writes.push(p.writes().await);
             p.stop().await.unwrap();
         }
         let (ids, errors) = sent.0.lock().unwrap().clone();
         assert!(errors.is_empty(), "publish errors: {errors:?}");
+        let records = self.drain(&ids).await;
+        (writes, ids, records)
+    }
+
+    /// Waits until every id in `ids` was processed, stops the workers and
+    /// returns what they processed.
+    async fn drain(self, ids: &[String]) -> Vec<(String, String, String)> {
         let seen = &self.seen;
         wait_until("every publish processed", Duration::from_secs(30), || async {
             let s = seen.0.lock().unwrap();
@@ -217,7 +225,7 @@ impl Live {
             w.await.unwrap();
         }
         let records = seen.0.lock().unwrap().clone();
-        (writes, ids, records)
+        records
     }
 }
 
@@ -256,7 +264,7 @@ fn dual_args<'a>(head: &[&'a str], cfg: &'a str, tail: &[&'a str]) -> Vec<&'a st
 async fn dual_write_moves_publishers_and_consumers_live_exactly() {
     let e = env().await;
     orders_stream(&e, 30_000).await;
-    let live = Live::start(&e).await;
+    let live = Live::start(&e, &["p1", "p2"]).await;
     let cfg = b_config(&e, json!(["v2.orders.>"]));
     let plan = e.cli(&dual_args(&["plan"], &cfg, &[]));
     assert_eq!(plan.code, 0, "{plan:?}");
@@ -347,7 +355,7 @@ async fn dual_write_without_subjects_or_publishers_changes_nothing() {
 async fn dual_write_rolled_back_after_the_new_durable_is_exact() {
     let e = env().await;
     orders_stream(&e, 30_000).await;
-    let live = Live::start(&e).await;
+    let live = Live::start(&e, &["p1", "p2"]).await;
     let cfg = b_config(&e, json!(["v2.orders.>"]));
     let mut args = vec!["--server", e.server.url()];
     args.extend(dual_args(&["run"], &cfg, &["--yes", "--lease-ttl", "1s"]));
@@ -372,4 +380,74 @@ async fn dual_write_rolled_back_after_the_new_durable_is_exact() {
     let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
     assert!(!a.config.sealed);
     assert!(e.js.consumer_info_opt("ORDERS", "worker").await.unwrap().is_some());
+}
+
+/// The nats-py apps through a dual-write run: the publisher written from
+/// docs/protocol.md (tests/apps/dual_publisher.py), an old-version worker
+/// on ORDERS that ignores routes and a new one that follows its route to
+/// ORDERS_V2 (tests/apps/worker.py), both with the protocol's idempotency
+/// guard: no publish error, every acknowledged message processed exactly
+/// once, the publisher ends writing B only, and verify holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nats_py_apps_follow_the_dual_write_protocol() {
+    use crate::pyapps::{lines, processed, App};
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let dir = e.server.dir();
+    let out = dir.join("py-publisher.jsonl");
+    let args = ["--server", e.server.url(), "--stream", "ORDERS", "--instance", "py-1"];
+    let rest = ["--subject", "orders", "--count", "1000000", "--rate", "300", "--id-prefix", "py"];
+    let py = App::start(
+        "dual_publisher.py",
+        &[&args[..], &rest[..], &["--out", out.to_str().unwrap()]].concat(),
+    );
+    let files = [dir.join("py-old.jsonl"), dir.join("py-new.jsonl")];
+    let worker = |f: &std::path::Path, follow: bool| {
+        let w = ["--server", e.server.url(), "--stream", "ORDERS", "--consumer", "worker"];
+        let g = ["--mode", "pull", "--guard", "ORDERS_SEEN", "--out", f.to_str().unwrap()];
+        let route: &[&str] = if follow { &["--follow-route"] } else { &[] };
+        App::start("worker.py", &[&w[..], &g[..], route].concat())
+    };
+    let workers = [worker(&files[0], false), worker(&files[1], true)];
+    wait_until("workers process", Duration::from_secs(30), || async {
+        processed(&files).len() >= 200
+    })
+    .await;
+    let cfg = b_config(&e, json!(["v2.orders.>"]));
+    let run = e.cli(&dual_args(&["run"], &cfg, &["--yes", "--side-by-side", "1s"]));
+    assert_eq!(run.code, 0, "{run:?}");
+    let at_commit = lines(&out).len();
+    wait_until("the publisher goes on", Duration::from_secs(30), || async {
+        lines(&out).len() >= at_commit + 300
+    })
+    .await;
+    py.stop();
+    let text = std::fs::read_to_string(&out).unwrap();
+    let done: serde_json::Value =
+        text.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+    assert_eq!((done["failed"].as_u64(), done["writes"].as_str()), (Some(0), Some("b")), "{done}");
+    let recs = lines(&out);
+    let ids: Vec<String> = recs.iter().map(|r| r["id"].as_str().unwrap().to_string()).collect();
+    let by = |w: &str| recs.iter().filter(|r| r["writes"] == w).count();
+    assert!(by("a") > 0 && by("dual") > 0 && by("b") > 0, "the publisher went through every state");
+    wait_until("every publish processed", Duration::from_secs(30), || async {
+        let p = processed(&files);
+        ids.iter().all(|id| p.contains_key(id))
+    })
+    .await;
+    for w in workers {
+        w.stop();
+    }
+    let p = processed(&files);
+    let twice: Vec<_> = p.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "processed twice: {twice:?}");
+    assert_eq!(p.len(), ids.len(), "processed ids no publisher had acknowledged");
+    let from_b = files.iter().flat_map(|f| lines(f)).filter(|l| l["stream"] == "ORDERS_V2").count();
+    eprintln!(
+        "nats-py: {} acknowledged ({} to A, {} to both, {} to B), 0 failed, 0 lost, 0 twice; {from_b} processed from ORDERS_V2",
+        ids.len(), by("a"), by("dual"), by("b")
+    );
+    assert!(from_b > 0);
+    let v = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);
+    assert_eq!(v.code, 0, "{v:?}");
 }
