@@ -451,3 +451,43 @@ async fn nats_py_apps_follow_the_dual_write_protocol() {
     let v = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);
     assert_eq!(v.code, 0, "{v:?}");
 }
+
+/// The runner killed after each step of a dual-write run (the crash hook),
+/// then `run --resume`: the migration finishes, and with library publishers
+/// and guarded workers running throughout, every acknowledged publish is
+/// processed exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dual_write_resumes_after_a_crash_at_each_step() {
+    for step in ["create_b", "dual_write", "consumer_created:worker", "move_publishers"] {
+        let e = env().await;
+        orders_stream(&e, 30_000).await;
+        let live = Live::start(&e, &["p1", "p2"]).await;
+        let cfg = b_config(&e, json!(["v2.orders.>"]));
+        let mut args = vec!["--server", e.server.url()];
+        args.extend(dual_args(&["run"], &cfg, &["--yes", "--lease-ttl", "1s"]));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+            .args(&args)
+            .env(cutover_nats::test_hooks::CRASH_AFTER_VAR, step)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(cutover_nats::test_hooks::CRASH_EXIT_CODE),
+            "{step}: {out:?}"
+        );
+        let n = live.seen.0.lock().unwrap().len();
+        live.until_seen(n + 100).await;
+        let resume = ["run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"];
+        let out = retry_lease(&e, &resume).await;
+        assert_eq!(out.code, 0, "{step}: {out:?}");
+        let (writes, ids, records) = live.finish(200).await;
+        assert_eq!(writes, vec![Writes::B, Writes::B], "{step}");
+        assert_once(&ids, &records);
+        let v = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);
+        assert_eq!(v.code, 0, "{step}: {v:?}");
+        eprintln!(
+            "crash after {step}, resumed: {} published, 0 lost, 0 twice, verify holds",
+            ids.len()
+        );
+    }
+}
