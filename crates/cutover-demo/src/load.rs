@@ -6,9 +6,11 @@
 
 use async_nats::jetstream;
 use bytes::Bytes;
+use cutover_app::dual::DualPublisher;
 use cutover_app::fence::{self, FenceOptions};
+use cutover_app::idempotency::{Claim, Guard};
 use cutover_app::instance::InstanceOptions;
-use cutover_app::publisher::Publisher;
+use cutover_app::publisher::{PublishFailed, Published, Publisher};
 use cutover_app::worker::{consume, Outcome, WorkerOptions};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -175,14 +177,35 @@ impl Load {
         cfg: LoadConfig,
         audit_subject: Option<String>,
     ) -> Self {
-        Self::start_inner(client, cfg, audit_subject, String::new()).await
+        let p = Pub::Plain(Box::new(Publisher::new(client.clone(), cfg.retry_horizon)));
+        Self::start_inner(client, cfg, audit_subject, String::new(), p, None).await
+    }
+
+    /// Like [`Load::start`], for strategy dual-write (docs/protocol.md,
+    /// *Dual-write*): the publisher follows the publisher record (the
+    /// library's `DualPublisher`, registered as `load-pub`) and every worker
+    /// claims each msg-id in the idempotency guard (KV bucket
+    /// `<stream>_SEEN`) before processing it.
+    pub async fn start_dual(
+        client: async_nats::Client,
+        cfg: LoadConfig,
+    ) -> Result<Self, async_nats::Error> {
+        let opts = InstanceOptions::new("load-pub", env!("CARGO_PKG_VERSION"));
+        let dp =
+            DualPublisher::start(client.clone(), &cfg.stream, &opts, cfg.retry_horizon).await?;
+        let guard =
+            Guard::open(client.clone(), &format!("{}_SEEN", cfg.stream), Duration::from_secs(600))
+                .await?;
+        let p = Pub::Dual(Arc::new(dp));
+        Ok(Self::start_inner(client, cfg, None, String::new(), p, Some(guard)).await)
     }
 
     /// Like [`Load::start`], with msg-ids `{tag}m-{i}`: several loads on one
     /// stream (each its own durable) then do not share msg-ids, which the
     /// stream's duplicate window would drop.
     pub async fn start_tagged(client: async_nats::Client, cfg: LoadConfig, tag: &str) -> Self {
-        Self::start_inner(client, cfg, None, tag.to_string()).await
+        let p = Pub::Plain(Box::new(Publisher::new(client.clone(), cfg.retry_horizon)));
+        Self::start_inner(client, cfg, None, tag.to_string(), p, None).await
     }
 
     async fn start_inner(
@@ -190,6 +213,8 @@ impl Load {
         cfg: LoadConfig,
         audit_subject: Option<String>,
         tag: String,
+        p: Pub,
+        guard: Option<Guard>,
     ) -> Self {
         let shared = Arc::new(Shared::default());
         shared.publishing.store(true, Ordering::SeqCst);
@@ -199,8 +224,9 @@ impl Load {
         let workers = (0..cfg.workers)
             .map(|i| {
                 let audit = audit_subject.clone().map(|subject| (subject, audit_worker(&cfg, i)));
+                let w = (i, guard.clone());
                 spawn_worker(
-                    i,
+                    w,
                     client.clone(),
                     cfg.clone(),
                     shared.clone(),
@@ -211,7 +237,6 @@ impl Load {
             .collect();
         let publisher = {
             let (shared, cfg) = (shared.clone(), cfg.clone());
-            let p = Publisher::new(client.clone(), cfg.retry_horizon);
             tokio::spawn(async move { publish_loop(p, cfg, shared, stop_pub_rx, tag).await })
         };
         let sampler = spawn_sampler(shared.clone(), t0);
@@ -341,7 +366,7 @@ fn audit_worker(cfg: &LoadConfig, i: usize) -> cutover_app::audit::Worker {
 /// A worker: consumes the durable wherever its route points until stopped,
 /// each message handled by [`process`].
 fn spawn_worker(
-    i: usize,
+    (i, guard): (usize, Option<Guard>),
     client: async_nats::Client,
     cfg: LoadConfig,
     shared: Arc<Shared>,
@@ -350,8 +375,16 @@ fn spawn_worker(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let audit_client = client.clone();
-        let handler =
-            |m| process(m, shared.clone(), cfg.processing, audit.clone(), audit_client.clone());
+        let handler = |m| {
+            let (shared, audit, guard) = (shared.clone(), audit.clone(), guard.clone());
+            let c = audit_client.clone();
+            async move {
+                match guard {
+                    Some(g) => guarded(m, g, shared, cfg.processing, audit, c).await,
+                    None => process(m, shared, cfg.processing, audit, c).await,
+                }
+            }
+        };
         if cfg.protocol {
             let instance = InstanceOptions::new(&format!("load-{i}"), env!("CARGO_PKG_VERSION"));
             let opts = FenceOptions { batch: cfg.batch, ..FenceOptions::new(instance) };
@@ -389,6 +422,69 @@ async fn process(
     }
     shared.count_processed(&m);
     (Outcome::Ack, m)
+}
+
+/// [`process`] behind the idempotency guard: only the first claim of an id
+/// processes it (then marks it done); a done id is acknowledged unprocessed,
+/// a busy one given back for later.
+async fn guarded(
+    m: jetstream::Message,
+    guard: Guard,
+    shared: Arc<Shared>,
+    processing: Duration,
+    audit: Audit,
+    audit_client: async_nats::Client,
+) -> (Outcome, jetstream::Message) {
+    let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).map(|v| v.to_string());
+    let id = id.unwrap_or_default();
+    match guard.claim(&id).await {
+        Ok(Claim::First) => {
+            let (outcome, m) = process(m, shared, processing, audit, audit_client).await;
+            let done = match outcome {
+                Outcome::Ack => guard.done(&id).await,
+                _ => guard.release(&id).await,
+            };
+            if let Err(e) = done {
+                tracing::warn!("idempotency guard: {e}");
+            }
+            (outcome, m)
+        }
+        Ok(Claim::Done) => (Outcome::Ack, m),
+        Ok(Claim::Busy) | Err(_) => (Outcome::NakAfter(Duration::from_millis(100)), m),
+    }
+}
+
+/// The workload's publisher: plain (retrying, A's subjects), or following
+/// the publisher record (strategy dual-write).
+#[derive(Clone)]
+enum Pub {
+    Plain(Box<Publisher>),
+    Dual(Arc<DualPublisher>),
+}
+
+impl Pub {
+    async fn publish(
+        &self,
+        subject: &str,
+        id: &str,
+        payload: Bytes,
+    ) -> Result<Published, PublishFailed> {
+        match self {
+            Pub::Plain(p) => p.publish(subject, id, payload).await,
+            Pub::Dual(p) => p.publish(subject, id, payload).await,
+        }
+    }
+
+    /// Removes a dual publisher's registration (the last clone).
+    async fn stop(self) {
+        if let Pub::Dual(p) = self {
+            if let Ok(p) = Arc::try_unwrap(p) {
+                if let Err(e) = p.stop().await {
+                    tracing::warn!("publisher registration: {e}");
+                }
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -453,7 +549,7 @@ fn spawn_sampler(shared: Arc<Shared>, t0: Instant) -> tokio::task::JoinHandle<()
 }
 
 async fn publish_loop(
-    p: Publisher,
+    p: Pub,
     cfg: LoadConfig,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
@@ -508,6 +604,7 @@ async fn publish_loop(
         }
     }
     while tasks.join_next().await.is_some() {}
+    p.stop().await;
 }
 
 impl Shared {
@@ -516,7 +613,7 @@ impl Shared {
     fn count_published(
         &self,
         id: u64,
-        r: Result<cutover_app::publisher::Published, cutover_app::publisher::PublishFailed>,
+        r: Result<Published, PublishFailed>,
         due_at: Option<Instant>,
     ) {
         match r {

@@ -5,7 +5,7 @@
 use crate::load::{Load, LoadConfig, LoadReport};
 use cutover_core::journal::Journal;
 use cutover_core::journal::Step;
-use cutover_core::plan::{Mode, Plan, PlanRequest};
+use cutover_core::plan::{Mode, Plan, PlanRequest, Strategy};
 use cutover_nats::api::Action;
 use cutover_nats::engine::{self, Event, EventKind, InPlaceRequest, RunOptions, Sink};
 use cutover_nats::journal::now_ms;
@@ -33,6 +33,10 @@ pub struct ScenarioConfig {
     pub in_place: Option<Map<String, Value>>,
     /// The handoff (fence mode runs the workload's workers on the protocol).
     pub mode: Mode,
+    /// How B gets the messages: dual-write gives B the subjects
+    /// `v2.<prefix>.>`, and the workload's publisher follows the publisher
+    /// record and its workers the idempotency guard.
+    pub strategy: Strategy,
 }
 
 /// Everything a scenario measured.
@@ -93,7 +97,14 @@ pub async fn live_cutover(
     let started_ms = now_ms();
     let t0 = Instant::now();
     let load_cfg = LoadConfig { protocol: cfg.mode.is_fenced(), ..l.clone() };
-    let mut load = Load::start(client.clone(), load_cfg).await;
+    let mut load = if cfg.strategy == Strategy::DualWrite {
+        let fail = |e: async_nats::Error| {
+            cutover_nats::Error::Stuck(format!("starting the dual-write workload: {e}"))
+        };
+        Load::start_dual(client.clone(), load_cfg).await.map_err(fail)?
+    } else {
+        Load::start(client.clone(), load_cfg).await
+    };
     let sampled = Sampled {
         from: l.stream.clone(),
         to: cfg.new_stream.clone(),
@@ -170,6 +181,11 @@ async fn cut_over(
     let mut req = PlanRequest::source(&l.stream, &cfg.new_stream, &[&l.consumer]);
     req.retry_horizon = Some(l.retry_horizon);
     req.mode = cfg.mode;
+    req.strategy = cfg.strategy;
+    if cfg.strategy == Strategy::DualWrite {
+        let subjects = json!([format!("v2.{}.>", l.subject_prefix)]);
+        req.to_config = json!({ "subjects": subjects }).as_object().cloned();
+    }
     let plan = engine::prepare_plan(js, &req).await?;
     let cut = Instant::now();
     let journal = engine::run(js, plan.clone(), &RunOptions::default(), rec, rx).await?;

@@ -392,13 +392,18 @@ impl Command {
     /// same way in every command (bad input, exit 2).
     pub fn check_available(&self) -> Result<(), String> {
         match self {
-            // The demo's scenario and its proof are built for strategy source.
+            // The demo's scenario and its proof are built for strategies
+            // source and dual-write.
             Command::Demo(a) if a.mode == ModeArg::Rolling => Err(
                 "the demo runs --mode drain or fence; a rolling upgrade replaces your instances one by one: try `run --mode rolling --new-version V` with applications that follow docs/protocol.md"
                     .into(),
             ),
-            Command::Demo(a) if a.strategy != StrategyArg::Source => Err(
-                "the demo runs strategy source; try --strategy mirror or dual-write with `run` on your own streams"
+            Command::Demo(a) if a.strategy == StrategyArg::Mirror => Err(
+                "the demo runs strategy source or dual-write; try --strategy mirror with `run` on your own streams"
+                    .into(),
+            ),
+            Command::Demo(a) if a.strategy == StrategyArg::DualWrite && a.mode != ModeArg::Drain => Err(
+                "--strategy dual-write has its own consumer handoff (old and new side by side, guarded by msg-id): leave --mode out"
                     .into(),
             ),
             _ => Ok(()),

@@ -247,9 +247,9 @@ async fn account_without_room_for_b_is_refused() {
     assert!(js.stream_info_opt("B").await.unwrap().is_none());
 }
 
-/// Every strategy is offered by plan and run; the demo runs strategy source
-/// and refuses the others (and mode rolling) as bad input before connecting,
-/// saying which command runs them.
+/// Every strategy is offered by plan and run; the demo runs strategies
+/// source and dual-write and refuses mirror, dual-write with a mode, and
+/// mode rolling as bad input before connecting, saying what runs them.
 #[test]
 fn the_demo_refuses_what_it_does_not_run() {
     for sub in ["plan", "run", "demo"] {
@@ -258,18 +258,18 @@ fn the_demo_refuses_what_it_does_not_run() {
         let help = out.stdout.to_lowercase();
         assert!(help.contains("[possible values: source, mirror, dual-write]"), "{out:?}");
     }
-    for (flag, value, wanted) in [
+    let cases: [(&[&str], &str); 3] = [
         (
-            "--strategy",
-            "dual-write",
-            "the demo runs strategy source; try --strategy mirror or dual-write with `run`",
+            &["--strategy", "mirror"],
+            "the demo runs strategy source or dual-write; try --strategy mirror with `run`",
         ),
-        ("--strategy", "mirror", "the demo runs strategy source"),
-        ("--mode", "rolling", "try `run --mode rolling --new-version V`"),
-    ] {
-        let out = cli(&["demo", flag, value]);
-        assert_eq!(out.code, BAD_INPUT, "{flag} {value}: {out:?}");
-        assert!(out.stderr.contains(wanted), "{flag} {value}: {out:?}");
+        (&["--strategy", "dual-write", "--mode", "fence"], "has its own consumer handoff"),
+        (&["--mode", "rolling"], "try `run --mode rolling --new-version V`"),
+    ];
+    for (args, wanted) in cases {
+        let out = cli(&[&["demo"][..], args].concat());
+        assert_eq!(out.code, BAD_INPUT, "{args:?}: {out:?}");
+        assert!(out.stderr.contains(wanted), "{args:?}: {out:?}");
     }
 }
 
