@@ -95,7 +95,11 @@ struct Shared {
 pub struct Load {
     shared: Arc<Shared>,
     stop_publishing: watch::Sender<bool>,
-    stop_workers: watch::Sender<bool>,
+    /// One per worker (a rolling upgrade stops them one by one).
+    stop_workers: Vec<watch::Sender<bool>>,
+    /// What a replacement worker needs (mode rolling).
+    client: async_nats::Client,
+    cfg: LoadConfig,
     publisher: tokio::task::JoinHandle<()>,
     workers: Vec<tokio::task::JoinHandle<()>>,
     sampler: tokio::task::JoinHandle<()>,
@@ -219,20 +223,16 @@ impl Load {
         let shared = Arc::new(Shared::default());
         shared.publishing.store(true, Ordering::SeqCst);
         let (stop_pub_tx, stop_pub_rx) = watch::channel(false);
-        let (stop_w_tx, stop_w_rx) = watch::channel(false);
         let t0 = Instant::now();
+        let mut stop_workers = vec![];
         let workers = (0..cfg.workers)
             .map(|i| {
                 let audit = audit_subject.clone().map(|subject| (subject, audit_worker(&cfg, i)));
-                let w = (i, guard.clone());
-                spawn_worker(
-                    w,
-                    client.clone(),
-                    cfg.clone(),
-                    shared.clone(),
-                    stop_w_rx.clone(),
-                    audit,
-                )
+                let (tx, rx) = watch::channel(false);
+                stop_workers.push(tx);
+                let version = env!("CARGO_PKG_VERSION").to_string();
+                let w = Who { i, id: format!("load-{i}"), version, guard: guard.clone() };
+                spawn_worker(w, client.clone(), cfg.clone(), shared.clone(), rx, audit)
             })
             .collect();
         let publisher = {
@@ -243,7 +243,9 @@ impl Load {
         Self {
             shared,
             stop_publishing: stop_pub_tx,
-            stop_workers: stop_w_tx,
+            stop_workers,
+            client,
+            cfg,
             publisher,
             workers,
             sampler,
@@ -272,6 +274,24 @@ impl Load {
 
     pub fn release_publishers(&self) {
         self.shared.hold.store(false, Ordering::SeqCst);
+    }
+
+    /// Mode rolling: replaces worker `i` by a protocol instance of `version`
+    /// (`load-<i>-<version>`): the new one is registered first, then the old
+    /// one stops (it finishes the message in hand and deregisters).
+    pub async fn replace_worker(&mut self, i: usize, version: &str) {
+        let (tx, rx) = watch::channel(false);
+        let id = format!("load-{i}-{}", version.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
+        let w = Who { i, id, version: version.into(), guard: None };
+        let cfg = self.cfg.clone();
+        let new = spawn_worker(w, self.client.clone(), cfg, self.shared.clone(), rx, None);
+        let _ = self.stop_workers[i].send(true);
+        self.stop_workers[i] = tx;
+        let mut old = std::mem::replace(&mut self.workers[i], new);
+        // It ends once it deregistered (given up on after 5 s).
+        if tokio::time::timeout(Duration::from_secs(5), &mut old).await.is_err() {
+            old.abort();
+        }
     }
 
     /// Stops publishing and waits for the publisher (and its retries) to finish.
@@ -304,7 +324,9 @@ impl Load {
         if !self.publisher.is_finished() {
             self.finish_publishing().await;
         }
-        let _ = self.stop_workers.send(true);
+        for s in &self.stop_workers {
+            let _ = s.send(true);
+        }
         for w in self.workers.drain(..) {
             let _ = tokio::time::timeout(Duration::from_secs(5), w).await;
         }
@@ -363,10 +385,19 @@ fn audit_worker(cfg: &LoadConfig, i: usize) -> cutover_app::audit::Worker {
     }
 }
 
+/// Who a worker is: its index, its instance id and application version
+/// (protocol workers register with them), and the guard it claims ids in.
+struct Who {
+    i: usize,
+    id: String,
+    version: String,
+    guard: Option<Guard>,
+}
+
 /// A worker: consumes the durable wherever its route points until stopped,
 /// each message handled by [`process`].
 fn spawn_worker(
-    (i, guard): (usize, Option<Guard>),
+    Who { i, id, version, guard }: Who,
     client: async_nats::Client,
     cfg: LoadConfig,
     shared: Arc<Shared>,
@@ -386,7 +417,7 @@ fn spawn_worker(
             }
         };
         if cfg.protocol {
-            let instance = InstanceOptions::new(&format!("load-{i}"), env!("CARGO_PKG_VERSION"));
+            let instance = InstanceOptions::new(&id, &version);
             let opts = FenceOptions { batch: cfg.batch, ..FenceOptions::new(instance) };
             let r = fence::consume(client, &cfg.stream, &cfg.consumer, opts, stop, handler).await;
             if let Err(e) = r {

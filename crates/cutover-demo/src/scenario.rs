@@ -8,12 +8,13 @@ use cutover_core::journal::Step;
 use cutover_core::plan::{Mode, Plan, PlanRequest, Strategy};
 use cutover_nats::api::Action;
 use cutover_nats::engine::{self, Event, EventKind, InPlaceRequest, RunOptions, Sink};
-use cutover_nats::journal::now_ms;
+use cutover_nats::journal::{now_ms, IfMissing, JournalStore};
 use cutover_nats::observe::{ConsumerSample, Recorder, Sampled, Sampler};
 use cutover_nats::Js;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 /// How often the scenario reads the consumer for the timeline.
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
@@ -113,7 +114,7 @@ pub async fn live_cutover(
     let sampler = Sampler::start(js.clone(), sampled, SAMPLE_EVERY, t0, None);
     tokio::time::sleep(cfg.cutover_at).await;
     let rec = Recorder::new(sink);
-    let result = cut_over(&js, &cfg, &rec).await;
+    let result = cut_over_beside(&js, &cfg, &rec, &mut load).await;
     let (plan, journal, cutover_ms, estimate_ms) = match result {
         Ok(x) => x,
         Err(e) => {
@@ -154,6 +155,25 @@ pub async fn live_cutover(
     })
 }
 
+/// The cut-over, and in mode rolling the instances' replacement beside it.
+async fn cut_over_beside(
+    js: &Js,
+    cfg: &ScenarioConfig,
+    rec: &Recorder<'_>,
+    load: &mut Load,
+) -> Result<(Plan, Journal, f64, Option<u64>), cutover_nats::Error> {
+    if cfg.mode != Mode::Rolling {
+        return cut_over(js, cfg, rec).await;
+    }
+    let (done_tx, done_rx) = watch::channel(false);
+    let cut = async {
+        let r = cut_over(js, cfg, rec).await;
+        let _ = done_tx.send(true);
+        r
+    };
+    tokio::join!(cut, roll(js, load, cfg, done_rx)).0
+}
+
 /// The cut-over itself: a move, or an in-place change (then the journal is
 /// hop 2's and the plan hop 1's, with the estimate of both copies).
 async fn cut_over(
@@ -181,6 +201,9 @@ async fn cut_over(
     let mut req = PlanRequest::source(&l.stream, &cfg.new_stream, &[&l.consumer]);
     req.retry_horizon = Some(l.retry_horizon);
     req.mode = cfg.mode;
+    if cfg.mode == Mode::Rolling {
+        req.new_version = Some(NEW_VERSION.into());
+    }
     req.strategy = cfg.strategy;
     if cfg.strategy == Strategy::DualWrite {
         let subjects = json!([format!("v2.{}.>", l.subject_prefix)]);
@@ -190,6 +213,32 @@ async fn cut_over(
     let cut = Instant::now();
     let journal = engine::run(js, plan.clone(), &RunOptions::default(), rec, rx).await?;
     Ok((plan, journal, cut.elapsed().as_secs_f64() * 1000.0, None))
+}
+
+/// Mode rolling: the application version the workload's instances are
+/// upgraded to (they start as the crate's version).
+pub const NEW_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "-next");
+
+/// Mode rolling: once the fence is published (the route exists), replaces
+/// the workload's instances one by one with instances of [`NEW_VERSION`], as
+/// an operator's rolling deployment would; the runner waits until no live
+/// instance is bound to the old consumer. Returns at once if the cut-over
+/// ends first (it failed).
+async fn roll(js: &Js, load: &mut Load, cfg: &ScenarioConfig, done: watch::Receiver<bool>) {
+    let l = &cfg.load;
+    let Ok(Some(store)) = JournalStore::open(js, IfMissing::Create).await else { return };
+    loop {
+        if *done.borrow() {
+            return;
+        }
+        if matches!(store.route(&l.stream, &l.consumer).await, Ok(Some(_))) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for i in 0..l.workers {
+        load.replace_worker(i, NEW_VERSION).await;
+    }
 }
 
 /// Stores `cfg.preload` messages of 128 bytes on `{prefix}.pre`: publishes

@@ -394,10 +394,6 @@ impl Command {
         match self {
             // The demo's scenario and its proof are built for strategies
             // source and dual-write.
-            Command::Demo(a) if a.mode == ModeArg::Rolling => Err(
-                "the demo runs --mode drain or fence; a rolling upgrade replaces your instances one by one: try `run --mode rolling --new-version V` with applications that follow docs/protocol.md"
-                    .into(),
-            ),
             Command::Demo(a) if a.strategy == StrategyArg::Mirror => Err(
                 "the demo runs strategy source or dual-write; try --strategy mirror with `run` on your own streams"
                     .into(),

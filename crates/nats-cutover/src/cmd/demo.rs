@@ -197,9 +197,8 @@ fn scenario_config(a: &DemoArgs) -> ScenarioConfig {
         mode: match a.mode {
             crate::cli::ModeArg::Drain => cutover_core::plan::Mode::Drain,
             // (Refused before: a rolling upgrade replaces instances.)
-            crate::cli::ModeArg::Fence | crate::cli::ModeArg::Rolling => {
-                cutover_core::plan::Mode::Fence
-            }
+            crate::cli::ModeArg::Fence => cutover_core::plan::Mode::Fence,
+            crate::cli::ModeArg::Rolling => cutover_core::plan::Mode::Rolling,
         },
         // Let the workload settle into a steady state for a third of the run.
         cutover_at: a.duration / 3,

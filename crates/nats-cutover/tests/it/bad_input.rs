@@ -248,8 +248,8 @@ async fn account_without_room_for_b_is_refused() {
 }
 
 /// Every strategy is offered by plan and run; the demo runs strategies
-/// source and dual-write and refuses mirror, dual-write with a mode, and
-/// mode rolling as bad input before connecting, saying what runs them.
+/// source and dual-write and refuses mirror and dual-write with a mode as
+/// bad input before connecting, saying what runs them.
 #[test]
 fn the_demo_refuses_what_it_does_not_run() {
     for sub in ["plan", "run", "demo"] {
@@ -258,13 +258,12 @@ fn the_demo_refuses_what_it_does_not_run() {
         let help = out.stdout.to_lowercase();
         assert!(help.contains("[possible values: source, mirror, dual-write]"), "{out:?}");
     }
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 2] = [
         (
             &["--strategy", "mirror"],
             "the demo runs strategy source or dual-write; try --strategy mirror with `run`",
         ),
         (&["--strategy", "dual-write", "--mode", "fence"], "has its own consumer handoff"),
-        (&["--mode", "rolling"], "try `run --mode rolling --new-version V`"),
     ];
     for (args, wanted) in cases {
         let out = cli(&[&["demo"][..], args].concat());
