@@ -156,6 +156,28 @@ impl LoadReport {
             .fold(0.0, f64::max)
     }
 
+    /// The largest gap inside each window of `window_ms` (consecutive,
+    /// not overlapping) from the first processed message to `until_ms`:
+    /// the steady state measured the way the handoff is (the longest gap
+    /// overlapping a window of the handoff's length). Returns the median
+    /// and the largest of those per-window maxima; `None` without a whole
+    /// window.
+    pub fn steady_window_gaps(&self, until_ms: f64, window_ms: f64) -> Option<(f64, f64)> {
+        let t = &self.processed_at_ms;
+        let first = *t.first()?;
+        if window_ms <= 0.0 {
+            return None;
+        }
+        let mut maxima = vec![];
+        let mut from = first;
+        while from + window_ms <= until_ms {
+            maxima.push(self.gap_overlapping(from, from + window_ms));
+            from += window_ms;
+        }
+        maxima.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        Some((*maxima.get(maxima.len() / 2)?, *maxima.last()?))
+    }
+
     /// The median time between two processed messages before `until_ms`.
     pub fn steady_gap_before(&self, until_ms: f64) -> f64 {
         let mut g: Vec<f64> = self

@@ -65,6 +65,12 @@ pub struct Outcome {
     pub handoff_gap_ms: f64,
     /// The median time between two processed messages before the cut-over.
     pub steady_gap_ms: f64,
+    /// The handoff's window (`move_consumers` starting to `move_publishers`
+    /// starting), and before the cut-over, over consecutive windows of that
+    /// length, the median and the largest of each window's longest gap: the
+    /// steady state measured like the handoff.
+    pub handoff_window_ms: f64,
+    pub steady_window_gap_ms: Option<(f64, f64)>,
     /// Every published message processed exactly once, nothing extra, no
     /// publisher error.
     pub verified: bool,
@@ -130,7 +136,8 @@ pub async fn live_cutover(
     let report = load.stop().await;
     let consumer_samples = sampler.finish().await;
     let events = rec.into_events();
-    let (handoff_gap_ms, steady_gap_ms) = handoff_gaps(&events, &report);
+    let (handoff_gap_ms, steady_gap_ms, handoff_window_ms, steady_window_gap_ms) =
+        handoff_gaps(&events, &report);
     let verified = drained
         && report.lost.is_empty()
         && report.duplicated.is_empty()
@@ -151,6 +158,8 @@ pub async fn live_cutover(
         estimate_ms,
         handoff_gap_ms,
         steady_gap_ms,
+        handoff_window_ms,
+        steady_window_gap_ms,
         verified,
     })
 }
@@ -268,12 +277,26 @@ async fn preload(
 }
 
 /// The consumer gap overlapping the consumers' move (from `move_consumers`
-/// starting to `move_publishers` starting), and the steady-state gap before it.
-fn handoff_gaps(events: &[Event], report: &LoadReport) -> (f64, f64) {
+/// starting to `move_publishers` starting), the steady-state median gap
+/// before it, the window's length, and the steady state's window maxima
+/// over windows of that length (before the cut-over's first step).
+fn handoff_gaps(events: &[Event], report: &LoadReport) -> (f64, f64, f64, Option<(f64, f64)>) {
+    let (moving, moved) = handoff_window(events);
+    let first_step = events.iter().filter(|e| e.kind == EventKind::StepStarted).map(|e| e.ts_ms);
+    let cut_start = first_step.min().map(|t| t as f64).unwrap_or(moving);
+    (
+        report.gap_overlapping(moving, moved),
+        report.steady_gap_before(moving),
+        moved - moving,
+        report.steady_window_gaps(cut_start, moved - moving),
+    )
+}
+
+/// When `move_consumers` and `move_publishers` started (wall clock, ms).
+fn handoff_window(events: &[Event]) -> (f64, f64) {
     let started = |step: Step| {
         let e = events.iter().find(|e| e.step == step && e.kind == EventKind::StepStarted);
         e.map(|e| e.ts_ms as f64).unwrap_or(0.0)
     };
-    let (moving, moved) = (started(Step::MoveConsumers), started(Step::MovePublishers));
-    (report.gap_overlapping(moving, moved), report.steady_gap_before(moving))
+    (started(Step::MoveConsumers), started(Step::MovePublishers))
 }

@@ -315,6 +315,8 @@ pub fn summary_json(o: &Outcome) -> serde_json::Value {
         "max_consumer_gap_ms": l.max_consumer_gap_ms,
         "handoff_gap_ms": o.handoff_gap_ms,
         "steady_gap_ms": o.steady_gap_ms,
+        "handoff_window_ms": o.handoff_window_ms,
+        "steady_window_gap_ms": o.steady_window_gap_ms.map(|(median, max)| json!({"median": median, "max": max})),
         "mode": o.plan.mode.as_str(),
         "strategy": o.plan.strategy.as_str(),
         "cutover_ms": o.cutover_ms,
