@@ -226,7 +226,10 @@ async fn start_dual(ctx: &Ctx<'_>) -> Result<()> {
         Ok(x) => x,
         Err(e) => {
             undo_dual(ctx, &from).await?;
-            return Err(e);
+            return Err(match e {
+                Error::Unsafe(m) => Error::Unsafe(format!("{m}; the publisher record was removed again (publishers write {from} only): stop that publisher or make it follow the record, then run again")),
+                e => e,
+            });
         }
     };
     ctx.journal.lock().await.dual.as_mut().expect("journaled").proved_to = Some(proved);
@@ -288,7 +291,7 @@ async fn prove(ctx: &Ctx<'_>, from: &str, to: &str, point: u64) -> Result<u64> {
             return Ok(last);
         }
         if Instant::now() > deadline {
-            return Err(Error::Unsafe(format!("{} of {from}'s messages after the dual point {point} have no copy in {to} (first sequences: {:?}): some publisher of {from} does not follow docs/protocol.md (it writes {from} only); stop it or make it follow the publisher record, then run again", missing.len(), &missing[..missing.len().min(5)])));
+            return Err(Error::Unsafe(format!("{} of {from}'s messages after the dual point {point} have no copy in {to} (first sequences: {:?}): some publisher of {from} does not follow docs/protocol.md (it writes {from} only)", missing.len(), &missing[..missing.len().min(5)])));
         }
         ctx.tick(true).await?;
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -474,6 +477,9 @@ async fn finish_tail(ctx: &Ctx<'_>, from: &str, name: &str) -> Result<()> {
 /// no sealed check, stream.go processJetStreamMsg refuses only new messages).
 async fn stop_writes_to_a(ctx: &Ctx<'_>) -> Result<()> {
     let t = ctx.begin(Step::MovePublishers).await?;
+    if ctx.journal.lock().await.phase < Phase::SubjectsMoved {
+        prove_again(ctx).await?;
+    }
     let from = {
         let mut j = ctx.journal.lock().await;
         j.phase = j.phase.max(Phase::SubjectsMoved);
@@ -498,6 +504,26 @@ async fn stop_writes_to_a(ctx: &Ctx<'_>) -> Result<()> {
     let result =
         StepResult::MovePublishers { a_final_seq, no_stream_window_ms: None, reconciled: false };
     ctx.done(Step::MovePublishers, t, Some(Phase::Sealed), result).await
+}
+
+/// Before the commit, the proof again over what A received since the last
+/// one: B must hold every id A received while both were written (a
+/// publisher that does not follow the protocol may have written A alone
+/// meanwhile). Such messages will never be in B: the run stops before the
+/// commit, and only a rollback is left.
+async fn prove_again(ctx: &Ctx<'_>) -> Result<()> {
+    let (from, to, id, since) = {
+        let j = ctx.journal.lock().await;
+        let d = j.dual.as_ref();
+        let since = d.and_then(|d| d.proved_to.or(d.point)).unwrap_or(0);
+        (j.from.clone(), j.to.clone(), j.id.clone(), since)
+    };
+    let proved = prove(ctx, &from, &to, since).await.map_err(|e| match e {
+        Error::Unsafe(m) => Error::Unsafe(format!("{m}; those messages cannot reach {to} any more: undo with `nats-cutover rollback {id}` (nothing was lost: {from} and its consumer hold them)")),
+        e => e,
+    })?;
+    ctx.journal.lock().await.dual.as_mut().expect("journaled").proved_to = Some(proved);
+    ctx.save().await
 }
 
 /// Lets each old consumer finish A's tail while it makes progress, then

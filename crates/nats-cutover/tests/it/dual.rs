@@ -190,6 +190,7 @@ impl Live {
     async fn finish(
         mut self,
         more: usize,
+        extra: &[String],
     ) -> (Vec<Writes>, Vec<String>, Vec<(String, String, String)>) {
         let sent = &self.sent;
         let now = sent.0.lock().unwrap().0.len();
@@ -204,8 +205,9 @@ impl Live {
             writes.push(p.writes().await);
             p.stop().await.unwrap();
         }
-        let (ids, errors) = sent.0.lock().unwrap().clone();
+        let (mut ids, errors) = sent.0.lock().unwrap().clone();
         assert!(errors.is_empty(), "publish errors: {errors:?}");
+        ids.extend_from_slice(extra);
         let records = self.drain(&ids).await;
         (writes, ids, records)
     }
@@ -272,7 +274,7 @@ async fn dual_write_moves_publishers_and_consumers_live_exactly() {
     let out = e.cli(&dual_args(&["run"], &cfg, &["--yes", "--side-by-side", "1s"]));
     assert_eq!(out.code, 0, "{out:?}");
     eprintln!("{}", out.stdout);
-    let (writes, ids, records) = live.finish(300).await;
+    let (writes, ids, records) = live.finish(300, &[]).await;
     assert_eq!(writes, vec![Writes::B, Writes::B]);
     assert_once(&ids, &records);
     let from_b = records.iter().filter(|r| r.1 == "ORDERS_V2").count();
@@ -372,7 +374,7 @@ async fn dual_write_rolled_back_after_the_new_durable_is_exact() {
     live.until_seen(n + 200).await;
     let out = retry_lease(&e, &["rollback", "ORDERS.ORDERS_V2"]).await;
     assert_eq!(out.code, 0, "{out:?}");
-    let (writes, ids, records) = live.finish(300).await;
+    let (writes, ids, records) = live.finish(300, &[]).await;
     assert_eq!(writes, vec![Writes::A, Writes::A]);
     assert_once(&ids, &records);
     assert!(e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none());
@@ -480,7 +482,7 @@ async fn dual_write_resumes_after_a_crash_at_each_step() {
         let resume = ["run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"];
         let out = retry_lease(&e, &resume).await;
         assert_eq!(out.code, 0, "{step}: {out:?}");
-        let (writes, ids, records) = live.finish(200).await;
+        let (writes, ids, records) = live.finish(200, &[]).await;
         assert_eq!(writes, vec![Writes::B, Writes::B], "{step}");
         assert_once(&ids, &records);
         let v = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);
@@ -490,4 +492,60 @@ async fn dual_write_resumes_after_a_crash_at_each_step() {
             ids.len()
         );
     }
+}
+
+/// A publisher that does not follow the protocol writes ORDERS alone while
+/// the library's publishers write both: the proof before the commit finds
+/// its messages missing in ORDERS_V2 and the run stops before the commit,
+/// naming them and the rollback; after the rollback every acknowledged
+/// message (the stray publisher's too) is processed exactly once from
+/// ORDERS, and publishers write ORDERS only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_publisher_outside_the_protocol_stops_the_run_before_the_commit() {
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let live = Live::start(&e, &["p1"]).await;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stray =
+        cutover_app::publisher::Publisher::new(e.js.client.clone(), Duration::from_secs(60));
+    let stray_sent = Sent::default();
+    let stray_task = {
+        let (sent, mut stop) = (stray_sent.clone(), stop_rx);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(5));
+            let mut i = 0;
+            while !*stop.borrow_and_update() {
+                tick.tick().await;
+                let id = format!("stray-{i}");
+                if stray.publish("orders.stray", &id, "s".into()).await.is_ok() {
+                    sent.0.lock().unwrap().0.push(id);
+                }
+                i += 1;
+            }
+        })
+    };
+    let cfg = b_config(&e, json!(["v2.orders.>"]));
+    let tail = ["--yes", "--side-by-side", "1s", "--fence-ack-timeout", "1s"];
+    let out = e.cli(&dual_args(&["run"], &cfg, &tail));
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("have no copy in ORDERS_V2"), "{out:?}");
+    assert!(out.stderr.contains("nats-cutover rollback ORDERS.ORDERS_V2"), "{out:?}");
+    let store = JournalStore::open(&e.js, IfMissing::ReturnNone).await.unwrap().unwrap();
+    let j = store.load("ORDERS.ORDERS_V2").await.unwrap().unwrap();
+    assert!(!j.phase.committed(), "{:?}", j.phase);
+    let out = retry_lease(&e, &["rollback", "ORDERS.ORDERS_V2"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    stop_tx.send(true).unwrap();
+    stray_task.await.unwrap();
+    let stray_ids = stray_sent.0.lock().unwrap().0.clone();
+    let (writes, ids, records) = live.finish(100, &stray_ids).await;
+    assert_eq!(writes, vec![Writes::A]);
+    assert_once(&ids, &records);
+    let stray_done = records.iter().filter(|r| r.0.starts_with("stray-")).count();
+    eprintln!(
+        "stray publisher: {} acknowledged, all processed once after the rollback ({stray_done})",
+        stray_ids.len()
+    );
+    assert_eq!(stray_done, stray_ids.len());
+    assert!(e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none());
 }
