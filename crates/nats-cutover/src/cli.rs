@@ -252,6 +252,13 @@ pub struct RunArgs {
     /// idle until replaced); use with --resume after stopping a run that waits.
     #[arg(long)]
     pub proceed: bool,
+    /// For publishers that never retry: during the commit window the runner
+    /// answers the JetStream publishes that carry a Nats-Msg-Id itself and
+    /// stores each where the subjects are once a stream holds them again,
+    /// returning that stream's ack (publishes without one are not answered:
+    /// only with msg-ids is it exact).
+    #[arg(long)]
+    pub answer_publishes: bool,
     /// --strategy dual-write: how long old and new consumers run side by side
     /// (publishers writing both streams) before writes to the old stream stop.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]

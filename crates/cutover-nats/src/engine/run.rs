@@ -57,6 +57,10 @@ pub struct RunOptions {
     /// (publishers writing both streams) before writes to A stop; an
     /// operator's choice, not a correctness wait (Ctrl-C ends it safely).
     pub side_by_side: Duration,
+    /// Answer the JetStream publishes (with a msg-id) on the publishers'
+    /// subjects during the commit window, and store them once a stream holds
+    /// the subjects again (`super::bridge`): for publishers that never retry.
+    pub answer_publishes: bool,
     /// Called after each journaled step with its name (tests kill the runner here).
     pub after_step: Option<StepHook>,
 }
@@ -80,6 +84,7 @@ impl Default for RunOptions {
             nak_delay: Duration::from_secs(30),
             proceed: false,
             side_by_side: Duration::ZERO,
+            answer_publishes: false,
             after_step: None,
         }
     }
@@ -1193,7 +1198,8 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
     ctx.journal.lock().await.phase = Phase::SubjectsReleased;
     ctx.save().await?;
     let released = Instant::now();
-    match commit_window(ctx, &from, &to, &final_subjects).await {
+    let (committed, given_back) = commit_or_give_back(ctx, &from, &to, &final_subjects).await?;
+    match committed {
         Ok(a_final) => {
             let window_ms = released.elapsed().as_secs_f64() * 1000.0;
             ctx.done(
@@ -1208,7 +1214,7 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
             )
             .await
         }
-        Err(e) => match give_subjects_back(ctx, &from, &to, &final_subjects).await {
+        Err(e) => match given_back.expect("given back on error") {
             Ok(true) => {
                 // B held the subjects after all (its update answered late).
                 let a_final = ctx.js.stream_info(&from).await?.1.state.last_seq;
@@ -1234,6 +1240,40 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
             Err(e2) => Err(Error::Stuck(format!("the commit did not complete ({e}) and giving {from} its subjects back failed too ({e2}): publishers may have no stream; run `nats-cutover run --resume {}` now", ctx.id))),
         },
     }
+}
+
+/// The commit window and, if it failed, A's subjects given back; with
+/// `--answer-publishes` the publishes of the window are answered beside it
+/// (`super::bridge`), once a stream holds the subjects again.
+async fn commit_or_give_back(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    final_subjects: &[String],
+) -> Result<(Result<u64>, Option<Result<bool>>)> {
+    let bridge = match ctx.opts.answer_publishes {
+        true => {
+            let subjects = ctx.journal.lock().await.a_subjects.clone();
+            Some(super::bridge::Bridge::open(&ctx.js.client, &subjects).await?)
+        }
+        false => None,
+    };
+    let committed = commit_window(ctx, from, to, final_subjects).await;
+    let given_back = match &committed {
+        Ok(_) => None,
+        Err(_) => Some(give_subjects_back(ctx, from, to, final_subjects).await),
+    };
+    if let Some(b) = bridge {
+        // A stream holds the subjects again (unless giving them back failed).
+        let a = b.flush(&ctx.js.client, ctx.opts.commit_timeout).await;
+        tracing::info!(
+            stored = a.stored,
+            duplicates = a.duplicates,
+            failed = a.failed,
+            "publishes answered during the commit window"
+        );
+    }
+    Ok((committed, given_back))
 }
 
 /// The window itself; returns A's final sequence. Bounded by the commit

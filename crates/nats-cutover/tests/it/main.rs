@@ -3,6 +3,7 @@
 
 mod auth;
 mod bad_input;
+mod bridge;
 mod buckets;
 mod chaos;
 mod cluster;
