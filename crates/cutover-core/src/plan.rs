@@ -929,6 +929,9 @@ fn create_b_detail(req: &PlanRequest, b_exists: bool, dw: Duration, features: Fe
     }
 }
 
+/// What the commit-point step says of publishers that never retry.
+const BRIDGE: &str = "for publishers that never retry, `run --answer-publishes` has the runner answer the window's publishes itself and store them once a stream holds the subjects (exact only for publishes with a Nats-Msg-Id, the only ones it answers; others time out)";
+
 /// The steps `run` takes, in order.
 fn steps(
     req: &PlanRequest,
@@ -968,7 +971,7 @@ fn steps(
     }
     if mirror {
         add("commit point: move publishers", format!(
-            "update {a}: subjects [], wait until {b} holds every message {a} stored, promote {b} (remove its mirror and take subjects {s:?} in one update); publishes in between get no responders and are retried with the same Nats-Msg-Id, and a retry of a message {a} already stored meets its id in {b}'s window",
+            "update {a}: subjects [], wait until {b} holds every message {a} stored, promote {b} (remove its mirror and take subjects {s:?} in one update); publishes in between get no responders and are retried with the same Nats-Msg-Id, and a retry of a message {a} already stored meets its id in {b}'s window; {BRIDGE}",
             a = req.from, b = req.to, s = b_final_subjects
         ));
         add("seal A", format!("seal {} (nothing can enter it any more)", req.from));
@@ -988,7 +991,7 @@ fn steps(
         return steps;
     }
     add("commit point: move publishers", format!(
-        "update {a}: subjects [], wait until {b} holds every message {a} stored, update {b}: subjects {s:?}; publishes in between get no responders and are retried with the same Nats-Msg-Id, and a retry of a message {a} already stored meets its sourced copy in {b}'s duplicate window",
+        "update {a}: subjects [], wait until {b} holds every message {a} stored, update {b}: subjects {s:?}; publishes in between get no responders and are retried with the same Nats-Msg-Id, and a retry of a message {a} already stored meets its sourced copy in {b}'s duplicate window; {BRIDGE}",
         a = req.from, b = req.to, s = b_final_subjects
     ));
     add(
