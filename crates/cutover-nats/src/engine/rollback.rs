@@ -163,7 +163,14 @@ impl Undo<'_> {
                 true => self.js.consumer_info_opt(&j.to, &c.name).await?,
                 false => None,
             };
-            if let Some((_, bc)) = on_b {
+            if on_b.is_some() && j.plan.strategy == Strategy::DualWrite {
+                // Dual-write: the old durable never stopped and both sides
+                // claim each id in the idempotency guard, so the new durable
+                // is only deleted (settling it could wait forever: a paused
+                // durable does not redeliver what its instances nak'd as
+                // claimed elsewhere).
+                self.js.consumer_delete(&j.to, &c.name).await?;
+            } else if let Some((_, bc)) = on_b {
                 let f_b = self.settle_new_durable(j, &c.name, &bc).await?;
                 if f_b >= c.b_start.unwrap_or(u64::MAX) && a_serving {
                     if j.plan.mode.is_fenced() {
