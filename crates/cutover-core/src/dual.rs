@@ -580,4 +580,41 @@ mod tests {
         assert_eq!(r.first_missing, vec![5]);
         assert_eq!(r.consumers[0].first_lost, vec![("A".to_string(), 5, "d5".to_string())]);
     }
+
+    #[test]
+    fn the_plan_pairs_subjects_maps_filters_and_explains_the_choice() {
+        use crate::plan::{build, PlanRequest, ServerFacts};
+        use crate::version::ServerVersion;
+        use serde_json::json;
+        let a = json!({"name": "A", "subjects": ["orders.*.new"], "retention": "limits", "duplicate_window": 120_000_000_000i64});
+        let c = json!({"name": "C", "config": {"durable_name": "C", "ack_policy": "explicit", "filter_subject": "orders.eu.new"}});
+        let mut facts = ServerFacts {
+            version: ServerVersion::new(2, 15, 1),
+            a_raw: json!({"config": a, "state": {"messages": 1, "bytes": 1, "first_seq": 1, "last_seq": 1}}),
+            b_raw: None,
+            consumers_raw: vec![c],
+            other_consumers: vec![],
+            downstream: vec![],
+            account: None,
+            checks: Default::default(),
+        };
+        facts.checks.live_publishers = Some(2);
+        let mut req = PlanRequest::source("A", "B", &["C"]);
+        req.strategy = Strategy::DualWrite;
+        req.to_config = json!({"subjects": ["v2.orders.*"]}).as_object().cloned();
+        let p = build(&req, &facts).unwrap();
+        assert!(p.safe, "{}", p.unsafe_reasons());
+        assert_eq!(p.b_config["subjects"], json!(["v2.orders.*"]));
+        assert!(p.b_config.get("sources").is_none() && p.b_config.get("mirror").is_none());
+        assert_eq!(p.b_config["duplicate_window"], json!(120_000_000_000i64));
+        assert_eq!(p.consumers[0].b_filters, vec!["v2.orders.eu".to_string()]);
+        let why = p.findings.iter().find(|f| f.setting == "strategy").unwrap();
+        assert!(
+            why.reason.contains("another account or system")
+                && why.reason.contains("not the right choice")
+        );
+        facts.checks.live_publishers = Some(0);
+        let p = build(&req, &facts).unwrap();
+        assert!(!p.safe && p.unsafe_reasons().contains("no live publisher of A"));
+    }
 }
