@@ -293,6 +293,9 @@ async fn dual_write_moves_publishers_and_consumers_live_exactly() {
     let rec: PublisherRecord = serde_json::from_slice(&rec).unwrap();
     let pairs = vec![("orders.>".to_string(), "v2.orders.>".to_string())];
     assert_eq!((rec.writes, rec.subjects), (Writes::B, pairs));
+    let status = e.cli(&["status", "ORDERS.ORDERS_V2"]);
+    assert_eq!(status.code, 0, "{status:?}");
+    assert!(status.stdout.contains("dual_write"), "{status:?}");
     verify_judges_by_msg_id(&e, &store).await;
 }
 
