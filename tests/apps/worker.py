@@ -70,6 +70,7 @@ def parse_args(argv=None):
     p.add_argument("--group", help="push: queue group (default: the consumer's deliver group)")
     p.add_argument("--follow-route", action="store_true", help=f"follow route.S.C in KV bucket {ROUTE_BUCKET}")
     p.add_argument("--ack-timeout", type=float, default=1.0, help="seconds to wait for the server's ack reply")
+    p.add_argument("--guard", metavar="BUCKET", help="claim each Nats-Msg-Id in this KV bucket first (docs/protocol.md, idempotency guard)")
     return p.parse_args(argv)
 
 
@@ -273,10 +274,37 @@ class Worker:
 
     # ---- message handling ------------------------------------------------
 
+    async def claim(self, msg_id):
+        """The idempotency guard of docs/protocol.md: "first", "done" or "busy"."""
+        plain = msg_id and all(c.isalnum() or c in "-_=./" for c in msg_id) and ".." not in msg_id
+        plain = plain and not msg_id.startswith(".") and not msg_id.endswith(".")
+        key = f"id.{msg_id}" if plain else "hex." + msg_id.encode().hex()
+        try:
+            await self.guard.create(key, b"busy")
+            return "first", key
+        except nats.js.errors.KeyWrongLastSequenceError:
+            try:
+                e = await self.guard.get(key)
+            except nats.js.errors.KeyNotFoundError:
+                return "busy", key  # released meanwhile: a redelivery claims it
+            return ("done" if e.value == b"done" else "busy"), key
+
     async def handle(self, msg):
         if is_status(msg):
             return
         hdrs = msg.headers or {}
+        if self.guard is not None:
+            verdict, key = await self.claim(hdrs.get("Nats-Msg-Id", ""))
+            if verdict == "busy":
+                await msg.nak(delay=0.1)
+                return
+            if verdict == "done":
+                try:
+                    await msg.ack_sync(timeout=self.args.ack_timeout)
+                except Exception as e:  # noqa: BLE001 - redelivered and skipped again
+                    self.rlog("ack", "ack of a guarded duplicate failed:", repr(e))
+                return
+            await self.guard.put(key, b"done")
         try:
             meta = msg.metadata
         except Exception as e:  # noqa: BLE001 - not a JetStream message
@@ -344,6 +372,13 @@ class Worker:
             loop.add_signal_handler(sig, self.stop.set)
         self.out = open(self.args.out, "a", buffering=1, encoding="utf-8")
         await self.connect()
+        self.guard = None
+        if self.args.guard:
+            try:
+                self.guard = await self.js.key_value(self.args.guard)
+            except nats.js.errors.BucketNotFoundError:
+                cfg = api.KeyValueConfig(bucket=self.args.guard, history=1, ttl=600)
+                self.guard = await self.js.create_key_value(cfg)
         watch_task = None
         if self.args.follow_route:
             await self.read_route_once()

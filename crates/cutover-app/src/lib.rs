@@ -12,6 +12,8 @@
 //!
 //! # Layout
 //! - [`publisher`]: retrying publisher with stall statistics.
+//! - [`dual`]: the publisher of strategy dual-write (writes A, both, or B as
+//!   the publisher record says; registered).
 //! - [`follow`]: the route follower.
 //! - [`worker`]: a pull-consumer loop that follows the route.
 //! - [`audit`]: one audit record per processed message, for `verify --audit`.
@@ -26,6 +28,7 @@
 //! on this crate.
 
 pub mod audit;
+pub mod dual;
 pub mod fence;
 pub mod follow;
 pub mod idempotency;

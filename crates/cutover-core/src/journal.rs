@@ -308,6 +308,24 @@ pub struct Journal {
     pub updated_ms: u64,
     pub steps: Vec<StepRecord>,
     pub error: Option<String>,
+    /// Strategy dual-write: where dual-writing began (docs/protocol.md).
+    #[serde(default)]
+    pub dual: Option<DualProgress>,
+}
+
+/// Strategy dual-write's sequences of A, each journaled once known.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DualProgress {
+    /// A's last sequence before the publisher record said `dual`: every
+    /// message published to both streams is after it in A.
+    pub before: u64,
+    /// The dual point P: A's last sequence once every live publisher
+    /// acknowledged `dual`; every message A stores after it is also in B.
+    #[serde(default)]
+    pub point: Option<u64>,
+    /// The proof covered A's messages up to this sequence.
+    #[serde(default)]
+    pub proved_to: Option<u64>,
 }
 
 impl Journal {
@@ -352,6 +370,7 @@ impl Journal {
             updated_ms: now_ms,
             steps: vec![],
             error: None,
+            dual: None,
             plan,
         }
     }

@@ -17,6 +17,8 @@
 //! - [`quiescence`]: the timer bound for the cases where no exact signal exists.
 //! - [`compat`]: the compatibility report (ok / changed on purpose / unsafe).
 //! - [`durability`]: the server's disk sync setting, judged for the plan.
+//! - [`dual`]: strategy dual-write: the subject map, the publisher record and
+//!   registration, where a new durable starts on B, the proof.
 //! - [`plan`]: the plan document `plan` prints and `run` executes.
 //! - [`journal`]: the migration journal, lease and route records.
 //! - [`lag`]: a consumer's status over a window of reads (ok, draining,
@@ -33,6 +35,7 @@ pub mod bucket;
 pub mod catchup;
 pub mod checkpoint;
 pub mod compat;
+pub mod dual;
 pub mod durability;
 pub mod journal;
 pub mod lag;

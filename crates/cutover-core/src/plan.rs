@@ -205,6 +205,8 @@ pub struct ServerChecks {
     pub live_new_version: Option<Vec<(String, usize)>>,
     /// A's ingest rate, sampled (`None`: not read).
     pub a_ingest: Option<crate::catchup::IngestRate>,
+    /// Strategy dual-write: A's live registered publishers (`None`: not read).
+    pub live_publishers: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -371,7 +373,7 @@ const OWNED: &[(&str, &str)] = &[
     ("sealed", "B must take messages"),
 ];
 
-fn parse<T: serde::de::DeserializeOwned>(what: &str, v: &Value) -> Result<T, PlanError> {
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(what: &str, v: &Value) -> Result<T, PlanError> {
     serde_json::from_value(v.clone())
         .map_err(|e| PlanError::BadServerJson { what: what.into(), why: e.to_string() })
 }
@@ -446,7 +448,9 @@ pub fn b_config_from(
         // window is set, so after promotion a retry of a message A stored meets
         // its id.
         Strategy::Mirror => b.insert("mirror".into(), json!({ "name": a_name })),
-        _ => b.insert("sources".into(), json!([{ "name": a_name }])),
+        // B takes publishes of its own from the start: no copy of A.
+        Strategy::DualWrite => b.insert("subjects".into(), json!(final_subjects)),
+        Strategy::Source => b.insert("sources".into(), json!([{ "name": a_name }])),
     };
     b.insert("metadata".into(), Value::Object(metadata));
     Ok((Value::Object(b), final_subjects))
@@ -573,6 +577,9 @@ pub fn b_consumer_config(old_raw_config: &Value, b_filters: &[String], work_queu
 }
 
 pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> {
+    if req.strategy == Strategy::DualWrite {
+        return crate::dual::build_plan(req, facts);
+    }
     refuse_early(req, facts)?;
     let a: StreamInfo = parse("stream", &facts.a_raw)?;
     let retry_horizon = retry_horizon(req, &a);
@@ -640,7 +647,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
 }
 
 /// Requests refused before anything else is read or judged.
-fn refuse_early(req: &PlanRequest, facts: &ServerFacts) -> Result<(), PlanError> {
+pub(crate) fn refuse_early(req: &PlanRequest, facts: &ServerFacts) -> Result<(), PlanError> {
     if req.from == req.to {
         return Err(PlanError::SameStream(req.from.clone()));
     }
@@ -656,7 +663,7 @@ fn refuse_early(req: &PlanRequest, facts: &ServerFacts) -> Result<(), PlanError>
 }
 
 /// Publishers' retries must land in B's window, which is A's.
-fn retry_horizon(req: &PlanRequest, a: &StreamInfo) -> Duration {
+pub(crate) fn retry_horizon(req: &PlanRequest, a: &StreamInfo) -> Duration {
     req.retry_horizon.unwrap_or(if a.config.duplicate_window > 0 {
         nanos(a.config.duplicate_window)
     } else {
@@ -666,7 +673,7 @@ fn retry_horizon(req: &PlanRequest, a: &StreamInfo) -> Duration {
 
 /// B's configuration (as it exists, or as it will be created), the subjects it
 /// takes at the commit point, and whether it exists.
-fn planned_b(
+pub(crate) fn planned_b(
     req: &PlanRequest,
     facts: &ServerFacts,
     retry_horizon: Duration,
@@ -1006,7 +1013,7 @@ fn relies_on(features: Features, version: ServerVersion) -> Vec<String> {
 }
 
 /// Why `run` waits for no timer (see [`Plan::timer_note`]).
-const TIMER_NOTE: &str = "no quiescent interval is waited for: the exact signal is num_ack_pending = 0 on a paused consumer. The seed's ack_wait × (max_pending + 1) is not a bound of anything: redelivery timers run per message and in parallel (max_ack_pending limits how many are in flight, not how many ack_waits pass one after another), it ignores backoff and max_deliver, and no timer can prove that a slow worker has finished";
+pub(crate) const TIMER_NOTE: &str = "no quiescent interval is waited for: the exact signal is num_ack_pending = 0 on a paused consumer. The seed's ack_wait × (max_pending + 1) is not a bound of anything: redelivery timers run per message and in parallel (max_ack_pending limits how many are in flight, not how many ack_waits pass one after another), it ignores backoff and max_deliver, and no timer can prove that a slow worker has finished";
 
 /// How each consumer's checkpoint is taken and carried to B.
 fn checkpoint_rule(req: &PlanRequest) -> String {
@@ -1069,6 +1076,8 @@ fn consumer_step(req: &PlanRequest, c: &ConsumerPlan) -> (String, String) {
         n = c.name
     ))
 }
+/// What the commit-point step says of publishers that never retry.
+const BRIDGE: &str = "for publishers that never retry, `run --answer-publishes` has the runner answer the window's publishes itself and store them once a stream holds the subjects (exact only for publishes with a Nats-Msg-Id, the only ones it answers; others time out)";
 
 /// The steps `run` takes, in order.
 fn steps(
@@ -1105,7 +1114,7 @@ fn steps(
     }
     if mirror {
         add("commit point: move publishers", format!(
-            "update {a}: subjects [], wait until {b} holds every message {a} stored, promote {b} (remove its mirror and take subjects {s:?} in one update); publishes in between get no responders and are retried with the same Nats-Msg-Id, and a retry of a message {a} already stored meets its id in {b}'s window",
+            "update {a}: subjects [], wait until {b} holds every message {a} stored, promote {b} (remove its mirror and take subjects {s:?} in one update); publishes in between get no responders and are retried with the same Nats-Msg-Id, and a retry of a message {a} already stored meets its id in {b}'s window; {BRIDGE}",
             a = req.from, b = req.to, s = b_final_subjects
         ));
         add("seal A", format!("seal {} (nothing can enter it any more)", req.from));
@@ -1125,7 +1134,7 @@ fn steps(
         return steps;
     }
     add("commit point: move publishers", format!(
-        "update {a}: subjects [], wait until {b} holds every message {a} stored, update {b}: subjects {s:?}; publishes in between get no responders and are retried with the same Nats-Msg-Id, and a retry of a message {a} already stored meets its sourced copy in {b}'s duplicate window",
+        "update {a}: subjects [], wait until {b} holds every message {a} stored, update {b}: subjects {s:?}; publishes in between get no responders and are retried with the same Nats-Msg-Id, and a retry of a message {a} already stored meets its sourced copy in {b}'s duplicate window; {BRIDGE}",
         a = req.from, b = req.to, s = b_final_subjects
     ));
     add(

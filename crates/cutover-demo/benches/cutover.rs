@@ -132,6 +132,7 @@ fn scenario(k: &Knobs, mode: Mode) -> ScenarioConfig {
             push: k.push,
         },
         new_stream: if k.in_place.is_some() { "ORDERS_CUTOVER" } else { "ORDERS_V2" }.into(),
+        strategy: cutover_core::plan::Strategy::Source,
         cutover_at: Duration::from_secs(k.seconds / 3),
         ack_wait: Duration::from_secs(30),
         preload: k.preload,

@@ -6,9 +6,11 @@
 
 use async_nats::jetstream;
 use bytes::Bytes;
+use cutover_app::dual::DualPublisher;
 use cutover_app::fence::{self, FenceOptions};
+use cutover_app::idempotency::{Claim, Guard};
 use cutover_app::instance::InstanceOptions;
-use cutover_app::publisher::Publisher;
+use cutover_app::publisher::{PublishFailed, Published, Publisher};
 use cutover_app::worker::{consume_across, Outcome, WorkerOptions};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -107,7 +109,11 @@ struct Shared {
 pub struct Load {
     shared: Arc<Shared>,
     stop_publishing: watch::Sender<bool>,
-    stop_workers: watch::Sender<bool>,
+    /// One per worker (a rolling upgrade stops them one by one).
+    stop_workers: Vec<watch::Sender<bool>>,
+    /// What a replacement worker needs (mode rolling).
+    client: async_nats::Client,
+    cfg: LoadConfig,
     publisher: tokio::task::JoinHandle<()>,
     workers: Vec<tokio::task::JoinHandle<()>>,
     sampler: tokio::task::JoinHandle<()>,
@@ -187,6 +193,28 @@ impl LoadReport {
             .fold(0.0, f64::max)
     }
 
+    /// The largest gap inside each window of `window_ms` (consecutive,
+    /// not overlapping) from the first processed message to `until_ms`:
+    /// the steady state measured the way the handoff is (the longest gap
+    /// overlapping a window of the handoff's length). Returns the median
+    /// and the largest of those per-window maxima; `None` without a whole
+    /// window.
+    pub fn steady_window_gaps(&self, until_ms: f64, window_ms: f64) -> Option<(f64, f64)> {
+        let t = &self.processed_at_ms;
+        let first = *t.first()?;
+        if window_ms <= 0.0 {
+            return None;
+        }
+        let mut maxima = vec![];
+        let mut from = first;
+        while from + window_ms <= until_ms {
+            maxima.push(self.gap_overlapping(from, from + window_ms));
+            from += window_ms;
+        }
+        maxima.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        Some((*maxima.get(maxima.len() / 2)?, *maxima.last()?))
+    }
+
     /// The median time between two processed messages before `until_ms`.
     pub fn steady_gap_before(&self, until_ms: f64) -> f64 {
         let mut g: Vec<f64> = self
@@ -212,7 +240,8 @@ impl Load {
         cfg: LoadConfig,
         audit_subject: Option<String>,
     ) -> Self {
-        Self::start_inner(client, None, cfg, audit_subject, String::new()).await
+        let p = Pub::Plain(Box::new(Publisher::new(client.clone(), cfg.retry_horizon)));
+        Self::start_inner(client, None, cfg, audit_subject, String::new(), p, None).await
     }
 
     /// Like [`Load::start`] for a move across systems: the publisher and the
@@ -223,14 +252,35 @@ impl Load {
         target: async_nats::Client,
         cfg: LoadConfig,
     ) -> Self {
-        Self::start_inner(home, Some(target), cfg, None, String::new()).await
+        let p = Pub::Plain(Box::new(Publisher::new(home.clone(), cfg.retry_horizon)));
+        Self::start_inner(home, Some(target), cfg, None, String::new(), p, None).await
+    }
+
+    /// Like [`Load::start`], for strategy dual-write (docs/protocol.md,
+    /// *Dual-write*): the publisher follows the publisher record (the
+    /// library's `DualPublisher`, registered as `load-pub`) and every worker
+    /// claims each msg-id in the idempotency guard (KV bucket
+    /// `<stream>_SEEN`) before processing it.
+    pub async fn start_dual(
+        client: async_nats::Client,
+        cfg: LoadConfig,
+    ) -> Result<Self, async_nats::Error> {
+        let opts = InstanceOptions::new("load-pub", env!("CARGO_PKG_VERSION"));
+        let dp =
+            DualPublisher::start(client.clone(), &cfg.stream, &opts, cfg.retry_horizon).await?;
+        let guard =
+            Guard::open(client.clone(), &format!("{}_SEEN", cfg.stream), Duration::from_secs(600))
+                .await?;
+        let p = Pub::Dual(Arc::new(dp));
+        Ok(Self::start_inner(client, None, cfg, None, String::new(), p, Some(guard)).await)
     }
 
     /// Like [`Load::start`], with msg-ids `{tag}m-{i}`: several loads on one
     /// stream (each its own durable) then do not share msg-ids, which the
     /// stream's duplicate window would drop.
     pub async fn start_tagged(client: async_nats::Client, cfg: LoadConfig, tag: &str) -> Self {
-        Self::start_inner(client, None, cfg, None, tag.to_string()).await
+        let p = Pub::Plain(Box::new(Publisher::new(client.clone(), cfg.retry_horizon)));
+        Self::start_inner(client, None, cfg, None, tag.to_string(), p, None).await
     }
 
     async fn start_inner(
@@ -239,35 +289,42 @@ impl Load {
         cfg: LoadConfig,
         audit_subject: Option<String>,
         tag: String,
+        p: Pub,
+        guard: Option<Guard>,
     ) -> Self {
         let shared = Arc::new(Shared::default());
         shared.publishing.store(true, Ordering::SeqCst);
         let (stop_pub_tx, stop_pub_rx) = watch::channel(false);
-        let (stop_w_tx, stop_w_rx) = watch::channel(false);
         let t0 = Instant::now();
+        let mut stop_workers = vec![];
         let workers = (0..cfg.workers)
             .map(|i| {
                 let audit = audit_subject.clone().map(|subject| (subject, audit_worker(&cfg, i)));
+                let (tx, rx) = watch::channel(false);
+                stop_workers.push(tx);
+                let version = env!("CARGO_PKG_VERSION").to_string();
+                let w = Who { i, id: format!("load-{i}"), version, guard: guard.clone() };
                 spawn_worker(
-                    i,
+                    w,
                     (client.clone(), target.clone()),
                     cfg.clone(),
                     shared.clone(),
-                    stop_w_rx.clone(),
+                    rx,
                     audit,
                 )
             })
             .collect();
         let publisher = {
             let (shared, cfg) = (shared.clone(), cfg.clone());
-            let p = Publisher::new(client.clone(), cfg.retry_horizon);
             tokio::spawn(async move { publish_loop(p, cfg, shared, stop_pub_rx, tag).await })
         };
         let sampler = spawn_sampler(shared.clone(), t0);
         Self {
             shared,
             stop_publishing: stop_pub_tx,
-            stop_workers: stop_w_tx,
+            stop_workers,
+            client,
+            cfg,
             publisher,
             workers,
             sampler,
@@ -296,6 +353,24 @@ impl Load {
 
     pub fn release_publishers(&self) {
         self.shared.hold.store(false, Ordering::SeqCst);
+    }
+
+    /// Mode rolling: replaces worker `i` by a protocol instance of `version`
+    /// (`load-<i>-<version>`): the new one is registered first, then the old
+    /// one stops (it finishes the message in hand and deregisters).
+    pub async fn replace_worker(&mut self, i: usize, version: &str) {
+        let (tx, rx) = watch::channel(false);
+        let id = format!("load-{i}-{}", version.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
+        let w = Who { i, id, version: version.into(), guard: None };
+        let cfg = self.cfg.clone();
+        let new = spawn_worker(w, (self.client.clone(), None), cfg, self.shared.clone(), rx, None);
+        let _ = self.stop_workers[i].send(true);
+        self.stop_workers[i] = tx;
+        let mut old = std::mem::replace(&mut self.workers[i], new);
+        // It ends once it deregistered (given up on after 5 s).
+        if tokio::time::timeout(Duration::from_secs(5), &mut old).await.is_err() {
+            old.abort();
+        }
     }
 
     /// Stops publishing and waits for the publisher (and its retries) to finish.
@@ -328,7 +403,9 @@ impl Load {
         if !self.publisher.is_finished() {
             self.finish_publishing().await;
         }
-        let _ = self.stop_workers.send(true);
+        for s in &self.stop_workers {
+            let _ = s.send(true);
+        }
         for w in self.workers.drain(..) {
             let _ = tokio::time::timeout(Duration::from_secs(5), w).await;
         }
@@ -388,10 +465,19 @@ fn audit_worker(cfg: &LoadConfig, i: usize) -> cutover_app::audit::Worker {
     }
 }
 
+/// Who a worker is: its index, its instance id and application version
+/// (protocol workers register with them), and the guard it claims ids in.
+struct Who {
+    i: usize,
+    id: String,
+    version: String,
+    guard: Option<Guard>,
+}
+
 /// A worker: consumes the durable wherever its route points until stopped,
 /// each message handled by [`process`].
 fn spawn_worker(
-    i: usize,
+    Who { i, id, version, guard }: Who,
     (client, target): (async_nats::Client, Option<async_nats::Client>),
     cfg: LoadConfig,
     shared: Arc<Shared>,
@@ -400,12 +486,20 @@ fn spawn_worker(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let audit_client = client.clone();
-        let handler =
-            |m| process(m, shared.clone(), cfg.processing, audit.clone(), audit_client.clone());
+        let handler = |m| {
+            let (shared, audit, guard) = (shared.clone(), audit.clone(), guard.clone());
+            let c = audit_client.clone();
+            async move {
+                match guard {
+                    Some(g) => guarded(m, g, shared, cfg.processing, audit, c).await,
+                    None => process(m, shared, cfg.processing, audit, c).await,
+                }
+            }
+        };
         if cfg.push {
             push_worker(i, client, &cfg, stop, handler).await;
         } else if cfg.protocol {
-            let instance = InstanceOptions::new(&format!("load-{i}"), env!("CARGO_PKG_VERSION"));
+            let instance = InstanceOptions::new(&id, &version);
             let opts = FenceOptions { batch: cfg.batch, ..FenceOptions::new(instance) };
             let r = fence::consume(client, &cfg.stream, &cfg.consumer, opts, stop, handler).await;
             if let Err(e) = r {
@@ -476,6 +570,69 @@ async fn process(
     (Outcome::Ack, m)
 }
 
+/// [`process`] behind the idempotency guard: only the first claim of an id
+/// processes it (then marks it done); a done id is acknowledged unprocessed,
+/// a busy one given back for later.
+async fn guarded(
+    m: jetstream::Message,
+    guard: Guard,
+    shared: Arc<Shared>,
+    processing: Duration,
+    audit: Audit,
+    audit_client: async_nats::Client,
+) -> (Outcome, jetstream::Message) {
+    let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).map(|v| v.to_string());
+    let id = id.unwrap_or_default();
+    match guard.claim(&id).await {
+        Ok(Claim::First) => {
+            let (outcome, m) = process(m, shared, processing, audit, audit_client).await;
+            let done = match outcome {
+                Outcome::Ack => guard.done(&id).await,
+                _ => guard.release(&id).await,
+            };
+            if let Err(e) = done {
+                tracing::warn!("idempotency guard: {e}");
+            }
+            (outcome, m)
+        }
+        Ok(Claim::Done) => (Outcome::Ack, m),
+        Ok(Claim::Busy) | Err(_) => (Outcome::NakAfter(Duration::from_millis(100)), m),
+    }
+}
+
+/// The workload's publisher: plain (retrying, A's subjects), or following
+/// the publisher record (strategy dual-write).
+#[derive(Clone)]
+enum Pub {
+    Plain(Box<Publisher>),
+    Dual(Arc<DualPublisher>),
+}
+
+impl Pub {
+    async fn publish(
+        &self,
+        subject: &str,
+        id: &str,
+        payload: Bytes,
+    ) -> Result<Published, PublishFailed> {
+        match self {
+            Pub::Plain(p) => p.publish(subject, id, payload).await,
+            Pub::Dual(p) => p.publish(subject, id, payload).await,
+        }
+    }
+
+    /// Removes a dual publisher's registration (the last clone).
+    async fn stop(self) {
+        if let Pub::Dual(p) = self {
+            if let Ok(p) = Arc::try_unwrap(p) {
+                if let Err(e) = p.stop().await {
+                    tracing::warn!("publisher registration: {e}");
+                }
+            }
+        }
+    }
+}
+
 impl Shared {
     /// Counts a processed message: its id (and whether it was a redelivery),
     /// and the gap since the previous one while publishing goes on.
@@ -538,7 +695,7 @@ fn spawn_sampler(shared: Arc<Shared>, t0: Instant) -> tokio::task::JoinHandle<()
 }
 
 async fn publish_loop(
-    p: Publisher,
+    p: Pub,
     cfg: LoadConfig,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
@@ -593,6 +750,7 @@ async fn publish_loop(
         }
     }
     while tasks.join_next().await.is_some() {}
+    p.stop().await;
 }
 
 impl Shared {
@@ -601,7 +759,7 @@ impl Shared {
     fn count_published(
         &self,
         id: u64,
-        r: Result<cutover_app::publisher::Published, cutover_app::publisher::PublishFailed>,
+        r: Result<Published, PublishFailed>,
         due_at: Option<Instant>,
     ) {
         match r {

@@ -5,15 +5,16 @@
 use crate::load::{Load, LoadConfig, LoadReport};
 use cutover_core::journal::Journal;
 use cutover_core::journal::Step;
-use cutover_core::plan::{Mode, Plan, PlanRequest};
+use cutover_core::plan::{Mode, Plan, PlanRequest, Strategy};
 use cutover_nats::api::Action;
 use cutover_nats::engine::{self, Event, EventKind, InPlaceRequest, RunOptions, Sink};
-use cutover_nats::journal::now_ms;
+use cutover_nats::journal::{now_ms, IfMissing, JournalStore};
 use cutover_nats::observe::{ConsumerSample, Recorder, Sampled, Sampler};
 use cutover_nats::Js;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 /// How often the scenario reads the consumer for the timeline.
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
@@ -33,6 +34,10 @@ pub struct ScenarioConfig {
     pub in_place: Option<Map<String, Value>>,
     /// The handoff (fence mode runs the workload's workers on the protocol).
     pub mode: Mode,
+    /// How B gets the messages: dual-write gives B the subjects
+    /// `v2.<prefix>.>`, and the workload's publisher follows the publisher
+    /// record and its workers the idempotency guard.
+    pub strategy: Strategy,
 }
 
 /// Everything a scenario measured.
@@ -60,6 +65,12 @@ pub struct Outcome {
     pub handoff_gap_ms: f64,
     /// The median time between two processed messages before the cut-over.
     pub steady_gap_ms: f64,
+    /// The handoff's window (`move_consumers` starting to `move_publishers`
+    /// starting), and before the cut-over, over consecutive windows of that
+    /// length, the median and the largest of each window's longest gap: the
+    /// steady state measured like the handoff.
+    pub handoff_window_ms: f64,
+    pub steady_window_gap_ms: Option<(f64, f64)>,
     /// Every published message processed exactly once, nothing extra, no
     /// publisher error.
     pub verified: bool,
@@ -86,19 +97,18 @@ pub async fn live_cutover(
 ) -> Result<Outcome, cutover_nats::Error> {
     let js = Js::new(client.clone(), Duration::from_secs(5));
     let l = &cfg.load;
-    js.stream_create(&json!({"name": l.stream, "subjects": [format!("{}.>", l.subject_prefix)], "duplicate_window": 120_000_000_000i64, "allow_direct": true})).await?;
-    preload(&client, &cfg).await?;
-    let deliver = if cfg.preload > 0 { "new" } else { "all" };
-    let mut durable = json!({"durable_name": l.consumer, "ack_policy": "explicit", "ack_wait": cfg.ack_wait.as_nanos() as u64, "max_ack_pending": 1000, "max_deliver": 5, "deliver_policy": deliver});
-    if l.push {
-        durable["deliver_subject"] = json!(crate::load::push_subject(l));
-        durable["deliver_group"] = json!(crate::load::PUSH_GROUP);
-    }
-    js.consumer_create(&l.stream, &l.consumer, &durable, Action::Create).await?;
+    create_workload_stream(&js, &client, &cfg).await?;
     let started_ms = now_ms();
     let t0 = Instant::now();
     let load_cfg = LoadConfig { protocol: cfg.mode.is_fenced(), ..l.clone() };
-    let mut load = Load::start(client.clone(), load_cfg).await;
+    let mut load = if cfg.strategy == Strategy::DualWrite {
+        let fail = |e: async_nats::Error| {
+            cutover_nats::Error::Stuck(format!("starting the dual-write workload: {e}"))
+        };
+        Load::start_dual(client.clone(), load_cfg).await.map_err(fail)?
+    } else {
+        Load::start(client.clone(), load_cfg).await
+    };
     let sampled = Sampled {
         from: l.stream.clone(),
         to: cfg.new_stream.clone(),
@@ -107,7 +117,7 @@ pub async fn live_cutover(
     let sampler = Sampler::start(js.clone(), sampled, SAMPLE_EVERY, t0, None);
     tokio::time::sleep(cfg.cutover_at).await;
     let rec = Recorder::new(sink);
-    let result = cut_over(&js, &cfg, &rec).await;
+    let result = cut_over_beside(&js, &cfg, &rec, &mut load).await;
     let (plan, journal, cutover_ms, estimate_ms) = match result {
         Ok(x) => x,
         Err(e) => {
@@ -126,7 +136,8 @@ pub async fn live_cutover(
     report.count_pending(&js, last, &l.consumer).await;
     let consumer_samples = sampler.finish().await;
     let events = rec.into_events();
-    let (handoff_gap_ms, steady_gap_ms) = handoff_gaps(&events, &report);
+    let (handoff_gap_ms, steady_gap_ms, handoff_window_ms, steady_window_gap_ms) =
+        handoff_gaps(&events, &report);
     let verified = drained
         && report.lost.is_empty()
         && report.duplicated.is_empty()
@@ -147,8 +158,49 @@ pub async fn live_cutover(
         estimate_ms,
         handoff_gap_ms,
         steady_gap_ms,
+        handoff_window_ms,
+        steady_window_gap_ms,
         verified,
     })
+}
+
+/// The workload's stream (preloaded if asked) and its durable (push when
+/// the workload's workers are).
+async fn create_workload_stream(
+    js: &Js,
+    client: &async_nats::Client,
+    cfg: &ScenarioConfig,
+) -> Result<(), cutover_nats::Error> {
+    let l = &cfg.load;
+    js.stream_create(&json!({"name": l.stream, "subjects": [format!("{}.>", l.subject_prefix)], "duplicate_window": 120_000_000_000i64, "allow_direct": true})).await?;
+    preload(client, cfg).await?;
+    let deliver = if cfg.preload > 0 { "new" } else { "all" };
+    let mut durable = json!({"durable_name": l.consumer, "ack_policy": "explicit", "ack_wait": cfg.ack_wait.as_nanos() as u64, "max_ack_pending": 1000, "max_deliver": 5, "deliver_policy": deliver});
+    if l.push {
+        durable["deliver_subject"] = json!(crate::load::push_subject(l));
+        durable["deliver_group"] = json!(crate::load::PUSH_GROUP);
+    }
+    js.consumer_create(&l.stream, &l.consumer, &durable, Action::Create).await?;
+    Ok(())
+}
+
+/// The cut-over, and in mode rolling the instances' replacement beside it.
+async fn cut_over_beside(
+    js: &Js,
+    cfg: &ScenarioConfig,
+    rec: &Recorder<'_>,
+    load: &mut Load,
+) -> Result<(Plan, Journal, f64, Option<u64>), cutover_nats::Error> {
+    if cfg.mode != Mode::Rolling {
+        return cut_over(js, cfg, rec).await;
+    }
+    let (done_tx, done_rx) = watch::channel(false);
+    let cut = async {
+        let r = cut_over(js, cfg, rec).await;
+        let _ = done_tx.send(true);
+        r
+    };
+    tokio::join!(cut, roll(js, load, cfg, done_rx)).0
 }
 
 /// The cut-over itself: a move, or an in-place change (then the journal is
@@ -178,10 +230,44 @@ async fn cut_over(
     let mut req = PlanRequest::source(&l.stream, &cfg.new_stream, &[&l.consumer]);
     req.retry_horizon = Some(l.retry_horizon);
     req.mode = cfg.mode;
+    if cfg.mode == Mode::Rolling {
+        req.new_version = Some(NEW_VERSION.into());
+    }
+    req.strategy = cfg.strategy;
+    if cfg.strategy == Strategy::DualWrite {
+        let subjects = json!([format!("v2.{}.>", l.subject_prefix)]);
+        req.to_config = json!({ "subjects": subjects }).as_object().cloned();
+    }
     let plan = engine::prepare_plan(js, &req).await?;
     let cut = Instant::now();
     let journal = engine::run(js, plan.clone(), &RunOptions::default(), rec, rx).await?;
     Ok((plan, journal, cut.elapsed().as_secs_f64() * 1000.0, None))
+}
+
+/// Mode rolling: the application version the workload's instances are
+/// upgraded to (they start as the crate's version).
+pub const NEW_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "-next");
+
+/// Mode rolling: once the fence is published (the route exists), replaces
+/// the workload's instances one by one with instances of [`NEW_VERSION`], as
+/// an operator's rolling deployment would; the runner waits until no live
+/// instance is bound to the old consumer. Returns at once if the cut-over
+/// ends first (it failed).
+async fn roll(js: &Js, load: &mut Load, cfg: &ScenarioConfig, done: watch::Receiver<bool>) {
+    let l = &cfg.load;
+    let Ok(Some(store)) = JournalStore::open(js, IfMissing::Create).await else { return };
+    loop {
+        if *done.borrow() {
+            return;
+        }
+        if matches!(store.route(&l.stream, &l.consumer).await, Ok(Some(_))) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for i in 0..l.workers {
+        load.replace_worker(i, NEW_VERSION).await;
+    }
 }
 
 /// Stores `cfg.preload` messages of 128 bytes on `{prefix}.pre`: publishes
@@ -211,12 +297,26 @@ async fn preload(
 }
 
 /// The consumer gap overlapping the consumers' move (from `move_consumers`
-/// starting to `move_publishers` starting), and the steady-state gap before it.
-fn handoff_gaps(events: &[Event], report: &LoadReport) -> (f64, f64) {
+/// starting to `move_publishers` starting), the steady-state median gap
+/// before it, the window's length, and the steady state's window maxima
+/// over windows of that length (before the cut-over's first step).
+fn handoff_gaps(events: &[Event], report: &LoadReport) -> (f64, f64, f64, Option<(f64, f64)>) {
+    let (moving, moved) = handoff_window(events);
+    let first_step = events.iter().filter(|e| e.kind == EventKind::StepStarted).map(|e| e.ts_ms);
+    let cut_start = first_step.min().map(|t| t as f64).unwrap_or(moving);
+    (
+        report.gap_overlapping(moving, moved),
+        report.steady_gap_before(moving),
+        moved - moving,
+        report.steady_window_gaps(cut_start, moved - moving),
+    )
+}
+
+/// When `move_consumers` and `move_publishers` started (wall clock, ms).
+fn handoff_window(events: &[Event]) -> (f64, f64) {
     let started = |step: Step| {
         let e = events.iter().find(|e| e.step == step && e.kind == EventKind::StepStarted);
         e.map(|e| e.ts_ms as f64).unwrap_or(0.0)
     };
-    let (moving, moved) = (started(Step::MoveConsumers), started(Step::MovePublishers));
-    (report.gap_overlapping(moving, moved), report.steady_gap_before(moving))
+    (started(Step::MoveConsumers), started(Step::MovePublishers))
 }

@@ -97,6 +97,9 @@ pub enum Error {
     /// none registered (checked before any write).
     #[error("fence mode: no live application instance of {stream}/{consumer} is registered (keys inst.{stream}.{consumer}.* in KV bucket CUTOVER, docs/protocol.md); nothing was changed; start applications that follow the protocol (every instance must), or run with --mode drain")]
     NoInstances { stream: String, consumer: String },
+    /// Strategy dual-write: no live publisher of the stream is registered.
+    #[error("dual-write: no live publisher of {stream} is registered (keys pubi.{stream}.* in KV bucket CUTOVER, docs/protocol.md); nothing was changed; start publishers that follow the protocol (every publisher of {stream} must), or use --strategy source")]
+    NoPublishers { stream: String },
     /// A run stopped by a failure, after its compensating actions: the cause,
     /// the state the migration is left in, and the command that continues or
     /// undoes it.
@@ -162,7 +165,8 @@ impl Error {
             | Error::Leased { .. }
             | Error::Stuck(_)
             | Error::FallingBehind { .. }
-            | Error::NoInstances { .. } => ErrorKind::State,
+            | Error::NoInstances { .. }
+            | Error::NoPublishers { .. } => ErrorKind::State,
             Error::Interrupted { .. } => ErrorKind::Interrupted,
             Error::RunStopped { cause, .. } => cause.kind(),
         }

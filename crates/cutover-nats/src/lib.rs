@@ -14,7 +14,8 @@
 //! - [`monitor`]: the server's monitoring endpoint (varz's sync setting).
 //! - [`journal`]: the migration journal and lease in a KV bucket.
 //! - [`engine`]: `run`, `status`, `rollback`: the cut-over, step by step.
-//! - [`verify`]: structural verification of a finished migration.
+//! - [`verify`]: structural verification of a finished migration;
+//!   [`verify_dual`]: of a dual-write migration, by msg-id.
 //! - [`observe`]: beside a run: the event recorder, the consumer sampler, and
 //!   what a run leaves for its report.
 //! - [`test_hooks`]: the crash hook, only with the `test-hooks` feature.
@@ -29,6 +30,7 @@ pub mod monitor;
 pub mod observe;
 pub mod test_hooks;
 pub mod verify;
+pub mod verify_dual;
 
 pub use api::Js;
 pub use error::{Error, ErrorKind, Result};

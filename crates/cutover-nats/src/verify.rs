@@ -573,7 +573,7 @@ async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<Con
 /// Reads `stream` from `first` to `last` in order with an ordered consumer,
 /// calling `each(message, stream sequence, timestamp ms)` until it returns false.
 #[allow(clippy::too_many_arguments)]
-async fn read<F>(
+pub(crate) async fn read<F>(
     js: &Js,
     stream: &str,
     first: u64,

@@ -310,6 +310,17 @@ pub struct RunArgs {
     /// --resume after stopping a run that waits.
     #[arg(long)]
     pub proceed: bool,
+    /// For publishers that never retry: during the commit window the runner
+    /// answers the JetStream publishes that carry a Nats-Msg-Id itself and
+    /// stores each where the subjects are once a stream holds them again,
+    /// returning that stream's ack (publishes without one are not answered:
+    /// only with msg-ids is it exact).
+    #[arg(long)]
+    pub answer_publishes: bool,
+    /// --strategy dual-write: how long old and new consumers run side by side
+    /// (publishers writing both streams) before writes to the old stream stop.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+    pub side_by_side: Duration,
     /// Write a self-contained HTML report (timeline of the consumers' state with
     /// every step and checkpoint, the journal, the plan), also when the run fails.
     #[arg(long, value_name = "FILE")]
@@ -419,14 +430,14 @@ pub struct InspectArgs {
 }
 
 /// How B gets A's messages: `source` (B sources A; sequences renumbered,
-/// checkpoints translated) or `mirror` (B mirrors A and is promoted at the
-/// commit point, 2.12+; sequences kept). `dual-write` is planned and hidden;
-/// naming it is refused by [`Command::check_available`] before anything connects.
+/// checkpoints translated), `mirror` (B mirrors A and is promoted at the
+/// commit point, 2.12+; sequences kept) or `dual-write` (B has subjects of
+/// its own; publishers following docs/protocol.md write both streams, then B
+/// only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StrategyArg {
     Source,
     Mirror,
-    #[value(hide = true)]
     DualWrite,
 }
 
@@ -442,22 +453,22 @@ pub enum ModeArg {
 }
 
 impl Command {
-    /// Refuses, before anything connects, a strategy or mode that is planned
-    /// but not built yet, the same way in every command (bad input, exit 2).
+    /// Refuses, before anything connects, what a command does not do, the
+    /// same way in every command (bad input, exit 2).
     pub fn check_available(&self) -> Result<(), String> {
         match self {
-            Command::Plan(a) => available(a.strategy).and(rolling_flags(a, None)),
-            Command::Run(a) => available(a.plan.strategy).and(rolling_flags(&a.plan, Some(a))),
-            // The demo's scenario and its proof are built for strategy source.
-            Command::Demo(a) if a.mode == ModeArg::Rolling => Err(
-                "the demo runs --mode drain or fence; a rolling upgrade replaces your instances one by one: try `run --mode rolling --new-version V` with applications that follow docs/protocol.md"
-                    .into(),
-            ),
+            Command::Plan(a) => rolling_flags(a, None),
+            Command::Run(a) => rolling_flags(&a.plan, Some(a)),
+            // The demo's scenario and its proof are built for strategies
+            // source and dual-write.
             Command::Demo(a) if a.strategy == StrategyArg::Mirror => Err(
-                "the demo runs strategy source; try --strategy mirror with `run` on your own streams"
+                "the demo runs strategy source or dual-write; try --strategy mirror with `run` on your own streams"
                     .into(),
             ),
-            Command::Demo(a) => available(a.strategy),
+            Command::Demo(a) if a.strategy == StrategyArg::DualWrite && a.mode != ModeArg::Drain => Err(
+                "--strategy dual-write has its own consumer handoff (old and new side by side, guarded by msg-id): leave --mode out"
+                    .into(),
+            ),
             _ => Ok(()),
         }
     }
@@ -479,19 +490,6 @@ fn rolling_flags(p: &PlanArgs, run: Option<&RunArgs>) -> Result<(), String> {
     }
     if run.is_some_and(|r| r.proceed && r.resume.is_none() && !rolling) {
         return Err("--proceed is for a rolling upgrade: use it with --mode rolling, or with --resume ID to go on with a rolling run that waits for instances".into());
-    }
-    Ok(())
-}
-
-fn available(strategy: StrategyArg) -> Result<(), String> {
-    fn name(v: impl ValueEnum) -> String {
-        v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
-    }
-    if strategy == StrategyArg::DualWrite {
-        return Err(format!(
-            "--strategy {} is not available in this version (it is planned); use --strategy source or mirror",
-            name(strategy)
-        ));
     }
     Ok(())
 }

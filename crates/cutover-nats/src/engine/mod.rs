@@ -7,10 +7,15 @@
 //! - [`run`]: the cut-over itself, journaled and resumable.
 //! - [`rollback`]: undo before the commit point; list journals.
 //! - [`events`]: what the engine reports while it works.
+//! - `bridge`: `run --answer-publishes`: the runner answers publishes
+//!   during the commit window.
+//! - `dual`: strategy dual-write's steps (docs/protocol.md, *Dual-write*).
 //! - `fence`: fence mode's handoff (docs/protocol.md), driven by `run`.
 //! - [`inplace`]: a stream's new settings under its own name, in two mirror hops.
 
 pub mod across;
+mod bridge;
+mod dual;
 pub mod events;
 mod fence;
 pub mod inplace;

@@ -86,8 +86,8 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
 }
 
 /// What the registered application instances tell the plan: how many are
-/// live (fence and rolling modes), of the new version (rolling), and which
-/// followed an earlier migration into A.
+/// live (fence and rolling modes), of the new version (rolling), which
+/// followed an earlier migration into A, and A's live publishers (dual-write).
 async fn instance_checks(
     js: &Js,
     req: &PlanRequest,
@@ -102,6 +102,9 @@ async fn instance_checks(
         }
     }
     checks.chained_instances = chained_instances(js, &req.from, draft).await?;
+    if req.strategy == plan::Strategy::DualWrite {
+        checks.live_publishers = Some(live_publishers(js, &req.from).await?);
+    }
     Ok(())
 }
 
@@ -299,6 +302,17 @@ async fn chained_instances(
         }
     }
     Ok(out)
+}
+
+/// Strategy dual-write: the live registered publishers of `from` (none
+/// without the bucket).
+async fn live_publishers(js: &Js, from: &str) -> Result<usize> {
+    let store =
+        crate::journal::JournalStore::open(js, crate::journal::IfMissing::ReturnNone).await?;
+    Ok(match &store {
+        Some(s) => super::dual::publishers(js, s, from).await?.iter().filter(|p| p.live).count(),
+        None => 0,
+    })
 }
 
 /// When B keeps fewer messages per subject than A, the most A holds on one

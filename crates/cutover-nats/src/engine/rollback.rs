@@ -81,8 +81,15 @@ impl Undo<'_> {
 
     async fn run(&self, mut j: Journal) -> Result<Journal> {
         let b_now = self.js.stream_info_opt(&j.to).await?;
-        refuse_if_committed(&j, b_now.as_ref().map(|(_, b)| b))?;
-        self.refuse_without_reset(&j).await?;
+        if j.plan.strategy == Strategy::DualWrite {
+            // B holds its own subjects from the start; the commit is the
+            // journal's (written before the publisher record says `b`).
+            // Publishers back to A only first: A never stopped taking them.
+            super::dual::delete_record(self.store, &j.from).await?;
+        } else {
+            refuse_if_committed(&j, b_now.as_ref().map(|(_, b)| b))?;
+            self.refuse_without_reset(&j).await?;
+        }
         let a_now = self.a_still_serving(&j).await?;
         if let Some((a_raw, a)) = &a_now {
             if a.config.subjects != j.a_subjects {
@@ -187,7 +194,14 @@ impl Undo<'_> {
                 true => self.js.consumer_info_opt(&j.to, &c.name).await?,
                 false => None,
             };
-            if let Some((_, bc)) = on_b {
+            if on_b.is_some() && j.plan.strategy == Strategy::DualWrite {
+                // Dual-write: the old durable never stopped and both sides
+                // claim each id in the idempotency guard, so the new durable
+                // is only deleted (settling it could wait forever: a paused
+                // durable does not redeliver what its instances nak'd as
+                // claimed elsewhere).
+                self.js.consumer_delete(&j.to, &c.name).await?;
+            } else if let Some((_, bc)) = on_b {
                 let f_b = self.settle_new_durable(j, &c.name, &bc).await?;
                 if f_b >= c.b_start.unwrap_or(u64::MAX) && a_serving {
                     if j.plan.mode.is_fenced() {

@@ -56,12 +56,20 @@ pub struct RunOptions {
     /// the fence when they nak them (docs/protocol.md).
     pub nak_delay: Duration,
     /// Mode rolling: do not wait for the instances still bound to the old
-    /// consumer (it is paused for good and settled; they stay idle).
+    /// consumer (it is settled to the fence: they process nothing more).
     pub proceed: bool,
     /// How many consumers are moved at once. Each consumer's gap (its pause
     /// to its route on B) is its own steps' time, not the whole batch's: with
     /// 1,000 durables all at once each waited for everyone's requests.
     pub consumers_at_once: usize,
+    /// Strategy dual-write: how long old and new consumers run side by side
+    /// (publishers writing both streams) before writes to A stop; an
+    /// operator's choice, not a correctness wait (Ctrl-C ends it safely).
+    pub side_by_side: Duration,
+    /// Answer the JetStream publishes (with a msg-id) on the publishers'
+    /// subjects during the commit window, and store them once a stream holds
+    /// the subjects again (`super::bridge`): for publishers that never retry.
+    pub answer_publishes: bool,
     /// Called after each journaled step with its name (tests kill the runner here).
     pub after_step: Option<StepHook>,
 }
@@ -86,6 +94,8 @@ impl Default for RunOptions {
             nak_delay: Duration::from_secs(30),
             proceed: false,
             consumers_at_once: 64,
+            side_by_side: Duration::ZERO,
+            answer_publishes: false,
             after_step: None,
         }
     }
@@ -177,14 +187,14 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    async fn begin(&self, step: Step) -> Result<Instant> {
+    pub(super) async fn begin(&self, step: Step) -> Result<Instant> {
         self.journal.lock().await.start_step(&step, now_ms());
         self.save().await?;
         self.emit(step, EventKind::StepStarted);
         Ok(Instant::now())
     }
 
-    async fn done(
+    pub(super) async fn done(
         &self,
         step: Step,
         started: Instant,
@@ -358,6 +368,9 @@ fn stopped(e: Error, j: &Journal) -> Error {
 }
 
 async fn drive(ctx: &Ctx<'_>) -> Result<()> {
+    if ctx.journal.lock().await.plan.strategy == cutover_core::plan::Strategy::DualWrite {
+        return super::dual::drive(ctx).await;
+    }
     let phase = || async { ctx.journal.lock().await.phase };
     if phase().await < Phase::ConsumersMoved {
         super::fence::check_instances(ctx).await?;
@@ -855,7 +868,7 @@ pub(super) async fn undo_consumer(
 /// that name already on B is accepted only if it is ours (a runner died after
 /// creating it): positioned at the journaled start. On error the durable does
 /// not exist.
-async fn create_durable(
+pub(super) async fn create_durable(
     ctx: &Ctx<'_>,
     to: &str,
     name: &str,
@@ -1291,7 +1304,8 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
     ctx.journal.lock().await.phase = Phase::SubjectsReleased;
     ctx.save().await?;
     let released = Instant::now();
-    match commit_window(ctx, &from, &to, &final_subjects).await {
+    let (committed, given_back) = commit_or_give_back(ctx, &from, &to, &final_subjects).await?;
+    match committed {
         Ok(a_final) => {
             let window_ms = released.elapsed().as_secs_f64() * 1000.0;
             ctx.done(
@@ -1306,7 +1320,7 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
             )
             .await
         }
-        Err(e) => match give_subjects_back(ctx, &from, &to, &final_subjects).await {
+        Err(e) => match given_back.expect("given back on error") {
             Ok(true) => {
                 // B held the subjects after all (its update answered late).
                 let a_final = ctx.js.stream_info(&from).await?.1.state.last_seq;
@@ -1332,6 +1346,40 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
             Err(e2) => Err(Error::Stuck(format!("the commit did not complete ({e}) and giving {from} its subjects back failed too ({e2}): publishers may have no stream; run `nats-cutover run --resume {}` now", ctx.id))),
         },
     }
+}
+
+/// The commit window and, if it failed, A's subjects given back; with
+/// `--answer-publishes` the publishes of the window are answered beside it
+/// (`super::bridge`), once a stream holds the subjects again.
+async fn commit_or_give_back(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    final_subjects: &[String],
+) -> Result<(Result<u64>, Option<Result<bool>>)> {
+    let bridge = match ctx.opts.answer_publishes {
+        true => {
+            let subjects = ctx.journal.lock().await.a_subjects.clone();
+            Some(super::bridge::Bridge::open(&ctx.js.client, &subjects).await?)
+        }
+        false => None,
+    };
+    let committed = commit_window(ctx, from, to, final_subjects).await;
+    let given_back = match &committed {
+        Ok(_) => None,
+        Err(_) => Some(give_subjects_back(ctx, from, to, final_subjects).await),
+    };
+    if let Some(b) = bridge {
+        // A stream holds the subjects again (unless giving them back failed).
+        let a = b.flush(&ctx.js.client, ctx.opts.commit_timeout).await;
+        tracing::info!(
+            stored = a.stored,
+            duplicates = a.duplicates,
+            failed = a.failed,
+            "publishes answered during the commit window"
+        );
+    }
+    Ok((committed, given_back))
 }
 
 /// The window itself; returns A's final sequence. Bounded by the commit

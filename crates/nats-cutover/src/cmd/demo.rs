@@ -17,7 +17,7 @@ use crate::cli::{ConnArgs, DemoArgs};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::render::{self, table};
-use cutover_core::plan::DEFAULT_RETRY_HORIZON;
+use cutover_core::plan::{Strategy, DEFAULT_RETRY_HORIZON};
 use cutover_demo::load::LoadConfig;
 use cutover_demo::scenario::{live_cutover, Outcome, ScenarioConfig};
 use cutover_localserver::{installed_server_binary, LocalServer, PINNED_VERSION};
@@ -54,11 +54,11 @@ pub async fn run(
     render.finish();
     // Two independent proofs: the workers' own record (every published id
     // processed once) and `verify`, which reads only the streams and journal.
-    let verify = verify_streams(client).await;
+    let verify = verify_streams(client, a.strategy == crate::cli::StrategyArg::DualWrite).await;
     if let Some(path) = &a.report {
-        write_report(path, &outcome, &verify, json_out)?;
+        write_report(path, &outcome, verify.sourced(), json_out)?;
     }
-    let structural_holds = verify.as_ref().is_ok_and(|r| r.holds);
+    let structural_holds = verify.holds();
     if json_out {
         print_json(&outcome, &verify, structural_holds, &shown, server.is_some())?;
     } else {
@@ -69,6 +69,62 @@ pub async fn run(
 
 /// What `verify` said of the demo's migration, or why it could not say.
 type Verified = std::result::Result<cutover_core::verify::Report, String>;
+
+/// The structural proof after the run: `verify` of a sourced (or mirrored)
+/// migration, or of a dual-write one (by msg-id).
+enum Proof {
+    Streams(Box<Verified>),
+    Dual(std::result::Result<cutover_core::dual::DualReport, String>),
+}
+
+impl Proof {
+    fn holds(&self) -> bool {
+        match self {
+            Proof::Streams(r) => r.as_ref().as_ref().is_ok_and(|r| r.holds),
+            Proof::Dual(r) => r.as_ref().is_ok_and(|r| r.holds),
+        }
+    }
+
+    /// What the HTML report shows (it renders the sourced proof only).
+    fn sourced(&self) -> Option<Verified> {
+        match self {
+            Proof::Streams(r) => Some((**r).clone()),
+            Proof::Dual(_) => None,
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        match self {
+            Proof::Streams(r) => match r.as_ref() {
+                Ok(r) => json!({ "holds": r.holds, "summary": r.summary }),
+                Err(e) => json!({ "holds": false, "error": e }),
+            },
+            Proof::Dual(Ok(r)) => json!({ "holds": r.holds, "dual_write": r }),
+            Proof::Dual(Err(e)) => json!({ "holds": false, "error": e }),
+        }
+    }
+
+    fn line(&self) -> String {
+        let verdict = |h: bool| if h { "holds" } else { "DOES NOT HOLD" };
+        match self {
+            Proof::Streams(r) => match r.as_ref() {
+                Ok(r) => format!(
+                    "verify (streams and journal only): {} ({} checked, {} lost, {} duplicated, {} extra, {} gaps, {} overlaps)",
+                    verdict(r.holds), r.summary.checked, r.summary.lost, r.summary.duplicated, r.summary.extra, r.summary.gaps, r.summary.overlaps
+                ),
+                Err(e) => format!("verify failed: {e}"),
+            },
+            Proof::Dual(Ok(r)) => {
+                let sum = |f: fn(&cutover_core::dual::HandoffReport) -> u64| r.consumers.iter().map(f).sum::<u64>();
+                format!(
+                    "verify (streams and journal only, by msg-id): {} ({} of {} after the dual point, {} without a copy in {}; old side {}, new side {}, guarded {}, lost {})",
+                    verdict(r.holds), r.a_after_point, r.from, r.missing_in_b, r.to, sum(|c| c.old), sum(|c| c.new), sum(|c| c.guarded), sum(|c| c.lost)
+                )
+            }
+            Proof::Dual(Err(e)) => format!("verify failed: {e}"),
+        }
+    }
+}
 
 /// Refuses an empty or unbounded workload.
 fn check_args(a: &DemoArgs) -> Result<()> {
@@ -135,12 +191,15 @@ fn scenario_config(a: &DemoArgs) -> ScenarioConfig {
             push: false,
         },
         new_stream: NEW_STREAM.into(),
+        strategy: match a.strategy {
+            crate::cli::StrategyArg::DualWrite => cutover_core::plan::Strategy::DualWrite,
+            _ => cutover_core::plan::Strategy::Source,
+        },
         mode: match a.mode {
             crate::cli::ModeArg::Drain => cutover_core::plan::Mode::Drain,
             // (Refused before: a rolling upgrade replaces instances.)
-            crate::cli::ModeArg::Fence | crate::cli::ModeArg::Rolling => {
-                cutover_core::plan::Mode::Fence
-            }
+            crate::cli::ModeArg::Fence => cutover_core::plan::Mode::Fence,
+            crate::cli::ModeArg::Rolling => cutover_core::plan::Mode::Rolling,
         },
         // Let the workload settle into a steady state for a third of the run.
         cutover_at: a.duration / 3,
@@ -165,11 +224,11 @@ fn interrupted(server: Option<LocalServer>, shown: &str) -> ExitCode {
 fn write_report(
     path: &std::path::Path,
     outcome: &Outcome,
-    verify: &Verified,
+    verify: Option<Verified>,
     json_out: bool,
 ) -> Result<()> {
     let mut data = crate::report::ReportData::from_outcome(outcome);
-    data.run.verify = Some(verify.clone());
+    data.run.verify = verify;
     crate::report::write(path, &data)
         .map_err(|e| CliError::File(format!("cannot write report {}: {e}", path.display())))?;
     if !json_out {
@@ -181,16 +240,13 @@ fn write_report(
 /// The summary, the verification and the server as one JSON line (--json).
 fn print_json(
     outcome: &Outcome,
-    verify: &Verified,
+    verify: &Proof,
     structural_holds: bool,
     shown: &str,
     server_started: bool,
 ) -> Result<()> {
     let mut j = summary_json(outcome);
-    j["verify"] = match verify {
-        Ok(r) => json!({ "holds": r.holds, "summary": r.summary }),
-        Err(e) => json!({ "holds": false, "error": e }),
-    };
+    j["verify"] = verify.json();
     j["verified"] = json!(outcome.verified && structural_holds);
     j["server"] = json!(shown);
     j["server_started"] = json!(server_started);
@@ -199,16 +255,9 @@ fn print_json(
 }
 
 /// The summary, the verification, and on a given server what is left there.
-fn print_text(outcome: &Outcome, verify: &Verified, shown: &str, server_started: bool) {
+fn print_text(outcome: &Outcome, verify: &Proof, shown: &str, server_started: bool) {
     print_summary(outcome);
-    match verify {
-        Ok(r) => outln!(
-            "verify (streams and journal only): {} ({} checked, {} lost, {} duplicated, {} extra, {} gaps, {} overlaps)",
-            if r.holds { "holds" } else { "DOES NOT HOLD" },
-            r.summary.checked, r.summary.lost, r.summary.duplicated, r.summary.extra, r.summary.gaps, r.summary.overlaps
-        ),
-        Err(e) => outln!("verify failed: {e}"),
-    }
+    outln!("{}", verify.line());
     if !server_started {
         let id = cutover_core::journal::migration_id(STREAM, NEW_STREAM);
         outln!("left on {shown} to inspect: streams {STREAM} (sealed) and {NEW_STREAM}, migration {id} (`nats-cutover status {id}`, `nats-cutover verify --migration {id}`)");
@@ -249,10 +298,14 @@ async fn refuse_leftovers(js: &cutover_nats::Js) -> Result<()> {
 }
 
 /// `verify` of the demo's migration, over a client of its own.
-async fn verify_streams(client: async_nats::Client) -> Verified {
+async fn verify_streams(client: async_nats::Client, dual: bool) -> Proof {
     let js = cutover_nats::Js::new(client, Duration::from_secs(5));
     let id = cutover_core::journal::migration_id(STREAM, NEW_STREAM);
-    cutover_nats::observe::verify_migration(&js, &id).await
+    if dual {
+        let r = cutover_nats::verify_dual::verify_dual(&js, &id, &[], 20).await;
+        return Proof::Dual(r.map_err(|e| e.to_string()));
+    }
+    Proof::Streams(Box::new(cutover_nats::observe::verify_migration(&js, &id).await))
 }
 
 pub fn summary_json(o: &Outcome) -> serde_json::Value {
@@ -274,7 +327,10 @@ pub fn summary_json(o: &Outcome) -> serde_json::Value {
         "max_consumer_gap_ms": l.max_consumer_gap_ms,
         "handoff_gap_ms": o.handoff_gap_ms,
         "steady_gap_ms": o.steady_gap_ms,
+        "handoff_window_ms": o.handoff_window_ms,
+        "steady_window_gap_ms": o.steady_window_gap_ms.map(|(median, max)| json!({"median": median, "max": max})),
         "mode": o.plan.mode.as_str(),
+        "strategy": o.plan.strategy.as_str(),
         "cutover_ms": o.cutover_ms,
         "steps": o.step_durations().into_iter().map(|(s, ms)| json!({"step": s, "ms": ms})).collect::<Vec<_>>(),
         "consumers": o.journal.consumers,
@@ -309,7 +365,10 @@ fn print_summary(o: &Outcome) {
                 vec!["max stall of a retried publish".into(), render::ms(l.max_retried_publish_ms)],
                 vec!["max consumer gap".into(), render::ms(l.max_consumer_gap_ms)],
                 vec![
-                    format!("consumer gap of the handoff (mode {})", o.plan.mode.as_str()),
+                    match o.plan.strategy {
+                        Strategy::DualWrite => "consumer gap of the handoff (dual-write)".into(),
+                        _ => format!("consumer gap of the handoff (mode {})", o.plan.mode.as_str()),
+                    },
                     render::ms(o.handoff_gap_ms)
                 ],
                 vec!["cut-over duration".into(), render::ms(o.cutover_ms)],

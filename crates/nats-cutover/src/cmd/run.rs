@@ -273,6 +273,8 @@ fn run_options(a: &RunArgs) -> RunOptions {
         fence_ack_timeout: a.fence_ack_timeout,
         nak_delay: a.nak_delay,
         proceed: a.proceed,
+        side_by_side: a.side_by_side,
+        answer_publishes: a.answer_publishes,
         // Only in the binary the tests run: die after a named step.
         after_step: cutover_nats::test_hooks::crash_after_step(),
         ..Default::default()

@@ -190,7 +190,7 @@ fn command<'a>(strategy: &'a str, mode: &'a str) -> Vec<&'a str> {
 }
 
 /// Runs the CLI until the killed runner's lease has lapsed.
-async fn retry_lease(e: &Env, args: &[&str]) -> Out {
+pub async fn retry_lease(e: &Env, args: &[&str]) -> Out {
     let mut args: Vec<&str> = args.to_vec();
     if args.last() == Some(&"--consumer") {
         args.extend(["worker", "--yes", "--lease-ttl", "1s"]);

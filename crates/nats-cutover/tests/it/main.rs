@@ -3,6 +3,7 @@
 
 mod auth;
 mod bad_input;
+mod bridge;
 mod buckets;
 mod chaos;
 mod cluster;
@@ -11,6 +12,7 @@ mod crash_sweep;
 mod cross;
 mod demo;
 mod demo_server;
+mod dual;
 mod fence;
 mod inspect;
 mod journal_records;
