@@ -41,9 +41,12 @@ async fn a_journal_written_by_a_newer_version_is_refused() {
         })
         .await
         .unwrap();
-    let newer = json!({"format": 2, "id": "A.B", "from": "A", "to": "B", "phase": "warped"});
+    let reads = cutover_core::journal::JOURNAL_FORMAT;
+    let newer =
+        json!({"format": reads + 1, "id": "A.B", "from": "A", "to": "B", "phase": "warped"});
     kv.put("m.A.B", newer.to_string().into()).await.unwrap();
-    let says = "journal A.B was written by a newer nats-cutover (journal format 2; this one reads up to 1)";
+    let says = format!("journal A.B was written by a newer nats-cutover (journal format {}; this one reads up to {reads})", reads + 1);
+    let says = says.as_str();
     let run = move_args(&["run"], "A", "B", "C", &["--yes"]);
     refused(&e, &run, INCOMPATIBLE, says).await;
     refused(&e, &["run", "--resume", "A.B", "--yes"], INCOMPATIBLE, says).await;
@@ -177,6 +180,8 @@ async fn an_existing_b_with_other_settings_is_refused() {
     let b =
         json!({"name": "B", "sources": [{"name": "A"}], "duplicate_window": 120_000_000_000i64});
     e.stream(b.clone()).await;
+    // B's sourcing done before any snapshot, or it changes by itself.
+    until_b_sourced(&e).await;
     let (mut raw, _) = e.js.stream_info("B").await.unwrap();
     raw["config"]["sealed"] = json!(true);
     e.js.stream_update(&raw["config"]).await.unwrap();
@@ -186,8 +191,17 @@ async fn an_existing_b_with_other_settings_is_refused() {
     let mut small = b;
     small["max_msgs"] = json!(3);
     e.stream(small).await;
+    until_b_sourced(&e).await;
     refused(&e, &move_args(&["plan"], "A", "B", "C", &[]), INCOMPATIBLE, "B keeps less than A")
         .await;
+}
+
+/// Waits until B sourced A's 10 messages (`orders` publishes 10).
+async fn until_b_sourced(e: &Env) {
+    wait_until("B to source A's 10 messages", std::time::Duration::from_secs(10), || async {
+        e.js.stream_info("B").await.is_ok_and(|(_, b)| b.state.last_seq == 10)
+    })
+    .await;
 }
 
 /// A server that lacks what the plan relies on: mirror promotion (2.12+) on
