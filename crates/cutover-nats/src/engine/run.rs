@@ -1413,10 +1413,19 @@ async fn commit_window(
         h("subjects_released");
     }
     let deadline = Instant::now() + ctx.opts.commit_timeout;
-    loop {
-        if source_progress(ctx.js, to, from).await?.caught_up {
-            break;
+    // Caught up, and A's last sequence the same in two reads: removing its
+    // subjects only unsubscribes them, and a publish the server already
+    // queued for A is stored after that (stream.go processInboundJetStreamMsg
+    // → queueInbound, stored by internalLoop). A message stored after B's
+    // last check would never reach a promoted mirror, nor a source removed
+    // later. (A reviewer found this; the window is the inbound queue's.)
+    let mut seen: Option<u64> = None;
+    let a_final = loop {
+        let p = source_progress(ctx.js, to, from).await?;
+        if p.caught_up && seen == Some(p.origin_last_seq) {
+            break p.origin_last_seq;
         }
+        seen = p.caught_up.then_some(p.origin_last_seq);
         if Instant::now() > deadline {
             return Err(Error::Stuck(format!(
                 "{to} did not source {from}'s last messages (up to {}) within the commit timeout of {:?}",
@@ -1425,7 +1434,8 @@ async fn commit_window(
         }
         ctx.tick(false).await?;
         tokio::time::sleep(Duration::from_micros(500)).await;
-    }
+    };
+    ctx.journal.lock().await.a_final_seq = Some(a_final);
     let (b_raw, b) = ctx.js.stream_info(to).await?;
     if b.config.subjects != final_subjects {
         let mut cfg = b_raw["config"].clone();
@@ -1441,7 +1451,7 @@ async fn commit_window(
         }
         ctx.js.stream_update(&cfg).await?;
     }
-    Ok(a.state.last_seq)
+    Ok(a_final)
 }
 
 /// The subjects A keeps once it released the publishers' ones: none, unless
@@ -1515,8 +1525,9 @@ async fn remove_source(ctx: &Ctx<'_>) -> Result<()> {
     };
     let t = ctx.begin(Step::RemoveSource).await?;
     // No catch-up wait here: B held every message of A before it took the
-    // subjects (move_publishers waits for that), and A could store nothing after
-    // releasing them. (B's newest messages are direct publishes now, without a
+    // subjects (the commit window waits for that, with A's last sequence
+    // stable over two reads, so a publish A had queued is stored and copied
+    // first). (B's newest messages are direct publishes now, without a
     // source header, so a header-based probe would not even apply.)
     let (raw, b) = ctx.js.stream_info(&to).await?;
     if b.config.sources.iter().any(|s| s.name == from) {
