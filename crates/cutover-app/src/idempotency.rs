@@ -17,7 +17,10 @@
 //!
 //! The guard covers ids within its TTL only; choose it longer than a message
 //! can take to be redelivered (ack_wait × max_deliver) and than versions run
-//! side by side.
+//! side by side (the time between the old consumer processing a message and
+//! the new durable reaching it). A claim still `busy` after its claim timeout
+//! ([`Guard::with_claim_timeout`], 30 s by default) is taken over: its claimer
+//! died.
 
 use async_nats::jetstream::{self, kv};
 use std::time::Duration;
@@ -40,7 +43,17 @@ pub enum Claim {
 #[derive(Clone)]
 pub struct Guard {
     kv: kv::Store,
+    /// A claim older than this that is still `busy` is taken over: its
+    /// claimer died. Without it every redelivery would find the id busy and
+    /// be nak'd until the server gave up on it (naks count toward
+    /// max_deliver): lost (a reviewer found this).
+    claim_timeout: Duration,
 }
+
+/// How long a claim is honoured by default: the server's default ack_wait.
+/// Choose it longer than the longest processing of one message, and shorter
+/// than ack_wait × (max_deliver − 1) so a redelivery can still take it over.
+pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A KV key for any message id: ids made of key characters stay readable,
 /// others are hex-encoded.
@@ -81,7 +94,13 @@ impl Guard {
                 .await?
             }
         };
-        Ok(Self { kv })
+        Ok(Self { kv, claim_timeout: DEFAULT_CLAIM_TIMEOUT })
+    }
+
+    /// The same guard, honouring a claim for `d` (see [`DEFAULT_CLAIM_TIMEOUT`]).
+    pub fn with_claim_timeout(mut self, d: Duration) -> Self {
+        self.claim_timeout = d;
+        self
     }
 
     /// Claims message id `id`.
@@ -94,7 +113,19 @@ impl Guard {
                     Some(en) if en.operation == kv::Operation::Put && &en.value[..] == DONE => {
                         Ok(Claim::Done)
                     }
-                    Some(en) if en.operation == kv::Operation::Put => Ok(Claim::Busy),
+                    Some(en) if en.operation == kv::Operation::Put => {
+                        // The entry's age by the server's clock.
+                        let age = time::OffsetDateTime::now_utc() - en.created;
+                        if age < self.claim_timeout {
+                            return Ok(Claim::Busy);
+                        }
+                        // Taken over only if nobody changed it meanwhile
+                        // (compare and set on its revision); else look again.
+                        match self.kv.update(&key, BUSY.into(), en.revision).await {
+                            Ok(_) => Ok(Claim::First),
+                            Err(_) => Box::pin(self.claim(id)).await,
+                        }
+                    }
                     // Released or expired between the two requests: try again.
                     _ => Box::pin(self.claim(id)).await,
                 }

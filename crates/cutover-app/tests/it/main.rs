@@ -97,3 +97,29 @@ async fn the_idempotency_guard_claims_each_id_once_within_its_ttl() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A claimer that dies leaves its id `busy`: after the claim timeout another
+/// instance takes it over (once: the takeover is a compare-and-set), so the
+/// message is processed rather than nak'd until the server gives up on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_claimers_id_is_taken_over_after_the_claim_timeout() {
+    use cutover_app::idempotency::{Claim, Guard};
+    let s = NatsServer::start();
+    let (client, _) = connect(&s).await;
+    let dead = Guard::open(client.clone(), "SEEN", Duration::from_secs(600)).await.unwrap();
+    let live = Guard::open(client.clone(), "SEEN", Duration::from_secs(600))
+        .await
+        .unwrap()
+        .with_claim_timeout(Duration::from_millis(300));
+    let third = live.clone();
+    assert_eq!(dead.claim("m-1").await.unwrap(), Claim::First);
+    assert_eq!(live.claim("m-1").await.unwrap(), Claim::Busy, "honoured within the timeout");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while live.claim("m-1").await.unwrap() != Claim::First {
+        assert!(std::time::Instant::now() < deadline, "the dead claim was never taken over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(third.claim("m-1").await.unwrap(), Claim::Busy, "the takeover is a fresh claim");
+    live.done("m-1").await.unwrap();
+    assert_eq!(dead.claim("m-1").await.unwrap(), Claim::Done);
+}
