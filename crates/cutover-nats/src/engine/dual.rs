@@ -526,6 +526,28 @@ async fn prove_again(ctx: &Ctx<'_>) -> Result<()> {
     ctx.save().await
 }
 
+/// The proof once more, over what A stored since the last one: `false`
+/// (warned, naming the sequences) when some of it has no copy in B.
+async fn last_proof(ctx: &Ctx<'_>) -> Result<bool> {
+    let (from, to, since) = {
+        let j = ctx.journal.lock().await;
+        let d = j.dual.as_ref();
+        (j.from.clone(), j.to.clone(), d.and_then(|d| d.proved_to.or(d.point)).unwrap_or(0))
+    };
+    match prove(ctx, &from, &to, since).await {
+        Ok(proved) => {
+            ctx.journal.lock().await.dual.as_mut().expect("journaled").proved_to = Some(proved);
+            Ok(true)
+        }
+        Err(Error::Unsafe(m)) => {
+            let what = format!("deleting the old durables of {from}: {m}; they are kept, the only readers of those messages (process them, then delete the durables)");
+            ctx.emit(Step::Retire, EventKind::Warning(Warning::Skipped { what }));
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Lets each old consumer finish A's tail while it makes progress, then
 /// deletes it. Not a correctness wait: what it leaves is after its
 /// checkpoint, so in B after the new durable's start (processed there), and
@@ -542,9 +564,14 @@ async fn retire(ctx: &Ctx<'_>) -> Result<()> {
         (j.from.clone(), names, j.delete_old, j.keep_old_consumers)
     };
     let t = ctx.begin(Step::Retire).await?;
+    // What A stored after the last proof (a publisher outside the protocol,
+    // or one that never acknowledged `b`, so A stayed unsealed) is in A only:
+    // its old durables are its only readers and are kept (a reviewer found
+    // them deleted with such messages unread).
+    let stray = !last_proof(ctx).await?;
     for n in &names {
         finish_tail(ctx, &from, n).await?;
-        if !keep {
+        if !keep && !stray {
             match ctx.js.consumer_delete(&from, n).await {
                 Ok(()) | Err(Error::ConsumerNotFound { .. }) => {}
                 Err(e) => return Err(e),
