@@ -94,16 +94,48 @@ async fn instance_checks(
     draft: &Plan,
     checks: &mut ServerChecks,
 ) -> Result<()> {
-    if req.mode.is_fenced() {
-        let (all, new) = live_instances(js, &req.from, draft, req.new_version.as_deref()).await?;
-        checks.live_instances = Some(all);
-        if req.mode == cutover_core::plan::Mode::Rolling {
-            checks.live_new_version = Some(new);
+    // Every live registration, read once (none without the bucket); an
+    // instance's key is its home binding (`inst.<STREAM>.<CONSUMER>.<ID>`).
+    let store =
+        crate::journal::JournalStore::open(js, crate::journal::IfMissing::ReturnNone).await?;
+    let live = match &store {
+        Some(s) => s.instances(None).await?.into_iter().filter(|i| i.live).collect(),
+        None => vec![],
+    };
+    let (mut all, mut new) = (vec![], vec![]);
+    for c in &draft.consumers {
+        let home = |i: &&crate::journal::Instance| {
+            i.record.stream == req.from && i.record.consumer == c.name
+        };
+        let of_new = |i: &&crate::journal::Instance| {
+            req.new_version.as_deref() == Some(&*i.record.app_version)
+        };
+        all.push((c.name.clone(), live.iter().filter(home).count()));
+        new.push((c.name.clone(), live.iter().filter(home).filter(of_new).count()));
+        // Bound to A's consumer under another home binding: they followed an
+        // earlier migration into A.
+        let bound = format!("{}/{}", req.from, c.name);
+        for i in
+            live.iter().filter(|i| i.record.bound.contains(&bound) && i.record.stream != req.from)
+        {
+            let r = &i.record;
+            let home = format!("{}/{}", r.stream, r.consumer);
+            checks.chained_instances.push((c.name.clone(), r.instance.clone(), home));
         }
     }
-    checks.chained_instances = chained_instances(js, &req.from, draft).await?;
+    if req.mode.is_fenced() {
+        checks.live_instances = Some(all);
+    }
+    if req.mode == cutover_core::plan::Mode::Rolling {
+        checks.live_new_version = Some(new);
+    }
     if req.strategy == plan::Strategy::DualWrite {
-        checks.live_publishers = Some(live_publishers(js, &req.from).await?);
+        checks.live_publishers = Some(match &store {
+            Some(s) => {
+                super::dual::publishers(js, s, &req.from).await?.iter().filter(|p| p.live).count()
+            }
+            None => 0,
+        });
     }
     Ok(())
 }
@@ -252,69 +284,6 @@ async fn a_ingest(js: &Js, from: &str, a_raw: &Value) -> Result<IngestRate> {
 
 /// Fence mode: each consumer's live registered instances (none without the
 /// bucket).
-/// Returns each consumer's live instances, and those of `new_version`.
-async fn live_instances(
-    js: &Js,
-    from: &str,
-    draft: &Plan,
-    new_version: Option<&str>,
-) -> Result<(Vec<(String, usize)>, Vec<(String, usize)>)> {
-    let store =
-        crate::journal::JournalStore::open(js, crate::journal::IfMissing::ReturnNone).await?;
-    let (mut all, mut new) = (vec![], vec![]);
-    for c in &draft.consumers {
-        let live = match &store {
-            Some(s) => s.instances(Some((from, &c.name))).await?,
-            None => vec![],
-        };
-        let live: Vec<_> = live.into_iter().filter(|i| i.live).collect();
-        let of_new = live.iter().filter(|i| Some(i.record.app_version.as_str()) == new_version);
-        new.push((c.name.clone(), of_new.count()));
-        all.push((c.name.clone(), live.len()));
-    }
-    Ok((all, new))
-}
-
-/// Live instances bound to one of A's moved consumers whose home binding is
-/// another stream (they followed an earlier migration into A).
-async fn chained_instances(
-    js: &Js,
-    from: &str,
-    draft: &Plan,
-) -> Result<Vec<(String, String, String)>> {
-    let Some(store) =
-        crate::journal::JournalStore::open(js, crate::journal::IfMissing::ReturnNone).await?
-    else {
-        return Ok(vec![]);
-    };
-    let mut out = vec![];
-    for i in store.instances(None).await?.into_iter().filter(|i| i.live) {
-        let r = &i.record;
-        for c in draft.consumers.iter().filter(|c| r.bound.contains(&format!("{from}/{}", c.name)))
-        {
-            if r.stream != from {
-                out.push((
-                    c.name.clone(),
-                    r.instance.clone(),
-                    format!("{}/{}", r.stream, r.consumer),
-                ));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Strategy dual-write: the live registered publishers of `from` (none
-/// without the bucket).
-async fn live_publishers(js: &Js, from: &str) -> Result<usize> {
-    let store =
-        crate::journal::JournalStore::open(js, crate::journal::IfMissing::ReturnNone).await?;
-    Ok(match &store {
-        Some(s) => super::dual::publishers(js, s, from).await?.iter().filter(|p| p.live).count(),
-        None => 0,
-    })
-}
-
 /// When B keeps fewer messages per subject than A, the most A holds on one
 /// subject (STREAM.INFO `subjects_filter`, paged by 100,000 subjects).
 async fn a_max_per_subject(js: &Js, a_raw: &Value, draft: &Plan) -> Result<Option<(String, u64)>> {
