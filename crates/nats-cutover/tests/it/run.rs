@@ -147,6 +147,21 @@ async fn live_cutover_loses_nothing_and_processes_nothing_twice() {
 }
 
 /// Runs the CLI's `run` as a child process with the test crash hook.
+/// The runner killed right after creating the new durable (exit 86); the
+/// workers followed the route and acknowledged more than `past` messages
+/// on ORDERS_V2 after its start.
+pub async fn crashed_once_b_serves(e: &Env, past: u64) {
+    let out = run_cli(e, &run_orders(&[], &["--lease-ttl", "1s"]), Some("consumer_created:worker"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let start = j.consumers[0].b_start.unwrap();
+    wait_until("workers to process on ORDERS_V2", Duration::from_secs(20), || async {
+        let (_, c) = e.js.consumer_info("ORDERS_V2", "worker").await.unwrap();
+        c.ack_floor.stream_seq > start + past
+    })
+    .await;
+}
+
 pub fn run_cli(e: &Env, args: &[&str], crash_after: Option<&str>) -> Out {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
     cmd.arg("--server").arg(e.server.url()).args(args).env_remove("NATS_CUTOVER_TEST_CRASH_AFTER");
@@ -255,17 +270,7 @@ async fn resume_after_crash_at_remove_source() {
 async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
     let e = env().await;
     let load = orders_under_load(&e, 30_000, 500, 200).await;
-    let out =
-        run_cli(&e, &run_orders(&[], &["--lease-ttl", "1s"]), Some("consumer_created:worker"));
-    assert_eq!(out.code, 86, "{out:?}");
-    // Workers followed the route to ORDERS_V2 and process there.
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
-    let start = j.consumers[0].b_start.unwrap();
-    wait_until("workers to process on ORDERS_V2", Duration::from_secs(20), || async {
-        let (_, c) = e.js.consumer_info("ORDERS_V2", "worker").await.unwrap();
-        c.ack_floor.stream_seq > start + 100
-    })
-    .await;
+    crashed_once_b_serves(&e, 100).await;
     let out = retry_cli(
         &e,
         &["--json", "rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"],

@@ -112,19 +112,10 @@ async fn publishers_stated_stopped_but_running_are_caught_before_anything_moves(
 /// command that rolls forward, which then finishes exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rollback_without_consumer_reset_is_refused_before_any_change() {
-    use crate::run::{finish_after, orders_under_load, retry_cli, run_cli};
+    use crate::run::{crashed_once_b_serves, finish_after, orders_under_load, retry_cli};
     let e = env_on("2.12.8").await;
     let load = orders_under_load(&e, 30_000, 500, 200).await;
-    let out =
-        run_cli(&e, &run_orders(&[], &["--lease-ttl", "1s"]), Some("consumer_created:worker"));
-    assert_eq!(out.code, 86, "{out:?}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
-    let start = j.consumers[0].b_start.unwrap();
-    wait_until("workers to process on ORDERS_V2", Duration::from_secs(20), || async {
-        let (_, c) = e.js.consumer_info("ORDERS_V2", "worker").await.unwrap();
-        c.ack_floor.stream_seq > start + 50
-    })
-    .await;
+    crashed_once_b_serves(&e, 50).await;
     let out = retry_cli(
         &e,
         &["rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"],
