@@ -82,18 +82,12 @@ async fn existing_b_with_subjects_or_interest_retention_is_refused() {
     orders(&e).await;
     e.stream(json!({"name": "B", "subjects": ["billing.>"], "sources": [{"name": "A"}], "duplicate_window": 120_000_000_000i64})).await;
     // B's sourcing must be done before the snapshot, or it differs by itself.
-    wait_until("B to source A's 10 messages", std::time::Duration::from_secs(10), || async {
-        e.js.stream_info("B").await.is_ok_and(|(_, b)| b.state.messages == 10)
-    })
-    .await;
+    until_b_sourced(&e).await;
     plan_refused(&e, "C", INCOMPATIBLE, "B already takes direct publishes").await;
     let e = env().await;
     orders(&e).await;
     e.stream(json!({"name": "B", "retention": "interest", "sources": [{"name": "A"}], "duplicate_window": 120_000_000_000i64})).await;
-    wait_until("B to source A's 10 messages", std::time::Duration::from_secs(10), || async {
-        e.js.stream_info("B").await.is_ok_and(|(_, b)| b.state.last_seq == 10)
-    })
-    .await;
+    until_b_sourced(&e).await;
     plan_refused(&e, "C", INCOMPATIBLE, "interest stream drops messages").await;
     let e = env().await;
     orders(&e).await;

@@ -166,3 +166,11 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Waits until B sourced A's 10 messages (`orders` publishes 10).
+pub async fn until_b_sourced(e: &Env) {
+    wait_until("B to source A's 10 messages", std::time::Duration::from_secs(10), || async {
+        e.js.stream_info("B").await.is_ok_and(|(_, b)| b.state.last_seq == 10)
+    })
+    .await;
+}

@@ -196,14 +196,6 @@ async fn an_existing_b_with_other_settings_is_refused() {
         .await;
 }
 
-/// Waits until B sourced A's 10 messages (`orders` publishes 10).
-async fn until_b_sourced(e: &Env) {
-    wait_until("B to source A's 10 messages", std::time::Duration::from_secs(10), || async {
-        e.js.stream_info("B").await.is_ok_and(|(_, b)| b.state.last_seq == 10)
-    })
-    .await;
-}
-
 /// A server that lacks what the plan relies on: mirror promotion (2.12+) on
 /// 2.11, and fence mode's consumer pause (2.11+) on 2.10.
 #[tokio::test(flavor = "multi_thread")]
