@@ -168,11 +168,11 @@ pub async fn run(
     // The publisher runs its full course (longer by the time it was held).
     tokio::time::sleep((l.duration + held).saturating_sub(t0.elapsed())).await;
     load.finish_publishing().await;
-    let drained = load.drain(cfg.drain_deadline).await;
+    let final_stream = cfg.procedure.final_stream(&l.stream, &cfg.new_stream);
+    let drained = drain_or_idle(&js, &load, final_stream, &l.consumer, cfg.drain_deadline).await;
     let report = load.stop().await;
     out.total_ms = t0.elapsed().as_secs_f64() * 1000.0;
     if !drained {
-        let final_stream = cfg.procedure.final_stream(&l.stream, &cfg.new_stream);
         out.pending = js
             .consumer_info_opt(final_stream, &l.consumer)
             .await?
@@ -182,6 +182,39 @@ pub async fn run(
     out.duplicated = report.duplicated.len() as u64;
     out.load = Some(report);
     Ok(out)
+}
+
+/// Waits until every published message was processed, or the final durable
+/// has nothing left to deliver (nothing pending, nothing awaiting an ack, and
+/// its stream not growing, in three reads 200 ms apart), or the deadline
+/// passes. Once the durable is idle a message still missing can never come (a
+/// naive switch skipped it: lost), so the wait ends there, not at the deadline.
+async fn drain_or_idle(
+    js: &Js,
+    load: &Load,
+    stream: &str,
+    consumer: &str,
+    deadline: Duration,
+) -> bool {
+    let end = Instant::now() + deadline;
+    let (mut idle_reads, mut last_seq) = (0, None);
+    while Instant::now() < end {
+        if load.drain(Duration::from_millis(200)).await {
+            return true;
+        }
+        let seq = js.stream_info(stream).await.ok().map(|(_, s)| s.state.last_seq);
+        let idle = match js.consumer_info_opt(stream, consumer).await {
+            Ok(Some((_, c))) => c.num_pending + c.num_ack_pending == 0,
+            _ => false,
+        };
+        idle_reads = if idle && seq.is_some() && seq == last_seq { idle_reads + 1 } else { 0 };
+        last_seq = seq;
+        if idle_reads >= 2 {
+            // What a worker fetched before these reads is recorded by now.
+            return load.drain(Duration::from_millis(200)).await;
+        }
+    }
+    false
 }
 
 /// The workload's durable, as A has it (and the hand-made procedures copy).
