@@ -11,7 +11,9 @@
 //! message.
 //!
 //! `cargo bench -p nats-cutover --bench verify` (release build). Knobs:
-//! VERIFY_BENCH_N (1000000) messages in A, VERIFY_BENCH_DIRECT (10000) direct
+//! VERIFY_BENCH_N (1000000; a comma-separated list measures each size on its
+//! own fresh server, e.g. `1000000,10000000`) messages in A,
+//! VERIFY_BENCH_DIRECT (10000) direct
 //! publishes into B after the commit, VERIFY_BENCH_PAYLOAD (100) bytes,
 //! VERIFY_BENCH_ROUNDS (2) raw/verify rounds, VERIFY_BENCH_FILTER (none) the
 //! consumer's filter (e.g. `orders.*`: verify counts A's selected messages
@@ -125,7 +127,7 @@ async fn raw_read(ctx: &jetstream::Context, stream: &str, last: u64) -> (u64, f6
 
 /// The benchmark's knobs, from the environment.
 struct Knobs {
-    n: u64,
+    sizes: Vec<u64>,
     direct: u64,
     payload_len: usize,
     rounds: usize,
@@ -137,7 +139,10 @@ struct Knobs {
 impl Knobs {
     fn from_env() -> Self {
         Self {
-            n: env_or("VERIFY_BENCH_N", 1_000_000),
+            sizes: env_or("VERIFY_BENCH_N", "1000000".to_string())
+                .split(',')
+                .map(|s| s.trim().parse().expect("VERIFY_BENCH_N: a number of messages"))
+                .collect(),
             direct: env_or("VERIFY_BENCH_DIRECT", 10_000),
             payload_len: env_or("VERIFY_BENCH_PAYLOAD", 100),
             rounds: env_or("VERIFY_BENCH_ROUNDS", 2),
@@ -148,20 +153,31 @@ impl Knobs {
 
 fn main() {
     let k = Knobs::from_env();
-    let server = NatsServer::start();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let out = rt.block_on(async {
+    let sizes: Vec<serde_json::Value> = k.sizes.iter().map(|&n| measure_size(&rt, &k, n)).collect();
+    let out = json!({ "server": PINNED_VERSION, "sizes": sizes });
+    let dir = cutover_testkit::repo_root().join("target/bench");
+    let _ = std::fs::create_dir_all(&dir);
+    std::fs::write(dir.join("verify.json"), serde_json::to_string_pretty(&out).unwrap()).unwrap();
+    println!("{}", serde_json::to_string_pretty(&out).unwrap());
+}
+
+/// A migration of `n` messages on a fresh server, then the rounds: the
+/// size's JSON object.
+fn measure_size(rt: &tokio::runtime::Runtime, k: &Knobs, n: u64) -> serde_json::Value {
+    let server = NatsServer::start();
+    rt.block_on(async {
         let client = async_nats::connect(server.url()).await.expect("connect");
         let js = Js::new(client.clone(), Duration::from_secs(30));
         let ctx = jetstream::new(client.clone());
         create_orders(&js, &k.filter).await;
         let payload = vec![b'x'; k.payload_len];
         let t = Instant::now();
-        publish_many(&ctx, k.n, "m", &payload, 4096).await;
+        publish_many(&ctx, n, "m", &payload, 4096).await;
         let publish_s = t.elapsed().as_secs_f64();
-        eprintln!("published {} in {publish_s:.1} s", k.n);
+        eprintln!("published {n} in {publish_s:.1} s");
         // The old consumer processes the first tenth: F lies mid-stream.
-        ack_first(&ctx, k.n / 10).await;
+        ack_first(&ctx, n / 10).await;
         let j = migrate(&js).await;
         publish_many(&ctx, k.direct, "d", &payload, 1024).await;
         let (_, b) = js.stream_info("ORDERS_V2").await.unwrap();
@@ -169,12 +185,8 @@ fn main() {
         for round in 0..k.rounds {
             rows.push(measure_round(&js, &ctx, &j.id, b.state.last_seq, round).await);
         }
-        json!({ "server": PINNED_VERSION, "messages": k.n, "direct": k.direct, "payload_bytes": k.payload_len, "consumer_filter": k.filter, "publish_seconds": publish_s, "rounds": rows })
-    });
-    let dir = cutover_testkit::repo_root().join("target/bench");
-    let _ = std::fs::create_dir_all(&dir);
-    std::fs::write(dir.join("verify.json"), serde_json::to_string_pretty(&out).unwrap()).unwrap();
-    println!("{}", serde_json::to_string_pretty(&out).unwrap());
+        json!({ "server": PINNED_VERSION, "messages": n, "direct": k.direct, "payload_bytes": k.payload_len, "consumer_filter": k.filter, "publish_seconds": publish_s, "rounds": rows })
+    })
 }
 
 /// Stream ORDERS on `orders.>` and its durable `worker` (filtered on `filter`
