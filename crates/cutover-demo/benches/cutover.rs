@@ -13,13 +13,15 @@
 //! BENCH_MODES (drain,fence: each run cuts over once in each mode, on its own
 //! server, and the consumer gap of each handoff is reported side by side);
 //! BENCH_PUSH (1: the durable is a push consumer with a deliver group and the
-//! workers push subscribers, drain mode only; writes push.json).
+//! workers push subscribers, drain mode only; writes push.json);
+//! BENCH_CLUSTER (0: one server per run; 3: a fresh 3-node loopback cluster
+//! per run, the stream and so B with that many replicas; writes cluster.json).
 
 use cutover_core::plan::Mode;
 use cutover_demo::load::LoadConfig;
 use cutover_demo::scenario::{live_cutover, Outcome, ScenarioConfig};
 use cutover_nats::engine::events::NoSink;
-use cutover_testkit::{NatsServer, PINNED_VERSION};
+use cutover_testkit::{Cluster, NatsServer, PINNED_VERSION};
 use std::time::Duration;
 
 fn env_or<T: std::str::FromStr>(k: &str, d: T) -> T {
@@ -42,6 +44,7 @@ struct Knobs {
     preload: u64,
     in_place: Option<serde_json::Map<String, serde_json::Value>>,
     push: bool,
+    cluster: usize,
 }
 
 /// `k=v,k=v` as stream settings (a value is JSON when it reads as JSON).
@@ -66,6 +69,7 @@ impl Knobs {
             preload: env_or("BENCH_PRELOAD", 0),
             in_place: std::env::var("BENCH_IN_PLACE").ok().map(|s| settings(&s)),
             push: env_or("BENCH_PUSH", 0u8) == 1,
+            cluster: env_or("BENCH_CLUSTER", 0),
             modes: std::env::var("BENCH_MODES")
                 .unwrap_or_else(|_| "drain,fence".into())
                 .split(',')
@@ -97,11 +101,51 @@ fn main() {
     }
 }
 
-/// One run on a fresh server: the live cut-over, and a line on stderr.
+/// A run's servers: one fresh server, or a fresh loopback cluster; they
+/// stop when this is dropped.
+enum Servers {
+    One(NatsServer),
+    Cluster(Cluster),
+}
+
+impl Servers {
+    fn start(k: &Knobs) -> Self {
+        match k.cluster {
+            0 => Servers::One(NatsServer::start()),
+            n => Servers::Cluster(Cluster::start(n).unwrap_or_else(|e| panic!("cluster: {e}"))),
+        }
+    }
+
+    fn urls(&self) -> Vec<String> {
+        match self {
+            Servers::One(s) => vec![s.url().to_string()],
+            Servers::Cluster(c) => c.urls().split(',').map(String::from).collect(),
+        }
+    }
+}
+
+/// Until the cluster can create a replicated stream (its JetStream meta
+/// leader is elected): a probe stream created and deleted.
+async fn until_replicated_streams(client: &async_nats::Client, replicas: usize) {
+    let js = cutover_nats::Js::new(client.clone(), Duration::from_secs(5));
+    let probe =
+        serde_json::json!({"name": "PROBE", "subjects": ["probe.>"], "num_replicas": replicas});
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while js.stream_create(&probe).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "no replicated stream within 60 s");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    js.stream_delete("PROBE").await.expect("delete the probe stream");
+}
+
+/// One run on fresh servers: the live cut-over, and a line on stderr.
 fn run_once(rt: &tokio::runtime::Runtime, k: &Knobs, run: usize, mode: Mode) -> Outcome {
-    let server = NatsServer::start();
+    let servers = Servers::start(k);
     let outcome = rt.block_on(async {
-        let client = async_nats::connect(server.url()).await.expect("connect");
+        let client = async_nats::connect(servers.urls()).await.expect("connect");
+        if k.cluster > 0 {
+            until_replicated_streams(&client, k.cluster).await;
+        }
         live_cutover(client, scenario(k, mode), &NoSink).await.expect("scenario")
     });
     let l = &outcome.load;
@@ -138,6 +182,7 @@ fn scenario(k: &Knobs, mode: Mode) -> ScenarioConfig {
         preload: k.preload,
         in_place: k.in_place.clone(),
         mode,
+        replicas: k.cluster.max(1) as u32,
     }
 }
 
@@ -151,10 +196,13 @@ fn print_table(k: &Knobs, outcomes: &[Outcome], mode: Mode) {
             steps.push(s);
         }
     }
-    let what = match in_place {
+    let mut what = match in_place {
         Some(m) => format!("in place ({m:?}), {preload} messages preloaded"),
         None => format!("move, mode {mode}, {preload} messages preloaded"),
     };
+    if k.cluster > 0 {
+        what += &format!(", {}-node cluster, R{} streams", k.cluster, k.cluster);
+    }
     println!("\n## Cut-over benchmark: {what}; {rate} msg/s, {workers} workers x {processing:?}/msg, batch 32, ack_wait 30s, nats-server {PINNED_VERSION}, {runs} runs of {seconds}s\n");
     println!("| measure | median | max |");
     println!("|---|---|---|");
@@ -210,13 +258,15 @@ fn write_json(k: &Knobs, all: &[(Mode, Vec<Outcome>)]) {
         .collect();
     std::fs::write(
         dir.join(match (&k.in_place, k.push) {
+            _ if k.cluster > 0 => "cluster.json",
             (Some(_), _) => "in_place.json",
             (None, true) => "push.json",
             (None, false) => "cutover.json",
         }),
         serde_json::to_string_pretty(
             &serde_json::json!({"rate": k.rate, "workers": k.workers, "seconds": k.seconds,
-                "preload": k.preload, "in_place": k.in_place, "push": k.push, "runs": summary}),
+                "preload": k.preload, "in_place": k.in_place, "push": k.push, "cluster_nodes": k.cluster,
+                "processing_us": k.processing.as_micros() as u64, "runs": summary}),
         )
         .unwrap(),
     )

@@ -38,6 +38,9 @@ pub struct ScenarioConfig {
     /// `v2.<prefix>.>`, and the workload's publisher follows the publisher
     /// record and its workers the idempotency guard.
     pub strategy: Strategy,
+    /// The workload stream's replicas (3 on a 3-node cluster: B, derived
+    /// from A, has as many).
+    pub replicas: u32,
 }
 
 /// Everything a scenario measured.
@@ -172,7 +175,7 @@ async fn create_workload_stream(
     cfg: &ScenarioConfig,
 ) -> Result<(), cutover_nats::Error> {
     let l = &cfg.load;
-    js.stream_create(&json!({"name": l.stream, "subjects": [format!("{}.>", l.subject_prefix)], "duplicate_window": 120_000_000_000i64, "allow_direct": true})).await?;
+    js.stream_create(&json!({"name": l.stream, "subjects": [format!("{}.>", l.subject_prefix)], "duplicate_window": 120_000_000_000i64, "allow_direct": true, "num_replicas": cfg.replicas.max(1)})).await?;
     preload(client, cfg).await?;
     let deliver = if cfg.preload > 0 { "new" } else { "all" };
     let mut durable = json!({"durable_name": l.consumer, "ack_policy": "explicit", "ack_wait": cfg.ack_wait.as_nanos() as u64, "max_ack_pending": 1000, "max_deliver": 5, "deliver_policy": deliver});

@@ -206,6 +206,7 @@ fn scenario_config(a: &DemoArgs) -> ScenarioConfig {
         ack_wait: Duration::from_secs(30),
         preload: 0,
         in_place: None,
+        replicas: 1,
     }
 }
 
