@@ -177,7 +177,7 @@ fn scenario(k: &Knobs, mode: Mode) -> ScenarioConfig {
         },
         new_stream: if k.in_place.is_some() { "ORDERS_CUTOVER" } else { "ORDERS_V2" }.into(),
         strategy: cutover_core::plan::Strategy::Source,
-        cutover_at: Duration::from_secs(k.seconds / 3),
+        cutover_at: Duration::from_millis(k.seconds * 1000 / 3),
         ack_wait: Duration::from_secs(30),
         preload: k.preload,
         in_place: k.in_place.clone(),

@@ -173,7 +173,7 @@ fn run_once(
         load: k.load(rate, k.seconds),
         procedure: p,
         new_stream: if p == Procedure::InPlace { "ORDERS_CUTOVER" } else { "ORDERS_V2" }.into(),
-        cutover_at: Duration::from_secs(k.seconds / 3),
+        cutover_at: Duration::from_millis(k.seconds * 1000 / 3),
         ack_wait: k.ack_wait,
         drain_deadline: Duration::from_secs(30),
     };
