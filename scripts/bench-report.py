@@ -118,7 +118,7 @@ def cells(runs, proc, rate):
 def procedures_section(p, svg_dir, lines):
     failed = [r for r in p["runs"] if r.get("error")]
     runs = [r for r in p["runs"] if not r.get("error")]
-    p["rates"] = list(dict.fromkeys(p["rates"]))
+    p["rates"] = sorted(set(p["rates"]))
     lim = p["limits"]
     lines += ["## Procedures side by side", "",
               f"One workload for every procedure: the Rust publisher of `cutover-demo` (msg-ids, retried with the same id, 256 publishes in flight), "
@@ -309,6 +309,21 @@ def in_place_section(d, lines):
               f"| both hops' `catch_up` (the copies) | {col(lambda r: steps(r, 'catch_up'), ' ms')} |",
               f"| both commit windows (`move_publishers`) | {col(lambda r: steps(r, 'move_publishers'), ' ms')} |",
               f"| runs | {len(runs)} |", ""]
+    # The change starts a third into the run; publishing stops at its end.
+    secs = d.get("seconds")
+
+    def last_commit_s(r):
+        names = [n for n, _ in r["steps"]]
+        if "move_publishers" not in names:
+            return 0
+        i = len(names) - 1 - names[::-1].index("move_publishers")
+        return secs / 3 + sum(ms for _, ms in r["steps"][:i]) / 1000
+    late = [r for r in runs if secs and last_commit_s(r) > secs]
+    if late:
+        lines += [f"In {len(late)} of {len(runs)} runs the second hop's commit window began after publishing had stopped ({secs} s of publishing; "
+                  f"it began at {mmm([last_commit_s(r) for r in late], ' s', 1)}): that commit was not under publishing load, so the "
+                  "publisher stall above is the first hop's commit's or the copies'. A larger INPLACE_SECONDS keeps the publishers running "
+                  "through the whole change.", ""]
 
 
 def push_section(d, lines):

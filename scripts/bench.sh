@@ -5,13 +5,16 @@
 # (target/bench/*.json). Benchmarks are never run by the test suite.
 #
 # Usage: scripts/bench.sh
-# Knobs (environment; the defaults fit in about 35 minutes on 2 cores):
-#   PROC_RATES=1000,5000,20000,max PROC_RUNS=3 PROC_SECONDS=6 PROC_ACK_WAIT_S=5
+# Knobs (environment; the defaults took 29 min 46 s, release build included,
+# on 2 cores shared with other builds at load 6-10; docs/benchmarks.md has
+# each step's time):
+#   PROC_RATES=1000,5000,20000,max PROC_RUNS=3 PROC_SECONDS=4 PROC_ACK_WAIT_S=5
 #   TRANSLATE_SIZES=10000,1000000,10000000   VERIFY_N=1000000,10000000 VERIFY_ROUNDS=3
-#   MANY_COUNTS=1,100,400,1000 MANY_RUNS=3   SOURCING_STEP_S=6 SOURCING_PUBLISH=plain,async
+#   MANY_COUNTS=1,100,1000 MANY_RUNS=3   SOURCING_STEP_S=4 SOURCING_PUBLISH=plain,async
+#   SOURCING_RATES=20000,40000,60000,80000,100000,150000,200000
 #   INPLACE_PRELOAD=1000000 INPLACE_RUNS=3 INPLACE_SECONDS=18 (in_place: the
 #   live workload while a stream of that many messages changes storage in place)
-#   PUSH_RATE=5000 PUSH_RUNS=3 PUSH_SECONDS=9 (push: the live workload read by push
+#   PUSH_RATE=5000 PUSH_RUNS=3 PUSH_SECONDS=6 (push: the live workload read by push
 #   workers in a deliver group, the durable moved in drain mode)
 #   KV_KEYS=100000 KV_RATE=300 KV_RUNS=3 (kv: a KV bucket changed in place
 #   under a writer and a reader)
@@ -30,11 +33,12 @@ scripts/install-nats-server.sh "$version" >/dev/null
 # The benchmarks start this one (the pinned version, this checkout's install).
 export NATS_SERVER="$root/.nats-server/$version/nats-server"
 
-: "${PROC_RATES:=1000,5000,20000,max}" "${PROC_RUNS:=3}" "${PROC_SECONDS:=6}" "${PROC_ACK_WAIT_S:=5}"
+: "${PROC_RATES:=1000,5000,20000,max}" "${PROC_RUNS:=3}" "${PROC_SECONDS:=4}" "${PROC_ACK_WAIT_S:=5}"
 : "${TRANSLATE_SIZES:=10000,1000000,10000000}" "${VERIFY_N:=1000000,10000000}" "${VERIFY_ROUNDS:=3}"
-: "${MANY_COUNTS:=1,100,400,1000}" "${MANY_RUNS:=3}" "${SOURCING_STEP_S:=6}" "${SOURCING_PUBLISH:=plain,async}"
+: "${MANY_COUNTS:=1,100,1000}" "${MANY_RUNS:=3}" "${SOURCING_STEP_S:=4}" "${SOURCING_PUBLISH:=plain,async}"
+: "${SOURCING_RATES:=20000,40000,60000,80000,100000,150000,200000}"
 : "${INPLACE_PRELOAD:=1000000}" "${INPLACE_RUNS:=3}" "${INPLACE_SECONDS:=18}"
-: "${PUSH_RATE:=5000}" "${PUSH_RUNS:=3}" "${PUSH_SECONDS:=9}"
+: "${PUSH_RATE:=5000}" "${PUSH_RUNS:=3}" "${PUSH_SECONDS:=6}"
 : "${KV_KEYS:=100000}" "${KV_RATE:=300}" "${KV_RUNS:=3}"
 : "${CLUSTER_RATE:=5000}" "${CLUSTER_RUNS:=3}" "${CLUSTER_SECONDS:=6}"
 : "${BENCH_ONLY:=procedures,translate,verify,many,sourcing,in_place,push,kv,cluster}"
@@ -83,7 +87,7 @@ run procedures cutover-demo PROC_RATES="$PROC_RATES" PROC_RUNS="$PROC_RUNS" PROC
 run translate cutover-demo TRANSLATE_SIZES="$TRANSLATE_SIZES"
 run verify nats-cutover VERIFY_BENCH_N="$VERIFY_N" VERIFY_BENCH_ROUNDS="$VERIFY_ROUNDS"
 run many cutover-demo MANY_COUNTS="$MANY_COUNTS" MANY_RUNS="$MANY_RUNS"
-run sourcing cutover-demo SOURCING_STEP_S="$SOURCING_STEP_S" SOURCING_PUBLISH="$SOURCING_PUBLISH"
+run sourcing cutover-demo SOURCING_STEP_S="$SOURCING_STEP_S" SOURCING_PUBLISH="$SOURCING_PUBLISH" SOURCING_RATES="$SOURCING_RATES"
 run_as cluster cutover cutover-demo BENCH_CLUSTER=3 BENCH_MODES=drain BENCH_RATE="$CLUSTER_RATE" BENCH_RUNS="$CLUSTER_RUNS" BENCH_SECONDS="$CLUSTER_SECONDS" BENCH_PROCESSING_US=0
 run_as push cutover cutover-demo BENCH_PUSH=1 BENCH_MODES=drain BENCH_RATE="$PUSH_RATE" BENCH_RUNS="$PUSH_RUNS" BENCH_SECONDS="$PUSH_SECONDS"
 run kv cutover-demo KV_KEYS="$KV_KEYS" KV_RATE="$KV_RATE" KV_RUNS="$KV_RUNS"
