@@ -369,6 +369,37 @@ impl JournalStore {
         Ok(())
     }
 
+    /// The operator's go-ahead for migration `id`, waiting with its
+    /// publishers split across systems (`run --resume ID --proceed`).
+    pub async fn put_proceed(&self, id: &str) -> Result<()> {
+        let v = serde_json::to_vec(&serde_json::json!({ "at_ms": now_ms() })).expect("json");
+        self.kv
+            .put(cj::proceed_key(id), Bytes::from(v))
+            .await
+            .map_err(|e| jerr("cannot write the go-ahead", e))?;
+        Ok(())
+    }
+
+    /// Whether the operator's go-ahead for migration `id` is there.
+    pub async fn proceed_asked(&self, id: &str) -> Result<bool> {
+        let e = self
+            .kv
+            .entry(cj::proceed_key(id))
+            .await
+            .map_err(|e| jerr("cannot read the go-ahead", e))?;
+        Ok(e.is_some_and(|e| e.operation == kv::Operation::Put))
+    }
+
+    /// Removes the go-ahead once used (a later migration of the same
+    /// streams must be told again).
+    pub async fn delete_proceed(&self, id: &str) -> Result<()> {
+        self.kv
+            .delete(cj::proceed_key(id))
+            .await
+            .map_err(|e| jerr("cannot delete the go-ahead", e))?;
+        Ok(())
+    }
+
     pub async fn delete_route(&self, from: &str, consumer: &str) -> Result<()> {
         self.kv
             .delete(route_key(from, consumer))

@@ -307,7 +307,9 @@ pub struct RunArgs {
     /// the old consumer (safe: it is settled to the fence, so they process
     /// nothing more; it is deleted at the end, unless --keep-old-consumers
     /// keeps it paused so they idle without errors until replaced); use with
-    /// --resume after stopping a run that waits.
+    /// --resume after stopping a run that waits. Across systems with the
+    /// publishers repointed: `run --resume ID --proceed` tells the run that
+    /// waits for them (running or stopped) to seal the old stream.
     #[arg(long)]
     pub proceed: bool,
     /// For publishers that never retry: during the commit window the runner
@@ -317,6 +319,11 @@ pub struct RunArgs {
     /// only with msg-ids is it exact).
     #[arg(long)]
     pub answer_publishes: bool,
+    /// Across systems with the publishers repointed (the plan says they are
+    /// split): go on to seal the old stream, without the go-ahead of
+    /// `run --resume ID --proceed`, once it stored nothing for this long.
+    #[arg(long, value_parser = parse_timeout)]
+    pub seal_when_idle: Option<Duration>,
     /// --strategy dual-write: how long old and new consumers run side by side
     /// (publishers writing both streams) before writes to the old stream stop.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
@@ -489,7 +496,7 @@ fn rolling_flags(p: &PlanArgs, run: Option<&RunArgs>) -> Result<(), String> {
         );
     }
     if run.is_some_and(|r| r.proceed && r.resume.is_none() && !rolling) {
-        return Err("--proceed is for a rolling upgrade: use it with --mode rolling, or with --resume ID to go on with a rolling run that waits for instances".into());
+        return Err("--proceed is for a rolling upgrade: use it with --mode rolling, or with --resume ID to go on with a run that waits (for instances, or for publishers repointed across systems)".into());
     }
     Ok(())
 }

@@ -11,6 +11,8 @@
 //!   during the commit window.
 //! - `dual`: strategy dual-write's steps (docs/protocol.md, *Dual-write*).
 //! - `fence`: fence mode's handoff (docs/protocol.md), driven by `run`.
+//! - `split`: across systems, publishers repointed by the operator: B
+//!   takes the subjects beside A, the run waits for the go-ahead.
 //! - [`inplace`]: a stream's new settings under its own name, in two mirror hops.
 
 pub mod across;
@@ -23,6 +25,7 @@ pub mod prepare;
 pub mod progress;
 pub mod rollback;
 pub mod run;
+mod split;
 
 pub use events::{Event, EventKind, Info, Progress, Sink, StepResult, Warning, WireEvent};
 pub use inplace::{

@@ -50,6 +50,13 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
             j.to
         )));
     }
+    if j.publishers_split() {
+        return Err(Error::Unsafe(format!(
+            "migration {id} has its publishers split between {from} and {to}: {to} holds the subjects on the target side beside {from}, so a publisher repointed there writes into {to} only; a rollback would hide its messages from {from}'s consumers and leave it with no stream (its publishes do not cross to {from}'s side), so none can be exact; nothing was changed; finish instead: once every publisher publishes on the target side, `nats-cutover run --resume {id} --proceed`",
+            from = j.from,
+            to = j.to
+        )));
+    }
     if !j.can_roll_back() {
         return Err(Error::Unsafe(format!(
             "migration {id} passed its commit point ({}): {}",

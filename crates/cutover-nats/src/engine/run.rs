@@ -70,6 +70,10 @@ pub struct RunOptions {
     /// subjects during the commit window, and store them once a stream holds
     /// the subjects again (`super::bridge`): for publishers that never retry.
     pub answer_publishes: bool,
+    /// Publishers split across systems (`External::split_publishers`): go
+    /// on to seal A, without the operator's go-ahead, once A stored nothing
+    /// for this long (`--seal-when-idle`).
+    pub seal_when_idle: Option<Duration>,
     /// Called after each journaled step with its name (tests kill the runner here).
     pub after_step: Option<StepHook>,
 }
@@ -96,6 +100,7 @@ impl Default for RunOptions {
             consumers_at_once: 64,
             side_by_side: Duration::ZERO,
             answer_publishes: false,
+            seal_when_idle: None,
             after_step: None,
         }
     }
@@ -175,13 +180,19 @@ impl Ctx<'_> {
         self.hold_lease().await?;
         if interruptible && *self.shutdown.borrow() {
             let j = self.journal.lock().await;
+            let id = &j.id;
+            let next = match j.publishers_split() {
+                true => format!("publishers may be split between {} and {} (no rollback is exact from here): once every publisher publishes on the target side, `nats-cutover run --resume {id} --proceed` seals {} and finishes", j.from, j.to, j.from),
+                false => format!("resume with `nats-cutover run --resume {id}` or undo with `nats-cutover rollback {id}`"),
+            };
             return Err(Error::Interrupted {
-                id: j.id.clone(),
+                id: id.clone(),
                 step: j
                     .in_progress
                     .as_ref()
                     .map(|s| s.to_string())
                     .unwrap_or_else(|| j.phase.as_str().into()),
+                next,
             });
         }
         Ok(())
@@ -339,7 +350,12 @@ fn stopped(e: Error, j: &Journal) -> Error {
     // Fence mode: the new durable serves new messages, the old one is paused
     // for good and finishing up to the fence (not "as it was").
     let fenced = names(&|p| p == ConsumerPhase::Fenced);
-    let (state, next) = if j.phase == Phase::RolledBack {
+    let (state, next) = if j.publishers_split() {
+        (
+            format!("publishers may be split between {} and {}: both hold the subjects, each on its own side, and {} still sources {}; no rollback is exact from here", j.from, j.to, j.to, j.from),
+            format!("once every publisher publishes on the target side, `nats-cutover run --resume {id} --proceed` seals {} and finishes", j.from),
+        )
+    } else if j.phase == Phase::RolledBack {
         (
             format!("nothing was changed (migration {id} ended rolled back)"),
             "fix the cause and run again".to_string(),
@@ -383,6 +399,10 @@ async fn drive(ctx: &Ctx<'_>) -> Result<()> {
     }
     if phase().await < Phase::ConsumersMoved {
         move_consumers(ctx).await?;
+    }
+    let split = ctx.journal.lock().await.plan.external.as_ref().is_some_and(|e| e.split_publishers);
+    if split && phase().await < Phase::SubjectsMoved {
+        super::split::publishers(ctx).await?;
     }
     if phase().await < Phase::SubjectsMoved {
         move_publishers(ctx).await?;
@@ -1385,7 +1405,7 @@ async fn commit_or_give_back(
 /// The window itself; returns A's final sequence. Bounded by the commit
 /// timeout and deaf to Ctrl-C (stopping halfway would leave publishers with no
 /// stream; the caller undoes a failure at once).
-async fn commit_window(
+pub(super) async fn commit_window(
     ctx: &Ctx<'_>,
     from: &str,
     to: &str,
@@ -1468,7 +1488,7 @@ pub fn released_subjects(from: &str, final_subjects: &[String]) -> Vec<String> {
 
 /// Undo of the commit window: A takes its subjects back, unless B holds them
 /// (then the commit happened: `Ok(true)`).
-async fn give_subjects_back(
+pub(super) async fn give_subjects_back(
     ctx: &Ctx<'_>,
     from: &str,
     to: &str,

@@ -83,6 +83,7 @@ fn build_request(
             api,
             deliver: a.from_deliver.clone(),
             repoint_publishers: a.repoint_publishers,
+            split_publishers: false,
         }),
         repoint_publishers: a.repoint_publishers,
     })

@@ -66,6 +66,20 @@ impl Render {
                     e.migration
                 )
             }
+            // Publishers split across systems: what A still stores, and the way on.
+            EventKind::Progress(cutover_nats::engine::Progress::AwaitPublishers {
+                a_stored,
+                interval_ms,
+                idle_ms,
+                next,
+                ..
+            }) => format!(
+                "{} waiting for the publishers to be repointed to the target side: {} stored {a_stored} messages in the last {} ({} idle); once every publisher publishes on the target side, `{next}` seals it",
+                e.step,
+                e.migration.split('.').next().unwrap_or_default(),
+                render::ms(*interval_ms),
+                render::ms(*idle_ms),
+            ),
             _ => format!("{} {} {}", e.step, w.kind, compact(&w.detail)),
         };
         Some(format!("[{t:>8.3}s] {text}"))

@@ -136,6 +136,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
     }
     let plan = load_plan(&js, &a).await?;
     refuse_unsafe(&plan, json_out)?;
+    let told = split_flags(&js, &a, &plan).await?;
     if !a.yes && a.resume.is_none() {
         confirm(&plan)?;
     }
@@ -159,7 +160,14 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
     if let (Some(path), Some(record)) = (&a.report, record) {
         write_report(&js, path, record, json_out).await;
     }
-    let j = result?;
+    let j = match result {
+        Err(cutover_nats::Error::Leased { holder, until, .. }) if told => {
+            let id = a.resume.as_deref().unwrap_or_default();
+            outln!("the go-ahead for migration {id} is recorded: the runner holding it ({holder}) seals {} as soon as it sees it; if that runner is gone, this command finishes the migration once its lease lapses ({until})", plan.from);
+            return Ok(ExitCode::Ok);
+        }
+        r => r?,
+    };
     print_result(&j, json_out);
     Ok(if j.phase == Phase::Done { ExitCode::Ok } else { ExitCode::Failed })
 }
@@ -248,6 +256,25 @@ async fn load_plan(js: &Js, a: &RunArgs) -> Result<Plan> {
     })
 }
 
+/// Across systems with the publishers split (`External::split_publishers`):
+/// `--resume ID --proceed` on a migration that waits for them records the
+/// go-ahead where the waiting runner (this one, or another that holds the
+/// lease) sees it; returns whether it did. `--seal-when-idle` is refused
+/// for any other migration (it would be ignored).
+async fn split_flags(js: &Js, a: &RunArgs, plan: &Plan) -> Result<bool> {
+    let split = plan.external.as_ref().is_some_and(|e| e.split_publishers);
+    if a.seal_when_idle.is_some() && !split {
+        return Err(CliError::Flag(format!("--seal-when-idle is for a move across systems whose publishers are repointed (the plan of {} -> {} does not split them): drop it", plan.from, plan.to)));
+    }
+    let (Some(id), true) = (&a.resume, a.proceed) else { return Ok(false) };
+    let (store, j) = engine::rollback::load(js, id).await?;
+    if !j.publishers_split() {
+        return Ok(false);
+    }
+    store.put_proceed(id).await?;
+    Ok(true)
+}
+
 /// Refuses an unsafe plan (shown first, without --json), with its reasons.
 pub(super) fn refuse_unsafe(plan: &Plan, json_out: bool) -> Result<()> {
     if plan.safe {
@@ -275,6 +302,7 @@ fn run_options(a: &RunArgs) -> RunOptions {
         proceed: a.proceed,
         side_by_side: a.side_by_side,
         answer_publishes: a.answer_publishes,
+        seal_when_idle: a.seal_when_idle,
         // Only in the binary the tests run: die after a named step.
         after_step: cutover_nats::test_hooks::crash_after_step(),
         ..Default::default()

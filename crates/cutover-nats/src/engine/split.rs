@@ -1,0 +1,210 @@
+//! Publishers split across systems (docs/cross-system.md, *What moves by
+//! itself*): where publishes cross the boundary in neither direction and the
+//! operator repoints the publishers (`External::split_publishers`), the
+//! commit point does not take the subjects from A. After the consumers
+//! moved, B takes A's subjects on the target side while it still sources A,
+//! and A keeps its own: a publisher on either side is served, one still on
+//! A's side reaches B through the source, and a retry sent once into each
+//! lands once in B (its explicit duplicate window: server stream.go
+//! `processJetStreamMsg` checks sourced messages' msg-ids too). The run then
+//! waits for the operator's go-ahead (`run --resume ID --proceed`, a record
+//! in the `CUTOVER` bucket the waiting runner watches) or for A to store
+//! nothing for `--seal-when-idle`, and only then releases and seals A.
+//!
+//! Two streams with the same subjects on two systems do not conflict: the
+//! overlap check is per account (server stream.go `checkStreamCfgLocked`),
+//! and its source cycle check skips external sources.
+
+use super::events::{EventKind, Progress, StepResult};
+use super::run::{commit_window, Ctx};
+use crate::api::Js;
+use crate::error::{Error, Result};
+use cutover_core::journal::{Phase, Step};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// How often the wait reports what A stored meanwhile (the first time
+/// after [`FIRST_REPORT`]).
+const REPORT_EVERY: Duration = Duration::from_secs(3);
+const FIRST_REPORT: Duration = Duration::from_secs(1);
+
+/// The steps that replace the commit point: B takes the subjects, the
+/// wait, A released once B holds its tail. Each is resumable.
+pub(super) async fn publishers(ctx: &Ctx<'_>) -> Result<()> {
+    let phase = || async { ctx.journal.lock().await.phase };
+    if phase().await < Phase::SubjectsShared {
+        share_subjects(ctx).await?;
+    }
+    if phase().await < Phase::SubjectsReleased {
+        await_publishers(ctx).await?;
+    }
+    release_a(ctx).await
+}
+
+/// B takes A's subjects on the target side. The phase is journaled first:
+/// from it on a rollback is refused (`Journal::publishers_split`), since a
+/// publisher may be repointed at any moment after. An update that failed
+/// (and did not take effect) puts the phase back: nothing is split then.
+async fn share_subjects(ctx: &Ctx<'_>) -> Result<()> {
+    let (to, subjects) = {
+        let j = ctx.journal.lock().await;
+        (j.to.clone(), j.plan.b_final_subjects.clone())
+    };
+    let t = ctx.begin(Step::ShareSubjects).await?;
+    // A go-ahead left by an earlier migration of the same streams is not
+    // this one's: the operator confirms after B took the subjects.
+    ctx.store.delete_proceed(&ctx.id).await?;
+    ctx.journal.lock().await.phase = Phase::SubjectsShared;
+    ctx.save().await?;
+    if let Err(e) = b_takes(ctx.js, &to, &subjects).await {
+        let took = ctx.js.stream_info(&to).await.is_ok_and(|(_, b)| b.config.subjects == subjects);
+        if !took {
+            ctx.journal.lock().await.phase = Phase::ConsumersMoved;
+            ctx.save().await?;
+            return Err(e);
+        }
+    }
+    let result = StepResult::SubjectsShared { subjects };
+    ctx.done(Step::ShareSubjects, t, Some(Phase::SubjectsShared), result).await
+}
+
+/// B holds `subjects` (idempotent).
+async fn b_takes(js: &Js, to: &str, subjects: &[String]) -> Result<()> {
+    let (raw, b) = js.stream_info(to).await?;
+    if b.config.subjects != subjects {
+        let mut cfg = raw["config"].clone();
+        cfg["subjects"] = json!(subjects);
+        js.stream_update(&cfg).await?;
+    }
+    Ok(())
+}
+
+/// What the wait has seen of A: its last sequence, since when it has not
+/// moved, and what was last reported.
+struct Watch {
+    started: Instant,
+    a_last: u64,
+    idle_since: Instant,
+    reported: (Instant, u64),
+    report_at: Instant,
+}
+
+impl Watch {
+    fn new(a_last: u64) -> Self {
+        let now = Instant::now();
+        Self {
+            started: now,
+            a_last,
+            idle_since: now,
+            reported: (now, a_last),
+            report_at: now + FIRST_REPORT,
+        }
+    }
+
+    fn saw(&mut self, a_last: u64) {
+        if a_last != self.a_last {
+            self.a_last = a_last;
+            self.idle_since = Instant::now();
+        }
+    }
+
+    /// The progress event due now, if one is.
+    fn report(&mut self, next: &str) -> Option<Progress> {
+        let now = Instant::now();
+        if now < self.report_at {
+            return None;
+        }
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let p = Progress::AwaitPublishers {
+            a_stored: self.a_last.saturating_sub(self.reported.1),
+            interval_ms: ms(now - self.reported.0),
+            a_last_seq: self.a_last,
+            idle_ms: ms(now - self.idle_since),
+            waited_ms: ms(now - self.started),
+            next: next.into(),
+        };
+        self.reported = (now, self.a_last);
+        self.report_at = now + REPORT_EVERY;
+        Some(p)
+    }
+}
+
+/// Waits, reporting every few seconds what A stored meanwhile, until the
+/// operator's go-ahead is in the `CUTOVER` bucket or A stored nothing for
+/// `--seal-when-idle`. Ctrl-C stops here (a safe point: both sides serve);
+/// a resumed run waits again. B takes the subjects again first: a runner
+/// killed between journaling the share and B's update left B without them.
+async fn await_publishers(ctx: &Ctx<'_>) -> Result<()> {
+    let (from, to, subjects) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone())
+    };
+    let t = ctx.begin(Step::AwaitPublishers).await?;
+    b_takes(ctx.js, &to, &subjects).await?;
+    let next = format!("nats-cutover run --resume {} --proceed", ctx.id);
+    let mut watch = Watch::new(ctx.js.stream_info(&from).await?.1.state.last_seq);
+    let by = loop {
+        if ctx.store.proceed_asked(&ctx.id).await? {
+            break "operator";
+        }
+        watch.saw(ctx.js.stream_info(&from).await?.1.state.last_seq);
+        if ctx.opts.seal_when_idle.is_some_and(|d| watch.idle_since.elapsed() >= d) {
+            break "idle";
+        }
+        if let Some(p) = watch.report(&next) {
+            ctx.emit(Step::AwaitPublishers, EventKind::Progress(p));
+        }
+        ctx.tick(true).await?;
+        tokio::time::sleep(ctx.opts.poll.max(Duration::from_millis(100))).await;
+    };
+    let result = StepResult::PublishersConfirmed {
+        by: by.into(),
+        waited_ms: watch.started.elapsed().as_secs_f64() * 1000.0,
+        a_last_seq: watch.a_last,
+    };
+    ctx.done(Step::AwaitPublishers, t, None, result).await
+}
+
+/// A releases its subjects, B is waited for until it holds every message A
+/// stored (A's last sequence the same in two reads, as at a commit point:
+/// `commit_window`), then the run goes on as after one (seal A, remove B's
+/// source, retire). A publisher still on A's side gets no responders from
+/// here: the operator said none is (or A was idle). If B does not catch up
+/// within the commit timeout, A takes its subjects back (both sides serve
+/// again) and the go-ahead can be given again.
+async fn release_a(ctx: &Ctx<'_>) -> Result<()> {
+    let (from, to, subjects, a_subjects) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone(), j.a_subjects.clone())
+    };
+    let t = ctx.begin(Step::MovePublishers).await?;
+    ctx.journal.lock().await.phase = Phase::SubjectsReleased;
+    ctx.save().await?;
+    let released = Instant::now();
+    match commit_window(ctx, &from, &to, &subjects).await {
+        Ok(a_final) => {
+            let result = StepResult::MovePublishers {
+                a_final_seq: a_final,
+                no_stream_window_ms: Some(released.elapsed().as_secs_f64() * 1000.0),
+                reconciled: false,
+            };
+            ctx.done(Step::MovePublishers, t, Some(Phase::SubjectsMoved), result).await?;
+            ctx.store.delete_proceed(&ctx.id).await
+        }
+        Err(e) => {
+            let (raw, a) = ctx.js.stream_info(&from).await?;
+            if a.config.subjects != a_subjects {
+                let mut cfg = raw["config"].clone();
+                cfg["subjects"] = json!(a_subjects);
+                ctx.js.stream_update(&cfg).await?;
+            }
+            {
+                let mut j = ctx.journal.lock().await;
+                j.phase = Phase::SubjectsShared;
+                j.a_final_seq = None;
+            }
+            ctx.save().await?;
+            Err(Error::Stuck(format!("{to} did not take over from {from} ({e}); {from} holds its subjects again, so publishers on both sides are served; `nats-cutover run --resume {} --proceed` tries again", ctx.id)))
+        }
+    }
+}
