@@ -333,6 +333,19 @@ pub struct Journal {
     /// Strategy dual-write: where dual-writing began (docs/protocol.md).
     #[serde(default)]
     pub dual: Option<DualProgress>,
+    /// Publishers split across systems: where B was when it took the
+    /// subjects beside A (journaled with the phase, before B's update).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<SharedAt>,
+}
+
+/// B when it took A's subjects on the target side: every message up to
+/// `b_seq` was sourced from A, the newest with origin `origin_seq`; direct
+/// publishes come after it, interleaved with what B still sources.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedAt {
+    pub b_seq: u64,
+    pub origin_seq: u64,
 }
 
 /// Strategy dual-write's sequences of A, each journaled once known.
@@ -393,6 +406,7 @@ impl Journal {
             steps: vec![],
             error: None,
             dual: None,
+            shared: None,
             plan,
         }
     }

@@ -103,6 +103,9 @@ struct Shared {
     /// Publishers held (the seed's manual procedure pauses them): nothing is
     /// published while set; what fell due meanwhile goes out on release.
     hold: AtomicBool,
+    /// The publisher that takes over from the next message on (a move across
+    /// systems whose publishers are repointed to the target side).
+    repoint: Mutex<Option<Pub>>,
     samples: Mutex<Vec<Sample>>,
 }
 
@@ -353,6 +356,16 @@ impl Load {
 
     pub fn release_publishers(&self) {
         self.shared.hold.store(false, Ordering::SeqCst);
+    }
+
+    /// A move across systems whose publishers are repointed: from the next
+    /// message on the publisher publishes on `client` (a connection to the
+    /// target side), with the same msg-id sequence; the first connection
+    /// gets nothing new (publishes in flight there finish, retrying as
+    /// before).
+    pub fn repoint_publisher(&self, client: async_nats::Client) {
+        let p = Pub::Plain(Box::new(Publisher::new(client, self.cfg.retry_horizon)));
+        *self.shared.repoint.lock().unwrap() = Some(p);
     }
 
     /// Mode rolling: replaces worker `i` by a protocol instance of `version`
@@ -695,7 +708,7 @@ fn spawn_sampler(shared: Arc<Shared>, t0: Instant) -> tokio::task::JoinHandle<()
 }
 
 async fn publish_loop(
-    p: Pub,
+    mut p: Pub,
     cfg: LoadConfig,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
@@ -717,6 +730,9 @@ async fn publish_loop(
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => break,
+        }
+        if let Some(to) = shared.repoint.lock().unwrap().take() {
+            p = to;
         }
         if shared.hold.load(Ordering::SeqCst) {
             held_since.get_or_insert_with(Instant::now);

@@ -1405,7 +1405,7 @@ async fn commit_or_give_back(
 /// The window itself; returns A's final sequence. Bounded by the commit
 /// timeout and deaf to Ctrl-C (stopping halfway would leave publishers with no
 /// stream; the caller undoes a failure at once).
-pub(super) async fn commit_window(
+async fn commit_window(
     ctx: &Ctx<'_>,
     from: &str,
     to: &str,
@@ -1488,7 +1488,7 @@ pub fn released_subjects(from: &str, final_subjects: &[String]) -> Vec<String> {
 
 /// Undo of the commit window: A takes its subjects back, unless B holds them
 /// (then the commit happened: `Ok(true)`).
-pub(super) async fn give_subjects_back(
+async fn give_subjects_back(
     ctx: &Ctx<'_>,
     from: &str,
     to: &str,

@@ -16,10 +16,12 @@
 //! and its source cycle check skips external sources.
 
 use super::events::{EventKind, Progress, StepResult};
-use super::run::{commit_window, Ctx};
+use super::progress::source_progress;
+use super::run::{released_subjects, Ctx};
 use crate::api::Js;
 use crate::error::{Error, Result};
-use cutover_core::journal::{Phase, Step};
+use cutover_core::journal::{Phase, SharedAt, Step};
+use cutover_core::source_header;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -54,7 +56,14 @@ async fn share_subjects(ctx: &Ctx<'_>) -> Result<()> {
     // A go-ahead left by an earlier migration of the same streams is not
     // this one's: the operator confirms after B took the subjects.
     ctx.store.delete_proceed(&ctx.id).await?;
-    ctx.journal.lock().await.phase = Phase::SubjectsShared;
+    let from = ctx.journal.lock().await.from.clone();
+    let p = source_progress(ctx.js, &to, &from).await?;
+    let at = SharedAt { b_seq: p.b_last_seq, origin_seq: p.sourced_origin_seq.unwrap_or(0) };
+    {
+        let mut j = ctx.journal.lock().await;
+        j.phase = Phase::SubjectsShared;
+        j.shared = Some(at);
+    }
     ctx.save().await?;
     if let Err(e) = b_takes(ctx.js, &to, &subjects).await {
         let took = ctx.js.stream_info(&to).await.is_ok_and(|(_, b)| b.config.subjects == subjects);
@@ -167,22 +176,27 @@ async fn await_publishers(ctx: &Ctx<'_>) -> Result<()> {
 
 /// A releases its subjects, B is waited for until it holds every message A
 /// stored (A's last sequence the same in two reads, as at a commit point:
-/// `commit_window`), then the run goes on as after one (seal A, remove B's
-/// source, retire). A publisher still on A's side gets no responders from
-/// here: the operator said none is (or A was idle). If B does not catch up
-/// within the commit timeout, A takes its subjects back (both sides serve
-/// again) and the go-ahead can be given again.
+/// see `run::commit_window`), then the run goes on as after one (seal A,
+/// remove B's source, retire). A publisher still on A's side gets no
+/// responders from here: the operator said none is (or A was idle). If B
+/// does not catch up within the commit timeout, A takes its subjects back
+/// (both sides serve again) and the go-ahead can be given again.
 async fn release_a(ctx: &Ctx<'_>) -> Result<()> {
-    let (from, to, subjects, a_subjects) = {
+    let (from, to, a_subjects, shared) = {
         let j = ctx.journal.lock().await;
-        (j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone(), j.a_subjects.clone())
+        (j.from.clone(), j.to.clone(), j.a_subjects.clone(), j.shared.unwrap_or_default())
     };
     let t = ctx.begin(Step::MovePublishers).await?;
+    // What B received since it took the subjects is read while A still
+    // takes publishes; inside the window only what arrives meanwhile.
+    let mut tail = SourcedTail { cursor: shared.b_seq, origin: shared.origin_seq };
+    tail.advance(ctx.js, &to, &from).await?;
     ctx.journal.lock().await.phase = Phase::SubjectsReleased;
     ctx.save().await?;
     let released = Instant::now();
-    match commit_window(ctx, &from, &to, &subjects).await {
+    match tail_window(ctx, &from, &to, &mut tail).await {
         Ok(a_final) => {
+            ctx.journal.lock().await.a_final_seq = Some(a_final);
             let result = StepResult::MovePublishers {
                 a_final_seq: a_final,
                 no_stream_window_ms: Some(released.elapsed().as_secs_f64() * 1000.0),
@@ -206,5 +220,75 @@ async fn release_a(ctx: &Ctx<'_>) -> Result<()> {
             ctx.save().await?;
             Err(Error::Stuck(format!("{to} did not take over from {from} ({e}); {from} holds its subjects again, so publishers on both sides are served; `nats-cutover run --resume {} --proceed` tries again", ctx.id)))
         }
+    }
+}
+
+/// A releases its subjects; then, bounded by the commit timeout, B is read
+/// until it holds every message A stored, with A's last sequence the same in
+/// two reads (a publish the server had queued for A is stored after its
+/// subjects are gone: stream.go processInboundJetStreamMsg → queueInbound).
+/// Returns A's final sequence.
+async fn tail_window(ctx: &Ctx<'_>, from: &str, to: &str, tail: &mut SourcedTail) -> Result<u64> {
+    let subjects = ctx.journal.lock().await.plan.b_final_subjects.clone();
+    let (a_raw, a) = ctx.js.stream_info(from).await?;
+    let release = released_subjects(from, &subjects);
+    if a.config.subjects != release {
+        let mut cfg = a_raw["config"].clone();
+        cfg["subjects"] = json!(release);
+        ctx.js.stream_update(&cfg).await?;
+    }
+    if let Some(h) = &ctx.opts.after_step {
+        h("subjects_released");
+    }
+    let (_, b) = ctx.js.stream_info(to).await?;
+    let source = b.config.sources.iter().find(|s| s.name == from).cloned();
+    let deadline = Instant::now() + ctx.opts.commit_timeout;
+    let mut seen: Option<u64> = None;
+    loop {
+        let (_, a) = ctx.js.stream_info(from).await?;
+        tail.advance(ctx.js, to, from).await?;
+        let last = a.state.last_seq;
+        let caught_up = tail.origin >= last
+            || a.state.messages == 0
+            || ctx.js.next_sourced(&a, source.as_ref(), tail.origin).await?.is_none();
+        if caught_up && seen == Some(last) {
+            return Ok(last);
+        }
+        seen = caught_up.then_some(last);
+        if Instant::now() > deadline {
+            return Err(Error::Stuck(format!("{to} did not source {from}'s last messages (up to {last}; it holds up to origin {}) within the commit timeout of {:?}", tail.origin, ctx.opts.commit_timeout)));
+        }
+        ctx.tick(false).await?;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// How far B sourced A, while direct publishes land in B too: B's newest
+/// message may be a direct one, so its newest alone (`source_progress`)
+/// says nothing; B is read forward from `cursor` (headers only), keeping
+/// the highest origin sequence seen.
+struct SourcedTail {
+    cursor: u64,
+    origin: u64,
+}
+
+impl SourcedTail {
+    async fn advance(&mut self, js: &Js, to: &str, from: &str) -> Result<()> {
+        let last = js.stream_info(to).await?.1.state.last_seq;
+        if last <= self.cursor {
+            return Ok(());
+        }
+        let mut max = self.origin;
+        let stall = Duration::from_secs(10);
+        crate::verify::read(js, to, self.cursor + 1, last, &[], true, stall, |m, _, _| {
+            let h = m.headers.as_ref().and_then(|h| h.get(source_header::HEADER));
+            if let Some(o) = h.and_then(|v| source_header::seq_from(v.as_str(), from).ok()) {
+                max = max.max(o.unwrap_or(0));
+            }
+            true
+        })
+        .await?;
+        (self.cursor, self.origin) = (last, max);
+        Ok(())
     }
 }

@@ -163,7 +163,14 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
     let j = match result {
         Err(cutover_nats::Error::Leased { holder, until, .. }) if told => {
             let id = a.resume.as_deref().unwrap_or_default();
-            outln!("the go-ahead for migration {id} is recorded: the runner holding it ({holder}) seals {} as soon as it sees it; if that runner is gone, this command finishes the migration once its lease lapses ({until})", plan.from);
+            let message = format!("the go-ahead for migration {id} is recorded: the runner holding it ({holder}) seals {} as soon as it sees it; if that runner is gone, this command finishes the migration once its lease lapses ({until})", plan.from);
+            match json_out {
+                true => outln!(
+                    "{}",
+                    json!({ "kind": "proceed", "migration": id, "recorded": true, "message": message })
+                ),
+                false => outln!("{message}"),
+            }
             return Ok(ExitCode::Ok);
         }
         r => r?,
