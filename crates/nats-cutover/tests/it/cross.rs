@@ -668,3 +668,39 @@ async fn until_resumed_waiting(args: &[&str], dir: &TempDir) -> Running {
     }
     unreachable!()
 }
+
+/// Publishes on A's side do not reach B's account, but B's account imports
+/// A's `orders.>`: with the publishers repointed to the target side, A would
+/// store their messages too and B would get each twice. Refused by the
+/// plan's reverse probe, before any write.
+#[tokio::test(flavor = "multi_thread")]
+async fn publishers_repointed_where_the_target_side_reaches_a_are_refused() {
+    let base = two_accounts_config(&[PUBLISHERS_IMPORT]);
+    let src_export = r#"{ stream: "deliver.src.>" }"#;
+    let dst_import = r#"{ stream: { account: SRC, subject: "deliver.src.>" } }"#;
+    let config = base
+        .replace(r#"exports: [ { service: "orders.>" } ]"#, "exports: [ ]")
+        .replace(src_export, &format!("{src_export}\n      {{ service: \"orders.>\" }}"))
+        .replace(
+            dst_import,
+            &format!(
+                "{dst_import}\n      {{ service: {{ account: SRC, subject: \"orders.>\" }} }}"
+            ),
+        );
+    assert_eq!(config.matches("orders.>").count(), 2, "{config}");
+    let server =
+        NatsServer::start_with(ServerOptions { config: Some(config), ..Default::default() })
+            .unwrap_or_else(|e| panic!("{e}"));
+    let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
+    orders_on(&src.js).await;
+    let before = (snapshot(&src.js).await, snapshot(&dst.js).await);
+    let conn = accounts_conn(server.url());
+    let args = ["--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let repoint = ["--repoint-publishers"];
+    let plan = run(&[&conn[..], &["plan"], &args, &ACCOUNTS_PLAN, &repoint].concat());
+    assert_eq!(plan.code, 3, "{plan:?}");
+    assert!(plan.stdout.contains("publishes on the target side to orders.> reach A's"), "{plan:?}");
+    let out = run(&[&conn[..], &["run"], &args, &ACCOUNTS_PLAN, &repoint, &["--yes"]].concat());
+    assert_eq!(out.code, 3, "{out:?}");
+    assert_eq!((snapshot(&src.js).await, snapshot(&dst.js).await), before, "nothing changed");
+}
