@@ -495,6 +495,9 @@ fn rolling_flags(p: &PlanArgs, run: Option<&RunArgs>) -> Result<(), String> {
                 .into(),
         );
     }
+    if run.is_some_and(|r| r.seal_when_idle.is_some() && !planned && !p.repoint_publishers) {
+        return Err("--seal-when-idle is for a move across systems whose publishers are repointed: add --repoint-publishers (with --from-server or --from-context), or drop --seal-when-idle".into());
+    }
     if run.is_some_and(|r| r.proceed && r.resume.is_none() && !rolling) {
         return Err("--proceed is for a rolling upgrade: use it with --mode rolling, or with --resume ID to go on with a run that waits (for instances, or for publishers repointed across systems)".into());
     }
@@ -572,9 +575,11 @@ pub struct PlanArgs {
     /// messages come back on `PREFIX.>`).
     #[arg(long, value_name = "PREFIX", requires = "from_api")]
     pub from_deliver: Option<String>,
-    /// Across systems, where B's subjects do not reach from A's side: the
-    /// publishers will be repointed to the target side at the commit point
-    /// (until then they retry with the same msg-id; docs/cross-system.md).
+    /// Across systems, where publishes do not cross the boundary: the
+    /// operator repoints the publishers to the target side. B then takes
+    /// the subjects there beside A once the consumers moved, and the run
+    /// waits for the go-ahead (`run --resume ID --proceed`) before it seals
+    /// A (docs/cross-system.md).
     #[arg(long)]
     pub repoint_publishers: bool,
 }

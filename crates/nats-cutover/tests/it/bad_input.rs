@@ -291,6 +291,7 @@ fn flags_that_would_be_ignored_or_cannot_work_are_refused() {
         ),
         (&["plan", "--new-version", "2"], "--new-version is for a rolling upgrade"),
         (&["run", "--yes", "--proceed"], "--proceed is for a rolling upgrade"),
+        (&["run", "--yes", "--seal-when-idle", "5s"], "add --repoint-publishers"),
         (&["run", "--yes", "--max-pause", "0s"], "0s is shorter than 10ms"),
         (&["run", "--yes", "--max-pause", "abc"], "\"abc\" is not a duration like 5s"),
         (&["run", "--yes", "--lease-ttl", "1ms"], "1ms is shorter than 1s"),
