@@ -259,7 +259,8 @@ async fn tail_window(ctx: &Ctx<'_>, from: &str, to: &str, tail: &mut SourcedTail
             return Err(Error::Stuck(format!("{to} did not source {from}'s last messages (up to {last}; it holds up to origin {}) within the commit timeout of {:?}", tail.origin, ctx.opts.commit_timeout)));
         }
         ctx.tick(false).await?;
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        // Each read of B is an ordered consumer: not one per millisecond.
+        tokio::time::sleep(ctx.opts.poll.max(Duration::from_millis(10))).await;
     }
 }
 

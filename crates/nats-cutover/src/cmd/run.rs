@@ -394,7 +394,9 @@ pub fn print_journal(j: &Journal) {
         outln!("last error: {e}");
     }
     if !finished {
-        if j.can_roll_back() {
+        if j.publishers_split() {
+            outln!("publishers may be split between {} and {} (no rollback from here): once every publisher publishes on the target side, `nats-cutover run --resume {} --proceed` seals {} and finishes", j.from, j.to, j.id, j.from);
+        } else if j.can_roll_back() {
             outln!("resume with `nats-cutover run --resume {}` or undo with `nats-cutover rollback {}`", j.id, j.id);
         } else {
             outln!("past the commit point: resume with `nats-cutover run --resume {}` (only rolling forward is safe)", j.id);

@@ -704,3 +704,44 @@ async fn publishers_repointed_where_the_target_side_reaches_a_are_refused() {
     assert_eq!(out.code, 3, "{out:?}");
     assert_eq!((snapshot(&src.js).await, snapshot(&dst.js).await), before, "nothing changed");
 }
+
+/// The plan says what happens with the publishers split and what the
+/// operator does; with --seal-when-idle the run goes on by itself once the
+/// repointed publisher left A idle that long: exact, verify holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn split_publishers_seal_when_a_is_idle() {
+    let server = accounts_server(&[PUBLISHERS_IMPORT]);
+    let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
+    orders_on(&src.js).await;
+    let conn = accounts_conn(server.url());
+    let moves = ["--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let plan =
+        run(&[&conn[..], &["plan"], &moves, &ACCOUNTS_PLAN, &["--repoint-publishers"]].concat());
+    assert_eq!(plan.code, 0, "{plan:?}");
+    for says in [
+        "B takes the subjects (publishers split)",
+        "repoint the publishers to the target side, any time",
+        "`nats-cutover run --resume ORDERS.ORDERS_V2 --proceed`",
+        "--seal-when-idle",
+        "No rollback from here",
+    ] {
+        assert!(plan.stdout.contains(says), "the plan says {says:?}: {plan:?}");
+    }
+    let load = split_load(&src, &dst).await;
+    let dir = TempDir::new("split-idle");
+    let idle = ["--yes", "--repoint-publishers", "--seal-when-idle", "3s"];
+    let args = [&conn[..], &["--json", "run"], &moves, &ACCOUNTS_PLAN, &idle].concat();
+    let runner = Running::spawn(&args, &[], dir.0.join("run.err"));
+    wait_until("the run to wait for the publishers", Duration::from_secs(60), || async {
+        runner.events().iter().any(waiting)
+    })
+    .await;
+    assert_split(&src, &dst).await;
+    load.repoint_publisher(dst.client.clone());
+    until_published(&load, load.published() + 300).await;
+    let (code, events) = runner.end(Duration::from_secs(60)).await;
+    assert_eq!(code, Some(0), "{events:?}");
+    let done = events.iter().find(|e| e["step"] == "await_publishers" && e["kind"] == "step_done");
+    assert_eq!(done.expect("the wait ended")["detail"]["by"], "idle", "{events:?}");
+    assert_split_finished(load, &src, &dst, &conn).await;
+}
