@@ -716,8 +716,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn no_rollback_while_publishers_are_split() {
+        let mut j = three_consumer_journal();
+        j.phase = Phase::SubjectsShared;
+        assert!(j.can_roll_back(), "a move on one system never splits them");
+        let ext = crate::plan::External {
+            api: "JS.SRC.API".into(),
+            deliver: None,
+            repoint_publishers: true,
+            split_publishers: true,
+        };
+        j.plan.external = Some(ext);
+        for (phase, split) in [
+            (Phase::ConsumersMoved, false),
+            (Phase::SubjectsShared, true),
+            (Phase::SubjectsReleased, true),
+            (Phase::SubjectsMoved, false),
+        ] {
+            j.phase = phase;
+            assert_eq!(j.publishers_split(), split, "{phase:?}");
+        }
+        j.phase = Phase::SubjectsShared;
+        assert!(!j.can_roll_back());
+        j.phase = Phase::ConsumersMoved;
+        assert!(j.can_roll_back());
+    }
+
+    #[test]
     fn phases_order_and_commit_point() {
         assert!(Phase::Planned < Phase::ConsumersMoved);
+        assert!(Phase::ConsumersMoved < Phase::SubjectsShared);
+        assert!(Phase::SubjectsShared < Phase::SubjectsReleased);
+        assert!(!Phase::SubjectsShared.committed());
         assert!(!Phase::SubjectsReleased.committed());
         assert!(Phase::SubjectsMoved.committed());
         assert!(Phase::Done.committed());
