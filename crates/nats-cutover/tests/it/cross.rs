@@ -549,6 +549,11 @@ async fn assert_split_finished(load: Load, src: &Side, dst: &Side, conn: &[&str]
     let v = v.json();
     assert_eq!(v["holds"], true, "{v}");
     assert_eq!(v["consumers"][0]["counts"]["checked"], r.published, "{v}");
+    // The slipped-duplicate check compared the direct publishes from the
+    // first one after B took the subjects (they interleave with sourced ones).
+    let slip = &v["streams"]["slip"];
+    assert!(slip["direct_ids"].as_u64().is_some_and(|n| n > 0), "{v}");
+    assert!(slip["sourced_compared"].as_u64().is_some_and(|n| n > 0), "{v}");
     eprintln!(
         "split publishers: published {} lost {} twice {} publish failures {} retries {} max stall {:.1} ms",
         r.published,
