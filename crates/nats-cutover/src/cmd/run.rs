@@ -267,11 +267,15 @@ async fn load_plan(js: &Js, a: &RunArgs) -> Result<Plan> {
 /// `--resume ID --proceed` on a migration that waits for them records the
 /// go-ahead where the waiting runner (this one, or another that holds the
 /// lease) sees it; returns whether it did. `--seal-when-idle` is refused
-/// for any other migration (it would be ignored).
+/// for any other migration, `--answer-publishes` for this one (each would
+/// be ignored).
 async fn split_flags(js: &Js, a: &RunArgs, plan: &Plan) -> Result<bool> {
     let split = plan.external.as_ref().is_some_and(|e| e.split_publishers);
     if a.seal_when_idle.is_some() && !split {
         return Err(CliError::Flag(format!("--seal-when-idle is for a move across systems whose publishers are repointed (the plan of {} -> {} does not split them): drop it", plan.from, plan.to)));
+    }
+    if a.answer_publishes && split {
+        return Err(CliError::Flag(format!("--answer-publishes bridges a commit window, and with the publishers split between {} and {} there is none (A keeps its subjects until the go-ahead): drop it", plan.from, plan.to)));
     }
     let (Some(id), true) = (&a.resume, a.proceed) else { return Ok(false) };
     let (store, j) = engine::rollback::load(js, id).await?;

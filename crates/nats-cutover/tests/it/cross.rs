@@ -732,6 +732,11 @@ async fn split_publishers_seal_when_a_is_idle() {
     ] {
         assert!(plan.stdout.contains(says), "the plan says {says:?}: {plan:?}");
     }
+    let bridge = ["--yes", "--repoint-publishers", "--answer-publishes"];
+    let out = run(&[&conn[..], &["run"], &moves, &ACCOUNTS_PLAN, &bridge].concat());
+    assert_eq!(out.code, 2, "a flag that would be ignored: {out:?}");
+    assert!(out.stderr.contains("--answer-publishes bridges a commit window"), "{out:?}");
+    assert!(dst.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(), "nothing written");
     let load = split_load(&src, &dst).await;
     let dir = TempDir::new("split-idle");
     let idle = ["--yes", "--repoint-publishers", "--seal-when-idle", "3s"];
