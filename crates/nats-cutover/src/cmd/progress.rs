@@ -181,4 +181,26 @@ mod tests {
         assert!(line.contains("on the new durable: none yet"), "{line}");
         assert!(line.contains("`nats-cutover run --resume A.B --proceed`"), "{line}");
     }
+
+    #[test]
+    fn a_wait_for_split_publishers_says_what_a_stored_and_the_way_on() {
+        let r = Render::new(Mode::Lines);
+        let wait = cutover_nats::engine::Progress::AwaitPublishers {
+            a_stored: 12,
+            interval_ms: 3000.4,
+            a_last_seq: 500,
+            idle_ms: 0.5,
+            waited_ms: 4000.0,
+            next: "nats-cutover run --resume A.B --proceed".into(),
+        };
+        let e = Event {
+            ts_ms: r.t0,
+            kind: EventKind::Progress(wait),
+            step: Step::AwaitPublishers,
+            migration: "A.B".into(),
+        };
+        let line = r.line(&e).unwrap();
+        assert!(line.contains("A stored 12 messages in the last 3000 ms"), "{line}");
+        assert!(line.contains("`nats-cutover run --resume A.B --proceed` seals it"), "{line}");
+    }
 }
