@@ -614,10 +614,10 @@ async fn publishers_repointed_mid_run_across_accounts_live() {
     );
 }
 
-/// The runner killed right after B took the subjects beside A: a rollback is
-/// refused (naming the go-ahead) and changes nothing; a resume waits again
-/// (publishers on A's side still served), the publisher is repointed, the
-/// go-ahead given: exact.
+/// The runner killed (SIGKILL) while it waits for the publishers: a
+/// rollback is refused (naming the go-ahead) and changes nothing; a resume
+/// waits again (publishers on A's side still served), the publisher is
+/// repointed, the go-ahead given: exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn split_publishers_runner_killed_while_waiting_resumes_exactly() {
     let server = accounts_server(&[PUBLISHERS_IMPORT]);
@@ -625,11 +625,18 @@ async fn split_publishers_runner_killed_while_waiting_resumes_exactly() {
     orders_on(&src.js).await;
     let load = split_load(&src, &dst).await;
     let conn = accounts_conn(server.url());
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
-    cmd.args(&conn).args(["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"]);
-    cmd.args(ACCOUNTS_PLAN).args(["--yes", "--repoint-publishers", "--lease-ttl", "1s"]);
-    let crashed = cmd.env("NATS_CUTOVER_TEST_CRASH_AFTER", "share_subjects").output().unwrap();
-    assert_eq!(crashed.status.code(), Some(86), "{crashed:?}");
+    let dir = TempDir::new("split-killed");
+    let moves = ["--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let opts = ["--yes", "--repoint-publishers", "--lease-ttl", "1s"];
+    let args = [&conn[..], &["--json", "run"], &moves, &ACCOUNTS_PLAN, &opts].concat();
+    let mut first = Running::spawn(&args, &[], dir.0.join("first.err"));
+    wait_until("the run to wait for the publishers", Duration::from_secs(60), || async {
+        first.events().iter().any(waiting)
+    })
+    .await;
+    first.child.kill().unwrap();
+    let (code, _) = first.end(Duration::from_secs(10)).await;
+    assert_eq!(code, None, "killed by a signal");
     assert_split(&src, &dst).await;
     let before = (snapshot(&src.js).await["ORDERS"]["config"].clone(), snapshot(&dst.js).await);
     let rb = run(&[&conn[..], &["rollback", "ORDERS.ORDERS_V2"]].concat());
@@ -639,7 +646,6 @@ async fn split_publishers_runner_killed_while_waiting_resumes_exactly() {
     let after = (snapshot(&src.js).await["ORDERS"]["config"].clone(), snapshot(&dst.js).await);
     assert_eq!(after.0, before.0, "A's subjects unchanged");
     assert_eq!(after.1["ORDERS_V2"]["config"], before.1["ORDERS_V2"]["config"], "B unchanged");
-    let dir = TempDir::new("split-killed");
     let args = [&conn[..], &["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"]]
         .concat();
     let runner = until_resumed_waiting(&args, &dir).await;
