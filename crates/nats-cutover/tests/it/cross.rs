@@ -761,3 +761,49 @@ async fn split_publishers_seal_when_a_is_idle() {
     assert_eq!(done.expect("the wait ended")["detail"]["by"], "idle", "{events:?}");
     assert_split_finished(load, &src, &dst, &conn).await;
 }
+
+/// The runner killed right after A released its subjects (after the
+/// go-ahead; B already holds the subjects, so holding them proves nothing
+/// here): rollback is refused, the resume reads B until it holds A's tail
+/// and finishes without waiting again: exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn split_publishers_runner_killed_after_a_released_resumes_exactly() {
+    let server = accounts_server(&[PUBLISHERS_IMPORT]);
+    let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
+    orders_on(&src.js).await;
+    let load = split_load(&src, &dst).await;
+    let conn = accounts_conn(server.url());
+    let dir = TempDir::new("split-released");
+    let moves = ["--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let opts = ["--yes", "--repoint-publishers", "--lease-ttl", "1s"];
+    let args = [&conn[..], &["--json", "run"], &moves, &ACCOUNTS_PLAN, &opts].concat();
+    let crash = [("NATS_CUTOVER_TEST_CRASH_AFTER", "subjects_released")];
+    let runner = Running::spawn(&args, &crash, dir.0.join("run.err"));
+    wait_until("the run to wait for the publishers", Duration::from_secs(60), || async {
+        runner.events().iter().any(waiting)
+    })
+    .await;
+    repoint_and_until_a_idle(&load, &dst, &runner).await;
+    go_ahead(&conn);
+    let (code, _) = runner.end(Duration::from_secs(60)).await;
+    assert_eq!(code, Some(86), "died right after A released its subjects");
+    let (_, a) = src.js.stream_info("ORDERS").await.unwrap();
+    // (A stream left without subjects gets its own name as its subject.)
+    let released = !a.config.subjects.contains(&"orders.>".to_string());
+    assert!(released && !a.config.sealed, "A released, not sealed: {:?}", a.config);
+    let rb = run(&[&conn[..], &["rollback", "ORDERS.ORDERS_V2"]].concat());
+    assert_eq!(rb.code, 3, "{rb:?}");
+    let resume =
+        [&conn[..], &["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"]]
+            .concat();
+    let out = until_lease_lapsed(&resume).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let events: Vec<Value> =
+        out.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let waited_again =
+        events.iter().any(|e| e["step"] == "await_publishers" && e["kind"] == "step_started");
+    assert!(!waited_again, "no second wait: {out:?}");
+    let sealed = events.iter().any(|e| e["step"] == "seal_a" && e["kind"] == "step_done");
+    assert!(sealed, "{out:?}");
+    assert_split_finished(load, &src, &dst, &conn).await;
+}
