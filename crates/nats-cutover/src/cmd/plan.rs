@@ -85,6 +85,8 @@ fn build_request(
             repoint_publishers: a.repoint_publishers,
         }),
         repoint_publishers: a.repoint_publishers,
+        // Set by the engine from the connections (`across::request`).
+        across: false,
     })
 }
 
