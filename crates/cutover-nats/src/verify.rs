@@ -85,6 +85,7 @@ pub async fn verify(
     progress: &(dyn Fn(VerifyProgress) + Sync),
 ) -> Result<Report> {
     let (_, j) = load(js, id).await?;
+    crate::engine::run::both_sides(js, &j.plan)?;
     verifiable(id, &j)?;
     let specs = consumer_specs(js, &j, &opts.consumers).await?;
     let a = stream_a(js, &j).await?;

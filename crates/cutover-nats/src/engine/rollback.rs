@@ -36,6 +36,7 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
     if j.phase == Phase::RolledBack {
         return Ok(j);
     }
+    super::run::both_sides(js, &j.plan)?;
     if j.plan.in_place == Some(InPlaceHop::Back) {
         // Hop 1 deleted the old stream: undoing hop 2 alone would leave the
         // stream under the temporary name.

@@ -223,9 +223,10 @@ impl Ctx<'_> {
     }
 }
 
-/// A move across systems needs the source side's connection too.
-fn both_sides(js: &Js, plan: &Plan) -> Result<()> {
-    if plan.external.is_some() && js.source_side().is_none() {
+/// A move across systems needs the source side's connection too (`run`,
+/// `verify` and `rollback` read A there).
+pub(crate) fn both_sides(js: &Js, plan: &Plan) -> Result<()> {
+    if (plan.external.is_some() || plan.across) && js.source_side().is_none() {
         return Err(Error::Input(format!("migration {} moves {} across systems: give the source side's connection too (--from-server or --from-context)", migration_id(&plan.from, &plan.to), plan.from)));
     }
     Ok(())
