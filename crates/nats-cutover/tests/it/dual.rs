@@ -14,7 +14,7 @@ use cutover_core::dual::{publisher_key, PublisherRecord, Writes};
 use cutover_nats::api::Action;
 use cutover_nats::journal::{IfMissing, JournalStore};
 use cutover_nats::Js;
-use cutover_testkit::{NatsServer, ServerOptions};
+use cutover_testkit::{LeafSystem, NatsServer, ServerOptions};
 use futures::StreamExt;
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
@@ -581,13 +581,64 @@ fn accounts_conn(url: &str) -> Vec<&str> {
     [&to[..], &["--from-server", url, "--from-user", "src", "--from-password", "src"]].concat()
 }
 
-/// Strategy dual-write from ORDERS in account SRC to ORDERS_V2 in account
-/// DST, with no export or import between them: library publishers with a
-/// connection to each account (2 × 250 msg/s), an old-version worker on
-/// SRC's ORDERS and a new-version one on DST's ORDERS_V2, both guarded by
-/// msg-id; the runner reads A on SRC and B on DST. Every acknowledged
-/// publish processed exactly once, no publish error, `verify` across both
-/// connections holds; the journal and the records live in DST only.
+/// Strategy dual-write from ORDERS on `src`'s system to ORDERS_V2 on
+/// `dst`'s, driven by the CLI with `conn` (both sides): library publishers
+/// with a connection to each side (2 × 250 msg/s), an old-version worker on
+/// ORDERS (`src`) and a new-version one on ORDERS_V2 (`dst`), both guarded
+/// by msg-id. Every acknowledged publish processed exactly once, no publish
+/// error, `verify` across both connections holds; the plan names the sides;
+/// the journal and the records live on `dst` only, and B never read A.
+async fn live_dual_across(
+    src: async_nats::Client,
+    dst: async_nats::Client,
+    conn: &[&str],
+    tag: &str,
+) {
+    let (src_js, dst_js) = (
+        Js::new(src.clone(), Duration::from_secs(5)),
+        Js::new(dst.clone(), Duration::from_secs(5)),
+    );
+    src_js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64})).await.unwrap();
+    let worker = json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000});
+    src_js.consumer_create("ORDERS", "worker", &worker, Action::Create).await.unwrap();
+    let live = Live::start_across(src.clone(), dst.clone(), &["p1", "p2"]).await;
+    let dir = TempDir::new(&format!("dual-across-{tag}"));
+    let cfg = dir.0.join("b.json");
+    std::fs::write(&cfg, json!({ "subjects": ["v2.orders.>"] }).to_string()).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let plan = cli(&dual_args(&[conn, &["plan"]].concat(), cfg, &[]));
+    assert_eq!(plan.code, 0, "{plan:?}");
+    for said in ["ORDERS on the source side", "ORDERS_V2 on the target side", "No export or import"]
+    {
+        assert!(plan.stdout.contains(said), "the plan says {said}: {plan:?}");
+    }
+    let out = cli(&dual_args(&[conn, &["run"]].concat(), cfg, &["--yes", "--side-by-side", "1s"]));
+    assert_eq!(out.code, 0, "{out:?}");
+    let (writes, ids, records) = live.finish(300, &[]).await;
+    assert_eq!(writes, vec![Writes::B, Writes::B]);
+    assert_once(&ids, &records);
+    let from_b = records.iter().filter(|r| r.1 == "ORDERS_V2").count();
+    eprintln!("dual-write across ({tag}): {} published, 0 lost, 0 twice, 0 publish errors, {from_b} processed from ORDERS_V2", ids.len());
+    assert!(from_b > 0, "the new stream's durable processed nothing");
+    let (_, a) = src_js.stream_info("ORDERS").await.unwrap();
+    assert!(a.config.sealed, "ORDERS sealed on the source side");
+    assert!(src_js.consumer_info_opt("ORDERS", "worker").await.unwrap().is_none());
+    let (_, b) = dst_js.stream_info("ORDERS_V2").await.unwrap();
+    assert!(b.config.sources.is_empty() && b.config.mirror.is_none(), "B never read A");
+    assert!(dst_js.stream_info_opt("KV_CUTOVER").await.unwrap().is_some(), "journal on B's side");
+    assert!(src_js.stream_info_opt("KV_CUTOVER").await.unwrap().is_none(), "none on A's");
+    let v = cli(&[conn, &["--json", "verify", "--migration", "ORDERS.ORDERS_V2"]].concat());
+    assert_eq!(v.code, 0, "verify across the two connections: {v:?}");
+    let r = v.json();
+    let c = &r["consumers"][0];
+    eprintln!("verify ({tag}): {} of A after the dual point, {} missing in B; old {}, new {}, guarded {}, lost {}", r["a_after_point"], r["missing_in_b"], c["old"], c["new"], c["guarded"], c["lost"]);
+    assert!(r["a_after_point"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!((r["missing_in_b"].as_u64(), c["lost"].as_u64()), (Some(0), Some(0)), "{r}");
+}
+
+/// Dual-write from account SRC to account DST of one server with no export
+/// or import between them ([`live_dual_across`]); `--from-api` is refused
+/// as bad input, and so is a verify without the source side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dual_write_from_one_account_to_another_without_imports_live_exactly() {
     let opts = ServerOptions { config: Some(ISOLATED_ACCOUNTS.into()), ..Default::default() };
@@ -597,54 +648,30 @@ async fn dual_write_from_one_account_to_another_without_imports_live_exactly() {
         o.connect(server.url().to_string())
     };
     let (src, dst) = (connect("src").await.unwrap(), connect("dst").await.unwrap());
-    let (src_js, dst_js) = (
-        Js::new(src.clone(), Duration::from_secs(5)),
-        Js::new(dst.clone(), Duration::from_secs(5)),
-    );
-    src_js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64})).await.unwrap();
-    let worker = json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000});
-    src_js.consumer_create("ORDERS", "worker", &worker, Action::Create).await.unwrap();
-    let live = Live::start_across(src.clone(), dst.clone(), &["p1", "p2"]).await;
+    let conn = accounts_conn(server.url());
+    // How B sources A means nothing here: refused as bad input, unchanged.
     let dir = TempDir::new("dual-accounts");
     let cfg = dir.0.join("b.json");
     std::fs::write(&cfg, json!({ "subjects": ["v2.orders.>"] }).to_string()).unwrap();
-    let cfg = cfg.to_str().unwrap();
-    let conn = accounts_conn(server.url());
-    // How B sources A means nothing here: refused as bad input, unchanged.
-    let bad = cli(&dual_args(&[&conn[..], &["plan"]].concat(), cfg, &["--from-api", "JS.SRC.API"]));
+    let args = ["--from-api", "JS.SRC.API"];
+    let bad = cli(&dual_args(&[&conn[..], &["plan"]].concat(), cfg.to_str().unwrap(), &args));
     assert_eq!(bad.code, 2, "{bad:?}");
     assert!(bad.stderr.contains("leave them out"), "{bad:?}");
-    let plan = cli(&dual_args(&[&conn[..], &["plan"]].concat(), cfg, &[]));
-    assert_eq!(plan.code, 0, "{plan:?}");
-    for said in ["ORDERS on the source side", "ORDERS_V2 on the target side", "No export or import"]
-    {
-        assert!(plan.stdout.contains(said), "the plan says {said}: {plan:?}");
-    }
-    let out =
-        cli(&dual_args(&[&conn[..], &["run"]].concat(), cfg, &["--yes", "--side-by-side", "1s"]));
-    assert_eq!(out.code, 0, "{out:?}");
-    let (writes, ids, records) = live.finish(300, &[]).await;
-    assert_eq!(writes, vec![Writes::B, Writes::B]);
-    assert_once(&ids, &records);
-    let from_b = records.iter().filter(|r| r.1 == "ORDERS_V2").count();
-    eprintln!("dual-write across accounts: {} published, 0 lost, 0 twice, 0 publish errors, {from_b} processed from ORDERS_V2", ids.len());
-    assert!(from_b > 0, "the new stream's durable processed nothing");
-    let (_, a) = src_js.stream_info("ORDERS").await.unwrap();
-    assert!(a.config.sealed, "ORDERS sealed in SRC");
-    assert!(src_js.consumer_info_opt("ORDERS", "worker").await.unwrap().is_none());
-    let (_, b) = dst_js.stream_info("ORDERS_V2").await.unwrap();
-    assert!(b.config.sources.is_empty() && b.config.mirror.is_none(), "B never read A");
-    assert!(dst_js.stream_info_opt("KV_CUTOVER").await.unwrap().is_some(), "journal in DST");
-    assert!(src_js.stream_info_opt("KV_CUTOVER").await.unwrap().is_none(), "none in SRC");
-    let v = cli(&[&conn[..], &["--json", "verify", "--migration", "ORDERS.ORDERS_V2"]].concat());
-    assert_eq!(v.code, 0, "verify across the two connections: {v:?}");
-    let r = v.json();
-    let c = &r["consumers"][0];
-    eprintln!("verify: {} of A after the dual point, {} missing in B; old {}, new {}, guarded {}, lost {}", r["a_after_point"], r["missing_in_b"], c["old"], c["new"], c["guarded"], c["lost"]);
-    assert!(r["a_after_point"].as_u64().unwrap() > 0, "{r}");
-    assert_eq!((r["missing_in_b"].as_u64(), c["lost"].as_u64()), (Some(0), Some(0)), "{r}");
+    live_dual_across(src, dst, &conn, "accounts").await;
     // Without the source side verify is refused, naming it (A is not in DST).
     let one_side = cli(&[&conn[..6], &["verify", "--migration", "ORDERS.ORDERS_V2"]].concat());
     assert_eq!(one_side.code, 2, "{one_side:?}");
     assert!(one_side.stderr.contains("--from-server"), "names what is missing: {one_side:?}");
+}
+
+/// Dual-write from a leaf node's JetStream domain to its hub's
+/// ([`live_dual_across`]): nothing needs to cross the leaf connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dual_write_from_a_leaf_domain_to_the_hub_live_exactly() {
+    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
+    let leaf = async_nats::connect(sys.leaf.url()).await.unwrap();
+    let hub = async_nats::connect(sys.hub_urls()).await.unwrap();
+    let hub_urls = sys.hub_urls();
+    let conn = ["--server", &hub_urls, "--from-server", sys.leaf.url()];
+    live_dual_across(leaf, hub, &conn, "leaf").await;
 }
