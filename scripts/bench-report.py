@@ -21,7 +21,7 @@ WHAT = {
     "fence": "the engine: mode fence",
     "in-place": "the engine in place: same name, storage file to memory, two mirror hops",
     "dual-write": "the engine: strategy dual-write (B with subjects v2.orders.>); the library's DualPublisher writes both, then B only; workers guarded by msg-id",
-    "no-retry": "the engine: strategy source, mode drain, with a publisher that never retries (one attempt, 5 s ack wait): \"no responders\" in the commit window is a publish error",
+    "no-retry": "the engine: strategy source, mode drain, with a publisher that never retries (one attempt, 5 s ack wait): \"no responders\" in the commit window is a publish error (such a message was never acknowledged, so it is not counted as lost: see the publish errors below the tables)",
     "no-retry-bridge": "the same with run --answer-publishes: the runner answers the commit window's publishes (engine/bridge.rs)",
 }
 
@@ -174,7 +174,9 @@ def procedures_section(p, svg_dir, lines):
                  f"Lost, duplicated or pending in at least one run: {', '.join(inexact) or 'none'}.")
     never = [x for x in procs if x.startswith("no-retry")]
     if never:
-        per = "; ".join(f"{x} {mmm([r.get('publish_failures') or 0 for r in runs if r['procedure'] == x])}" for x in never)
+        per = "; ".join(x + ": " + ", ".join(
+            f"{mmm([r.get('publish_failures') or 0 for r in cells(runs, x, g)])} at {num(g)} msg/s"
+            for g in p["rates"] if cells(runs, x, g)) for x in never)
         rest = sum(r.get("publish_failures") or 0 for r in runs if r["procedure"] not in never)
         lines.append(f"Publish errors per run, publishers that never retry: {per}; the retrying publisher of every other row: {num(rest)} in all its runs.")
     for x in procs:
