@@ -30,7 +30,7 @@ async fn side(urls: &str, user: Option<&str>) -> Side {
 }
 
 /// ORDERS on `src` (R1) with its durable `worker`, as the live tests use it.
-async fn orders_on(src: &Js) {
+pub(crate) async fn orders_on(src: &Js) {
     src.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}))
         .await
         .expect("create ORDERS");
@@ -220,7 +220,7 @@ async fn leaf_domain_to_hub_domain_with_strategy_mirror_live() {
 }
 
 /// The CLI until it stops answering that a crashed runner's lease holds.
-async fn until_lease_lapsed(args: &[&str]) -> Out {
+pub(crate) async fn until_lease_lapsed(args: &[&str]) -> Out {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let out = cli(args);

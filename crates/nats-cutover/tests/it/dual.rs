@@ -4,6 +4,7 @@
 
 use crate::common::*;
 use crate::crash_sweep::retry_lease;
+use crate::cross::{orders_on, until_lease_lapsed};
 use crate::run::orders_stream;
 use async_nats::jetstream;
 use cutover_app::dual::DualPublisher;
@@ -11,7 +12,6 @@ use cutover_app::idempotency::{Claim, Guard};
 use cutover_app::instance::InstanceOptions;
 use cutover_app::worker::{self, Outcome, WorkerOptions};
 use cutover_core::dual::{publisher_key, PublisherRecord, Writes};
-use cutover_nats::api::Action;
 use cutover_nats::journal::{IfMissing, JournalStore};
 use cutover_nats::Js;
 use cutover_testkit::{LeafSystem, NatsServer, ServerOptions};
@@ -575,6 +575,18 @@ const ISOLATED_ACCOUNTS: &str = r#"accounts {
 }
 "#;
 
+/// A server with [`ISOLATED_ACCOUNTS`], and a client of `src` and of `dst`.
+async fn isolated_accounts() -> (NatsServer, async_nats::Client, async_nats::Client) {
+    let opts = ServerOptions { config: Some(ISOLATED_ACCOUNTS.into()), ..Default::default() };
+    let server = NatsServer::start_with(opts).unwrap_or_else(|e| panic!("{e}"));
+    let connect = |u: &'static str| {
+        let o = async_nats::ConnectOptions::new().user_and_password(u.into(), u.into());
+        o.connect(server.url().to_string())
+    };
+    let (src, dst) = (connect("src").await.unwrap(), connect("dst").await.unwrap());
+    (server, src, dst)
+}
+
 /// The CLI's connections: the target side as `dst`, the source side as `src`.
 fn accounts_conn(url: &str) -> Vec<&str> {
     let to = ["--server", url, "--user", "dst", "--password", "dst"];
@@ -598,9 +610,7 @@ async fn live_dual_across(
         Js::new(src.clone(), Duration::from_secs(5)),
         Js::new(dst.clone(), Duration::from_secs(5)),
     );
-    src_js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64})).await.unwrap();
-    let worker = json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000});
-    src_js.consumer_create("ORDERS", "worker", &worker, Action::Create).await.unwrap();
+    orders_on(&src_js).await;
     let live = Live::start_across(src.clone(), dst.clone(), &["p1", "p2"]).await;
     let dir = TempDir::new(&format!("dual-across-{tag}"));
     let cfg = dir.0.join("b.json");
@@ -641,13 +651,7 @@ async fn live_dual_across(
 /// as bad input, and so is a verify without the source side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dual_write_from_one_account_to_another_without_imports_live_exactly() {
-    let opts = ServerOptions { config: Some(ISOLATED_ACCOUNTS.into()), ..Default::default() };
-    let server = NatsServer::start_with(opts).unwrap_or_else(|e| panic!("{e}"));
-    let connect = |u: &'static str| {
-        let o = async_nats::ConnectOptions::new().user_and_password(u.into(), u.into());
-        o.connect(server.url().to_string())
-    };
-    let (src, dst) = (connect("src").await.unwrap(), connect("dst").await.unwrap());
+    let (server, src, dst) = isolated_accounts().await;
     let conn = accounts_conn(server.url());
     // How B sources A means nothing here: refused as bad input, unchanged.
     let dir = TempDir::new("dual-accounts");
@@ -674,4 +678,49 @@ async fn dual_write_from_a_leaf_domain_to_the_hub_live_exactly() {
     let hub_urls = sys.hub_urls();
     let conn = ["--server", &hub_urls, "--from-server", sys.leaf.url()];
     live_dual_across(leaf, hub, &conn, "leaf").await;
+}
+
+/// A dual-write run across accounts killed once the new durable exists on
+/// DST: a rollback without the source side is refused (exit 2, naming it)
+/// and changes nothing; with both sides it deletes the publisher record, B
+/// and the new durable on DST, leaves A and its durable on SRC as they were,
+/// and every acknowledged publish is processed exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dual_write_across_accounts_rolled_back_after_the_new_durable_is_exact() {
+    let (server, src, dst) = isolated_accounts().await;
+    let t = Duration::from_secs(5);
+    let (src_js, dst_js) = (Js::new(src.clone(), t), Js::new(dst.clone(), t));
+    orders_on(&src_js).await;
+    let live = Live::start_across(src, dst, &["p1"]).await;
+    let dir = TempDir::new("dual-accounts-rollback");
+    let cfg = dir.0.join("b.json");
+    std::fs::write(&cfg, json!({ "subjects": ["v2.orders.>"] }).to_string()).unwrap();
+    let conn = accounts_conn(server.url());
+    let tail = ["--yes", "--lease-ttl", "1s"];
+    let args = dual_args(&[&conn[..], &["run"]].concat(), cfg.to_str().unwrap(), &tail);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .args(&args)
+        .env(cutover_nats::test_hooks::CRASH_AFTER_VAR, "consumer_created:worker")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(cutover_nats::test_hooks::CRASH_EXIT_CODE), "{out:?}");
+    assert!(dst_js.consumer_info_opt("ORDERS_V2", "worker").await.unwrap().is_some());
+    let one_side = cli(&[&conn[..6], &["rollback", "ORDERS.ORDERS_V2"]].concat());
+    assert_eq!(one_side.code, 2, "{one_side:?}");
+    assert!(one_side.stderr.contains("--from-server"), "{one_side:?}");
+    assert!(dst_js.stream_info_opt("ORDERS_V2").await.unwrap().is_some(), "nothing changed");
+    let n = live.seen.0.lock().unwrap().len();
+    live.until_seen(n + 200).await;
+    let out = until_lease_lapsed(&[&conn[..], &["rollback", "ORDERS.ORDERS_V2"]].concat()).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (writes, ids, records) = live.finish(300, &[]).await;
+    assert_eq!(writes, vec![Writes::A]);
+    assert_once(&ids, &records);
+    eprintln!("rolled back across accounts: {} published, each processed once", ids.len());
+    assert!(dst_js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(), "B deleted on DST");
+    let store = JournalStore::open(&dst_js, IfMissing::ReturnNone).await.unwrap().unwrap();
+    assert!(store.kv().get(publisher_key("ORDERS")).await.unwrap().is_none(), "record deleted");
+    let (_, a) = src_js.stream_info("ORDERS").await.unwrap();
+    assert!(!a.config.sealed);
+    assert!(src_js.consumer_info_opt("ORDERS", "worker").await.unwrap().is_some());
 }
