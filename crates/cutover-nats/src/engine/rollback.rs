@@ -36,12 +36,35 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
     if j.phase == Phase::RolledBack {
         return Ok(j);
     }
+    refuse_rollback(&j)?;
+    let mut lease = Lease::acquire(&store, &j.from, id, lease_ttl).await?;
+    // Read again under the lease: a runner that held it until now may have
+    // moved the migration on since the first read (and the journal writes
+    // are compare-and-set on the revisions this read returns).
+    let result = match store.load(id).await {
+        Ok(Some(j)) if j.phase == Phase::RolledBack => Ok(j),
+        Ok(Some(j)) => match refuse_rollback(&j) {
+            Ok(()) => Undo { js, store: &store, sink }.run(j).await,
+            Err(e) => Err(e),
+        },
+        Ok(None) => Err(Error::NoMigration(format!(
+            "no migration {id:?}; list them with `nats-cutover status`"
+        ))),
+        Err(e) => Err(e),
+    };
+    let _ = lease.release(&store).await;
+    result
+}
+
+/// Why migration `j` cannot be rolled back, if it cannot.
+fn refuse_rollback(j: &Journal) -> Result<()> {
+    let id = &j.id;
     if j.plan.in_place == Some(InPlaceHop::Back) {
         // Hop 1 deleted the old stream: undoing hop 2 alone would leave the
         // stream under the temporary name.
         return Err(Error::Unsafe(format!(
             "migration {id} is hop 2 of an in-place change: the stream's old copy is gone, so it can only be finished: {}",
-            finish_hint(&j)
+            finish_hint(j)
         )));
     }
     if j.phase == Phase::Done {
@@ -54,13 +77,10 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
         return Err(Error::Unsafe(format!(
             "migration {id} passed its commit point ({}): {}",
             j.phase.as_str(),
-            finish_hint(&j)
+            finish_hint(j)
         )));
     }
-    let mut lease = Lease::acquire(&store, &j.from, id, lease_ttl).await?;
-    let result = Undo { js, store: &store, sink }.run(j).await;
-    let _ = lease.release(&store).await;
-    result
+    Ok(())
 }
 
 /// The rollback's steps, each asking the server rather than the journal.

@@ -155,7 +155,7 @@ impl Ctx<'_> {
             JournalStore::consumer_record(&j, name)
         };
         self.hold_lease().await?;
-        self.store.put_record(key, value).await
+        self.store.put_record(&self.id, key, value).await
     }
 
     /// Saves what changed in the journal, each record written under the lease.
