@@ -251,6 +251,17 @@ impl JournalStore {
         Ok(Some(j))
     }
 
+    /// The phase in migration `id`'s journal head alone (a thousand
+    /// consumer records are not read); `None` without a journal.
+    pub async fn phase(&self, id: &str) -> Result<Option<cj::Phase>> {
+        let e =
+            self.kv.entry(journal_key(id)).await.map_err(|e| jerr("cannot read the journal", e))?;
+        let Some(e) = e.filter(|e| e.operation == kv::Operation::Put) else { return Ok(None) };
+        let head: serde_json::Value = serde_json::from_slice(&e.value)
+            .map_err(|err| jerr(&format!("journal {id} is unreadable"), err))?;
+        Ok(serde_json::from_value(head["phase"].clone()).ok())
+    }
+
     /// Saves `j`: the records that changed (see [`JournalStore::save_fenced`]).
     pub async fn save(&self, j: &Journal) -> Result<()> {
         self.save_fenced(j, || async { Ok(()) }).await
@@ -555,9 +566,8 @@ impl Lease {
         ttl: Duration,
     ) -> Result<Lease> {
         let key = lease_key(from);
-        let holder = format!("{}:{}:{}", hostname(), std::process::id(), now_ms());
         let record = LeaseRecord {
-            holder,
+            holder: holder(),
             migration: migration.into(),
             expires_ms: now_ms() + ttl.as_millis() as u64,
         };
@@ -599,6 +609,45 @@ impl Lease {
             }
             Err(e) => return Err(jerr("cannot take the lease", e)),
         };
+        Ok(Lease { key, revision, record, ttl, renewed: Instant::now() })
+    }
+
+    /// Takes the lease on `from` from `dead_holder`, whose runner is known to
+    /// be gone (its guard saw it exit): at once, live or not, by
+    /// compare-and-set on the revision read. Held by anyone else (live):
+    /// [`Error::Leased`].
+    pub async fn take_over(
+        store: &JournalStore,
+        from: &str,
+        migration: &str,
+        ttl: Duration,
+        dead_holder: &str,
+    ) -> Result<Lease> {
+        let key = lease_key(from);
+        let kvs = store.kv();
+        let entry = kvs.entry(&key).await.map_err(|e| jerr("cannot read the lease", e))?;
+        let en = match entry.filter(|e| e.operation == kv::Operation::Put) {
+            Some(en) => en,
+            None => return Lease::acquire(store, from, migration, ttl).await,
+        };
+        let cur: Option<LeaseRecord> = serde_json::from_slice(&en.value).ok();
+        if cur.as_ref().is_none_or(|c| c.holder != dead_holder) {
+            return Lease::acquire(store, from, migration, ttl).await;
+        }
+        let record = LeaseRecord {
+            holder: holder(),
+            migration: migration.into(),
+            expires_ms: now_ms() + ttl.as_millis() as u64,
+        };
+        let value = Bytes::from(serde_json::to_vec(&record).unwrap());
+        let revision = kvs.update(&key, value, en.revision).await.map_err(|e| match e.kind() {
+            kv::UpdateErrorKind::WrongLastRevision => Error::Leased {
+                id: migration.into(),
+                holder: "another runner (it took the lease just now)".into(),
+                until: "it finishes".into(),
+            },
+            _ => jerr("cannot take the lease", e),
+        })?;
         Ok(Lease { key, revision, record, ttl, renewed: Instant::now() })
     }
 
@@ -655,6 +704,16 @@ impl Lease {
 
 fn encode(v: &impl Serialize) -> Bytes {
     Bytes::from(serde_json::to_vec(v).expect("journal record serializes"))
+}
+
+/// This process's lease holder name: host, process id, start of the hold.
+fn holder() -> String {
+    format!("{}{}", holder_prefix(std::process::id()), now_ms())
+}
+
+/// The start of every lease holder name process `pid` on this host writes.
+pub fn holder_prefix(pid: u32) -> String {
+    format!("{}:{pid}:", hostname())
 }
 
 fn hostname() -> String {
