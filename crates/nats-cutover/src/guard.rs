@@ -3,16 +3,17 @@
 //! `run`, `kv` and `obj` start `nats-cutover` again with the same arguments
 //! and `NATS_CUTOVER_GUARD=<runner pid>`: that process reads a pipe only the
 //! runner holds. The runner writes `W` when a commit window opens and `C`
-//! when it closes; the pipe's end is the runner's exit, however it died. If
-//! the last thing written was `W`, the guard closes the window the runner
-//! left open and says so on stderr; otherwise it exits without a word or a
-//! connection. It has its own
-//! process group, so a Ctrl-C meant for the runner does not reach it, and no
-//! stdout, so `--json` output stays the runner's.
+//! when it closes, `M` when drain mode starts holding consumers and `m` when
+//! it stops; the pipe's end is the runner's exit, however it died. If either
+//! was open then, the guard compensates what the runner left held and says
+//! so on stderr; otherwise it exits without a word or a connection. It has
+//! its own process group, so a Ctrl-C meant for the runner does not reach
+//! it, and no stdout, so `--json` output stays the runner's.
 
 use crate::cli::{Cli, Command, ConnArgs};
 use crate::cmd;
 use crate::error::Result;
+use cutover_nats::engine::run::{Exposure, ExposureHook};
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{ChildStdin, Stdio};
@@ -33,17 +34,30 @@ const GUARD_BUDGET: Duration = Duration::from_secs(60);
 /// The runner's end of the pipe to its guard.
 static PIPE: OnceLock<Mutex<ChildStdin>> = OnceLock::new();
 
-/// The engine's `on_window` hook: tells the guard (if one started) that a
-/// commit window opened or closed. A guard gone meanwhile changes nothing.
-pub fn window_hook() -> Option<cutover_nats::engine::run::WindowHook> {
+/// The engine's `on_exposed` hook: tells the guard (if one started) that an
+/// exposure began or ended. A guard gone meanwhile changes nothing.
+pub fn exposure_hook() -> Option<ExposureHook> {
     PIPE.get()?;
-    Some(Arc::new(|open: bool| {
+    Some(Arc::new(|what: Exposure, open: bool| {
         if let Some(p) = PIPE.get() {
             use std::io::Write;
+            let byte = match (what, open) {
+                (Exposure::Commit, true) => b"W",
+                (Exposure::Commit, false) => b"C",
+                (Exposure::Consumers, true) => b"M",
+                (Exposure::Consumers, false) => b"m",
+            };
             let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = p.write_all(if open { b"W" } else { b"C" }).and_then(|_| p.flush());
+            let _ = p.write_all(byte).and_then(|_| p.flush());
         }
     }))
+}
+
+/// Whether the runner left an exposure open: the last of `W`/`C` is `W`,
+/// or the last of `M`/`m` is `M`.
+fn left_open(said: &[u8]) -> bool {
+    let last = |open: u8, closed: u8| said.iter().rev().find(|b| **b == open || **b == closed);
+    last(b'W', b'C') == Some(&b'W') || last(b'M', b'm') == Some(&b'M')
 }
 
 /// The runner's pid when this process is a guard.
@@ -84,7 +98,7 @@ pub fn spawn(command: &Command) {
 pub fn main(pid: u32, cli: Cli) -> i32 {
     let mut said = vec![];
     let _ = std::io::stdin().read_to_end(&mut said);
-    if said.last() != Some(&b'W') {
+    if !left_open(&said) {
         return 0;
     }
     let Ok(rt) = tokio::runtime::Builder::new_multi_thread().enable_all().build() else {
@@ -96,11 +110,11 @@ pub fn main(pid: u32, cli: Cli) -> i32 {
     match done {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
-            errln!("nats-cutover guard: runner {pid} exited; checking its commit windows failed: {}; if publishers have no stream, run `nats-cutover run --resume ID` (`nats-cutover status` lists the migrations)", e.message());
+            errln!("nats-cutover guard: runner {pid} exited; checking what it left held failed: {}; if publishers have no stream or a consumer stays paused, run `nats-cutover run --resume ID` or `nats-cutover rollback ID` (`nats-cutover status` lists the migrations)", e.message());
             1
         }
         Err(_) => {
-            errln!("nats-cutover guard: runner {pid} exited; checking its commit windows took over {GUARD_BUDGET:?}; see `nats-cutover status`");
+            errln!("nats-cutover guard: runner {pid} exited; checking what it left held took over {GUARD_BUDGET:?}; see `nats-cutover status`");
             1
         }
     }
@@ -116,10 +130,25 @@ async fn close(pid: u32, conn: &ConnArgs, command: &Command) -> Result<()> {
     };
     for c in cutover_nats::engine::guard::close_windows(&js, pid, ttl).await? {
         let what = match c.result {
-            Ok(j) => format!("the commit window is closed (phase {})", j.phase.as_str()),
+            Ok(j) => format!("nothing was left held (phase {})", j.phase.as_str()),
             Err(e) => e.to_string(),
         };
         errln!("nats-cutover guard: runner {pid} has exited; migration {}: {what}", c.id);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::left_open;
+
+    #[test]
+    fn the_last_mark_of_each_exposure_decides() {
+        assert!(!left_open(b""));
+        assert!(left_open(b"W"));
+        assert!(!left_open(b"MmWC"));
+        assert!(left_open(b"MmWCM"));
+        assert!(left_open(b"MWC"));
+        assert!(!left_open(b"MmWCWC"));
+    }
 }

@@ -72,14 +72,14 @@ pub struct RunOptions {
     pub answer_publishes: bool,
     /// Called after each journaled step with its name (tests kill the runner here).
     pub after_step: Option<StepHook>,
-    /// Called with `true` once the journal says the commit window is open
-    /// (A is about to release its subjects) and with `false` once it is
-    /// closed again (B took them, or A has them back): the CLI tells its
-    /// guard process, which acts only if the runner exits in between.
-    pub on_window: Option<WindowHook>,
-    /// A guard's run (see [`close_window`]): only close a commit window a
-    /// dead runner left open, then stop.
-    pub close_window_only: bool,
+    /// Called with `true` when the run starts holding something a dead
+    /// runner would leave held ([`Exposure`]), and with `false` once it no
+    /// longer does: the CLI tells its guard process, which acts only if the
+    /// runner exits in between (`super::guard`).
+    pub on_exposed: Option<ExposureHook>,
+    /// A guard's run (`super::guard`): only compensate what a dead runner
+    /// left held, then stop.
+    pub guard: bool,
     /// The lease holder name of a runner known to be dead (its guard saw it
     /// exit): its lease is taken at once instead of waiting for it to lapse.
     pub take_over: Option<String>,
@@ -88,8 +88,20 @@ pub struct RunOptions {
 /// A hook called with a step's name once it is journaled.
 pub type StepHook = Arc<dyn Fn(&str) + Send + Sync>;
 
-/// A hook called as the commit window opens (`true`) and closes (`false`).
-pub type WindowHook = Arc<dyn Fn(bool) + Send + Sync>;
+/// A hook called as an [`Exposure`] begins (`true`) and ends (`false`).
+pub type ExposureHook = Arc<dyn Fn(Exposure, bool) + Send + Sync>;
+
+/// What a runner killed at that moment would leave held until someone
+/// resumes or rolls back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exposure {
+    /// The commit window: A released its subjects, B has not taken them
+    /// (publishers have no stream).
+    Commit,
+    /// Drain mode's consumer moves: old durables paused (for the drain, or
+    /// for good once settled) whose new durables may not exist yet.
+    Consumers,
+}
 
 impl Default for RunOptions {
     fn default() -> Self {
@@ -111,8 +123,8 @@ impl Default for RunOptions {
             side_by_side: Duration::ZERO,
             answer_publishes: false,
             after_step: None,
-            on_window: None,
-            close_window_only: false,
+            on_exposed: None,
+            guard: false,
             take_over: None,
         }
     }
@@ -181,10 +193,10 @@ impl Ctx<'_> {
         self.store.save_fenced(&j, || self.hold_lease()).await
     }
 
-    /// Tells the `on_window` hook, if any, that the commit window opened or closed.
-    pub(super) fn window(&self, open: bool) {
-        if let Some(h) = &self.opts.on_window {
-            h(open);
+    /// Tells the `on_exposed` hook, if any, that `what` began or ended.
+    pub(super) fn exposed(&self, what: Exposure, open: bool) {
+        if let Some(h) = &self.opts.on_exposed {
+            h(what, open);
         }
     }
 
@@ -415,8 +427,8 @@ async fn drive(ctx: &Ctx<'_>) -> Result<()> {
     if ctx.journal.lock().await.plan.strategy == cutover_core::plan::Strategy::DualWrite {
         return super::dual::drive(ctx).await;
     }
-    if ctx.opts.close_window_only {
-        return close_window(ctx).await;
+    if ctx.opts.guard {
+        return super::guard::drive(ctx).await;
     }
     let phase = || async { ctx.journal.lock().await.phase };
     if phase().await < Phase::ConsumersMoved {
@@ -642,7 +654,22 @@ async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     Ok(())
 }
 
+/// Drain mode holds consumers while it moves them ([`Exposure::Consumers`]):
+/// every move runs to its end or its compensation before this returns, so
+/// only a runner that dies inside leaves any held.
 async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
+    let drain = ctx.journal.lock().await.plan.mode == Mode::Drain;
+    if drain {
+        ctx.exposed(Exposure::Consumers, true);
+    }
+    let moved = move_consumers_now(ctx).await;
+    if drain {
+        ctx.exposed(Exposure::Consumers, false);
+    }
+    moved
+}
+
+async fn move_consumers_now(ctx: &Ctx<'_>) -> Result<()> {
     let t = ctx.begin(Step::MoveConsumers).await?;
     let todo: Vec<ConsumerPlan> = {
         let j = ctx.journal.lock().await;
@@ -1350,7 +1377,7 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
     // Intent before effect: from here a crash is reconciled with the server.
     ctx.journal.lock().await.phase = Phase::SubjectsReleased;
     ctx.save().await?;
-    ctx.window(true);
+    ctx.exposed(Exposure::Commit, true);
     let released = Instant::now();
     let (committed, given_back) = commit_or_give_back(ctx, &from, &to, &final_subjects).await?;
     let closed = match committed {
@@ -1388,7 +1415,7 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
         },
     };
     // Journaled as closed (or as undone: the error path saved it first).
-    ctx.window(false);
+    ctx.exposed(Exposure::Commit, false);
     closed
 }
 
@@ -1412,7 +1439,7 @@ async fn reconciled(ctx: &Ctx<'_>, from: &str, t: Instant) -> Result<()> {
 /// A its subjects back, the compensating action a failed commit runs (or
 /// finds that B took them: the commit happened), and stops there: `run
 /// --resume` retries the commit, `rollback` undoes the move.
-async fn close_window(ctx: &Ctx<'_>) -> Result<()> {
+pub(super) async fn close_window(ctx: &Ctx<'_>) -> Result<()> {
     let (phase, from, to, final_subjects) = {
         let j = ctx.journal.lock().await;
         (j.phase, j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone())

@@ -115,7 +115,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         settle_timeout: a.settle_timeout,
         max_pause: a.max_pause,
         after_step: cutover_nats::test_hooks::crash_after_step(),
-        on_window: crate::guard::window_hook(),
+        on_exposed: crate::guard::exposure_hook(),
         ..Default::default()
     };
     let js = super::connect(conn).await?;
@@ -180,7 +180,7 @@ pub async fn bucket(
         lease_ttl: a.lease_ttl,
         max_pause: a.max_pause,
         after_step: cutover_nats::test_hooks::crash_after_step(),
-        on_window: crate::guard::window_hook(),
+        on_exposed: crate::guard::exposure_hook(),
         ..Default::default()
     };
     let js = super::connect(conn).await?;

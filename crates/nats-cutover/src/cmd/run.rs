@@ -277,7 +277,7 @@ fn run_options(a: &RunArgs) -> RunOptions {
         answer_publishes: a.answer_publishes,
         // Only in the binary the tests run: die after a named step.
         after_step: cutover_nats::test_hooks::crash_after_step(),
-        on_window: crate::guard::window_hook(),
+        on_exposed: crate::guard::exposure_hook(),
         ..Default::default()
     }
 }
