@@ -212,7 +212,7 @@ pub(crate) fn build_plan(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan,
         b_final_subjects: b_subjects,
         consumers,
         findings: r.findings,
-        checkpoint_rule: "F = the old consumer's ack floor once it is at or past the dual point; the new durable starts at the first B message whose msg-id is not among A's ids up to F; B messages after it that were processed from A are skipped by the idempotency guard".into(),
+        checkpoint_rule: "F = the old consumer's ack floor (or its delivered sequence when nothing is ack-pending) once it is at or past the dual point; the new durable starts at the first B message whose msg-id is not among A's ids up to F; B messages after it that were processed from A are skipped by the idempotency guard".into(),
         timer_note: "no timer decides: publishers acknowledge each change of the record, and the proof compares ids".into(),
         quiescence: vec![],
         publishers_stopped: req.publishers_stopped,
@@ -387,7 +387,7 @@ fn steps(
     for c in consumers {
         add(&format!("move consumer {}", c.name), format!("wait until {a}/{n}'s{on_a} ack floor F is at or past P; start durable {n} on {b}{on_b} at the first message whose msg-id is not one of {a}'s up to F; publish the route; the old consumer keeps running beside it (both guarded by msg-id)", n = c.name));
     }
-    add("commit point: stop writes to A", format!("journal the commit, write pub.{a} (writes: b), wait until every live publisher acknowledged it, seal {a}{on_a}"));
+    add("commit point: stop writes to A", format!("prove again that {b}{on_b} holds every id {a}{on_a} stored since the last proof; journal the commit, write pub.{a} (writes: b), wait until every live publisher acknowledged it, then seal {a}{on_a} (a stray publish to it fails instead of going unread)"));
     add("retire", format!("wait until the old consumers acknowledged everything {a} holds, then delete them; keep {a} unless --delete-old"));
     steps
 }

@@ -11,6 +11,7 @@
 //!   during the commit window.
 //! - `dual`: strategy dual-write's steps (docs/protocol.md, *Dual-write*).
 //! - `fence`: fence mode's handoff (docs/protocol.md), driven by `run`.
+//! - [`guard`]: closes a commit window whose runner died in it.
 //! - [`inplace`]: a stream's new settings under its own name, in two mirror hops.
 
 pub mod across;
@@ -18,6 +19,7 @@ mod bridge;
 mod dual;
 pub mod events;
 mod fence;
+pub mod guard;
 pub mod inplace;
 pub mod prepare;
 pub mod progress;

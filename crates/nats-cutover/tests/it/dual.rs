@@ -389,6 +389,25 @@ async fn dual_write_rolled_back_after_the_new_durable_is_exact() {
     assert_eq!(serde_json::from_slice::<PublisherRecord>(&rec).unwrap().writes, Writes::Dual);
     let n = live.seen.0.lock().unwrap().len();
     live.until_seen(n + 200).await;
+    // A live publisher that has not acknowledged writing A only may still be
+    // writing B: B is kept and the rollback says so (a newcomer's publisher,
+    // retrying B's side as the protocol says, hung once B was deleted under
+    // it). Once it acknowledges, the rollback run again finishes.
+    let stuck = |ack: serde_json::Value| {
+        let reg = json!({"version": 1, "instance": "stuck", "stream": "ORDERS", "ack": ack, "ttl_ms": 60_000});
+        let kv = store.kv().clone();
+        async move {
+            let key = cutover_core::dual::publisher_instance_key("ORDERS", "stuck");
+            kv.put(key, serde_json::to_vec(&reg).unwrap().into()).await.unwrap();
+        }
+    };
+    stuck(json!({"migration": "ORDERS.ORDERS_V2", "writes": "dual"})).await;
+    let out = retry_lease(&e, &["rollback", "ORDERS.ORDERS_V2"]).await;
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("stuck") && out.stderr.contains("ORDERS_V2 is kept"), "{out:?}");
+    assert!(e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_some(), "B kept");
+    assert!(store.kv().get(publisher_key("ORDERS")).await.unwrap().is_none(), "record removed");
+    stuck(serde_json::Value::Null).await;
     let out = retry_lease(&e, &["rollback", "ORDERS.ORDERS_V2"]).await;
     assert_eq!(out.code, 0, "{out:?}");
     let (writes, ids, records) = live.finish(300, &[]).await;
