@@ -101,6 +101,11 @@ pub struct PlanRequest {
     /// [`External::repoint_publishers`]).
     #[serde(default)]
     pub repoint_publishers: bool,
+    /// A is reached through a connection of its own (the source side, across
+    /// systems) while B has no `external` block: strategy dual-write, whose B
+    /// never reads A (docs/cross-system.md, *Dual-write across systems*).
+    #[serde(default)]
+    pub across: bool,
 }
 
 /// How B reaches A on another system: the stream source's (or mirror's)
@@ -168,6 +173,7 @@ impl PlanRequest {
             new_version: None,
             external: None,
             repoint_publishers: false,
+            across: false,
         }
     }
 }
@@ -305,6 +311,11 @@ pub struct Plan {
     /// A move across systems: how B reaches A (B's source carries it too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<External>,
+    /// A move across systems without `external` (strategy dual-write): A is
+    /// on the source side, B on the target side, and B never reads A.
+    /// `run`, `verify` and `rollback` need both sides' connections.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub across: bool,
     /// A's ingest rate when planned (B must receive at least as fast).
     #[serde(default)]
     pub a_ingest: Option<crate::catchup::IngestRate>,
@@ -700,6 +711,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         in_place: req.in_place,
         new_version: req.new_version.clone(),
         external: req.external.clone(),
+        across: false,
         a_ingest: facts.checks.a_ingest,
         safe,
     })
@@ -762,7 +774,9 @@ pub(crate) fn planned_b(
             if let Some(ext) = &req.external {
                 match req.strategy {
                     Strategy::Mirror => cfg["mirror"]["external"] = ext.json(),
-                    _ => cfg["sources"][0]["external"] = ext.json(),
+                    Strategy::Source => cfg["sources"][0]["external"] = ext.json(),
+                    // No source to carry it: the dual-write plan refuses it.
+                    Strategy::DualWrite => {}
                 }
             }
             (cfg, subjects, false)

@@ -278,6 +278,21 @@ impl Load {
         Ok(Self::start_inner(client, None, cfg, None, String::new(), p, Some(guard)).await)
     }
 
+    /// Like [`Load::start`] with a publisher that never retries: one
+    /// attempt, `ack_wait` for its ack (as a plain client's JetStream
+    /// publish); an error ("no responders" while no stream holds the
+    /// subjects) is counted in `publish_failures`, the message not sent again.
+    pub async fn start_without_retries(
+        client: async_nats::Client,
+        cfg: LoadConfig,
+        ack_wait: Duration,
+    ) -> Self {
+        let mut p = Publisher::new(client.clone(), Duration::ZERO);
+        (p.ack_timeout, p.min_first_wait) = (ack_wait, ack_wait);
+        let p = Pub::Plain(Box::new(p));
+        Self::start_inner(client, None, cfg, None, String::new(), p, None).await
+    }
+
     /// Like [`Load::start`], with msg-ids `{tag}m-{i}`: several loads on one
     /// stream (each its own durable) then do not share msg-ids, which the
     /// stream's duplicate window would drop.

@@ -25,7 +25,7 @@ use async_nats::header::{HeaderName, NATS_MESSAGE_ID};
 use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::DeliverPolicy};
 use cutover_core::audit::AuditRecord;
 use cutover_core::checkpoint::TranslateSearch;
-use cutover_core::journal::Journal;
+use cutover_core::journal::{Journal, Phase};
 use cutover_core::model::StreamInfo;
 use cutover_core::plan::Strategy;
 use cutover_core::source_header;
@@ -85,6 +85,7 @@ pub async fn verify(
     progress: &(dyn Fn(VerifyProgress) + Sync),
 ) -> Result<Report> {
     let (_, j) = load(js, id).await?;
+    crate::engine::run::both_sides(js, &j.plan)?;
     verifiable(id, &j)?;
     let specs = consumer_specs(js, &j, &opts.consumers).await?;
     let a = stream_a(js, &j).await?;
@@ -194,6 +195,12 @@ impl Origins {
 
 /// Verify checks a migration past its commit point, moved by sourcing.
 fn verifiable(id: &str, j: &Journal) -> Result<()> {
+    if j.phase == Phase::RolledBack {
+        return Err(Error::NotVerifiable(format!(
+            "migration {id} was rolled back: {} serves the publishers and the consumers as before, so there is no move to verify; `nats-cutover run` starts it again",
+            j.from
+        )));
+    }
     if !j.phase.committed() {
         return Err(Error::NotVerifiable(format!(
             "migration {id} is at phase {}: verify checks a migration past its commit point (publishers on {}); finish it with `nats-cutover run --resume {id}`{}",

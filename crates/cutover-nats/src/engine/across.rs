@@ -9,7 +9,7 @@
 use crate::api::Js;
 use crate::error::{Error, Result};
 use cutover_core::compat::{Finding, Verdict};
-use cutover_core::plan::{External, Plan, PlanRequest};
+use cutover_core::plan::{External, Plan, PlanRequest, Strategy};
 use futures::StreamExt;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 /// `--from-api`, A's JetStream domain (`$JS.<domain>.API`, the prefix a
 /// server maps to that domain's API: server jetstream_api.go
 /// `generateJSMappingTable`); refused when A's side has none (accounts).
+/// Strategy dual-write has no `external` (B does not source A): the request
+/// is only marked `across`.
 pub async fn request(js: &Js, req: &PlanRequest) -> Result<PlanRequest> {
     let mut req = req.clone();
     let Some(src) = js.source_side() else {
@@ -25,6 +27,15 @@ pub async fn request(js: &Js, req: &PlanRequest) -> Result<PlanRequest> {
         }
         return Ok(req);
     };
+    if req.strategy == Strategy::DualWrite {
+        // B never reads A: no external block, no domain to find; the
+        // publishers write each side themselves.
+        if req.external.is_some() {
+            return Err(Error::Input("--from-api and --from-deliver say how B sources A, and a dual-write B does not source A (the publishers write it): leave them out; the source side's connection is all dual-write needs across systems".into()));
+        }
+        req.across = true;
+        return Ok(req);
+    }
     if req.external.is_none() {
         let info = src.account_info().await?;
         let domain = info["domain"].as_str().filter(|d| !d.is_empty());

@@ -130,7 +130,18 @@ pub enum Progress {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Info {
     AlreadyComplete,
-    Resuming { phase: String, in_progress: Option<Step> },
+    Resuming {
+        phase: String,
+        in_progress: Option<Step>,
+    },
+    /// `run --answer-publishes`: what the runner answered during the commit
+    /// window (stored once a stream held the subjects; found already stored;
+    /// answered with an error).
+    Bridged {
+        stored: u64,
+        duplicates: u64,
+        failed: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -187,6 +198,10 @@ impl EventKind {
                 Info::Resuming { phase, in_progress } => {
                     json!({ "phase": phase, "in_progress": in_progress })
                 }
+                Info::Bridged { stored, duplicates, failed } => json!({
+                    "message": format!("publishes answered during the commit window: {stored} stored, {duplicates} already stored, {failed} failed"),
+                    "stored": stored, "duplicates": duplicates, "failed": failed,
+                }),
             },
             EventKind::Warning(w) => match w {
                 Warning::PauseCut { stall_ms, ack_pending } => json!({

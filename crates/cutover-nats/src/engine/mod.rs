@@ -13,6 +13,7 @@
 //! - `fence`: fence mode's handoff (docs/protocol.md), driven by `run`.
 //! - `split`: across systems, publishers repointed by the operator: B
 //!   takes the subjects beside A, the run waits for the go-ahead.
+//! - [`guard`]: compensates what a runner that died left held.
 //! - [`inplace`]: a stream's new settings under its own name, in two mirror hops.
 
 pub mod across;
@@ -20,6 +21,7 @@ mod bridge;
 mod dual;
 pub mod events;
 mod fence;
+pub mod guard;
 pub mod inplace;
 pub mod prepare;
 pub mod progress;

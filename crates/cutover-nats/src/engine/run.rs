@@ -76,10 +76,36 @@ pub struct RunOptions {
     pub seal_when_idle: Option<Duration>,
     /// Called after each journaled step with its name (tests kill the runner here).
     pub after_step: Option<StepHook>,
+    /// Called with `true` when the run starts holding something a dead
+    /// runner would leave held ([`Exposure`]), and with `false` once it no
+    /// longer does: the CLI tells its guard process, which acts only if the
+    /// runner exits in between (`super::guard`).
+    pub on_exposed: Option<ExposureHook>,
+    /// A guard's run (`super::guard`): only compensate what a dead runner
+    /// left held, then stop.
+    pub guard: bool,
+    /// The lease holder name of a runner known to be dead (its guard saw it
+    /// exit): its lease is taken at once instead of waiting for it to lapse.
+    pub take_over: Option<String>,
 }
 
 /// A hook called with a step's name once it is journaled.
 pub type StepHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A hook called as an [`Exposure`] begins (`true`) and ends (`false`).
+pub type ExposureHook = Arc<dyn Fn(Exposure, bool) + Send + Sync>;
+
+/// What a runner killed at that moment would leave held until someone
+/// resumes or rolls back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exposure {
+    /// The commit window: A released its subjects, B has not taken them
+    /// (publishers have no stream).
+    Commit,
+    /// Drain mode's consumer moves: old durables paused (for the drain, or
+    /// for good once settled) whose new durables may not exist yet.
+    Consumers,
+}
 
 impl Default for RunOptions {
     fn default() -> Self {
@@ -102,6 +128,9 @@ impl Default for RunOptions {
             answer_publishes: false,
             seal_when_idle: None,
             after_step: None,
+            on_exposed: None,
+            guard: false,
+            take_over: None,
         }
     }
 }
@@ -160,13 +189,20 @@ impl Ctx<'_> {
             JournalStore::consumer_record(&j, name)
         };
         self.hold_lease().await?;
-        self.store.put_record(key, value).await
+        self.store.put_record(&self.id, key, value).await
     }
 
     /// Saves what changed in the journal, each record written under the lease.
     pub(super) async fn save(&self) -> Result<()> {
         let j = self.journal.lock().await.clone();
         self.store.save_fenced(&j, || self.hold_lease()).await
+    }
+
+    /// Tells the `on_exposed` hook, if any, that `what` began or ended.
+    pub(super) fn exposed(&self, what: Exposure, open: bool) {
+        if let Some(h) = &self.opts.on_exposed {
+            h(what, open);
+        }
     }
 
     /// The lease is still ours (renewed if due), else [`Error::Leased`]: a
@@ -234,9 +270,11 @@ impl Ctx<'_> {
     }
 }
 
-/// A move across systems needs the source side's connection too.
-fn both_sides(js: &Js, plan: &Plan) -> Result<()> {
-    if plan.external.is_some() && js.source_side().is_none() {
+/// A move across systems needs the source side's connection too: run,
+/// resume, rollback and verify refuse without it (a rollback that could not
+/// reach A once resumed nothing there and left its durables paused for good).
+pub fn both_sides(js: &Js, plan: &Plan) -> Result<()> {
+    if (plan.external.is_some() || plan.across) && js.source_side().is_none() {
         return Err(Error::Input(format!("migration {} moves {} across systems: give the source side's connection too (--from-server or --from-context)", migration_id(&plan.from, &plan.to), plan.from)));
     }
     Ok(())
@@ -255,7 +293,7 @@ pub async fn run(
     // The journal as available as the stream that continues (B).
     let replicas = plan.b_config["num_replicas"].as_i64().unwrap_or(1);
     let store = JournalStore::open_replicated(js, replicas).await?;
-    let mut lease = Lease::acquire(&store, &plan.from, &id, opts.lease_ttl).await?;
+    let mut lease = take_lease(&store, &plan.from, &id, opts).await?;
     let journal = match store.load(&id).await? {
         Some(j) if j.phase == Phase::Done => {
             lease.release(&store).await?;
@@ -318,6 +356,20 @@ pub async fn run(
     result.map(|_| j.clone()).map_err(|e| stopped(e, &j))
 }
 
+/// The lease on `from`: taken at once from a runner known dead (a guard's
+/// run), else when free or lapsed.
+async fn take_lease(
+    store: &JournalStore,
+    from: &str,
+    id: &str,
+    opts: &RunOptions,
+) -> Result<Lease> {
+    match &opts.take_over {
+        Some(dead) => Lease::take_over(store, from, id, opts.lease_ttl, dead).await,
+        None => Lease::acquire(store, from, id, opts.lease_ttl).await,
+    }
+}
+
 /// A new migration's journal: A's subjects and each consumer's pause as the
 /// run found them (an operator's pause is kept: rollback restores it and the
 /// new durable starts with it).
@@ -372,6 +424,10 @@ fn stopped(e: Error, j: &Journal) -> Error {
                 j.from,
                 match (moved.is_empty(), fenced.is_empty()) {
                     (true, true) => "every consumer is as it was".to_string(),
+                    // Dual-write's B holds copies only of what publishers
+                    // wrote to both: a message written to A alone is for
+                    // its old durable (never paused) to process.
+                    (false, true) if j.plan.strategy == cutover_core::plan::Strategy::DualWrite => format!("moved to {} (route followers read the new durable there, which holds only what publishers wrote to both; {}'s old durable keeps serving its instances): {}", j.to, j.from, moved.join(", ")),
                     (false, true) => format!("moved to {} (reading {}'s messages through it): {}", j.to, j.from, moved.join(", ")),
                     (true, false) => format!("fenced (the new durable on {} serves new messages, the old one is paused for good): {}", j.to, fenced.join(", ")),
                     (false, false) => format!("moved to {}: {}; fenced (the new durable serves new messages, the old one is paused for good): {}", j.to, moved.join(", "), fenced.join(", ")),
@@ -386,6 +442,9 @@ fn stopped(e: Error, j: &Journal) -> Error {
 async fn drive(ctx: &Ctx<'_>) -> Result<()> {
     if ctx.journal.lock().await.plan.strategy == cutover_core::plan::Strategy::DualWrite {
         return super::dual::drive(ctx).await;
+    }
+    if ctx.opts.guard {
+        return super::guard::drive(ctx).await;
     }
     let phase = || async { ctx.journal.lock().await.phase };
     if phase().await < Phase::ConsumersMoved {
@@ -615,7 +674,22 @@ async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     Ok(())
 }
 
+/// Drain mode holds consumers while it moves them ([`Exposure::Consumers`]):
+/// every move runs to its end or its compensation before this returns, so
+/// only a runner that dies inside leaves any held.
 async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
+    let drain = ctx.journal.lock().await.plan.mode == Mode::Drain;
+    if drain {
+        ctx.exposed(Exposure::Consumers, true);
+    }
+    let moved = move_consumers_now(ctx).await;
+    if drain {
+        ctx.exposed(Exposure::Consumers, false);
+    }
+    moved
+}
+
+async fn move_consumers_now(ctx: &Ctx<'_>) -> Result<()> {
     let t = ctx.begin(Step::MoveConsumers).await?;
     let todo: Vec<ConsumerPlan> = {
         let j = ctx.journal.lock().await;
@@ -1323,9 +1397,10 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
     // Intent before effect: from here a crash is reconciled with the server.
     ctx.journal.lock().await.phase = Phase::SubjectsReleased;
     ctx.save().await?;
+    ctx.exposed(Exposure::Commit, true);
     let released = Instant::now();
     let (committed, given_back) = commit_or_give_back(ctx, &from, &to, &final_subjects).await?;
-    match committed {
+    let closed = match committed {
         Ok(a_final) => {
             let window_ms = released.elapsed().as_secs_f64() * 1000.0;
             ctx.done(
@@ -1341,17 +1416,8 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
             .await
         }
         Err(e) => match given_back.expect("given back on error") {
-            Ok(true) => {
-                // B held the subjects after all (its update answered late).
-                let a_final = ctx.js.stream_info(&from).await?.1.state.last_seq;
-                ctx.journal.lock().await.a_final_seq = Some(a_final);
-                let result = StepResult::MovePublishers {
-                    a_final_seq: a_final,
-                    no_stream_window_ms: None,
-                    reconciled: true,
-                };
-                ctx.done(Step::MovePublishers, t, Some(Phase::SubjectsMoved), result).await
-            }
+            // B held the subjects after all (its update answered late).
+            Ok(true) => reconciled(ctx, &from, t).await,
             Ok(false) => {
                 {
                     let mut j = ctx.journal.lock().await;
@@ -1363,9 +1429,59 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
                 ctx.emit(Step::MovePublishers, EventKind::Warning(undone));
                 Err(Error::Stuck(format!("the commit did not complete ({e}); {from} holds its subjects again and publishers are served by it; the moved consumers read {from}'s messages through {to}; run again to retry the commit, or roll back")))
             }
-            Err(e2) => Err(Error::Stuck(format!("the commit did not complete ({e}) and giving {from} its subjects back failed too ({e2}): publishers may have no stream; run `nats-cutover run --resume {}` now", ctx.id))),
+            Err(e2) => {
+                return Err(Error::Stuck(format!("the commit did not complete ({e}) and giving {from} its subjects back failed too ({e2}): publishers may have no stream; run `nats-cutover run --resume {}` now", ctx.id)))
+            }
         },
+    };
+    // Journaled as closed (or as undone: the error path saved it first).
+    ctx.exposed(Exposure::Commit, false);
+    closed
+}
+
+/// The commit happened though this run could not tell at first: B holds the
+/// subjects; A's final sequence is its last.
+async fn reconciled(ctx: &Ctx<'_>, from: &str, t: Instant) -> Result<()> {
+    let a_final = ctx.js.stream_info(from).await?.1.state.last_seq;
+    ctx.journal.lock().await.a_final_seq = Some(a_final);
+    let result = StepResult::MovePublishers {
+        a_final_seq: a_final,
+        no_stream_window_ms: None,
+        reconciled: true,
+    };
+    ctx.done(Step::MovePublishers, t, Some(Phase::SubjectsMoved), result).await
+}
+
+/// A guard's run: the runner died inside the commit window (A released its
+/// subjects, B had not taken them), so publishers have no stream and nothing
+/// else would act before its lease lapses and someone resumes. The guard, a
+/// process the CLI's `run` starts beside itself that notices its exit, gives
+/// A its subjects back, the compensating action a failed commit runs (or
+/// finds that B took them: the commit happened), and stops there: `run
+/// --resume` retries the commit, `rollback` undoes the move.
+pub(super) async fn close_window(ctx: &Ctx<'_>) -> Result<()> {
+    let (phase, from, to, final_subjects) = {
+        let j = ctx.journal.lock().await;
+        (j.phase, j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone())
+    };
+    if phase != Phase::SubjectsReleased {
+        return Ok(());
     }
+    let t = Instant::now();
+    if give_subjects_back(ctx, &from, &to, &final_subjects).await? {
+        reconciled(ctx, &from, t).await?;
+        return Err(Error::Stuck("its runner died just after the commit point".into()));
+    }
+    {
+        let mut j = ctx.journal.lock().await;
+        j.phase = Phase::ConsumersMoved;
+        j.a_final_seq = None;
+        j.end_step(now_ms());
+    }
+    ctx.save().await?;
+    Err(Error::Stuck(format!(
+        "its runner died inside the commit window; the guard gave {from} its subjects back"
+    )))
 }
 
 /// The commit window and, if it failed, A's subjects given back; with
@@ -1392,12 +1508,9 @@ async fn commit_or_give_back(
     if let Some(b) = bridge {
         // A stream holds the subjects again (unless giving them back failed).
         let a = b.flush(&ctx.js.client, ctx.opts.commit_timeout).await;
-        tracing::info!(
-            stored = a.stored,
-            duplicates = a.duplicates,
-            failed = a.failed,
-            "publishes answered during the commit window"
-        );
+        let (stored, duplicates, failed) = (a.stored, a.duplicates, a.failed);
+        let info = Info::Bridged { stored, duplicates, failed };
+        ctx.emit(Step::MovePublishers, EventKind::Info(info));
     }
     Ok((committed, given_back))
 }

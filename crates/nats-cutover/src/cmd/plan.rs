@@ -86,6 +86,8 @@ fn build_request(
             split_publishers: false,
         }),
         repoint_publishers: a.repoint_publishers,
+        // Set by the engine from the connections (`across::request`).
+        across: false,
     })
 }
 

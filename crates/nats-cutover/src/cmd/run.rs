@@ -180,7 +180,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
 }
 
 /// The old stream this run is about (--resume's id, --plan's file, --from).
-fn run_from(a: &RunArgs) -> Result<Option<String>> {
+pub(crate) fn run_from(a: &RunArgs) -> Result<Option<String>> {
     Ok(if let Some(id) = &a.resume {
         super::from_of(id).map(String::from)
     } else if let Some(p) = &a.plan_file {
@@ -316,6 +316,7 @@ fn run_options(a: &RunArgs) -> RunOptions {
         seal_when_idle: a.seal_when_idle,
         // Only in the binary the tests run: die after a named step.
         after_step: cutover_nats::test_hooks::crash_after_step(),
+        on_exposed: crate::guard::exposure_hook(),
         ..Default::default()
     }
 }
@@ -425,7 +426,7 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> Result<Ex
         return Ok(ExitCode::Ok);
     }
     if list.is_empty() && leases.is_empty() {
-        outln!("no migrations on this server");
+        outln!("no migrations on this server (a move across systems keeps its journal on the target side: ask the server that holds the new stream)");
     } else if a.id.is_some() && !list.is_empty() {
         print_journal(&list[0]);
     } else if !list.is_empty() {

@@ -306,6 +306,20 @@ fn flags_that_would_be_ignored_or_cannot_work_are_refused() {
     }
 }
 
+/// `inspect` and `watch` read one system: the source side's options are
+/// refused before connecting (they were ignored, and the command said the
+/// old stream did not exist on the target side).
+#[test]
+fn one_system_commands_refuse_the_source_side_options() {
+    let url = format!("nats://127.0.0.1:{}", free_port());
+    for cmd in [&["inspect", "ORDERS"][..], &["watch", "ORDERS", "--consumer", "worker"]] {
+        let args = [&["--server", url.as_str(), "--from-server", url.as_str()][..], cmd].concat();
+        let out = cli(&args);
+        assert_eq!(out.code, BAD_INPUT, "{args:?}: {out:?}");
+        assert!(out.stderr.contains("reads one system"), "{args:?}: {out:?}");
+    }
+}
+
 /// A migration whose journal head record (the plan without its consumers,
 /// and their names) would not fit the server's max_payload is refused by the
 /// plan, saying how to split it; the consumers' records are apart (1,000

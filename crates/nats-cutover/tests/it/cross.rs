@@ -6,8 +6,10 @@
 
 use crate::common::{cli, wait_until, Out, TempDir};
 use crate::run::{assert_exact, finish_after, load_cfg, until_processed, until_published};
+use cutover_core::journal::Phase;
 use cutover_demo::load::Load;
 use cutover_nats::api::Action;
+use cutover_nats::engine;
 use cutover_nats::Js;
 use cutover_testkit::{two_accounts_config, LeafSystem, NatsServer, ServerOptions};
 use serde_json::{json, Value};
@@ -30,7 +32,7 @@ async fn side(urls: &str, user: Option<&str>) -> Side {
 }
 
 /// ORDERS on `src` (R1) with its durable `worker`, as the live tests use it.
-async fn orders_on(src: &Js) {
+pub(crate) async fn orders_on(src: &Js) {
     src.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}))
         .await
         .expect("create ORDERS");
@@ -220,7 +222,7 @@ async fn leaf_domain_to_hub_domain_with_strategy_mirror_live() {
 }
 
 /// The CLI until it stops answering that a crashed runner's lease holds.
-async fn until_lease_lapsed(args: &[&str]) -> Out {
+pub(crate) async fn until_lease_lapsed(args: &[&str]) -> Out {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let out = cli(args);
@@ -256,6 +258,16 @@ async fn across_a_crashed_run_is_refused_without_its_source_side_and_rolled_back
     let out = cli(&["--server", &hub_urls, "run", "--resume", "ORDERS.ORDERS_V2", "--yes"]);
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("--from-server or --from-context"), "{out:?}");
+    // So is a rollback (a newcomer's once deleted B and left the leaf's
+    // durable paused for good: it could not reach A), and so is verify.
+    let out = cli(&["--server", &hub_urls, "rollback", "ORDERS.ORDERS_V2"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--from-server or --from-context"), "{out:?}");
+    let (_, j) = engine::rollback::load(&hub.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_ne!(j.phase, Phase::RolledBack, "the refused rollback changed nothing");
+    assert!(hub.js.consumer_info("ORDERS_V2", "worker").await.is_ok(), "B's durable kept");
+    let out = cli(&["--server", &hub_urls, "verify", "--migration", "ORDERS.ORDERS_V2"]);
+    assert_eq!(out.code, 2, "{out:?}");
     let args = [&conn[..], &["rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"]].concat();
     let out = until_lease_lapsed(&args).await;
     assert_eq!(out.code, 0, "{out:?}");
