@@ -566,7 +566,11 @@ async fn a_publisher_outside_the_protocol_stops_the_run_before_the_commit() {
     assert_ne!(out.code, 0, "{out:?}");
     assert!(out.stderr.contains("have no copy in ORDERS_V2"), "{out:?}");
     assert!(out.stderr.contains("nats-cutover rollback ORDERS.ORDERS_V2"), "{out:?}");
+    // Route followers are sent back to A's old durable at once, not left
+    // reading B (which will never hold the stray messages) until a rollback.
+    assert!(out.stderr.contains("route followers read ORDERS's old durables again"), "{out:?}");
     let store = JournalStore::open(&e.js, IfMissing::ReturnNone).await.unwrap().unwrap();
+    assert!(store.route("ORDERS", "worker").await.unwrap().is_none(), "route removed");
     let j = store.load("ORDERS.ORDERS_V2").await.unwrap().unwrap();
     assert!(!j.phase.committed(), "{:?}", j.phase);
     let out = retry_lease(&e, &["rollback", "ORDERS.ORDERS_V2"]).await;
