@@ -337,6 +337,11 @@ pub struct Journal {
     /// subjects beside A (journaled with the phase, before B's update).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<SharedAt>,
+    /// `run --seal-when-idle`, in milliseconds: kept, so a resume without
+    /// the flag goes on waiting the same way (a newcomer's waited for a
+    /// go-ahead for good).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal_when_idle_ms: Option<u64>,
 }
 
 /// B when it took A's subjects on the target side: every message up to
@@ -407,6 +412,7 @@ impl Journal {
             error: None,
             dual: None,
             shared: None,
+            seal_when_idle_ms: None,
             plan,
         }
     }

@@ -201,6 +201,12 @@ fn verifiable(id: &str, j: &Journal) -> Result<()> {
             j.from
         )));
     }
+    if j.publishers_split() {
+        return Err(Error::NotVerifiable(format!(
+            "migration {id} waits for its publishers to be repointed (publishers split between {} and {}): verify checks it once A is sealed; once every publisher publishes on the target side, `nats-cutover run --resume {id} --proceed` seals {} and finishes",
+            j.from, j.to, j.from
+        )));
+    }
     if !j.phase.committed() {
         return Err(Error::NotVerifiable(format!(
             "migration {id} is at phase {}: verify checks a migration past its commit point (publishers on {}); finish it with `nats-cutover run --resume {id}`{}",

@@ -48,6 +48,7 @@ pub fn main() -> i32 {
             Command::Watch(a) => cmd::watch::run(&cli.conn, json, a).await,
         }
     });
+    crate::guard::ended();
     match result {
         Ok(code) => code.code(),
         // A request the server dropped for a permissions violation is named

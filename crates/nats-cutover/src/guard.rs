@@ -4,9 +4,11 @@
 //! and `NATS_CUTOVER_GUARD=<runner pid>`: that process reads a pipe only the
 //! runner holds. The runner writes `W` when a commit window opens and `C`
 //! when it closes, `M` when drain mode starts holding consumers and `m` when
-//! it stops; the pipe's end is the runner's exit, however it died. If either
-//! was open then, the guard compensates what the runner left held and says
-//! so on stderr; otherwise it exits without a word or a connection. It has
+//! it stops, and `E` as it ends by itself; the pipe's end is the runner's
+//! exit, however it died. If an exposure was open then, the guard
+//! compensates what the runner left held and says so on stderr; without an
+//! `E` (the runner died) it also releases the leases the runner held; after
+//! an `E` and nothing open it exits without a word or a connection. It has
 //! its own process group, so a Ctrl-C meant for the runner does not reach
 //! it, and no stdout, so `--json` output stays the runner's.
 
@@ -51,6 +53,17 @@ pub fn exposure_hook() -> Option<ExposureHook> {
             let _ = p.write_all(byte).and_then(|_| p.flush());
         }
     }))
+}
+
+/// Tells the guard the runner ends by itself (its lease released or left to
+/// another runner): written last, so a guard that reads it and no open
+/// exposure exits without a connection.
+pub fn ended() {
+    if let Some(p) = PIPE.get() {
+        use std::io::Write;
+        let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = p.write_all(b"E").and_then(|_| p.flush());
+    }
 }
 
 /// Whether the runner left an exposure open: the last of `W`/`C` is `W`,
@@ -98,14 +111,15 @@ pub fn spawn(command: &Command) {
 pub fn main(pid: u32, cli: Cli) -> i32 {
     let mut said = vec![];
     let _ = std::io::stdin().read_to_end(&mut said);
-    if !left_open(&said) {
-        return 0;
+    let open = left_open(&said);
+    if said.last() == Some(&b'E') && !open {
+        return 0; // it ended by itself, holding nothing
     }
     let Ok(rt) = tokio::runtime::Builder::new_multi_thread().enable_all().build() else {
         return 1;
     };
     let done = rt.block_on(async {
-        tokio::time::timeout(GUARD_BUDGET, close(pid, &cli.conn, &cli.command)).await
+        tokio::time::timeout(GUARD_BUDGET, close(pid, &cli.conn, &cli.command, open)).await
     });
     match done {
         Ok(Ok(())) => 0,
@@ -120,7 +134,7 @@ pub fn main(pid: u32, cli: Cli) -> i32 {
     }
 }
 
-async fn close(pid: u32, conn: &ConnArgs, command: &Command) -> Result<()> {
+async fn close(pid: u32, conn: &ConnArgs, command: &Command, open: bool) -> Result<()> {
     let (js, ttl) = match command {
         Command::Run(a) => {
             (cmd::connect_across(conn, cmd::run::run_from(a)?.as_deref()).await?, a.lease_ttl)
@@ -128,12 +142,8 @@ async fn close(pid: u32, conn: &ConnArgs, command: &Command) -> Result<()> {
         Command::Kv(a) | Command::Obj(a) => (cmd::connect(conn).await?, a.lease_ttl),
         _ => return Ok(()),
     };
-    for c in cutover_nats::engine::guard::close_windows(&js, pid, ttl).await? {
-        let what = match c.result {
-            Ok(j) => format!("nothing was left held (phase {})", j.phase.as_str()),
-            Err(e) => e.to_string(),
-        };
-        errln!("nats-cutover guard: runner {pid} has exited; migration {}: {what}", c.id);
+    for c in cutover_nats::engine::guard::close_windows(&js, pid, ttl, open).await? {
+        errln!("nats-cutover guard: runner {pid} has exited; migration {}: {}", c.id, c.what);
     }
     Ok(())
 }

@@ -20,25 +20,34 @@ use super::events::NoSink;
 use super::run::{close_window, run, undo_consumer, Ctx, RunOptions};
 use crate::api::Js;
 use crate::error::{Error, Result};
-use crate::journal::{holder_prefix, IfMissing, JournalStore};
-use cutover_core::journal::{ConsumerPhase, Journal, Phase, Route};
+use crate::journal::{holder_prefix, IfMissing, JournalStore, Lease};
+use cutover_core::journal::{ConsumerPhase, Phase, Route};
 use cutover_core::plan::Mode;
 use std::time::Duration;
 
 #[cfg(doc)]
 use super::run::Exposure;
 
-/// What the guard found and did for one migration of the dead runner.
+/// What the guard did for one migration of the dead runner.
 pub struct Closed {
     pub id: String,
-    /// The run's outcome: its error says what state remains and the one
-    /// command that continues or undoes it.
-    pub result: Result<Journal>,
+    /// What it did, what state remains and the one command that continues
+    /// or undoes the migration.
+    pub what: String,
 }
 
-/// Closes every commit window the runner with process id `pid` (on this
-/// host) left open; an empty list when it left none (its normal exit).
-pub async fn close_windows(js: &Js, pid: u32, lease_ttl: Duration) -> Result<Vec<Closed>> {
+/// After the runner with process id `pid` (on this host) died: with
+/// `compensate` (it died holding something), runs the compensating actions
+/// of each of its migrations that needs them; every other lease it still
+/// held is released, so `run --resume` or `rollback` can run at once
+/// instead of after the lease (the runner is known gone: the pipe only it
+/// held has ended).
+pub async fn close_windows(
+    js: &Js,
+    pid: u32,
+    lease_ttl: Duration,
+    compensate: bool,
+) -> Result<Vec<Closed>> {
     let Some(store) = JournalStore::open(js, IfMissing::ReturnNone).await? else {
         return Ok(vec![]);
     };
@@ -46,10 +55,22 @@ pub async fn close_windows(js: &Js, pid: u32, lease_ttl: Duration) -> Result<Vec
     let mut out = vec![];
     for l in store.leases().await?.into_iter().filter(|l| l.holder.starts_with(&prefix)) {
         let held = |p: Phase| p == Phase::SubjectsReleased || p < Phase::ConsumersMoved;
-        if !store.phase(&l.migration).await?.is_some_and(held) {
+        let load = compensate && store.phase(&l.migration).await?.is_some_and(held);
+        let j = match load {
+            true => store.load(&l.migration).await?,
+            false => None,
+        };
+        let Some(j) = j else {
+            if l.live {
+                let id = l.migration.clone();
+                let mut lease =
+                    Lease::take_over(&store, &l.stream, &id, lease_ttl, &l.holder).await?;
+                lease.release(&store).await?;
+                let what = format!("its lease is released: `nats-cutover run --resume {id}` continues and `nats-cutover rollback {id}` undoes it, at once");
+                out.push(Closed { id, what });
+            }
             continue;
-        }
-        let Some(j) = store.load(&l.migration).await? else { continue };
+        };
         let opts = RunOptions {
             lease_ttl,
             guard: true,
@@ -57,8 +78,11 @@ pub async fn close_windows(js: &Js, pid: u32, lease_ttl: Duration) -> Result<Vec
             ..RunOptions::default()
         };
         let (_tx, rx) = tokio::sync::watch::channel(false);
-        let result = run(js, j.plan.clone(), &opts, &NoSink, rx).await;
-        out.push(Closed { id: l.migration, result });
+        let what = match run(js, j.plan.clone(), &opts, &NoSink, rx).await {
+            Ok(j) => format!("nothing was left held (phase {})", j.phase.as_str()),
+            Err(e) => e.to_string(),
+        };
+        out.push(Closed { id: l.migration, what });
     }
     Ok(out)
 }

@@ -15,7 +15,7 @@
 //! overlap check is per account (server stream.go `checkStreamCfgLocked`),
 //! and its source cycle check skips external sources.
 
-use super::events::{EventKind, Progress, StepResult};
+use super::events::{EventKind, Progress, StepResult, Warning};
 use super::progress::source_progress;
 use super::run::{released_subjects, Ctx};
 use crate::api::Js;
@@ -29,6 +29,12 @@ use std::time::{Duration, Instant};
 /// after [`FIRST_REPORT`]).
 const REPORT_EVERY: Duration = Duration::from_secs(3);
 const FIRST_REPORT: Duration = Duration::from_secs(1);
+
+/// How long A must have stored nothing before an operator's go-ahead seals
+/// it: a go-ahead given while a publisher still writes A (a newcomer gave
+/// one with 619 messages stored in the last 3 s) would cut that publisher
+/// off for good. A publisher that writes less often than this is not seen.
+const GO_AHEAD_IDLE: Duration = Duration::from_secs(3);
 
 /// The steps that replace the commit point: B takes the subjects, the
 /// wait, A released once B holds its tail. Each is resumable.
@@ -148,16 +154,31 @@ async fn await_publishers(ctx: &Ctx<'_>) -> Result<()> {
         let j = ctx.journal.lock().await;
         (j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone())
     };
+    // Journaled (by `begin`'s save): a resume without the flag keeps it.
+    let seal_when_idle = {
+        let mut j = ctx.journal.lock().await;
+        if let Some(d) = ctx.opts.seal_when_idle {
+            j.seal_when_idle_ms = Some(d.as_millis() as u64);
+        }
+        j.seal_when_idle_ms.map(Duration::from_millis)
+    };
     let t = ctx.begin(Step::AwaitPublishers).await?;
     b_takes(ctx.js, &to, &subjects).await?;
     let next = format!("nats-cutover run --resume {} --proceed", ctx.id);
     let mut watch = Watch::new(ctx.js.stream_info(&from).await?.1.state.last_seq);
+    let mut warned = false;
     let by = loop {
-        if ctx.store.proceed_asked(&ctx.id).await? {
-            break "operator";
-        }
         watch.saw(ctx.js.stream_info(&from).await?.1.state.last_seq);
-        if ctx.opts.seal_when_idle.is_some_and(|d| watch.idle_since.elapsed() >= d) {
+        if ctx.store.proceed_asked(&ctx.id).await? {
+            if watch.idle_since.elapsed() >= GO_AHEAD_IDLE {
+                break "operator";
+            }
+            if !std::mem::replace(&mut warned, true) {
+                let what = format!("the go-ahead is recorded, but {from} is still storing messages (its last sequence {}): a publisher still writes {from} and would be cut off by the seal; sealing waits until {from} stored nothing for {GO_AHEAD_IDLE:?} (repoint or stop that publisher)", watch.a_last);
+                ctx.emit(Step::AwaitPublishers, EventKind::Warning(Warning::Skipped { what }));
+            }
+        }
+        if seal_when_idle.is_some_and(|d| watch.idle_since.elapsed() >= d) {
             break "idle";
         }
         if let Some(p) = watch.report(&next) {

@@ -97,14 +97,24 @@ fn refuse_plan_contradictions(a: &RunArgs) -> Result<()> {
     Err(CliError::Flag(format!("--plan FILE fixes the streams, consumers and settings; {} would contradict it: remove {}, or plan anew without --plan", set.join(", "), if set.len() == 1 { "it" } else { "them" })))
 }
 
-/// Ctrl-C asks the engine to stop at the next safe point.
+/// Ctrl-C, or SIGTERM (what `timeout`, systemd and Kubernetes send), asks
+/// the engine to stop at the next safe point; a second one aborts at once
+/// (the guard process then compensates what the run held).
 pub(super) fn shutdown_on_ctrl_c() -> tokio::sync::watch::Receiver<bool> {
+    use tokio::signal::unix::{signal, SignalKind};
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            errln!("interrupt: stopping at the next safe point (Ctrl-C again to abort at once)");
+        let Ok(mut term) = signal(SignalKind::terminate()) else { return };
+        let mut asked = async || {
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => r.is_ok(),
+                r = term.recv() => r.is_some(),
+            }
+        };
+        if asked().await {
+            errln!("interrupt: stopping at the next safe point (Ctrl-C or SIGTERM again to abort at once)");
             let _ = tx.send(true);
-            if tokio::signal::ctrl_c().await.is_ok() {
+            if asked().await {
                 std::process::exit(ExitCode::Interrupted.code());
             }
         }
@@ -163,7 +173,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
     let j = match result {
         Err(cutover_nats::Error::Leased { holder, until, .. }) if told => {
             let id = a.resume.as_deref().unwrap_or_default();
-            let message = format!("the go-ahead for migration {id} is recorded: the runner holding it ({holder}) seals {} as soon as it sees it; if that runner is gone, this command finishes the migration once its lease lapses ({until})", plan.from);
+            let message = format!("the go-ahead for migration {id} is recorded: the runner holding it ({holder}) seals {} as soon as it sees it; if that runner is gone without its guard (its host down; a killed runner's guard frees the lease at once), run this command again once its lease lapses ({until}): it then finishes the migration itself", plan.from);
             match json_out {
                 true => outln!(
                     "{}",

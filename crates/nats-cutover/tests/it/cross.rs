@@ -611,8 +611,20 @@ async fn publishers_repointed_mid_run_across_accounts_live() {
     })
     .await;
     assert_split(&src, &dst).await;
-    repoint_and_until_a_idle(&load, &dst, &runner).await;
+    // A go-ahead given too early, while the publisher still writes A (a
+    // newcomer's cut that publisher off for good): the run warns and keeps
+    // A serving until A stored nothing for a while.
     go_ahead(&conn);
+    wait_until("the premature go-ahead's warning", Duration::from_secs(30), || async {
+        runner.events().iter().any(|e| {
+            e["kind"] == "warning"
+                && e["detail"]["message"].as_str().is_some_and(|m| m.contains("still storing"))
+        })
+    })
+    .await;
+    assert_split(&src, &dst).await;
+    // Repointed: A goes idle and the recorded go-ahead seals it.
+    load.repoint_publisher(dst.client.clone());
     let (code, events) = runner.end(Duration::from_secs(60)).await;
     assert_eq!(code, Some(0), "{events:?}");
     let done = events.iter().find(|e| e["step"] == "await_publishers" && e["kind"] == "step_done");
@@ -658,6 +670,9 @@ async fn split_publishers_runner_killed_while_waiting_resumes_exactly() {
     let after = (snapshot(&src.js).await["ORDERS"]["config"].clone(), snapshot(&dst.js).await);
     assert_eq!(after.0, before.0, "A's subjects unchanged");
     assert_eq!(after.1["ORDERS_V2"]["config"], before.1["ORDERS_V2"]["config"], "B unchanged");
+    let v = run(&[&conn[..], &["verify", "--migration", "ORDERS.ORDERS_V2"]].concat());
+    assert_ne!(v.code, 0, "{v:?}");
+    assert!(v.stderr.contains("run --resume ORDERS.ORDERS_V2 --proceed` seals"), "{v:?}");
     let args = [&conn[..], &["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"]]
         .concat();
     let runner = until_resumed_waiting(&args, &dir).await;
@@ -759,11 +774,17 @@ async fn split_publishers_seal_when_a_is_idle() {
     let dir = TempDir::new("split-idle");
     let idle = ["--yes", "--repoint-publishers", "--seal-when-idle", "3s"];
     let args = [&conn[..], &["--json", "run"], &moves, &ACCOUNTS_PLAN, &idle].concat();
-    let runner = Running::spawn(&args, &[], dir.0.join("run.err"));
+    let mut first = Running::spawn(&args, &[], dir.0.join("first.err"));
     wait_until("the run to wait for the publishers", Duration::from_secs(60), || async {
-        runner.events().iter().any(waiting)
+        first.events().iter().any(waiting)
     })
     .await;
+    // Killed while it waits, then resumed without the flag: the journal
+    // kept it (a newcomer's resume waited for a go-ahead for good).
+    first.child.kill().unwrap();
+    first.end(Duration::from_secs(10)).await;
+    let args = [&conn[..], &["--json", "run", "--resume", "ORDERS.ORDERS_V2"]].concat();
+    let runner = until_resumed_waiting(&args, &dir).await;
     assert_split(&src, &dst).await;
     load.repoint_publisher(dst.client.clone());
     until_published(&load, load.published() + 300).await;
