@@ -10,7 +10,8 @@ import statistics
 import sys
 
 MARKER = "<!-- scripts/bench.sh keeps everything below this line as written -->"
-ORDER = ["manual", "naive-new", "naive-all", "drain", "mirror", "fence", "in-place"]
+ORDER = ["manual", "naive-new", "naive-all", "drain", "mirror", "fence", "in-place",
+         "dual-write", "no-retry", "no-retry-bridge"]
 WHAT = {
     "manual": "the seed's procedure: publishers paused, durable drained (NumPending 0, AckPending 0), one ack_wait, B created (sourcing A) and promoted, new durable, workers switched, publishers resumed",
     "naive-new": "B sources A; new durable on B with DeliverPolicy New; workers switched; A gives up its subjects, B drops the source and takes them",
@@ -19,6 +20,9 @@ WHAT = {
     "mirror": "the engine: strategy mirror, mode drain",
     "fence": "the engine: mode fence",
     "in-place": "the engine in place: same name, storage file to memory, two mirror hops",
+    "dual-write": "the engine: strategy dual-write (B with subjects v2.orders.>); the library's DualPublisher writes both, then B only; workers guarded by msg-id",
+    "no-retry": "the engine: strategy source, mode drain, with a publisher that never retries (one attempt, 5 s ack wait): \"no responders\" in the commit window is a publish error (such a message was never acknowledged, so it is not counted as lost: see the publish errors below the tables)",
+    "no-retry-bridge": "the same with run --answer-publishes: the runner answers the commit window's publishes (engine/bridge.rs)",
 }
 
 
@@ -168,6 +172,13 @@ def procedures_section(p, svg_dir, lines):
     inexact = [x for x in procs if x not in exact]
     lines.append(f"In every run at every rate, exact (0 lost, 0 duplicated, 0 pending): {', '.join(exact) or 'none'}. "
                  f"Lost, duplicated or pending in at least one run: {', '.join(inexact) or 'none'}.")
+    never = [x for x in procs if x.startswith("no-retry")]
+    if never:
+        per = "; ".join(x + ": " + ", ".join(
+            f"{mmm([r.get('publish_failures') or 0 for r in cells(runs, x, g)])} at {num(g)} msg/s"
+            for g in p["rates"] if cells(runs, x, g)) for x in never)
+        rest = sum(r.get("publish_failures") or 0 for r in runs if r["procedure"] not in never)
+        lines.append(f"Publish errors per run, publishers that never retry: {per}; the retrying publisher of every other row: {num(rest)} in all its runs.")
     for x in procs:
         st = [r["max_publish_stall_ms"] for r in runs if r["procedure"] == x]
         gp = [r["max_consumer_gap_ms"] for r in runs if r["procedure"] == x]

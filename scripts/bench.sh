@@ -42,6 +42,11 @@ export NATS_SERVER="$root/.nats-server/$version/nats-server"
 : "${KV_KEYS:=100000}" "${KV_RATE:=300}" "${KV_RUNS:=3}"
 : "${CLUSTER_RATE:=5000}" "${CLUSTER_RUNS:=3}" "${CLUSTER_SECONDS:=6}"
 : "${BENCH_ONLY:=procedures,translate,verify,many,sourcing,in_place,push,kv,cluster}"
+# PROC_LIST: a subset of the procedures' rows (comma-separated names, e.g.
+# dual-write,no-retry,no-retry-bridge; default every one, see
+# crates/cutover-demo/src/procedures.rs). With BENCH_ONLY=procedures it runs
+# those rows alone; the report is rebuilt from target/bench/procedures.json.
+export PROC_LIST="${PROC_LIST:-}"
 
 out="$root/target/bench"
 mkdir -p "$out"

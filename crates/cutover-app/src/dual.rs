@@ -6,9 +6,16 @@
 //! acknowledges each change only when every publish started before it has
 //! finished: the runner's proof rests on that.
 //!
+//! Across accounts or systems ([`DualPublisher::start_across`]) it holds a
+//! connection to each side: A's publishes go to the source side, B's to the
+//! target side, where the record and the registration are too (the runner's
+//! journal is there: docs/cross-system.md). No export or import is needed.
+//!
 //! ```ignore
 //! let p = DualPublisher::start(client, "ORDERS", &InstanceOptions::new("api-1", "1.4"), horizon).await?;
 //! p.publish("orders.eu", &order_id, payload).await?;
+//! // A in one account or system, B in another:
+//! let p = DualPublisher::start_across(src, dst, "ORDERS", &opts, horizon).await?;
 //! ```
 
 use crate::instance::InstanceOptions;
@@ -34,7 +41,10 @@ struct State {
 }
 
 pub struct DualPublisher {
-    publisher: Publisher,
+    /// Publishes to A (the source side's connection).
+    to_a: Publisher,
+    /// Publishes to B (the target side's: the same connection on one system).
+    to_b: Publisher,
     /// Held for reading by every publish from start to end: a change (held
     /// for writing) waits until the publishes started before it finished.
     state: Arc<RwLock<Option<State>>>,
@@ -70,9 +80,24 @@ async fn put(store: &JournalStore, r: &PublisherRegistration) -> Result<(), asyn
 
 impl DualPublisher {
     /// Registers a publisher of `from` (the old stream) and follows its
-    /// record; `horizon` is how long each side of a publish is retried.
+    /// record; `horizon` is how long each side of a publish is retried. A and
+    /// B are reached through `client` (one system).
     pub async fn start(
         client: async_nats::Client,
+        from: &str,
+        opts: &InstanceOptions,
+        horizon: Duration,
+    ) -> Result<Self, async_nats::Error> {
+        Self::start_across(client.clone(), client, from, opts, horizon).await
+    }
+
+    /// Like [`DualPublisher::start`] with A on `source`'s system (another
+    /// account, JetStream domain or cluster) and B on `target`'s: the
+    /// record is read and the registration written on `target`, where the
+    /// runner keeps them (KV bucket `CUTOVER`).
+    pub async fn start_across(
+        source: async_nats::Client,
+        target: async_nats::Client,
         from: &str,
         opts: &InstanceOptions,
         horizon: Duration,
@@ -84,7 +109,7 @@ impl DualPublisher {
             )
             .into());
         }
-        let js = cutover_nats::Js::new(client.clone(), Duration::from_secs(5));
+        let js = cutover_nats::Js::new(target.clone(), Duration::from_secs(5));
         let store = JournalStore::open(&js, IfMissing::Create).await?.expect("bucket");
         let key = publisher_key(from);
         // Watch first, then read: a change between the two is not missed.
@@ -135,7 +160,8 @@ impl DualPublisher {
             }
         });
         Ok(Self {
-            publisher: Publisher::new(client, horizon),
+            to_a: Publisher::new(source, horizon),
+            to_b: Publisher::new(target, horizon),
             state,
             store,
             registration,
@@ -159,7 +185,7 @@ impl DualPublisher {
     ) -> Result<Published, PublishFailed> {
         let state = self.state.read().await; // held until the publish ends
         let Some(s) = state.as_ref().filter(|s| s.record.writes != Writes::A) else {
-            return self.publisher.publish(subject, msg_id, payload).await;
+            return self.to_a.publish(subject, msg_id, payload).await;
         };
         let Some(b_subject) = s.map.map(subject) else {
             return Err(PublishFailed {
@@ -174,11 +200,11 @@ impl DualPublisher {
             });
         };
         if s.record.writes == Writes::B {
-            return self.publisher.publish(&b_subject, msg_id, payload).await;
+            return self.to_b.publish(&b_subject, msg_id, payload).await;
         }
         let (a, b) = tokio::join!(
-            self.publisher.publish(subject, msg_id, payload.clone()),
-            self.publisher.publish(&b_subject, msg_id, payload)
+            self.to_a.publish(subject, msg_id, payload.clone()),
+            self.to_b.publish(&b_subject, msg_id, payload)
         );
         a?;
         b

@@ -56,6 +56,13 @@ pub fn consumer_prefix(id: &str) -> String {
     format!("mc.{id}.")
 }
 
+/// The operator's go-ahead for migration `id` waiting with its publishers
+/// split between A and B (`run --resume ID --proceed` writes it; the waiting
+/// runner watches it; docs/cross-system.md).
+pub fn proceed_key(id: &str) -> String {
+    format!("proceed.{id}")
+}
+
 pub fn lease_key(from: &str) -> String {
     format!("lease.{from}")
 }
@@ -90,6 +97,11 @@ pub enum Phase {
     BReady,
     CaughtUp,
     ConsumersMoved,
+    /// Across systems with publishers repointed by the operator
+    /// (`External::split_publishers`): B took A's subjects on the target
+    /// side while it still sources A, and A keeps its own; publishers may be
+    /// on either side. Journaled before B's update.
+    SubjectsShared,
     SubjectsReleased,
     SubjectsMoved,
     Sealed,
@@ -109,6 +121,7 @@ impl Phase {
             Phase::BReady => "b_ready",
             Phase::CaughtUp => "caught_up",
             Phase::ConsumersMoved => "consumers_moved",
+            Phase::SubjectsShared => "subjects_shared",
             Phase::SubjectsReleased => "subjects_released",
             Phase::SubjectsMoved => "subjects_moved",
             Phase::Sealed => "sealed",
@@ -130,6 +143,11 @@ pub enum Step {
     /// One consumer's drain, checkpoint and move (a sub-step of move_consumers).
     Consumer(String),
     MovePublishers,
+    /// Publishers split across systems: B takes A's subjects on its side.
+    ShareSubjects,
+    /// Publishers split across systems: the wait for the operator (or for
+    /// A to go idle) before A is sealed.
+    AwaitPublishers,
     SealA,
     RemoveSource,
     Retire,
@@ -153,6 +171,8 @@ impl Step {
             Step::MoveConsumers => Borrowed("move_consumers"),
             Step::Consumer(c) => format!("consumer {c}").into(),
             Step::MovePublishers => Borrowed("move_publishers"),
+            Step::ShareSubjects => Borrowed("share_subjects"),
+            Step::AwaitPublishers => Borrowed("await_publishers"),
             Step::SealA => Borrowed("seal_a"),
             Step::RemoveSource => Borrowed("remove_source"),
             Step::Retire => Borrowed("retire"),
@@ -170,6 +190,8 @@ impl Step {
             "catch_up" => Step::CatchUp,
             "move_consumers" => Step::MoveConsumers,
             "move_publishers" => Step::MovePublishers,
+            "share_subjects" => Step::ShareSubjects,
+            "await_publishers" => Step::AwaitPublishers,
             "seal_a" => Step::SealA,
             "remove_source" => Step::RemoveSource,
             "retire" => Step::Retire,
@@ -311,6 +333,24 @@ pub struct Journal {
     /// Strategy dual-write: where dual-writing began (docs/protocol.md).
     #[serde(default)]
     pub dual: Option<DualProgress>,
+    /// Publishers split across systems: where B was when it took the
+    /// subjects beside A (journaled with the phase, before B's update).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<SharedAt>,
+    /// `run --seal-when-idle`, in milliseconds: kept, so a resume without
+    /// the flag goes on waiting the same way (a newcomer's waited for a
+    /// go-ahead for good).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal_when_idle_ms: Option<u64>,
+}
+
+/// B when it took A's subjects on the target side: every message up to
+/// `b_seq` was sourced from A, the newest with origin `origin_seq`; direct
+/// publishes come after it, interleaved with what B still sources.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedAt {
+    pub b_seq: u64,
+    pub origin_seq: u64,
 }
 
 /// Strategy dual-write's sequences of A, each journaled once known.
@@ -371,6 +411,8 @@ impl Journal {
             steps: vec![],
             error: None,
             dual: None,
+            shared: None,
+            seal_when_idle_ms: None,
             plan,
         }
     }
@@ -393,9 +435,22 @@ impl Journal {
         self.updated_ms = now_ms;
     }
 
-    /// Rollback is possible before publishers moved to B.
+    /// Rollback is possible before publishers moved to B, and not while
+    /// they may be split between A and B ([`Journal::publishers_split`]).
     pub fn can_roll_back(&self) -> bool {
-        !self.phase.committed() && self.phase != Phase::RolledBack
+        !self.phase.committed() && self.phase != Phase::RolledBack && !self.publishers_split()
+    }
+
+    /// Across systems with publishers repointed by the operator: B holds
+    /// A's subjects on the target side (or is about to), so publishers may
+    /// write into either stream. No rollback can be exact from here: one
+    /// repointed to B's side writes into B only, so its messages would never
+    /// reach A's consumers, and after B gave up the subjects it would find
+    /// no stream at all (its publishes do not cross to A's side). Only going
+    /// on is safe.
+    pub fn publishers_split(&self) -> bool {
+        self.plan.external.as_ref().is_some_and(|e| e.split_publishers)
+            && matches!(self.phase, Phase::SubjectsShared | Phase::SubjectsReleased)
     }
 }
 
@@ -667,8 +722,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn no_rollback_while_publishers_are_split() {
+        let mut j = three_consumer_journal();
+        j.phase = Phase::SubjectsShared;
+        assert!(j.can_roll_back(), "a move on one system never splits them");
+        let ext = crate::plan::External {
+            api: "JS.SRC.API".into(),
+            deliver: None,
+            repoint_publishers: true,
+            split_publishers: true,
+        };
+        j.plan.external = Some(ext);
+        for (phase, split) in [
+            (Phase::ConsumersMoved, false),
+            (Phase::SubjectsShared, true),
+            (Phase::SubjectsReleased, true),
+            (Phase::SubjectsMoved, false),
+        ] {
+            j.phase = phase;
+            assert_eq!(j.publishers_split(), split, "{phase:?}");
+        }
+        j.phase = Phase::SubjectsShared;
+        assert!(!j.can_roll_back());
+        j.phase = Phase::ConsumersMoved;
+        assert!(j.can_roll_back());
+    }
+
+    #[test]
     fn phases_order_and_commit_point() {
         assert!(Phase::Planned < Phase::ConsumersMoved);
+        assert!(Phase::ConsumersMoved < Phase::SubjectsShared);
+        assert!(Phase::SubjectsShared < Phase::SubjectsReleased);
+        assert!(!Phase::SubjectsShared.committed());
         assert!(!Phase::SubjectsReleased.committed());
         assert!(Phase::SubjectsMoved.committed());
         assert!(Phase::Done.committed());
@@ -683,6 +768,8 @@ mod tests {
             Step::MoveConsumers,
             Step::Consumer("worker".into()),
             Step::MovePublishers,
+            Step::ShareSubjects,
+            Step::AwaitPublishers,
             Step::SealA,
             Step::RemoveSource,
             Step::Retire,

@@ -101,6 +101,11 @@ pub struct PlanRequest {
     /// [`External::repoint_publishers`]).
     #[serde(default)]
     pub repoint_publishers: bool,
+    /// A is reached through a connection of its own (the source side, across
+    /// systems) while B has no `external` block: strategy dual-write, whose B
+    /// never reads A (docs/cross-system.md, *Dual-write across systems*).
+    #[serde(default)]
+    pub across: bool,
 }
 
 /// How B reaches A on another system: the stream source's (or mirror's)
@@ -120,6 +125,13 @@ pub struct External {
     /// commit point (B's subjects do not reach across from A's side).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub repoint_publishers: bool,
+    /// Set by the plan's probes: with `repoint_publishers`, publishes cross
+    /// the boundary in neither direction, so the run does not take the
+    /// subjects from A at the commit point: B takes them on the target side
+    /// while it still sources A, A keeps its own, and the run waits for the
+    /// operator (or for A to go idle) before sealing A ([`Plan::split_publishers`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub split_publishers: bool,
 }
 
 impl External {
@@ -161,6 +173,7 @@ impl PlanRequest {
             new_version: None,
             external: None,
             repoint_publishers: false,
+            across: false,
         }
     }
 }
@@ -298,6 +311,11 @@ pub struct Plan {
     /// A move across systems: how B reaches A (B's source carries it too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<External>,
+    /// A move across systems without `external` (strategy dual-write): A is
+    /// on the source side, B on the target side, and B never reads A.
+    /// `run`, `verify` and `rollback` need both sides' connections.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub across: bool,
     /// A's ingest rate when planned (B must receive at least as fast).
     #[serde(default)]
     pub a_ingest: Option<crate::catchup::IngestRate>,
@@ -308,6 +326,58 @@ pub struct Plan {
 impl Plan {
     pub fn unsafe_findings(&self) -> impl Iterator<Item = &Finding> {
         self.findings.iter().filter(|f| f.verdict == Verdict::Unsafe)
+    }
+
+    /// Across systems, publishers repointed by the operator where publishes
+    /// cross in neither direction (the adapter's probes said so): B takes
+    /// A's subjects on the target side after the consumers moved, while it
+    /// still sources A, and A keeps its own (no conflict: they are on two
+    /// systems), so a publisher on either side is served and nothing it
+    /// publishes is lost; the run waits for the operator's go-ahead (or A
+    /// idle for `--seal-when-idle`) before it seals A. Refused (unsafe) where
+    /// that cannot be exact: a mirror takes no subjects while it mirrors;
+    /// without an explicit duplicate window B would not match a retry sent
+    /// once into A and once into B (a sourced and a direct copy share msg-id
+    /// dedup only then: server stream.go `processJetStreamMsg` checks the
+    /// msg-id of sourced messages too, and records ids only while a window
+    /// is set); on 2.10-2.12.5 such a sourced duplicate stalls sourcing.
+    pub fn split_publishers(&mut self) {
+        let Some(ext) = self.external.as_mut() else { return };
+        ext.split_publishers = true;
+        let mut refuse = |setting: &str, from: String, reason: &str| {
+            self.findings.push(Finding {
+                scope: "plan".into(),
+                setting: setting.into(),
+                from,
+                to: "publishers split".into(),
+                verdict: Verdict::Unsafe,
+                reason: reason.into(),
+            })
+        };
+        if self.strategy == Strategy::Mirror {
+            refuse("strategy", "mirror".into(), "publishers repointed across systems need B to take A's subjects while it still copies A, and a mirror takes no subjects: use --strategy source");
+        }
+        if self.b_config["duplicate_window"].as_i64().unwrap_or(0) <= 0 {
+            refuse("duplicate_window", "0".into(), "publishers repointed across systems need B's duplicate window set explicitly: a retry sent once into A and once into B lands once only then; drop duplicate_window 0 from --to-config");
+        }
+        if self.features.duplicate_sourced_msg_id_stalls_source {
+            refuse("server", self.server_version.to_string(), "publishers repointed across systems can send a msg-id into B that also reaches it from A, and on 2.10-2.12.5 such a duplicate stalls sourcing: upgrade the target side to 2.12.8+, or let publishes cross (export/import B's subjects)");
+        }
+        self.safe = self.safe && self.unsafe_findings().next().is_none();
+        let keep = self.steps.iter().take_while(|s| !s.title.starts_with("commit point")).count();
+        self.steps.truncate(keep);
+        let (a, b, subjects) = (&self.from, &self.to, &self.b_final_subjects);
+        let mut add = |title: &str, detail: String| {
+            let n = self.steps.len() as u32 + 1;
+            self.steps.push(Step { n, title: title.into(), detail });
+        };
+        add("B takes the subjects (publishers split)", format!("update {b}: subjects {subjects:?} on the target side while it still sources {a}; {a} keeps its subjects on its side. From here repoint the publishers to the target side, any time: those repointed publish into {b}, those not yet publish into {a} and reach {b} through the source, and a retry sent once into each lands once ({b}'s duplicate window). No rollback from here (publishers may be on either side): only going on"));
+        add("wait for the publishers", format!("the run waits, reporting every few seconds how many messages {a} stored meanwhile, until the operator confirms that every publisher was repointed: `nats-cutover run --resume {a}.{b} --proceed` (from any terminal; the waiting runner sees it), or with --seal-when-idle D until {a} stored nothing for D"));
+        add("seal A and finish sourcing", format!("update {a}: subjects [] (a publisher still on its side gets no responders from here), wait until {b} holds every message {a} stored ({a}'s last sequence the same in two reads), seal {a}, remove {b}'s source"));
+        add(
+            "retire",
+            format!("delete the old consumers on {a}; keep sealed {a} unless --delete-old"),
+        );
     }
 
     /// Why the plan is unsafe, in one line: `scope setting: reason; ...`.
@@ -641,6 +711,7 @@ pub fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> 
         in_place: req.in_place,
         new_version: req.new_version.clone(),
         external: req.external.clone(),
+        across: false,
         a_ingest: facts.checks.a_ingest,
         safe,
     })
@@ -703,7 +774,9 @@ pub(crate) fn planned_b(
             if let Some(ext) = &req.external {
                 match req.strategy {
                     Strategy::Mirror => cfg["mirror"]["external"] = ext.json(),
-                    _ => cfg["sources"][0]["external"] = ext.json(),
+                    Strategy::Source => cfg["sources"][0]["external"] = ext.json(),
+                    // No source to carry it: the dual-write plan refuses it.
+                    Strategy::DualWrite => {}
                 }
             }
             (cfg, subjects, false)
@@ -1181,6 +1254,7 @@ mod tests {
             api: "JS.SRC.API".into(),
             deliver: Some("deliver.src".into()),
             repoint_publishers: false,
+            split_publishers: false,
         };
         PlanRequest { strategy, external: Some(ext), ..req() }
     }
@@ -1202,6 +1276,36 @@ mod tests {
         assert!(p.findings.iter().any(|f| f.setting == "applications"), "says what moves");
         let p = build(&across_req(Strategy::Mirror), &facts(plain_a(), explicit_c())).unwrap();
         assert_eq!(p.b_config["mirror"], json!({"name": "A", "external": ext}));
+    }
+
+    #[test]
+    fn split_publishers_wait_for_the_operator_and_refuse_what_cannot_be_exact() {
+        let mut p = build(&across_req(Strategy::Source), &facts(plain_a(), explicit_c())).unwrap();
+        p.split_publishers();
+        assert!(p.safe, "{:#?}", p.unsafe_findings().collect::<Vec<_>>());
+        assert!(p.external.as_ref().unwrap().split_publishers);
+        let titles: Vec<&str> = p.steps.iter().map(|s| s.title.as_str()).collect();
+        assert!(!titles.iter().any(|t| t.starts_with("commit point")), "{titles:?}");
+        let wait = p.steps.iter().find(|s| s.title == "wait for the publishers").unwrap();
+        assert!(wait.detail.contains("nats-cutover run --resume A.B --proceed"), "{wait:?}");
+        assert_eq!(
+            p.steps.iter().map(|s| s.n).collect::<Vec<_>>(),
+            (1..=titles.len() as u32).collect::<Vec<_>>()
+        );
+        // A mirror takes no subjects; no window, no dedup across the two copies;
+        // a server whose sourcing stalls on a duplicate msg-id.
+        let mut m = build(&across_req(Strategy::Mirror), &facts(plain_a(), explicit_c())).unwrap();
+        m.split_publishers();
+        assert!(!m.safe && m.unsafe_findings().any(|f| f.setting == "strategy"));
+        let mut w = build(&across_req(Strategy::Source), &facts(plain_a(), explicit_c())).unwrap();
+        w.b_config["duplicate_window"] = json!(0);
+        w.split_publishers();
+        assert!(!w.safe && w.unsafe_findings().any(|f| f.setting == "duplicate_window"));
+        let mut old = facts(plain_a(), explicit_c());
+        old.version = ServerVersion::new(2, 12, 4);
+        let mut v = build(&across_req(Strategy::Source), &old).unwrap();
+        v.split_publishers();
+        assert!(!v.safe && v.unsafe_findings().any(|f| f.setting == "server"));
     }
 
     #[test]

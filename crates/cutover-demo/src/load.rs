@@ -103,6 +103,9 @@ struct Shared {
     /// Publishers held (the seed's manual procedure pauses them): nothing is
     /// published while set; what fell due meanwhile goes out on release.
     hold: AtomicBool,
+    /// The publisher that takes over from the next message on (a move across
+    /// systems whose publishers are repointed to the target side).
+    repoint: Mutex<Option<Pub>>,
     samples: Mutex<Vec<Sample>>,
 }
 
@@ -275,6 +278,21 @@ impl Load {
         Ok(Self::start_inner(client, None, cfg, None, String::new(), p, Some(guard)).await)
     }
 
+    /// Like [`Load::start`] with a publisher that never retries: one
+    /// attempt, `ack_wait` for its ack (as a plain client's JetStream
+    /// publish); an error ("no responders" while no stream holds the
+    /// subjects) is counted in `publish_failures`, the message not sent again.
+    pub async fn start_without_retries(
+        client: async_nats::Client,
+        cfg: LoadConfig,
+        ack_wait: Duration,
+    ) -> Self {
+        let mut p = Publisher::new(client.clone(), Duration::ZERO);
+        (p.ack_timeout, p.min_first_wait) = (ack_wait, ack_wait);
+        let p = Pub::Plain(Box::new(p));
+        Self::start_inner(client, None, cfg, None, String::new(), p, None).await
+    }
+
     /// Like [`Load::start`], with msg-ids `{tag}m-{i}`: several loads on one
     /// stream (each its own durable) then do not share msg-ids, which the
     /// stream's duplicate window would drop.
@@ -353,6 +371,16 @@ impl Load {
 
     pub fn release_publishers(&self) {
         self.shared.hold.store(false, Ordering::SeqCst);
+    }
+
+    /// A move across systems whose publishers are repointed: from the next
+    /// message on the publisher publishes on `client` (a connection to the
+    /// target side), with the same msg-id sequence; the first connection
+    /// gets nothing new (publishes in flight there finish, retrying as
+    /// before).
+    pub fn repoint_publisher(&self, client: async_nats::Client) {
+        let p = Pub::Plain(Box::new(Publisher::new(client, self.cfg.retry_horizon)));
+        *self.shared.repoint.lock().unwrap() = Some(p);
     }
 
     /// Mode rolling: replaces worker `i` by a protocol instance of `version`
@@ -695,7 +723,7 @@ fn spawn_sampler(shared: Arc<Shared>, t0: Instant) -> tokio::task::JoinHandle<()
 }
 
 async fn publish_loop(
-    p: Pub,
+    mut p: Pub,
     cfg: LoadConfig,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
@@ -717,6 +745,9 @@ async fn publish_loop(
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => break,
+        }
+        if let Some(to) = shared.repoint.lock().unwrap().take() {
+            p = to;
         }
         if shared.hold.load(Ordering::SeqCst) {
             held_since.get_or_insert_with(Instant::now);

@@ -42,10 +42,21 @@ pub enum Procedure {
     /// The engine in place: A keeps its name, `storage=memory`, two mirror
     /// hops through `<A>_CUTOVER`.
     InPlace,
+    /// The engine: strategy dual-write (B with subjects `v2.<prefix>.>`); the
+    /// publisher follows the publisher record (the library's
+    /// `DualPublisher`), the workers are guarded by msg-id.
+    DualWrite,
+    /// The engine: strategy source, mode drain, with a publisher that never
+    /// retries (one attempt, 5 s for its ack, as a plain client's publish):
+    /// "no responders" during the commit window is a publish error.
+    NoRetry,
+    /// The same with `run --answer-publishes`: the runner answers the
+    /// publishes of the commit window (`engine/bridge.rs`).
+    NoRetryBridge,
 }
 
 impl Procedure {
-    pub const ALL: [Procedure; 7] = [
+    pub const ALL: [Procedure; 10] = [
         Procedure::Manual,
         Procedure::NaiveNew,
         Procedure::NaiveAll,
@@ -53,6 +64,9 @@ impl Procedure {
         Procedure::Mirror,
         Procedure::Fence,
         Procedure::InPlace,
+        Procedure::DualWrite,
+        Procedure::NoRetry,
+        Procedure::NoRetryBridge,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -64,6 +78,9 @@ impl Procedure {
             Procedure::Mirror => "mirror",
             Procedure::Fence => "fence",
             Procedure::InPlace => "in-place",
+            Procedure::DualWrite => "dual-write",
+            Procedure::NoRetry => "no-retry",
+            Procedure::NoRetryBridge => "no-retry-bridge",
         }
     }
 
@@ -135,7 +152,8 @@ pub async fn run(
     let t0 = Instant::now();
     // Fence mode: the workers follow the protocol (registered instances).
     let fenced = cfg.procedure == Procedure::Fence;
-    let mut load = Load::start(client.clone(), LoadConfig { protocol: fenced, ..l.clone() }).await;
+    let mut load =
+        start_load(&client, cfg.procedure, LoadConfig { protocol: fenced, ..l.clone() }).await?;
     tokio::time::sleep(cfg.cutover_at).await;
     if fenced {
         // A plan that refuses (an older server, no live instance) runs nothing.
@@ -217,6 +235,25 @@ async fn drain_or_idle(
     false
 }
 
+/// The workload each procedure runs under: the library's dual publisher and
+/// guarded workers for dual-write, a publisher that never retries for the
+/// no-retry rows, else the retrying publisher.
+async fn start_load(
+    client: &async_nats::Client,
+    procedure: Procedure,
+    cfg: LoadConfig,
+) -> Result<Load, cutover_nats::Error> {
+    Ok(match procedure {
+        Procedure::DualWrite => Load::start_dual(client.clone(), cfg).await.map_err(|e| {
+            cutover_nats::Error::Stuck(format!("starting the dual-write workload: {e}"))
+        })?,
+        Procedure::NoRetry | Procedure::NoRetryBridge => {
+            Load::start_without_retries(client.clone(), cfg, Duration::from_secs(5)).await
+        }
+        _ => Load::start(client.clone(), cfg).await,
+    })
+}
+
 /// The workload's durable, as A has it (and the hand-made procedures copy).
 fn durable(cfg: &ProcedureConfig, deliver: &str) -> Value {
     json!({"durable_name": cfg.load.consumer, "ack_policy": "explicit", "ack_wait": cfg.ack_wait.as_nanos() as u64, "max_ack_pending": 1000, "max_deliver": 5, "deliver_policy": deliver})
@@ -229,6 +266,11 @@ fn engine_request(cfg: &ProcedureConfig) -> PlanRequest {
     match cfg.procedure {
         Procedure::Mirror => req.strategy = Strategy::Mirror,
         Procedure::Fence => req.mode = Mode::Fence,
+        Procedure::DualWrite => {
+            req.strategy = Strategy::DualWrite;
+            let subjects = json!([format!("v2.{}.>", l.subject_prefix)]);
+            req.to_config = json!({ "subjects": subjects }).as_object().cloned();
+        }
         _ => {}
     }
     req
@@ -247,9 +289,16 @@ async fn apply(
         Procedure::Manual => manual(js, cfg, load).await,
         Procedure::NaiveNew => naive(js, cfg, "new").await.map(|_| Duration::ZERO),
         Procedure::NaiveAll => naive(js, cfg, "all").await.map(|_| Duration::ZERO),
-        Procedure::Drain | Procedure::Mirror | Procedure::Fence => {
+        Procedure::Drain
+        | Procedure::Mirror
+        | Procedure::Fence
+        | Procedure::DualWrite
+        | Procedure::NoRetry
+        | Procedure::NoRetryBridge => {
             let plan = engine::prepare_plan(js, &engine_request(cfg)).await?;
-            engine::run(js, plan, &RunOptions::default(), &NoSink, rx).await?;
+            let answer_publishes = cfg.procedure == Procedure::NoRetryBridge;
+            let opts = RunOptions { answer_publishes, ..RunOptions::default() };
+            engine::run(js, plan, &opts, &NoSink, rx).await?;
             Ok(Duration::ZERO)
         }
         Procedure::InPlace => {

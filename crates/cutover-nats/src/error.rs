@@ -77,8 +77,10 @@ pub enum Error {
     Reserved(String),
     #[error("migration {id} is held by runner {holder} until {until}; wait for it, or if that runner is gone, run again after the lease expires")]
     Leased { id: String, holder: String, until: String },
-    #[error("interrupted at a safe point ({step}); resume with `nats-cutover run --resume {id}` or undo with `nats-cutover rollback {id}`")]
-    Interrupted { id: String, step: String },
+    /// `next`: what the operator can do from this state (resume or undo;
+    /// with publishers split across systems, only go on).
+    #[error("interrupted at a safe point ({step}) of migration {id}; {next}")]
+    Interrupted { id: String, step: String, next: String },
     #[error("{0}")]
     Stuck(String),
     /// B receives A's messages slower than A stores them: the commit could

@@ -6,6 +6,14 @@
 //! head, so moving 1,000 consumers writes each consumer's record when it
 //! changes rather than the whole journal.
 //!
+//! Every journal write is a compare-and-set on the revision this store last
+//! read or wrote of that record (a new record: created only if absent). A
+//! runner stopped past its lease between its lease check and a write (the
+//! window no lease check can close) and resumed after another runner took
+//! over finds the revision moved and writes nothing: it cannot put back a
+//! state the migration has left (seen once in the chaos loop, which stops
+//! runners with SIGSTOP at random moments).
+//!
 //! One runner at a time per source stream: the lease is a KV entry updated by
 //! revision compare-and-set, with an expiry so that a crashed runner's lease can
 //! be taken over once it lapses.
@@ -34,9 +42,18 @@ pub fn now_ms() -> u64 {
 pub struct JournalStore {
     kv: kv::Store,
     js: Js,
-    /// The journal records as this store last read or wrote them (key →
-    /// value): a save writes only those that differ.
-    known: Arc<std::sync::Mutex<HashMap<String, Bytes>>>,
+    /// The journal records as this store last read or wrote them: a save
+    /// writes only those that differ, each at the revision kept here.
+    known: Arc<std::sync::Mutex<HashMap<String, Known>>>,
+}
+
+/// A journal record as last read or written.
+#[derive(Clone)]
+struct Known {
+    /// `None`: a head in format 1 (one value), which the next save
+    /// rewrites in format 2 whatever it holds.
+    value: Option<Bytes>,
+    revision: u64,
 }
 
 /// How many journal records are read or written at once.
@@ -199,8 +216,10 @@ impl JournalStore {
             });
         }
         if cj::is_single_value(&head) {
-            // Format 1: nothing is known as written, so the next save writes
-            // every consumer record, then the head in format 2.
+            // Format 1: no record is known as written, so the next save
+            // writes every consumer record, then the head in format 2 (at the
+            // revision read here).
+            self.known.lock().unwrap().insert(key, Known { value: None, revision: e.revision });
             return serde_json::from_value(head)
                 .map(Some)
                 .map_err(|err| unreadable(err.to_string()));
@@ -218,18 +237,29 @@ impl JournalStore {
         let reads =
             futures::stream::iter(reads).buffered(RECORDS_IN_FLIGHT).collect::<Vec<_>>().await;
         let mut records = HashMap::new();
-        let mut known = vec![(key, e.value)];
+        let mut known = vec![(key, Known { value: Some(e.value), revision: e.revision })];
         for (name, entry, k) in reads {
             let entry = entry.map_err(|e| jerr("cannot read the journal", e))?;
             let Some(en) = entry.filter(|e| e.operation == kv::Operation::Put) else { continue };
             let r: ConsumerRecord =
                 serde_json::from_slice(&en.value).map_err(|err| unreadable(err.to_string()))?;
             records.insert(name, r);
-            known.push((k, en.value));
+            known.push((k, Known { value: Some(en.value), revision: en.revision }));
         }
         let j = cj::join(&head, |n| records.remove(n)).map_err(|e| unreadable(e.to_string()))?;
         self.known.lock().unwrap().extend(known);
         Ok(Some(j))
+    }
+
+    /// The phase in migration `id`'s journal head alone (a thousand
+    /// consumer records are not read); `None` without a journal.
+    pub async fn phase(&self, id: &str) -> Result<Option<cj::Phase>> {
+        let e =
+            self.kv.entry(journal_key(id)).await.map_err(|e| jerr("cannot read the journal", e))?;
+        let Some(e) = e.filter(|e| e.operation == kv::Operation::Put) else { return Ok(None) };
+        let head: serde_json::Value = serde_json::from_slice(&e.value)
+            .map_err(|err| jerr(&format!("journal {id} is unreadable"), err))?;
+        Ok(serde_json::from_value(head["phase"].clone()).ok())
     }
 
     /// Saves `j`: the records that changed (see [`JournalStore::save_fenced`]).
@@ -254,7 +284,7 @@ impl JournalStore {
             .collect();
         {
             let known = self.known.lock().unwrap();
-            writes.retain(|(k, v)| known.get(k) != Some(v));
+            writes.retain(|(k, v)| known.get(k).and_then(|w| w.value.as_ref()) != Some(v));
         }
         let head = match writes.last() {
             Some((k, _)) if *k == journal_key(&j.id) => writes.pop(),
@@ -266,7 +296,7 @@ impl JournalStore {
                 let hold = &hold;
                 async move {
                     hold().await?;
-                    self.put_record(k, v).await
+                    self.put_record(&j.id, k, v).await
                 }
             })
             .collect();
@@ -276,7 +306,7 @@ impl JournalStore {
             .await?;
         if let Some((k, v)) = head {
             hold().await?;
-            self.put_record(k, v).await?;
+            self.put_record(&j.id, k, v).await?;
         }
         Ok(())
     }
@@ -287,20 +317,56 @@ impl JournalStore {
         (consumer_key(&j.id, name), encode(&cj::consumer_record(j, name)))
     }
 
-    /// Writes one journal record and remembers it as written.
-    pub async fn put_record(&self, key: String, value: Bytes) -> Result<()> {
-        self.kv
-            .put(key.as_str(), value.clone())
-            .await
-            .map_err(|e| jerr("cannot write the journal", e))?;
-        self.known.lock().unwrap().insert(key, value);
+    /// Writes one record of migration `id`'s journal, compare-and-set: at
+    /// the revision this store last read or wrote, or only if absent when it
+    /// knows none. Another writer in between (a runner that took over):
+    /// [`Error::Leased`], nothing written.
+    pub async fn put_record(&self, id: &str, key: String, value: Bytes) -> Result<()> {
+        let last = self.known.lock().unwrap().get(&key).map(|k| k.revision);
+        let written = match last {
+            Some(rev) => self.kv.update(&key, value.clone(), rev).await.map_err(|e| {
+                let moved = e.kind() == kv::UpdateErrorKind::WrongLastRevision;
+                (moved, jerr("cannot write the journal", e))
+            }),
+            None => self.kv.create(&key, value.clone()).await.map_err(|e| {
+                let moved = e.kind() == kv::CreateErrorKind::AlreadyExists;
+                (moved, jerr("cannot write the journal", e))
+            }),
+        };
+        let revision = match written {
+            Ok(rev) => rev,
+            Err((true, _)) => self.written_by_us(id, &key, &value).await?,
+            Err((false, e)) => return Err(e),
+        };
+        self.known.lock().unwrap().insert(key, Known { value: Some(value), revision });
         Ok(())
+    }
+
+    /// After a compare-and-set found record `key` moved: its revision if it
+    /// holds `value` (our own earlier write whose acknowledgement was lost,
+    /// e.g. across a server restart), else [`Error::Leased`] naming the
+    /// lease's holder.
+    async fn written_by_us(&self, id: &str, key: &str, value: &Bytes) -> Result<u64> {
+        let now = self.kv.entry(key).await.map_err(|e| jerr("cannot read the journal", e))?;
+        if let Some(en) = now.filter(|en| en.operation == kv::Operation::Put && en.value == *value)
+        {
+            return Ok(en.revision);
+        }
+        let lease = self.leases().await?.into_iter().find(|l| l.migration == id);
+        Err(Error::Leased {
+            id: id.into(),
+            holder: lease.as_ref().map_or_else(|| "another runner".into(), |l| l.holder.clone()),
+            until: lease.map_or_else(
+                || "it ends".into(),
+                |l| format!("{} ms from now", l.expires_ms.saturating_sub(now_ms())),
+            ),
+        })
     }
 
     /// Whether the bucket holds `id`'s journal as records (format 2) as far
     /// as this store knows: a consumer record alone is written only then.
     pub fn holds_records(&self, id: &str) -> bool {
-        self.known.lock().unwrap().contains_key(&journal_key(id))
+        self.known.lock().unwrap().get(&journal_key(id)).is_some_and(|k| k.value.is_some())
     }
 
     pub async fn list(&self) -> Result<Vec<Journal>> {
@@ -366,6 +432,37 @@ impl JournalStore {
             .put(route_key(from, consumer), Bytes::from(v))
             .await
             .map_err(|e| jerr("cannot write the route", e))?;
+        Ok(())
+    }
+
+    /// The operator's go-ahead for migration `id`, waiting with its
+    /// publishers split across systems (`run --resume ID --proceed`).
+    pub async fn put_proceed(&self, id: &str) -> Result<()> {
+        let v = serde_json::to_vec(&serde_json::json!({ "at_ms": now_ms() })).expect("json");
+        self.kv
+            .put(cj::proceed_key(id), Bytes::from(v))
+            .await
+            .map_err(|e| jerr("cannot write the go-ahead", e))?;
+        Ok(())
+    }
+
+    /// Whether the operator's go-ahead for migration `id` is there.
+    pub async fn proceed_asked(&self, id: &str) -> Result<bool> {
+        let e = self
+            .kv
+            .entry(cj::proceed_key(id))
+            .await
+            .map_err(|e| jerr("cannot read the go-ahead", e))?;
+        Ok(e.is_some_and(|e| e.operation == kv::Operation::Put))
+    }
+
+    /// Removes the go-ahead once used (a later migration of the same
+    /// streams must be told again).
+    pub async fn delete_proceed(&self, id: &str) -> Result<()> {
+        self.kv
+            .delete(cj::proceed_key(id))
+            .await
+            .map_err(|e| jerr("cannot delete the go-ahead", e))?;
         Ok(())
     }
 
@@ -500,9 +597,8 @@ impl Lease {
         ttl: Duration,
     ) -> Result<Lease> {
         let key = lease_key(from);
-        let holder = format!("{}:{}:{}", hostname(), std::process::id(), now_ms());
         let record = LeaseRecord {
-            holder,
+            holder: holder(),
             migration: migration.into(),
             expires_ms: now_ms() + ttl.as_millis() as u64,
         };
@@ -544,6 +640,45 @@ impl Lease {
             }
             Err(e) => return Err(jerr("cannot take the lease", e)),
         };
+        Ok(Lease { key, revision, record, ttl, renewed: Instant::now() })
+    }
+
+    /// Takes the lease on `from` from `dead_holder`, whose runner is known to
+    /// be gone (its guard saw it exit): at once, live or not, by
+    /// compare-and-set on the revision read. Held by anyone else (live):
+    /// [`Error::Leased`].
+    pub async fn take_over(
+        store: &JournalStore,
+        from: &str,
+        migration: &str,
+        ttl: Duration,
+        dead_holder: &str,
+    ) -> Result<Lease> {
+        let key = lease_key(from);
+        let kvs = store.kv();
+        let entry = kvs.entry(&key).await.map_err(|e| jerr("cannot read the lease", e))?;
+        let en = match entry.filter(|e| e.operation == kv::Operation::Put) {
+            Some(en) => en,
+            None => return Lease::acquire(store, from, migration, ttl).await,
+        };
+        let cur: Option<LeaseRecord> = serde_json::from_slice(&en.value).ok();
+        if cur.as_ref().is_none_or(|c| c.holder != dead_holder) {
+            return Lease::acquire(store, from, migration, ttl).await;
+        }
+        let record = LeaseRecord {
+            holder: holder(),
+            migration: migration.into(),
+            expires_ms: now_ms() + ttl.as_millis() as u64,
+        };
+        let value = Bytes::from(serde_json::to_vec(&record).unwrap());
+        let revision = kvs.update(&key, value, en.revision).await.map_err(|e| match e.kind() {
+            kv::UpdateErrorKind::WrongLastRevision => Error::Leased {
+                id: migration.into(),
+                holder: "another runner (it took the lease just now)".into(),
+                until: "it finishes".into(),
+            },
+            _ => jerr("cannot take the lease", e),
+        })?;
         Ok(Lease { key, revision, record, ttl, renewed: Instant::now() })
     }
 
@@ -600,6 +735,16 @@ impl Lease {
 
 fn encode(v: &impl Serialize) -> Bytes {
     Bytes::from(serde_json::to_vec(v).expect("journal record serializes"))
+}
+
+/// This process's lease holder name: host, process id, start of the hold.
+fn holder() -> String {
+    format!("{}{}", holder_prefix(std::process::id()), now_ms())
+}
+
+/// The start of every lease holder name process `pid` on this host writes.
+pub fn holder_prefix(pid: u32) -> String {
+    format!("{}:{pid}:", hostname())
 }
 
 fn hostname() -> String {

@@ -25,7 +25,7 @@ use async_nats::header::{HeaderName, NATS_MESSAGE_ID};
 use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::DeliverPolicy};
 use cutover_core::audit::AuditRecord;
 use cutover_core::checkpoint::TranslateSearch;
-use cutover_core::journal::Journal;
+use cutover_core::journal::{Journal, Phase};
 use cutover_core::model::StreamInfo;
 use cutover_core::plan::Strategy;
 use cutover_core::source_header;
@@ -85,6 +85,7 @@ pub async fn verify(
     progress: &(dyn Fn(VerifyProgress) + Sync),
 ) -> Result<Report> {
     let (_, j) = load(js, id).await?;
+    crate::engine::run::both_sides(js, &j.plan)?;
     verifiable(id, &j)?;
     let specs = consumer_specs(js, &j, &opts.consumers).await?;
     let a = stream_a(js, &j).await?;
@@ -194,6 +195,18 @@ impl Origins {
 
 /// Verify checks a migration past its commit point, moved by sourcing.
 fn verifiable(id: &str, j: &Journal) -> Result<()> {
+    if j.phase == Phase::RolledBack {
+        return Err(Error::NotVerifiable(format!(
+            "migration {id} was rolled back: {} serves the publishers and the consumers as before, so there is no move to verify; `nats-cutover run` starts it again",
+            j.from
+        )));
+    }
+    if j.publishers_split() {
+        return Err(Error::NotVerifiable(format!(
+            "migration {id} waits for its publishers to be repointed (publishers split between {} and {}): verify checks it once A is sealed; once every publisher publishes on the target side, `nats-cutover run --resume {id} --proceed` seals {} and finishes",
+            j.from, j.to, j.from
+        )));
+    }
     if !j.phase.committed() {
         return Err(Error::NotVerifiable(format!(
             "migration {id} is at phase {}: verify checks a migration past its commit point (publishers on {}); finish it with `nats-cutover run --resume {id}`{}",
@@ -750,10 +763,10 @@ fn is_direct(m: &StoredMsg) -> bool {
     m.header(source_header::HEADER).is_none()
 }
 
-/// Finds B's first direct publish (they all come after the sourced messages:
-/// B takes the subjects only once it holds A's tail) by bisection with gets,
-/// then reads the ids of the direct publishes a retry could have produced:
-/// those within the retry window of the first one.
+/// Finds B's first direct publish ([`first_direct`]; with the publishers
+/// split across systems, the first after where B took the subjects), then
+/// reads the ids of the direct publishes a retry could have produced: those
+/// within the retry window of the first one.
 async fn slip_window(
     js: &Js,
     j: &Journal,
@@ -762,26 +775,18 @@ async fn slip_window(
     opts: &VerifyOptions,
     progress: &(dyn Fn(VerifyProgress) + Sync),
 ) -> Result<Option<SlipWindow>> {
-    let (b_first, b_last, direct) = (b.state.first_seq, b.state.last_seq, b.config.allow_direct);
-    let Some(last) = js.last_msg(&j.to, direct).await? else { return Ok(None) };
-    if !origins.is_direct(&last) {
-        return Ok(None);
-    }
-    let (mut lo, mut hi, mut cand) = (b_first.max(1), last.seq, last.seq);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        match js.get_msg(&j.to, mid, Lookup::AtOrAfter, Via::direct_if(direct)).await? {
-            Some(m) if m.seq < hi => {
-                if origins.is_direct(&m) {
-                    cand = m.seq;
-                    hi = mid;
-                } else {
-                    lo = m.seq + 1;
-                }
-            }
-            _ => hi = mid,
-        }
-    }
+    let b_last = b.state.last_seq;
+    let cand = match j.shared {
+        // Publishers split across systems: direct publishes interleave with
+        // sourced ones from where B took the subjects; the window starts at
+        // the first direct one after it (read below), the first publisher
+        // repointed.
+        Some(at) if matches!(origins, Origins::Header) => at.b_seq + 1,
+        _ => match first_direct(js, j, b, origins).await? {
+            Some(c) => c,
+            None => return Ok(None),
+        },
+    };
     let window_ms = j
         .plan
         .retry_horizon_ms
@@ -789,6 +794,11 @@ async fn slip_window(
     let mut w: Option<SlipWindow> = None;
     let mut until = i64::MAX;
     read(js, &j.to, cand, b_last, &[], true, opts.stall_timeout, |m, seq, ts_ms| {
+        let h = m.headers.as_ref();
+        let sourced = h.and_then(|h| h.get(source_header::HEADER)).is_some();
+        if w.is_none() && sourced {
+            return true;
+        }
         let win = w.get_or_insert_with(|| {
             until = ts_ms + (window_ms + SLIP_SLACK_MS) as i64;
             SlipWindow::new(seq, ts_ms - SLIP_SLACK_MS as i64, window_ms)
@@ -796,8 +806,7 @@ async fn slip_window(
         if ts_ms > until {
             return false;
         }
-        let h = m.headers.as_ref();
-        if h.and_then(|h| h.get(source_header::HEADER)).is_none() {
+        if !sourced {
             if let Some(id) = h.and_then(|h| h.get(NATS_MESSAGE_ID)) {
                 win.add_direct(seq, id.as_str());
             }
@@ -812,7 +821,42 @@ async fn slip_window(
         true
     })
     .await?;
+    if let Some(w) = w.as_mut() {
+        w.interleaved = j.shared.is_some();
+    }
     Ok(w.filter(|w| !w.is_empty()))
+}
+
+/// B's first direct publish, by bisection with gets (they all come after
+/// the sourced messages: B took the subjects only once it held A's tail);
+/// none if B's last message is not one.
+async fn first_direct(
+    js: &Js,
+    j: &Journal,
+    b: &StreamInfo,
+    origins: Origins,
+) -> Result<Option<u64>> {
+    let direct = b.config.allow_direct;
+    let Some(last) = js.last_msg(&j.to, direct).await? else { return Ok(None) };
+    if !origins.is_direct(&last) {
+        return Ok(None);
+    }
+    let (mut lo, mut hi, mut cand) = (b.state.first_seq.max(1), last.seq, last.seq);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        match js.get_msg(&j.to, mid, Lookup::AtOrAfter, Via::direct_if(direct)).await? {
+            Some(m) if m.seq < hi => {
+                if origins.is_direct(&m) {
+                    cand = m.seq;
+                    hi = mid;
+                } else {
+                    lo = m.seq + 1;
+                }
+            }
+            _ => hi = mid,
+        }
+    }
+    Ok(Some(cand))
 }
 
 /// Reads the audit records from a stream, or from the stream capturing a subject.

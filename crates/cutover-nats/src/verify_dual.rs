@@ -15,6 +15,7 @@ use std::time::Duration;
 /// together deliver every message it selects (`only`: these consumers).
 pub async fn verify_dual(js: &Js, id: &str, only: &[String], first_n: usize) -> Result<DualReport> {
     let (_, j) = load(js, id).await?;
+    crate::engine::run::both_sides(js, &j.plan)?;
     if j.plan.strategy != Strategy::DualWrite {
         return Err(Error::NotVerifiable(format!(
             "migration {id} used strategy {}: not dual-write",

@@ -25,6 +25,10 @@ pub fn main() -> i32 {
     if let Err(e) = cli.command.check_available() {
         return fail(json, &CliError::Flag(e));
     }
+    if let Some(runner) = crate::guard::requested() {
+        return crate::guard::main(runner, cli);
+    }
+    crate::guard::spawn(&cli.command);
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(json, &CliError::Runtime(e)),
@@ -44,6 +48,7 @@ pub fn main() -> i32 {
             Command::Watch(a) => cmd::watch::run(&cli.conn, json, a).await,
         }
     });
+    crate::guard::ended();
     match result {
         Ok(code) => code.code(),
         // A request the server dropped for a permissions violation is named

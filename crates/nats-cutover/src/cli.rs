@@ -307,7 +307,9 @@ pub struct RunArgs {
     /// the old consumer (safe: it is settled to the fence, so they process
     /// nothing more; it is deleted at the end, unless --keep-old-consumers
     /// keeps it paused so they idle without errors until replaced); use with
-    /// --resume after stopping a run that waits.
+    /// --resume after stopping a run that waits. Across systems with the
+    /// publishers repointed: `run --resume ID --proceed` tells the run that
+    /// waits for them (running or stopped) to seal the old stream.
     #[arg(long)]
     pub proceed: bool,
     /// For publishers that never retry: during the commit window the runner
@@ -317,6 +319,11 @@ pub struct RunArgs {
     /// only with msg-ids is it exact).
     #[arg(long)]
     pub answer_publishes: bool,
+    /// Across systems with the publishers repointed (the plan says they are
+    /// split): go on to seal the old stream, without the go-ahead of
+    /// `run --resume ID --proceed`, once it stored nothing for this long.
+    #[arg(long, value_parser = parse_timeout)]
+    pub seal_when_idle: Option<Duration>,
     /// --strategy dual-write: how long old and new consumers run side by side
     /// (publishers writing both streams) before writes to the old stream stop.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
@@ -488,8 +495,11 @@ fn rolling_flags(p: &PlanArgs, run: Option<&RunArgs>) -> Result<(), String> {
                 .into(),
         );
     }
+    if run.is_some_and(|r| r.seal_when_idle.is_some() && !planned && !p.repoint_publishers) {
+        return Err("--seal-when-idle is for a move across systems whose publishers are repointed: add --repoint-publishers (with --from-server or --from-context), or drop --seal-when-idle".into());
+    }
     if run.is_some_and(|r| r.proceed && r.resume.is_none() && !rolling) {
-        return Err("--proceed is for a rolling upgrade: use it with --mode rolling, or with --resume ID to go on with a rolling run that waits for instances".into());
+        return Err("--proceed is for a rolling upgrade: use it with --mode rolling, or with --resume ID to go on with a run that waits (for instances, or for publishers repointed across systems)".into());
     }
     Ok(())
 }
@@ -565,9 +575,11 @@ pub struct PlanArgs {
     /// messages come back on `PREFIX.>`).
     #[arg(long, value_name = "PREFIX", requires = "from_api")]
     pub from_deliver: Option<String>,
-    /// Across systems, where B's subjects do not reach from A's side: the
-    /// publishers will be repointed to the target side at the commit point
-    /// (until then they retry with the same msg-id; docs/cross-system.md).
+    /// Across systems, where publishes do not cross the boundary: the
+    /// operator repoints the publishers to the target side. B then takes
+    /// the subjects there beside A once the consumers moved, and the run
+    /// waits for the go-ahead (`run --resume ID --proceed`) before it seals
+    /// A (docs/cross-system.md).
     #[arg(long)]
     pub repoint_publishers: bool,
 }

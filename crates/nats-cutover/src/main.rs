@@ -9,6 +9,7 @@ mod cli;
 mod cmd;
 mod error;
 mod exit;
+mod guard;
 mod metrics;
 mod render;
 mod report;

@@ -312,7 +312,8 @@ pub fn record_event(reg: &Registry, from: &str, e: &Event) {
                 | Progress::WindowRaised { .. }
                 | Progress::Fenced { .. }
                 | Progress::FenceSettled { .. }
-                | Progress::Rollout { .. } => {}
+                | Progress::Rollout { .. }
+                | Progress::AwaitPublishers { .. } => {}
             }
         }
         EventKind::Warning(_) => reg.add(&WARNINGS, &[], 1.0),

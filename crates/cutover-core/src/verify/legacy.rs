@@ -53,6 +53,7 @@ mod tests {
             new_version: None,
             external: None,
             repoint_publishers: false,
+            across: false,
         };
         let mut p = build(&req, &facts).unwrap();
         assert_eq!(a_filters_of(&p, "C"), Some(vec!["o.a".to_string(), "o.b".to_string()]));

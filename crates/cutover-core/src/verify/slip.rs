@@ -26,6 +26,11 @@ pub struct SlipWindow {
     pub window_ms: u64,
     pub first_direct_seq: u64,
     pub last_direct_seq: u64,
+    /// Publishers split across systems: direct publishes interleave with
+    /// sourced messages (B took the subjects beside A), so sourced messages
+    /// stored after the first direct publish, within the window, are
+    /// compared too.
+    pub interleaved: bool,
 }
 
 impl SlipWindow {
@@ -36,6 +41,7 @@ impl SlipWindow {
             window_ms,
             first_direct_seq,
             last_direct_seq: first_direct_seq,
+            interleaved: false,
         }
     }
 
@@ -54,9 +60,12 @@ impl SlipWindow {
 
     /// Is a sourced message stored at B sequence `seq`, at `ts_ms`, one a retry
     /// in the window can have repeated (stored inside the window, before the
-    /// first direct publish)?
+    /// first direct publish; [`SlipWindow::interleaved`]: or after it, within
+    /// the window)?
     pub(super) fn compares(&self, seq: u64, ts_ms: i64) -> bool {
-        ts_ms >= self.sourced_from_ms && seq < self.first_direct_seq
+        let until = self.sourced_from_ms + 2 * self.window_ms as i64;
+        let among = self.interleaved && ts_ms <= until;
+        ts_ms >= self.sourced_from_ms && (seq < self.first_direct_seq || among)
     }
 
     /// The B sequence of the direct publish whose id hashes like `id`, if any.
@@ -126,5 +135,36 @@ mod tests {
             w2.add_direct(m.seq, m.id.as_deref().unwrap());
         }
         assert!(run(&specs, &a, &b, Some(w2)).0.holds);
+    }
+
+    #[test]
+    fn with_publishers_split_a_sourced_copy_after_a_direct_one_is_compared() {
+        let a = a_msgs(50);
+        let specs = [spec("all", &[], 20, 21)];
+        let mut b = b_copy(&a[..45]);
+        // A direct publish with the id A's message 48 has, then A's 46-50
+        // by source: its sourced copy comes after the direct one.
+        b.push(B {
+            seq: 46,
+            subject: "s.1".into(),
+            origin: None,
+            id: Some("m-48".into()),
+            ts: 146,
+        });
+        for (i, (s, subj)) in a[45..].iter().enumerate() {
+            let seq = 47 + i as u64;
+            let id = Some(format!("m-{s}"));
+            b.push(B { seq, subject: subj.clone(), origin: Some(*s), id, ts: 100 + seq as i64 });
+        }
+        let window = |interleaved| {
+            let mut w = SlipWindow::new(46, 146, 60);
+            w.add_direct(46, "m-48");
+            w.interleaved = interleaved;
+            w
+        };
+        assert!(run(&specs, &a, &b, Some(window(false))).0.holds, "not compared");
+        let (r, cands) = run(&specs, &a, &b, Some(window(true)));
+        only(&r, Kind::SlippedDuplicate, 1);
+        assert_eq!(cands[0].direct_b_seq, 46);
     }
 }

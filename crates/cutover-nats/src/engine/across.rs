@@ -9,7 +9,7 @@
 use crate::api::Js;
 use crate::error::{Error, Result};
 use cutover_core::compat::{Finding, Verdict};
-use cutover_core::plan::{External, Plan, PlanRequest};
+use cutover_core::plan::{External, Plan, PlanRequest, Strategy};
 use futures::StreamExt;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 /// `--from-api`, A's JetStream domain (`$JS.<domain>.API`, the prefix a
 /// server maps to that domain's API: server jetstream_api.go
 /// `generateJSMappingTable`); refused when A's side has none (accounts).
+/// Strategy dual-write has no `external` (B does not source A): the request
+/// is only marked `across`.
 pub async fn request(js: &Js, req: &PlanRequest) -> Result<PlanRequest> {
     let mut req = req.clone();
     let Some(src) = js.source_side() else {
@@ -25,6 +27,15 @@ pub async fn request(js: &Js, req: &PlanRequest) -> Result<PlanRequest> {
         }
         return Ok(req);
     };
+    if req.strategy == Strategy::DualWrite {
+        // B never reads A: no external block, no domain to find; the
+        // publishers write each side themselves.
+        if req.external.is_some() {
+            return Err(Error::Input("--from-api and --from-deliver say how B sources A, and a dual-write B does not source A (the publishers write it): leave them out; the source side's connection is all dual-write needs across systems".into()));
+        }
+        req.across = true;
+        return Ok(req);
+    }
     if req.external.is_none() {
         let info = src.account_info().await?;
         let domain = info["domain"].as_str().filter(|d| !d.is_empty());
@@ -36,6 +47,7 @@ pub async fn request(js: &Js, req: &PlanRequest) -> Result<PlanRequest> {
             api: format!("$JS.{d}.API"),
             deliver: None,
             repoint_publishers: false,
+            split_publishers: false,
         });
     }
     if let Some(ext) = &mut req.external {
@@ -49,9 +61,13 @@ pub async fn request(js: &Js, req: &PlanRequest) -> Result<PlanRequest> {
 pub(super) async fn refuse_missing(js: &Js, plan: &mut Plan) -> Result<()> {
     if let Some(ext) = &plan.external {
         let mut found = check_boundary(js, &plan.from, ext).await?;
-        found.push(publishers(js, plan, ext.repoint_publishers).await?);
+        let (publishers, split) = publishers(js, plan, ext.repoint_publishers).await?;
+        found.push(publishers);
         plan.safe &= !found.iter().any(|f| f.verdict == Verdict::Unsafe);
         plan.findings.extend(found);
+        if split {
+            plan.split_publishers();
+        }
     }
     Ok(())
 }
@@ -64,28 +80,42 @@ pub(super) async fn refuse_missing(js: &Js, plan: &mut Plan) -> Result<()> {
 /// `checkMsgHeadersPreClusteredProposal` before a replicated proposal); a
 /// core subscriber of that subject on A's side sees it (header
 /// `Nats-Cutover-Probe`).
-async fn publishers(js: &Js, plan: &Plan, repoint: bool) -> Result<Finding> {
+///
+/// Where it does not reach and the publishers are repointed, the run splits
+/// them (`Plan::split_publishers`: B takes the subjects on its side while A
+/// keeps its own), which is exact only if a publish on the target side does
+/// not reach A's side either (A would store it too, and B would get it
+/// twice: directly and through the source): probed the same way in reverse,
+/// and refused if it does. Returns the finding and whether to split.
+async fn publishers(js: &Js, plan: &Plan, repoint: bool) -> Result<(Finding, bool)> {
     let src = js.source_side().expect("across systems");
     let mut stranded = vec![];
+    let mut back = vec![];
     for s in &plan.b_final_subjects {
         let subject = probe_subject(s);
         if !reaches(src, js, &subject, &plan.to).await? {
             stranded.push(s.clone());
+            if repoint && reaches(js, src, &subject, &plan.to).await? {
+                back.push(s.clone());
+            }
         }
     }
-    let (verdict, reason) = match (stranded.is_empty(), repoint) {
-        (true, _) => (Verdict::Ok, "a publish on A's side to B's subjects reaches the target side (probed; A refused the probe unstored): publishers keep their connection and move with the subjects at the commit point".to_string()),
-        (false, true) => (Verdict::ChangedOnPurpose, format!("publishes on A's side to {} do not reach the target side: repoint the publishers to it at the commit point (--repoint-publishers); until then they retry with the same msg-id, within their retry horizon", stranded.join(", "))),
-        (false, false) => (Verdict::Unsafe, format!("publishes on A's side to {0} do not reach the target side, so after the commit point publishers there would find no stream: across accounts, B's account exports service `{0}` and A's account imports it; across a leaf node, the connection must allow it; or repoint the publishers to the target side and pass --repoint-publishers", stranded.join(", "))),
+    let (verdict, reason) = match (stranded.is_empty(), repoint, back.is_empty()) {
+        (true, _, _) => (Verdict::Ok, "a publish on A's side to B's subjects reaches the target side (probed; A refused the probe unstored): publishers keep their connection and move with the subjects at the commit point".to_string()),
+        (false, true, true) => (Verdict::ChangedOnPurpose, format!("publishes on A's side to {0} do not reach the target side, nor the reverse: repoint the publishers (--repoint-publishers). After the consumers moved, {1} takes the subjects on the target side while it still sources {2}, and {2} keeps them: repoint the publishers to the target side any time from then (those not yet repointed publish into {2}, whose messages reach {1} through the source; a retry sent once into each lands once); then confirm with `nats-cutover run --resume {2}.{1} --proceed` (or pass --seal-when-idle): the run waits for it before it seals {2}", stranded.join(", "), plan.to, plan.from)),
+        (false, true, false) => (Verdict::Unsafe, format!("publishes on A's side to {} do not reach the target side, but publishes on the target side to {} reach A's: with the publishers repointed there, {} would store each of their messages too and {} would get it twice (directly and through the source); let the publishes cross both ways (across accounts, B's account exports service `{}` and A's account imports it), or stop the target side's subjects from crossing to A's side", stranded.join(", "), back.join(", "), plan.from, plan.to, stranded.join(", "))),
+        (false, false, _) => (Verdict::Unsafe, format!("publishes on A's side to {0} do not reach the target side, so after the commit point publishers there would find no stream: across accounts, B's account exports service `{0}` and A's account imports it; across a leaf node, the connection must allow it; or repoint the publishers to the target side and pass --repoint-publishers", stranded.join(", "))),
     };
-    Ok(Finding {
+    let split = !stranded.is_empty() && repoint && back.is_empty();
+    let finding = Finding {
         scope: "plan".into(),
         setting: "publishers".into(),
         from: plan.from.clone(),
         to: plan.to.clone(),
         verdict,
         reason,
-    })
+    };
+    Ok((finding, split))
 }
 
 /// A concrete subject `pattern` matches: each wildcard token made

@@ -510,7 +510,11 @@ async fn stop_writes_to_a(ctx: &Ctx<'_>) -> Result<()> {
 /// one: B must hold every id A received while both were written (a
 /// publisher that does not follow the protocol may have written A alone
 /// meanwhile). Such messages will never be in B: the run stops before the
-/// commit, and only a rollback is left.
+/// commit, and only a rollback is left. Until then route followers would
+/// read only B and miss them (a newcomer's did, for 20 s): their routes are
+/// removed first, so they go back to A's old durables, which never stopped
+/// and hold those messages (the idempotency guard skips what they already
+/// processed on B).
 async fn prove_again(ctx: &Ctx<'_>) -> Result<()> {
     let (from, to, id, since) = {
         let j = ctx.journal.lock().await;
@@ -518,12 +522,34 @@ async fn prove_again(ctx: &Ctx<'_>) -> Result<()> {
         let since = d.and_then(|d| d.proved_to.or(d.point)).unwrap_or(0);
         (j.from.clone(), j.to.clone(), j.id.clone(), since)
     };
-    let proved = prove(ctx, &from, &to, since).await.map_err(|e| match e {
-        Error::Unsafe(m) => Error::Unsafe(format!("{m}; those messages cannot reach {to} any more: undo with `nats-cutover rollback {id}` (nothing was lost: {from} and its consumer hold them)")),
-        e => e,
-    })?;
+    let proved = match prove(ctx, &from, &to, since).await {
+        Ok(p) => p,
+        Err(Error::Unsafe(m)) => {
+            let back = routes_back(ctx, &from).await?;
+            return Err(Error::Unsafe(format!("{m}; those messages cannot reach {to} any more, so the routes of {} were removed: route followers read {from}'s old durables again, which never stopped and hold them (nothing was lost); undo with `nats-cutover rollback {id}`", back.join(", "))));
+        }
+        Err(e) => return Err(e),
+    };
     ctx.journal.lock().await.dual.as_mut().expect("journaled").proved_to = Some(proved);
     ctx.save().await
+}
+
+/// Removes the route of every moved consumer (the compensation of a proof
+/// that failed after the consumers moved); returns their names.
+async fn routes_back(ctx: &Ctx<'_>, from: &str) -> Result<Vec<String>> {
+    let moved: Vec<String> = {
+        let j = ctx.journal.lock().await;
+        j.consumers
+            .iter()
+            .filter(|c| c.phase >= ConsumerPhase::Created)
+            .map(|c| c.name.clone())
+            .collect()
+    };
+    for name in &moved {
+        ctx.hold_lease().await?;
+        ctx.store.delete_route(from, name).await?;
+    }
+    Ok(moved)
 }
 
 /// The proof once more, over what A stored since the last one: `false`

@@ -50,6 +50,18 @@ pub enum StepResult {
         no_stream_window_ms: Option<f64>,
         reconciled: bool,
     },
+    /// Publishers split across systems: B holds these subjects on the
+    /// target side (A still holds its own).
+    SubjectsShared {
+        subjects: Vec<String>,
+    },
+    /// Publishers split across systems: the wait ended, told by the operator
+    /// (`proceed`) or because A stored nothing for `--seal-when-idle`.
+    PublishersConfirmed {
+        by: String,
+        waited_ms: f64,
+        a_last_seq: u64,
+    },
     Sealed,
     SourceRemoved,
     Retired {
@@ -93,6 +105,18 @@ pub enum Progress {
     /// Mode rolling: the live instances still bound to the old consumer and
     /// those on the new durable (`instance@version`), reported on change.
     Rollout { on_old: Vec<String>, on_new: Vec<String> },
+    /// Publishers split across systems, waiting for the operator: A stored
+    /// `a_stored` messages in the last `interval_ms` (publishers still on
+    /// its side), `idle_ms` since its last one; `next` is the command that
+    /// lets the run go on.
+    AwaitPublishers {
+        a_stored: u64,
+        interval_ms: f64,
+        a_last_seq: u64,
+        idle_ms: f64,
+        waited_ms: f64,
+        next: String,
+    },
     /// The new durable exists on B at `b_start`.
     Moved {
         checkpoint: u64,
@@ -106,7 +130,18 @@ pub enum Progress {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Info {
     AlreadyComplete,
-    Resuming { phase: String, in_progress: Option<Step> },
+    Resuming {
+        phase: String,
+        in_progress: Option<Step>,
+    },
+    /// `run --answer-publishes`: what the runner answered during the commit
+    /// window (stored once a stream held the subjects; found already stored;
+    /// answered with an error).
+    Bridged {
+        stored: u64,
+        duplicates: u64,
+        failed: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -163,6 +198,10 @@ impl EventKind {
                 Info::Resuming { phase, in_progress } => {
                     json!({ "phase": phase, "in_progress": in_progress })
                 }
+                Info::Bridged { stored, duplicates, failed } => json!({
+                    "message": format!("publishes answered during the commit window: {stored} stored, {duplicates} already stored, {failed} failed"),
+                    "stored": stored, "duplicates": duplicates, "failed": failed,
+                }),
             },
             EventKind::Warning(w) => match w {
                 Warning::PauseCut { stall_ms, ack_pending } => json!({
@@ -208,6 +247,10 @@ impl StepResult {
                 }
                 d
             }
+            StepResult::SubjectsShared { subjects } => json!({ "subjects": subjects }),
+            StepResult::PublishersConfirmed { by, waited_ms, a_last_seq } => json!({
+                "by": by, "waited_ms": waited_ms, "a_last_seq": a_last_seq,
+            }),
             StepResult::Sealed | StepResult::SourceRemoved => json!({}),
             StepResult::Retired { deleted_old_stream, kept_old_consumers } => json!({
                 "deleted_old_stream": deleted_old_stream,
@@ -248,6 +291,17 @@ impl Progress {
                 "fence": fence, "settle_ms": settle_ms, "ack_pending": ack_pending, "settled": true,
             }),
             Progress::Rollout { on_old, on_new } => json!({ "on_old": on_old, "on_new": on_new }),
+            Progress::AwaitPublishers {
+                a_stored,
+                interval_ms,
+                a_last_seq,
+                idle_ms,
+                waited_ms,
+                next,
+            } => json!({
+                "a_stored": a_stored, "interval_ms": interval_ms, "a_last_seq": a_last_seq,
+                "idle_ms": idle_ms, "waited_ms": waited_ms, "next": next,
+            }),
             Progress::Moved { checkpoint, b_start, translate_gets, gap_ms, longest_pause_ms } => {
                 json!({
                     "moved": true,

@@ -11,6 +11,9 @@
 //!   during the commit window.
 //! - `dual`: strategy dual-write's steps (docs/protocol.md, *Dual-write*).
 //! - `fence`: fence mode's handoff (docs/protocol.md), driven by `run`.
+//! - `split`: across systems, publishers repointed by the operator: B
+//!   takes the subjects beside A, the run waits for the go-ahead.
+//! - [`guard`]: compensates what a runner that died left held.
 //! - [`inplace`]: a stream's new settings under its own name, in two mirror hops.
 
 pub mod across;
@@ -18,11 +21,13 @@ mod bridge;
 mod dual;
 pub mod events;
 mod fence;
+pub mod guard;
 pub mod inplace;
 pub mod prepare;
 pub mod progress;
 pub mod rollback;
 pub mod run;
+mod split;
 
 pub use events::{Event, EventKind, Info, Progress, Sink, StepResult, Warning, WireEvent};
 pub use inplace::{

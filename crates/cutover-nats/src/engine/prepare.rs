@@ -334,7 +334,9 @@ async fn check_b_config(js: &Js, draft: &Plan) -> Result<ConfigCheck> {
     }
     if cfg.get("mirror").is_some() {
         cfg["mirror"] = nothing;
-    } else {
+    } else if draft.strategy != cutover_core::plan::Strategy::DualWrite {
+        // A dual-write B reads nothing of A (across systems A is not even
+        // in its account): its scratch has no source either.
         cfg["sources"] = json!([nothing]);
     }
     cfg["metadata"] = json!({ "nats-cutover.check": draft.to });

@@ -24,24 +24,52 @@ use std::time::{Duration, Instant};
 pub async fn load(js: &Js, id: &str) -> Result<(JournalStore, Journal)> {
     let store = JournalStore::open(js, IfMissing::ReturnNone)
         .await?
-        .ok_or_else(|| Error::NoMigration("no migration journal on this server (KV bucket CUTOVER does not exist): no migration was started here; start one with `nats-cutover run`".into()))?;
+        .ok_or_else(|| Error::NoMigration("no migration journal on this server (KV bucket CUTOVER does not exist): no migration was started here; start one with `nats-cutover run`. A move across systems keeps its journal on the target side: --server names B's system, --from-server A's".into()))?;
     let j = store.load(id).await?.ok_or_else(|| {
         Error::NoMigration(format!("no migration {id:?}; list them with `nats-cutover status`"))
     })?;
     Ok((store, j))
 }
 
+/// How long a dual-write rollback waits for the publishers to acknowledge
+/// writing A only (the runner's `fence_ack_timeout` default).
+const DUAL_ACK_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -> Result<Journal> {
     let (store, j) = load(js, id).await?;
     if j.phase == Phase::RolledBack {
         return Ok(j);
     }
+    super::run::both_sides(js, &j.plan)?;
+    refuse_rollback(&j)?;
+    let mut lease = Lease::acquire(&store, &j.from, id, lease_ttl).await?;
+    // Read again under the lease: a runner that held it until now may have
+    // moved the migration on since the first read (and the journal writes
+    // are compare-and-set on the revisions this read returns).
+    let result = match store.load(id).await {
+        Ok(Some(j)) if j.phase == Phase::RolledBack => Ok(j),
+        Ok(Some(j)) => match refuse_rollback(&j) {
+            Ok(()) => Undo { js, store: &store, sink }.run(j).await,
+            Err(e) => Err(e),
+        },
+        Ok(None) => Err(Error::NoMigration(format!(
+            "no migration {id:?}; list them with `nats-cutover status`"
+        ))),
+        Err(e) => Err(e),
+    };
+    let _ = lease.release(&store).await;
+    result
+}
+
+/// Why migration `j` cannot be rolled back, if it cannot.
+fn refuse_rollback(j: &Journal) -> Result<()> {
+    let id = &j.id;
     if j.plan.in_place == Some(InPlaceHop::Back) {
         // Hop 1 deleted the old stream: undoing hop 2 alone would leave the
         // stream under the temporary name.
         return Err(Error::Unsafe(format!(
             "migration {id} is hop 2 of an in-place change: the stream's old copy is gone, so it can only be finished: {}",
-            finish_hint(&j)
+            finish_hint(j)
         )));
     }
     if j.phase == Phase::Done {
@@ -50,17 +78,21 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
             j.to
         )));
     }
+    if j.publishers_split() {
+        return Err(Error::Unsafe(format!(
+            "migration {id} has its publishers split between {from} and {to}: {to} holds the subjects on the target side beside {from}, so a publisher repointed there writes into {to} only; a rollback would hide its messages from {from}'s consumers and leave it with no stream (its publishes do not cross to {from}'s side), so none can be exact; nothing was changed; finish instead: once every publisher publishes on the target side, `nats-cutover run --resume {id} --proceed`",
+            from = j.from,
+            to = j.to
+        )));
+    }
     if !j.can_roll_back() {
         return Err(Error::Unsafe(format!(
             "migration {id} passed its commit point ({}): {}",
             j.phase.as_str(),
-            finish_hint(&j)
+            finish_hint(j)
         )));
     }
-    let mut lease = Lease::acquire(&store, &j.from, id, lease_ttl).await?;
-    let result = Undo { js, store: &store, sink }.run(j).await;
-    let _ = lease.release(&store).await;
-    result
+    Ok(())
 }
 
 /// The rollback's steps, each asking the server rather than the journal.
@@ -106,6 +138,9 @@ impl Undo<'_> {
             self.done(&j, Step::Consumer(name), StepResult::ConsumerRestored);
         }
         if j.created_b && self.js.stream_info_opt(&j.to).await?.is_some() {
+            if j.plan.strategy == Strategy::DualWrite {
+                self.await_a_only(&j).await?;
+            }
             self.js.stream_delete(&j.to).await?;
             self.done(&j, Step::DeleteB, StepResult::BDeleted { stream: j.to.clone() });
         }
@@ -116,6 +151,33 @@ impl Undo<'_> {
         j.updated_ms = now_ms();
         self.store.save(&j).await?;
         Ok(j)
+    }
+
+    /// Dual-write: waits until every live publisher acknowledged the removed
+    /// record (its registration's `ack` is `null`: it writes A only) before
+    /// B, which they may still be writing, goes away. A newcomer's publisher
+    /// in the middle of a dual publish, retrying B's side as the protocol
+    /// says, retried it forever once B was deleted under it. Bounded: one
+    /// that does not acknowledge stops the rollback with B kept and the
+    /// publishers writing A (the record is gone), so running it again
+    /// finishes.
+    async fn await_a_only(&self, j: &Journal) -> Result<()> {
+        let deadline = Instant::now() + DUAL_ACK_TIMEOUT;
+        loop {
+            let writing: Vec<String> = super::dual::publishers(self.js, self.store, &j.from)
+                .await?
+                .into_iter()
+                .filter(|p| p.live && p.record.ack.is_some())
+                .map(|p| p.record.instance)
+                .collect();
+            if writing.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Stuck(format!("publisher(s) {} of {} have not acknowledged writing {} only within {DUAL_ACK_TIMEOUT:?} (the publisher record is removed); {} is kept, since they may still be writing it: run `nats-cutover rollback {}` again once they have, or once they stopped", writing.join(", "), j.from, j.from, j.to, j.id)));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Before any change: a new durable that already delivered messages can

@@ -70,12 +70,42 @@ pub struct RunOptions {
     /// subjects during the commit window, and store them once a stream holds
     /// the subjects again (`super::bridge`): for publishers that never retry.
     pub answer_publishes: bool,
+    /// Publishers split across systems (`External::split_publishers`): go
+    /// on to seal A, without the operator's go-ahead, once A stored nothing
+    /// for this long (`--seal-when-idle`).
+    pub seal_when_idle: Option<Duration>,
     /// Called after each journaled step with its name (tests kill the runner here).
     pub after_step: Option<StepHook>,
+    /// Called with `true` when the run starts holding something a dead
+    /// runner would leave held ([`Exposure`]), and with `false` once it no
+    /// longer does: the CLI tells its guard process, which acts only if the
+    /// runner exits in between (`super::guard`).
+    pub on_exposed: Option<ExposureHook>,
+    /// A guard's run (`super::guard`): only compensate what a dead runner
+    /// left held, then stop.
+    pub guard: bool,
+    /// The lease holder name of a runner known to be dead (its guard saw it
+    /// exit): its lease is taken at once instead of waiting for it to lapse.
+    pub take_over: Option<String>,
 }
 
 /// A hook called with a step's name once it is journaled.
 pub type StepHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A hook called as an [`Exposure`] begins (`true`) and ends (`false`).
+pub type ExposureHook = Arc<dyn Fn(Exposure, bool) + Send + Sync>;
+
+/// What a runner killed at that moment would leave held until someone
+/// resumes or rolls back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exposure {
+    /// The commit window: A released its subjects, B has not taken them
+    /// (publishers have no stream).
+    Commit,
+    /// Drain mode's consumer moves: old durables paused (for the drain, or
+    /// for good once settled) whose new durables may not exist yet.
+    Consumers,
+}
 
 impl Default for RunOptions {
     fn default() -> Self {
@@ -96,7 +126,11 @@ impl Default for RunOptions {
             consumers_at_once: 64,
             side_by_side: Duration::ZERO,
             answer_publishes: false,
+            seal_when_idle: None,
             after_step: None,
+            on_exposed: None,
+            guard: false,
+            take_over: None,
         }
     }
 }
@@ -155,13 +189,20 @@ impl Ctx<'_> {
             JournalStore::consumer_record(&j, name)
         };
         self.hold_lease().await?;
-        self.store.put_record(key, value).await
+        self.store.put_record(&self.id, key, value).await
     }
 
     /// Saves what changed in the journal, each record written under the lease.
     pub(super) async fn save(&self) -> Result<()> {
         let j = self.journal.lock().await.clone();
         self.store.save_fenced(&j, || self.hold_lease()).await
+    }
+
+    /// Tells the `on_exposed` hook, if any, that `what` began or ended.
+    pub(super) fn exposed(&self, what: Exposure, open: bool) {
+        if let Some(h) = &self.opts.on_exposed {
+            h(what, open);
+        }
     }
 
     /// The lease is still ours (renewed if due), else [`Error::Leased`]: a
@@ -175,13 +216,19 @@ impl Ctx<'_> {
         self.hold_lease().await?;
         if interruptible && *self.shutdown.borrow() {
             let j = self.journal.lock().await;
+            let id = &j.id;
+            let next = match j.publishers_split() {
+                true => format!("publishers may be split between {} and {} (no rollback is exact from here): once every publisher publishes on the target side, `nats-cutover run --resume {id} --proceed` seals {} and finishes", j.from, j.to, j.from),
+                false => format!("resume with `nats-cutover run --resume {id}` or undo with `nats-cutover rollback {id}`"),
+            };
             return Err(Error::Interrupted {
-                id: j.id.clone(),
+                id: id.clone(),
                 step: j
                     .in_progress
                     .as_ref()
                     .map(|s| s.to_string())
                     .unwrap_or_else(|| j.phase.as_str().into()),
+                next,
             });
         }
         Ok(())
@@ -223,9 +270,11 @@ impl Ctx<'_> {
     }
 }
 
-/// A move across systems needs the source side's connection too.
-fn both_sides(js: &Js, plan: &Plan) -> Result<()> {
-    if plan.external.is_some() && js.source_side().is_none() {
+/// A move across systems needs the source side's connection too: run,
+/// resume, rollback and verify refuse without it (a rollback that could not
+/// reach A once resumed nothing there and left its durables paused for good).
+pub fn both_sides(js: &Js, plan: &Plan) -> Result<()> {
+    if (plan.external.is_some() || plan.across) && js.source_side().is_none() {
         return Err(Error::Input(format!("migration {} moves {} across systems: give the source side's connection too (--from-server or --from-context)", migration_id(&plan.from, &plan.to), plan.from)));
     }
     Ok(())
@@ -244,7 +293,7 @@ pub async fn run(
     // The journal as available as the stream that continues (B).
     let replicas = plan.b_config["num_replicas"].as_i64().unwrap_or(1);
     let store = JournalStore::open_replicated(js, replicas).await?;
-    let mut lease = Lease::acquire(&store, &plan.from, &id, opts.lease_ttl).await?;
+    let mut lease = take_lease(&store, &plan.from, &id, opts).await?;
     let journal = match store.load(&id).await? {
         Some(j) if j.phase == Phase::Done => {
             lease.release(&store).await?;
@@ -307,6 +356,20 @@ pub async fn run(
     result.map(|_| j.clone()).map_err(|e| stopped(e, &j))
 }
 
+/// The lease on `from`: taken at once from a runner known dead (a guard's
+/// run), else when free or lapsed.
+async fn take_lease(
+    store: &JournalStore,
+    from: &str,
+    id: &str,
+    opts: &RunOptions,
+) -> Result<Lease> {
+    match &opts.take_over {
+        Some(dead) => Lease::take_over(store, from, id, opts.lease_ttl, dead).await,
+        None => Lease::acquire(store, from, id, opts.lease_ttl).await,
+    }
+}
+
 /// A new migration's journal: A's subjects and each consumer's pause as the
 /// run found them (an operator's pause is kept: rollback restores it and the
 /// new durable starts with it).
@@ -339,7 +402,12 @@ fn stopped(e: Error, j: &Journal) -> Error {
     // Fence mode: the new durable serves new messages, the old one is paused
     // for good and finishing up to the fence (not "as it was").
     let fenced = names(&|p| p == ConsumerPhase::Fenced);
-    let (state, next) = if j.phase == Phase::RolledBack {
+    let (state, next) = if j.publishers_split() {
+        (
+            format!("publishers may be split between {} and {}: both hold the subjects, each on its own side, and {} still sources {}; no rollback is exact from here", j.from, j.to, j.to, j.from),
+            format!("once every publisher publishes on the target side, `nats-cutover run --resume {id} --proceed` seals {} and finishes", j.from),
+        )
+    } else if j.phase == Phase::RolledBack {
         (
             format!("nothing was changed (migration {id} ended rolled back)"),
             "fix the cause and run again".to_string(),
@@ -356,6 +424,10 @@ fn stopped(e: Error, j: &Journal) -> Error {
                 j.from,
                 match (moved.is_empty(), fenced.is_empty()) {
                     (true, true) => "every consumer is as it was".to_string(),
+                    // Dual-write's B holds copies only of what publishers
+                    // wrote to both: a message written to A alone is for
+                    // its old durable (never paused) to process.
+                    (false, true) if j.plan.strategy == cutover_core::plan::Strategy::DualWrite => format!("moved to {} (route followers read the new durable there, which holds only what publishers wrote to both; {}'s old durable keeps serving its instances): {}", j.to, j.from, moved.join(", ")),
                     (false, true) => format!("moved to {} (reading {}'s messages through it): {}", j.to, j.from, moved.join(", ")),
                     (true, false) => format!("fenced (the new durable on {} serves new messages, the old one is paused for good): {}", j.to, fenced.join(", ")),
                     (false, false) => format!("moved to {}: {}; fenced (the new durable serves new messages, the old one is paused for good): {}", j.to, moved.join(", "), fenced.join(", ")),
@@ -371,6 +443,9 @@ async fn drive(ctx: &Ctx<'_>) -> Result<()> {
     if ctx.journal.lock().await.plan.strategy == cutover_core::plan::Strategy::DualWrite {
         return super::dual::drive(ctx).await;
     }
+    if ctx.opts.guard {
+        return super::guard::drive(ctx).await;
+    }
     let phase = || async { ctx.journal.lock().await.phase };
     if phase().await < Phase::ConsumersMoved {
         super::fence::check_instances(ctx).await?;
@@ -383,6 +458,10 @@ async fn drive(ctx: &Ctx<'_>) -> Result<()> {
     }
     if phase().await < Phase::ConsumersMoved {
         move_consumers(ctx).await?;
+    }
+    let split = ctx.journal.lock().await.plan.external.as_ref().is_some_and(|e| e.split_publishers);
+    if split && phase().await < Phase::SubjectsMoved {
+        super::split::publishers(ctx).await?;
     }
     if phase().await < Phase::SubjectsMoved {
         move_publishers(ctx).await?;
@@ -595,7 +674,22 @@ async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     Ok(())
 }
 
+/// Drain mode holds consumers while it moves them ([`Exposure::Consumers`]):
+/// every move runs to its end or its compensation before this returns, so
+/// only a runner that dies inside leaves any held.
 async fn move_consumers(ctx: &Ctx<'_>) -> Result<()> {
+    let drain = ctx.journal.lock().await.plan.mode == Mode::Drain;
+    if drain {
+        ctx.exposed(Exposure::Consumers, true);
+    }
+    let moved = move_consumers_now(ctx).await;
+    if drain {
+        ctx.exposed(Exposure::Consumers, false);
+    }
+    moved
+}
+
+async fn move_consumers_now(ctx: &Ctx<'_>) -> Result<()> {
     let t = ctx.begin(Step::MoveConsumers).await?;
     let todo: Vec<ConsumerPlan> = {
         let j = ctx.journal.lock().await;
@@ -1303,9 +1397,10 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
     // Intent before effect: from here a crash is reconciled with the server.
     ctx.journal.lock().await.phase = Phase::SubjectsReleased;
     ctx.save().await?;
+    ctx.exposed(Exposure::Commit, true);
     let released = Instant::now();
     let (committed, given_back) = commit_or_give_back(ctx, &from, &to, &final_subjects).await?;
-    match committed {
+    let closed = match committed {
         Ok(a_final) => {
             let window_ms = released.elapsed().as_secs_f64() * 1000.0;
             ctx.done(
@@ -1321,17 +1416,8 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
             .await
         }
         Err(e) => match given_back.expect("given back on error") {
-            Ok(true) => {
-                // B held the subjects after all (its update answered late).
-                let a_final = ctx.js.stream_info(&from).await?.1.state.last_seq;
-                ctx.journal.lock().await.a_final_seq = Some(a_final);
-                let result = StepResult::MovePublishers {
-                    a_final_seq: a_final,
-                    no_stream_window_ms: None,
-                    reconciled: true,
-                };
-                ctx.done(Step::MovePublishers, t, Some(Phase::SubjectsMoved), result).await
-            }
+            // B held the subjects after all (its update answered late).
+            Ok(true) => reconciled(ctx, &from, t).await,
             Ok(false) => {
                 {
                     let mut j = ctx.journal.lock().await;
@@ -1343,9 +1429,59 @@ async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
                 ctx.emit(Step::MovePublishers, EventKind::Warning(undone));
                 Err(Error::Stuck(format!("the commit did not complete ({e}); {from} holds its subjects again and publishers are served by it; the moved consumers read {from}'s messages through {to}; run again to retry the commit, or roll back")))
             }
-            Err(e2) => Err(Error::Stuck(format!("the commit did not complete ({e}) and giving {from} its subjects back failed too ({e2}): publishers may have no stream; run `nats-cutover run --resume {}` now", ctx.id))),
+            Err(e2) => {
+                return Err(Error::Stuck(format!("the commit did not complete ({e}) and giving {from} its subjects back failed too ({e2}): publishers may have no stream; run `nats-cutover run --resume {}` now", ctx.id)))
+            }
         },
+    };
+    // Journaled as closed (or as undone: the error path saved it first).
+    ctx.exposed(Exposure::Commit, false);
+    closed
+}
+
+/// The commit happened though this run could not tell at first: B holds the
+/// subjects; A's final sequence is its last.
+async fn reconciled(ctx: &Ctx<'_>, from: &str, t: Instant) -> Result<()> {
+    let a_final = ctx.js.stream_info(from).await?.1.state.last_seq;
+    ctx.journal.lock().await.a_final_seq = Some(a_final);
+    let result = StepResult::MovePublishers {
+        a_final_seq: a_final,
+        no_stream_window_ms: None,
+        reconciled: true,
+    };
+    ctx.done(Step::MovePublishers, t, Some(Phase::SubjectsMoved), result).await
+}
+
+/// A guard's run: the runner died inside the commit window (A released its
+/// subjects, B had not taken them), so publishers have no stream and nothing
+/// else would act before its lease lapses and someone resumes. The guard, a
+/// process the CLI's `run` starts beside itself that notices its exit, gives
+/// A its subjects back, the compensating action a failed commit runs (or
+/// finds that B took them: the commit happened), and stops there: `run
+/// --resume` retries the commit, `rollback` undoes the move.
+pub(super) async fn close_window(ctx: &Ctx<'_>) -> Result<()> {
+    let (phase, from, to, final_subjects) = {
+        let j = ctx.journal.lock().await;
+        (j.phase, j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone())
+    };
+    if phase != Phase::SubjectsReleased {
+        return Ok(());
     }
+    let t = Instant::now();
+    if give_subjects_back(ctx, &from, &to, &final_subjects).await? {
+        reconciled(ctx, &from, t).await?;
+        return Err(Error::Stuck("its runner died just after the commit point".into()));
+    }
+    {
+        let mut j = ctx.journal.lock().await;
+        j.phase = Phase::ConsumersMoved;
+        j.a_final_seq = None;
+        j.end_step(now_ms());
+    }
+    ctx.save().await?;
+    Err(Error::Stuck(format!(
+        "its runner died inside the commit window; the guard gave {from} its subjects back"
+    )))
 }
 
 /// The commit window and, if it failed, A's subjects given back; with
@@ -1372,12 +1508,9 @@ async fn commit_or_give_back(
     if let Some(b) = bridge {
         // A stream holds the subjects again (unless giving them back failed).
         let a = b.flush(&ctx.js.client, ctx.opts.commit_timeout).await;
-        tracing::info!(
-            stored = a.stored,
-            duplicates = a.duplicates,
-            failed = a.failed,
-            "publishes answered during the commit window"
-        );
+        let (stored, duplicates, failed) = (a.stored, a.duplicates, a.failed);
+        let info = Info::Bridged { stored, duplicates, failed };
+        ctx.emit(Step::MovePublishers, EventKind::Info(info));
     }
     Ok((committed, given_back))
 }

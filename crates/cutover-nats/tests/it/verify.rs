@@ -75,13 +75,10 @@ async fn restart_new_durable(e: &Env, mut j: Journal, delta: i64) {
     cfg["opt_start_seq"] = json!(start);
     e.js.consumer_create("ORDERS_V2", "worker", &cfg, Action::Create).await.unwrap();
     j.consumers[i].b_start = Some(start);
-    JournalStore::open(&e.js, IfMissing::ReturnNone)
-        .await
-        .unwrap()
-        .unwrap()
-        .save(&j)
-        .await
-        .unwrap();
+    // Journal writes are compare-and-set on the revision the store read.
+    let store = JournalStore::open(&e.js, IfMissing::ReturnNone).await.unwrap().unwrap();
+    store.load(&j.id).await.unwrap();
+    store.save(&j).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

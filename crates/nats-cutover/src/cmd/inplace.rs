@@ -115,6 +115,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         settle_timeout: a.settle_timeout,
         max_pause: a.max_pause,
         after_step: cutover_nats::test_hooks::crash_after_step(),
+        on_exposed: crate::guard::exposure_hook(),
         ..Default::default()
     };
     let js = super::connect(conn).await?;
@@ -179,6 +180,7 @@ pub async fn bucket(
         lease_ttl: a.lease_ttl,
         max_pause: a.max_pause,
         after_step: cutover_nats::test_hooks::crash_after_step(),
+        on_exposed: crate::guard::exposure_hook(),
         ..Default::default()
     };
     let js = super::connect(conn).await?;

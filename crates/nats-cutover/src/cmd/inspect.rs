@@ -16,6 +16,7 @@ type Inspected = (serde_json::Value, ConsumerInfo, Assessment);
 
 pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> Result<ExitCode> {
     check_names(&a)?;
+    super::one_system(conn, "inspect")?;
     let js = super::connect(conn).await?;
     let (raw, info) = js.stream_info(&a.stream).await?;
     let sources = read_sources(&js, &a.stream, &info).await?;

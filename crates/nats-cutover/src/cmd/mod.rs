@@ -64,6 +64,16 @@ pub async fn connect_across(c: &ConnArgs, from: Option<&str>) -> Result<Js> {
     Ok(js.across(src, from))
 }
 
+/// Refuses the source side's options for a command that reads one system
+/// (they used to be ignored: the command read the target side and said the
+/// old stream did not exist).
+pub fn one_system(c: &ConnArgs, command: &str) -> Result<()> {
+    if c.across() {
+        return Err(CliError::Flag(format!("`{command}` reads one system: --from-server/--from-context are for plan, run, verify, rollback and status; to {command} a stream of the old system, give that system as --server (or --context)")));
+    }
+    Ok(())
+}
+
 /// The old stream of migration `id` (FROM.TO; stream names hold no '.').
 pub fn from_of(id: &str) -> Option<&str> {
     id.split_once('.').map(|(from, _)| from)

@@ -83,8 +83,11 @@ fn build_request(
             api,
             deliver: a.from_deliver.clone(),
             repoint_publishers: a.repoint_publishers,
+            split_publishers: false,
         }),
         repoint_publishers: a.repoint_publishers,
+        // Set by the engine from the connections (`across::request`).
+        across: false,
     })
 }
 

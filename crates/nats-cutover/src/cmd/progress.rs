@@ -66,6 +66,20 @@ impl Render {
                     e.migration
                 )
             }
+            // Publishers split across systems: what A still stores, and the way on.
+            EventKind::Progress(cutover_nats::engine::Progress::AwaitPublishers {
+                a_stored,
+                interval_ms,
+                idle_ms,
+                next,
+                ..
+            }) => format!(
+                "{} waiting for the publishers to be repointed to the target side: {} stored {a_stored} messages in the last {} ({} idle); once every publisher publishes on the target side, `{next}` seals it",
+                e.step,
+                e.migration.split('.').next().unwrap_or_default(),
+                render::ms(*interval_ms),
+                render::ms(*idle_ms),
+            ),
             _ => format!("{} {} {}", e.step, w.kind, compact(&w.detail)),
         };
         Some(format!("[{t:>8.3}s] {text}"))
@@ -166,5 +180,27 @@ mod tests {
         assert!(line.contains("waiting for l2@1 (still on the old consumer)"), "{line}");
         assert!(line.contains("on the new durable: none yet"), "{line}");
         assert!(line.contains("`nats-cutover run --resume A.B --proceed`"), "{line}");
+    }
+
+    #[test]
+    fn a_wait_for_split_publishers_says_what_a_stored_and_the_way_on() {
+        let r = Render::new(Mode::Lines);
+        let wait = cutover_nats::engine::Progress::AwaitPublishers {
+            a_stored: 12,
+            interval_ms: 3000.4,
+            a_last_seq: 500,
+            idle_ms: 0.5,
+            waited_ms: 4000.0,
+            next: "nats-cutover run --resume A.B --proceed".into(),
+        };
+        let e = Event {
+            ts_ms: r.t0,
+            kind: EventKind::Progress(wait),
+            step: Step::AwaitPublishers,
+            migration: "A.B".into(),
+        };
+        let line = r.line(&e).unwrap();
+        assert!(line.contains("A stored 12 messages in the last 3000 ms"), "{line}");
+        assert!(line.contains("`nats-cutover run --resume A.B --proceed` seals it"), "{line}");
     }
 }

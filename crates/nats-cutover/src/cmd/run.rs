@@ -97,14 +97,24 @@ fn refuse_plan_contradictions(a: &RunArgs) -> Result<()> {
     Err(CliError::Flag(format!("--plan FILE fixes the streams, consumers and settings; {} would contradict it: remove {}, or plan anew without --plan", set.join(", "), if set.len() == 1 { "it" } else { "them" })))
 }
 
-/// Ctrl-C asks the engine to stop at the next safe point.
+/// Ctrl-C, or SIGTERM (what `timeout`, systemd and Kubernetes send), asks
+/// the engine to stop at the next safe point; a second one aborts at once
+/// (the guard process then compensates what the run held).
 pub(super) fn shutdown_on_ctrl_c() -> tokio::sync::watch::Receiver<bool> {
+    use tokio::signal::unix::{signal, SignalKind};
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            errln!("interrupt: stopping at the next safe point (Ctrl-C again to abort at once)");
+        let Ok(mut term) = signal(SignalKind::terminate()) else { return };
+        let mut asked = async || {
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => r.is_ok(),
+                r = term.recv() => r.is_some(),
+            }
+        };
+        if asked().await {
+            errln!("interrupt: stopping at the next safe point (Ctrl-C or SIGTERM again to abort at once)");
             let _ = tx.send(true);
-            if tokio::signal::ctrl_c().await.is_ok() {
+            if asked().await {
                 std::process::exit(ExitCode::Interrupted.code());
             }
         }
@@ -136,6 +146,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
     }
     let plan = load_plan(&js, &a).await?;
     refuse_unsafe(&plan, json_out)?;
+    let told = split_flags(&js, &a, &plan).await?;
     if !a.yes && a.resume.is_none() {
         confirm(&plan)?;
     }
@@ -159,13 +170,27 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
     if let (Some(path), Some(record)) = (&a.report, record) {
         write_report(&js, path, record, json_out).await;
     }
-    let j = result?;
+    let j = match result {
+        Err(cutover_nats::Error::Leased { holder, until, .. }) if told => {
+            let id = a.resume.as_deref().unwrap_or_default();
+            let message = format!("the go-ahead for migration {id} is recorded: the runner holding it ({holder}) seals {} as soon as it sees it; if that runner is gone without its guard (its host down; a killed runner's guard frees the lease at once), run this command again once its lease lapses ({until}): it then finishes the migration itself", plan.from);
+            match json_out {
+                true => outln!(
+                    "{}",
+                    json!({ "kind": "proceed", "migration": id, "recorded": true, "message": message })
+                ),
+                false => outln!("{message}"),
+            }
+            return Ok(ExitCode::Ok);
+        }
+        r => r?,
+    };
     print_result(&j, json_out);
     Ok(if j.phase == Phase::Done { ExitCode::Ok } else { ExitCode::Failed })
 }
 
 /// The old stream this run is about (--resume's id, --plan's file, --from).
-fn run_from(a: &RunArgs) -> Result<Option<String>> {
+pub(crate) fn run_from(a: &RunArgs) -> Result<Option<String>> {
     Ok(if let Some(id) = &a.resume {
         super::from_of(id).map(String::from)
     } else if let Some(p) = &a.plan_file {
@@ -248,6 +273,29 @@ async fn load_plan(js: &Js, a: &RunArgs) -> Result<Plan> {
     })
 }
 
+/// Across systems with the publishers split (`External::split_publishers`):
+/// `--resume ID --proceed` on a migration that waits for them records the
+/// go-ahead where the waiting runner (this one, or another that holds the
+/// lease) sees it; returns whether it did. `--seal-when-idle` is refused
+/// for any other migration, `--answer-publishes` for this one (each would
+/// be ignored).
+async fn split_flags(js: &Js, a: &RunArgs, plan: &Plan) -> Result<bool> {
+    let split = plan.external.as_ref().is_some_and(|e| e.split_publishers);
+    if a.seal_when_idle.is_some() && !split {
+        return Err(CliError::Flag(format!("--seal-when-idle is for a move across systems whose publishers are repointed (the plan of {} -> {} does not split them): drop it", plan.from, plan.to)));
+    }
+    if a.answer_publishes && split {
+        return Err(CliError::Flag(format!("--answer-publishes bridges a commit window, and with the publishers split between {} and {} there is none (A keeps its subjects until the go-ahead): drop it", plan.from, plan.to)));
+    }
+    let (Some(id), true) = (&a.resume, a.proceed) else { return Ok(false) };
+    let (store, j) = engine::rollback::load(js, id).await?;
+    if !j.publishers_split() {
+        return Ok(false);
+    }
+    store.put_proceed(id).await?;
+    Ok(true)
+}
+
 /// Refuses an unsafe plan (shown first, without --json), with its reasons.
 pub(super) fn refuse_unsafe(plan: &Plan, json_out: bool) -> Result<()> {
     if plan.safe {
@@ -275,8 +323,10 @@ fn run_options(a: &RunArgs) -> RunOptions {
         proceed: a.proceed,
         side_by_side: a.side_by_side,
         answer_publishes: a.answer_publishes,
+        seal_when_idle: a.seal_when_idle,
         // Only in the binary the tests run: die after a named step.
         after_step: cutover_nats::test_hooks::crash_after_step(),
+        on_exposed: crate::guard::exposure_hook(),
         ..Default::default()
     }
 }
@@ -359,7 +409,9 @@ pub fn print_journal(j: &Journal) {
         outln!("last error: {e}");
     }
     if !finished {
-        if j.can_roll_back() {
+        if j.publishers_split() {
+            outln!("publishers may be split between {} and {} (no rollback from here): once every publisher publishes on the target side, `nats-cutover run --resume {} --proceed` seals {} and finishes", j.from, j.to, j.id, j.from);
+        } else if j.can_roll_back() {
             outln!("resume with `nats-cutover run --resume {}` or undo with `nats-cutover rollback {}`", j.id, j.id);
         } else {
             outln!("past the commit point: resume with `nats-cutover run --resume {}` (only rolling forward is safe)", j.id);
@@ -384,7 +436,7 @@ pub async fn status(conn: &ConnArgs, json_out: bool, a: StatusArgs) -> Result<Ex
         return Ok(ExitCode::Ok);
     }
     if list.is_empty() && leases.is_empty() {
-        outln!("no migrations on this server");
+        outln!("no migrations on this server (a move across systems keeps its journal on the target side: ask the server that holds the new stream)");
     } else if a.id.is_some() && !list.is_empty() {
         print_journal(&list[0]);
     } else if !list.is_empty() {

@@ -220,7 +220,7 @@ fn print_dual(r: &DualReport) {
             &rows
         )
     );
-    outln!("guarded: messages the new durable delivers again whose id was processed from {}; the idempotency guard skips them", r.from);
+    outln!("guarded: messages the new durable delivers again whose id was processed from {} up to F; the idempotency guard skips them. A lower bound: the old durable ran on beside the new one, and what its instances processed after F was skipped on the new side too (counted here as new side; the guard bucket records each)", r.from);
     for c in r.consumers.iter().filter(|c| !c.first_lost.is_empty()) {
         outln!("{} lost (first): {:?}", c.name, c.first_lost);
     }

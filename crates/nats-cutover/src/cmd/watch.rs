@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> Result<ExitCode> {
     check_args(&a)?;
+    super::one_system(conn, "watch")?;
     let js = super::connect(conn).await?;
     // The first read is checked: a wrong stream or consumer name is bad input,
     // not something to retry every tick.

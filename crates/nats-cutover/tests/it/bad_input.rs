@@ -291,6 +291,7 @@ fn flags_that_would_be_ignored_or_cannot_work_are_refused() {
         ),
         (&["plan", "--new-version", "2"], "--new-version is for a rolling upgrade"),
         (&["run", "--yes", "--proceed"], "--proceed is for a rolling upgrade"),
+        (&["run", "--yes", "--seal-when-idle", "5s"], "add --repoint-publishers"),
         (&["run", "--yes", "--max-pause", "0s"], "0s is shorter than 10ms"),
         (&["run", "--yes", "--max-pause", "abc"], "\"abc\" is not a duration like 5s"),
         (&["run", "--yes", "--lease-ttl", "1ms"], "1ms is shorter than 1s"),
@@ -302,6 +303,20 @@ fn flags_that_would_be_ignored_or_cannot_work_are_refused() {
         let out = cli(&args);
         assert_eq!(out.code, BAD_INPUT, "{args:?}: {out:?}");
         assert!(out.stderr.contains(wanted), "{args:?}: expected {wanted:?} in {out:?}");
+    }
+}
+
+/// `inspect` and `watch` read one system: the source side's options are
+/// refused before connecting (they were ignored, and the command said the
+/// old stream did not exist on the target side).
+#[test]
+fn one_system_commands_refuse_the_source_side_options() {
+    let url = format!("nats://127.0.0.1:{}", free_port());
+    for cmd in [&["inspect", "ORDERS"][..], &["watch", "ORDERS", "--consumer", "worker"]] {
+        let args = [&["--server", url.as_str(), "--from-server", url.as_str()][..], cmd].concat();
+        let out = cli(&args);
+        assert_eq!(out.code, BAD_INPUT, "{args:?}: {out:?}");
+        assert!(out.stderr.contains("reads one system"), "{args:?}: {out:?}");
     }
 }
 

@@ -5,9 +5,11 @@
 //! boundary sourcing cannot cross.
 
 use crate::common::{cli, wait_until, Out, TempDir};
-use crate::run::{assert_exact, finish_after, load_cfg, until_processed};
+use crate::run::{assert_exact, finish_after, load_cfg, until_processed, until_published};
+use cutover_core::journal::Phase;
 use cutover_demo::load::Load;
 use cutover_nats::api::Action;
+use cutover_nats::engine;
 use cutover_nats::Js;
 use cutover_testkit::{two_accounts_config, LeafSystem, NatsServer, ServerOptions};
 use serde_json::{json, Value};
@@ -30,7 +32,7 @@ async fn side(urls: &str, user: Option<&str>) -> Side {
 }
 
 /// ORDERS on `src` (R1) with its durable `worker`, as the live tests use it.
-async fn orders_on(src: &Js) {
+pub(crate) async fn orders_on(src: &Js) {
     src.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}))
         .await
         .expect("create ORDERS");
@@ -220,7 +222,7 @@ async fn leaf_domain_to_hub_domain_with_strategy_mirror_live() {
 }
 
 /// The CLI until it stops answering that a crashed runner's lease holds.
-async fn until_lease_lapsed(args: &[&str]) -> Out {
+pub(crate) async fn until_lease_lapsed(args: &[&str]) -> Out {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let out = cli(args);
@@ -256,6 +258,16 @@ async fn across_a_crashed_run_is_refused_without_its_source_side_and_rolled_back
     let out = cli(&["--server", &hub_urls, "run", "--resume", "ORDERS.ORDERS_V2", "--yes"]);
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("--from-server or --from-context"), "{out:?}");
+    // So is a rollback (a newcomer's once deleted B and left the leaf's
+    // durable paused for good: it could not reach A), and so is verify.
+    let out = cli(&["--server", &hub_urls, "rollback", "ORDERS.ORDERS_V2"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--from-server or --from-context"), "{out:?}");
+    let (_, j) = engine::rollback::load(&hub.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_ne!(j.phase, Phase::RolledBack, "the refused rollback changed nothing");
+    assert!(hub.js.consumer_info("ORDERS_V2", "worker").await.is_ok(), "B's durable kept");
+    let out = cli(&["--server", &hub_urls, "verify", "--migration", "ORDERS.ORDERS_V2"]);
+    assert_eq!(out.code, 2, "{out:?}");
     let args = [&conn[..], &["rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"]].concat();
     let out = until_lease_lapsed(&args).await;
     assert_eq!(out.code, 0, "{out:?}");
@@ -332,7 +344,6 @@ fn push_subscribers(
 /// leaf connection and takes their acks. Nothing is redeployed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn push_subscribers_on_the_leaf_keep_receiving_from_the_hub() {
-    use crate::run::until_published;
     let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
     let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
     until_leaf_connected(&hub, &leaf).await;
@@ -427,4 +438,405 @@ async fn across_a_run_killed_in_the_commit_window_resumes_exactly() {
     assert_eq!(b.config.subjects, vec!["orders.>".to_string()]);
     let v = run(&[&conn[..], &["--json", "verify", "--migration", "ORDERS.ORDERS_V2"]].concat());
     assert_eq!(v.code, 0, "{v:?}");
+}
+
+/// `two_accounts_config`'s import that lets publishes on A's side reach B's
+/// account: without it, publishes cross in neither direction.
+const PUBLISHERS_IMPORT: &str = "account: DST, subject: \"orders.>\"";
+
+/// A CLI process beside the test: its stdout collected as it comes, its
+/// stderr in a file.
+struct Running {
+    child: std::process::Child,
+    out: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+    stderr: std::path::PathBuf,
+}
+
+impl Running {
+    fn spawn(args: &[&str], env: &[(&str, &str)], stderr: std::path::PathBuf) -> Self {
+        use std::io::BufRead;
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
+        cmd.args(args).stdout(std::process::Stdio::piped());
+        cmd.stderr(std::fs::File::create(&stderr).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let out = std::sync::Arc::<std::sync::Mutex<String>>::default();
+        let o = out.clone();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let mut o = o.lock().unwrap();
+                o.push_str(&line);
+                o.push('\n');
+            }
+        });
+        Self { child, out, reader, stderr }
+    }
+
+    fn stdout(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// The JSON events it printed so far.
+    fn events(&self) -> Vec<Value> {
+        self.stdout().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    }
+
+    /// Its exit code once it ended (polled with a deadline).
+    async fn end(mut self, within: Duration) -> (Option<i32>, Vec<Value>) {
+        let deadline = std::time::Instant::now() + within;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(std::time::Instant::now() < deadline, "did not end: {}", self.stdout());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        eprintln!("{}", self.stderr());
+        let events = {
+            self.reader.join().unwrap();
+            self.out.lock().unwrap().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+        };
+        (status.code(), events)
+    }
+}
+
+/// A progress event of the wait for the publishers: the runner waits.
+fn waiting(e: &Value) -> bool {
+    e["step"] == "await_publishers" && e["kind"] == "progress"
+}
+
+/// Both streams hold the subjects, each on its side (B beside A).
+async fn assert_split(src: &Side, dst: &Side) {
+    let (_, a) = src.js.stream_info("ORDERS").await.unwrap();
+    let (_, b) = dst.js.stream_info("ORDERS_V2").await.unwrap();
+    assert_eq!(a.config.subjects, vec!["orders.>".to_string()], "A keeps its subjects");
+    assert!(!a.config.sealed);
+    assert_eq!(b.config.subjects, vec!["orders.>".to_string()], "B took them on its side");
+    assert_eq!(b.config.sources.len(), 1, "B still sources A");
+}
+
+/// Repoints the load's publisher to the target side, lets it publish 300
+/// there, and waits until the runner reports a whole interval in which A
+/// stored nothing (every publish now goes into B directly).
+async fn repoint_and_until_a_idle(load: &Load, dst: &Side, runner: &Running) {
+    load.repoint_publisher(dst.client.clone());
+    until_published(load, load.published() + 300).await;
+    let seen = runner.events().iter().filter(|e| waiting(e)).count();
+    wait_until("a report of A storing nothing", Duration::from_secs(30), || async {
+        let evs = runner.events();
+        evs.iter().filter(|e| waiting(e)).skip(seen).any(|e| e["detail"]["a_stored"] == 0)
+    })
+    .await;
+}
+
+/// The go-ahead from another command while the runner waits: recorded (or,
+/// if the runner was quicker, the migration found complete).
+fn go_ahead(conn: &[&str]) {
+    let go = run(&[conn, &["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--proceed"]].concat());
+    assert_eq!(go.code, 0, "{go:?}");
+    eprintln!("go-ahead: {}", go.stdout);
+}
+
+/// After the move: exact, no publish failed, A sealed, B alone with the
+/// subjects and every message once, `verify` across both connections.
+async fn assert_split_finished(load: Load, src: &Side, dst: &Side, conn: &[&str]) -> u64 {
+    let r = finish_after(load, 300).await;
+    assert_exact(&r);
+    let (_, a) = src.js.stream_info("ORDERS").await.unwrap();
+    assert!(a.config.sealed, "A sealed");
+    let (_, b) = dst.js.stream_info("ORDERS_V2").await.unwrap();
+    assert_eq!(b.config.subjects, vec!["orders.>".to_string()]);
+    assert!(b.config.sources.is_empty(), "source removed");
+    assert_eq!(b.state.messages, r.published, "B holds each published message once");
+    let v = run(&[conn, &["--json", "verify", "--migration", "ORDERS.ORDERS_V2"]].concat());
+    assert_eq!(v.code, 0, "verify across the two connections: {v:?}");
+    let v = v.json();
+    assert_eq!(v["holds"], true, "{v}");
+    assert_eq!(v["consumers"][0]["counts"]["checked"], r.published, "{v}");
+    // The slipped-duplicate check compared the direct publishes from the
+    // first one after B took the subjects (they interleave with sourced ones).
+    let slip = &v["streams"]["slip"];
+    assert!(slip["direct_ids"].as_u64().is_some_and(|n| n > 0), "{v}");
+    assert!(slip["sourced_compared"].as_u64().is_some_and(|n| n > 0), "{v}");
+    eprintln!(
+        "split publishers: published {} lost {} twice {} publish failures {} retries {} max stall {:.1} ms",
+        r.published,
+        r.lost.len(),
+        r.duplicated.len(),
+        r.publish_failures,
+        r.publish_retries,
+        r.max_publish_stall_ms
+    );
+    r.published
+}
+
+/// The load for these tests: long enough for a run that waits.
+async fn split_load(src: &Side, dst: &Side) -> Load {
+    let mut cfg = load_cfg(500, 60_000);
+    cfg.duration = Duration::from_secs(120);
+    let load = Load::start_across(src.client.clone(), dst.client.clone(), cfg).await;
+    until_processed(&load, 300).await;
+    load
+}
+
+/// Two accounts without the publishers' import: a publish on either side
+/// does not reach the other. With --repoint-publishers the run moves the
+/// consumers, lets B take the subjects beside A and waits, reporting what A
+/// stores; the test repoints the publisher (a connection to the target side
+/// takes over, the first gets nothing more), sees A go idle in the reports,
+/// and gives the go-ahead from another command. Every message processed
+/// once, no publish failed (A kept its subjects until the seal), verify
+/// holds across the two connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn publishers_repointed_mid_run_across_accounts_live() {
+    let server = accounts_server(&[PUBLISHERS_IMPORT]);
+    let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
+    orders_on(&src.js).await;
+    let load = split_load(&src, &dst).await;
+    let conn = accounts_conn(server.url());
+    let dir = TempDir::new("split-live");
+    let args = ["--json", "run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let args = [&conn[..], &args, &ACCOUNTS_PLAN, &["--yes", "--repoint-publishers"]].concat();
+    let runner = Running::spawn(&args, &[], dir.0.join("run.err"));
+    wait_until("the run to wait for the publishers", Duration::from_secs(60), || async {
+        runner.events().iter().any(waiting)
+    })
+    .await;
+    assert_split(&src, &dst).await;
+    // A go-ahead given too early, while the publisher still writes A (a
+    // newcomer's cut that publisher off for good): the run warns and keeps
+    // A serving until A stored nothing for a while.
+    go_ahead(&conn);
+    wait_until("the premature go-ahead's warning", Duration::from_secs(30), || async {
+        runner.events().iter().any(|e| {
+            e["kind"] == "warning"
+                && e["detail"]["message"].as_str().is_some_and(|m| m.contains("still storing"))
+        })
+    })
+    .await;
+    assert_split(&src, &dst).await;
+    // Repointed: A goes idle and the recorded go-ahead seals it.
+    load.repoint_publisher(dst.client.clone());
+    let (code, events) = runner.end(Duration::from_secs(60)).await;
+    assert_eq!(code, Some(0), "{events:?}");
+    let done = events.iter().find(|e| e["step"] == "await_publishers" && e["kind"] == "step_done");
+    let done = done.expect("the wait ended").clone();
+    assert_eq!(done["detail"]["by"], "operator", "{done}");
+    let published = assert_split_finished(load, &src, &dst, &conn).await;
+    let reports: Vec<_> = events.iter().filter(|e| waiting(e)).map(|e| &e["detail"]).collect();
+    eprintln!(
+        "published {published}; waited {} ms; reports {reports:?}",
+        done["detail"]["waited_ms"]
+    );
+}
+
+/// The runner killed (SIGKILL) while it waits for the publishers: a
+/// rollback is refused (naming the go-ahead) and changes nothing; a resume
+/// waits again (publishers on A's side still served), the publisher is
+/// repointed, the go-ahead given: exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn split_publishers_runner_killed_while_waiting_resumes_exactly() {
+    let server = accounts_server(&[PUBLISHERS_IMPORT]);
+    let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
+    orders_on(&src.js).await;
+    let load = split_load(&src, &dst).await;
+    let conn = accounts_conn(server.url());
+    let dir = TempDir::new("split-killed");
+    let moves = ["--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let opts = ["--yes", "--repoint-publishers", "--lease-ttl", "1s"];
+    let args = [&conn[..], &["--json", "run"], &moves, &ACCOUNTS_PLAN, &opts].concat();
+    let mut first = Running::spawn(&args, &[], dir.0.join("first.err"));
+    wait_until("the run to wait for the publishers", Duration::from_secs(60), || async {
+        first.events().iter().any(waiting)
+    })
+    .await;
+    first.child.kill().unwrap();
+    let (code, _) = first.end(Duration::from_secs(10)).await;
+    assert_eq!(code, None, "killed by a signal");
+    assert_split(&src, &dst).await;
+    let before = (snapshot(&src.js).await["ORDERS"]["config"].clone(), snapshot(&dst.js).await);
+    let rb = run(&[&conn[..], &["rollback", "ORDERS.ORDERS_V2"]].concat());
+    assert_eq!(rb.code, 3, "{rb:?}");
+    assert!(rb.stderr.contains("publishers split"), "{rb:?}");
+    assert!(rb.stderr.contains("`nats-cutover run --resume ORDERS.ORDERS_V2 --proceed`"), "{rb:?}");
+    let after = (snapshot(&src.js).await["ORDERS"]["config"].clone(), snapshot(&dst.js).await);
+    assert_eq!(after.0, before.0, "A's subjects unchanged");
+    assert_eq!(after.1["ORDERS_V2"]["config"], before.1["ORDERS_V2"]["config"], "B unchanged");
+    let v = run(&[&conn[..], &["verify", "--migration", "ORDERS.ORDERS_V2"]].concat());
+    assert_ne!(v.code, 0, "{v:?}");
+    assert!(v.stderr.contains("run --resume ORDERS.ORDERS_V2 --proceed` seals"), "{v:?}");
+    let args = [&conn[..], &["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"]]
+        .concat();
+    let runner = until_resumed_waiting(&args, &dir).await;
+    assert_split(&src, &dst).await;
+    repoint_and_until_a_idle(&load, &dst, &runner).await;
+    go_ahead(&conn);
+    let (code, events) = runner.end(Duration::from_secs(60)).await;
+    assert_eq!(code, Some(0), "{events:?}");
+    assert_split_finished(load, &src, &dst, &conn).await;
+}
+
+/// A resume spawned until the killed runner's lease lapsed, once it waits.
+async fn until_resumed_waiting(args: &[&str], dir: &TempDir) -> Running {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    for i in 0.. {
+        let r = Running::spawn(args, &[], dir.0.join(format!("resume-{i}.err")));
+        let started = std::time::Instant::now();
+        loop {
+            if r.events().iter().any(waiting) {
+                return r;
+            }
+            if !r.stderr().is_empty() && r.stderr().contains("is held by runner") {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "{}", r.stderr());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (code, _) = r.end(Duration::from_secs(10)).await;
+        assert_ne!(code, Some(0));
+        assert!(std::time::Instant::now() < deadline, "lease never lapsed");
+    }
+    unreachable!()
+}
+
+/// Publishes on A's side do not reach B's account, but B's account imports
+/// A's `orders.>`: with the publishers repointed to the target side, A would
+/// store their messages too and B would get each twice. Refused by the
+/// plan's reverse probe, before any write.
+#[tokio::test(flavor = "multi_thread")]
+async fn publishers_repointed_where_the_target_side_reaches_a_are_refused() {
+    let base = two_accounts_config(&[PUBLISHERS_IMPORT]);
+    let src_export = r#"{ stream: "deliver.src.>" }"#;
+    let dst_import = r#"{ stream: { account: SRC, subject: "deliver.src.>" } }"#;
+    let config = base
+        .replace(r#"exports: [ { service: "orders.>" } ]"#, "exports: [ ]")
+        .replace(src_export, &format!("{src_export}\n      {{ service: \"orders.>\" }}"))
+        .replace(
+            dst_import,
+            &format!(
+                "{dst_import}\n      {{ service: {{ account: SRC, subject: \"orders.>\" }} }}"
+            ),
+        );
+    assert_eq!(config.matches("orders.>").count(), 2, "{config}");
+    let server =
+        NatsServer::start_with(ServerOptions { config: Some(config), ..Default::default() })
+            .unwrap_or_else(|e| panic!("{e}"));
+    let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
+    orders_on(&src.js).await;
+    let before = (snapshot(&src.js).await, snapshot(&dst.js).await);
+    let conn = accounts_conn(server.url());
+    let args = ["--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let repoint = ["--repoint-publishers"];
+    let plan = run(&[&conn[..], &["plan"], &args, &ACCOUNTS_PLAN, &repoint].concat());
+    assert_eq!(plan.code, 3, "{plan:?}");
+    assert!(plan.stdout.contains("publishes on the target side to orders.> reach A's"), "{plan:?}");
+    let out = run(&[&conn[..], &["run"], &args, &ACCOUNTS_PLAN, &repoint, &["--yes"]].concat());
+    assert_eq!(out.code, 3, "{out:?}");
+    assert_eq!((snapshot(&src.js).await, snapshot(&dst.js).await), before, "nothing changed");
+}
+
+/// The plan says what happens with the publishers split and what the
+/// operator does; with --seal-when-idle the run goes on by itself once the
+/// repointed publisher left A idle that long: exact, verify holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn split_publishers_seal_when_a_is_idle() {
+    let server = accounts_server(&[PUBLISHERS_IMPORT]);
+    let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
+    orders_on(&src.js).await;
+    let conn = accounts_conn(server.url());
+    let moves = ["--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let plan =
+        run(&[&conn[..], &["plan"], &moves, &ACCOUNTS_PLAN, &["--repoint-publishers"]].concat());
+    assert_eq!(plan.code, 0, "{plan:?}");
+    for says in [
+        "B takes the subjects (publishers split)",
+        "repoint the publishers to the target side, any time",
+        "`nats-cutover run --resume ORDERS.ORDERS_V2 --proceed`",
+        "--seal-when-idle",
+        "No rollback from here",
+    ] {
+        assert!(plan.stdout.contains(says), "the plan says {says:?}: {plan:?}");
+    }
+    let bridge = ["--yes", "--repoint-publishers", "--answer-publishes"];
+    let out = run(&[&conn[..], &["run"], &moves, &ACCOUNTS_PLAN, &bridge].concat());
+    assert_eq!(out.code, 2, "a flag that would be ignored: {out:?}");
+    assert!(out.stderr.contains("--answer-publishes bridges a commit window"), "{out:?}");
+    assert!(dst.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(), "nothing written");
+    let load = split_load(&src, &dst).await;
+    let dir = TempDir::new("split-idle");
+    let idle = ["--yes", "--repoint-publishers", "--seal-when-idle", "3s"];
+    let args = [&conn[..], &["--json", "run"], &moves, &ACCOUNTS_PLAN, &idle].concat();
+    let mut first = Running::spawn(&args, &[], dir.0.join("first.err"));
+    wait_until("the run to wait for the publishers", Duration::from_secs(60), || async {
+        first.events().iter().any(waiting)
+    })
+    .await;
+    // Killed while it waits, then resumed without the flag: the journal
+    // kept it (a newcomer's resume waited for a go-ahead for good).
+    first.child.kill().unwrap();
+    first.end(Duration::from_secs(10)).await;
+    let args = [&conn[..], &["--json", "run", "--resume", "ORDERS.ORDERS_V2"]].concat();
+    let runner = until_resumed_waiting(&args, &dir).await;
+    assert_split(&src, &dst).await;
+    load.repoint_publisher(dst.client.clone());
+    until_published(&load, load.published() + 300).await;
+    let (code, events) = runner.end(Duration::from_secs(60)).await;
+    assert_eq!(code, Some(0), "{events:?}");
+    let done = events.iter().find(|e| e["step"] == "await_publishers" && e["kind"] == "step_done");
+    assert_eq!(done.expect("the wait ended")["detail"]["by"], "idle", "{events:?}");
+    assert_split_finished(load, &src, &dst, &conn).await;
+}
+
+/// The runner killed right after A released its subjects (after the
+/// go-ahead; B already holds the subjects, so holding them proves nothing
+/// here): rollback is refused, the resume reads B until it holds A's tail
+/// and finishes without waiting again: exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn split_publishers_runner_killed_after_a_released_resumes_exactly() {
+    let server = accounts_server(&[PUBLISHERS_IMPORT]);
+    let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
+    orders_on(&src.js).await;
+    let load = split_load(&src, &dst).await;
+    let conn = accounts_conn(server.url());
+    let dir = TempDir::new("split-released");
+    let moves = ["--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let opts = ["--yes", "--repoint-publishers", "--lease-ttl", "1s"];
+    let args = [&conn[..], &["--json", "run"], &moves, &ACCOUNTS_PLAN, &opts].concat();
+    let crash = [("NATS_CUTOVER_TEST_CRASH_AFTER", "subjects_released")];
+    let runner = Running::spawn(&args, &crash, dir.0.join("run.err"));
+    wait_until("the run to wait for the publishers", Duration::from_secs(60), || async {
+        runner.events().iter().any(waiting)
+    })
+    .await;
+    repoint_and_until_a_idle(&load, &dst, &runner).await;
+    go_ahead(&conn);
+    let (code, _) = runner.end(Duration::from_secs(60)).await;
+    assert_eq!(code, Some(86), "died right after A released its subjects");
+    let (_, a) = src.js.stream_info("ORDERS").await.unwrap();
+    // (A stream left without subjects gets its own name as its subject.)
+    let released = !a.config.subjects.contains(&"orders.>".to_string());
+    assert!(released && !a.config.sealed, "A released, not sealed: {:?}", a.config);
+    let rb = run(&[&conn[..], &["rollback", "ORDERS.ORDERS_V2"]].concat());
+    assert_eq!(rb.code, 3, "{rb:?}");
+    let resume =
+        [&conn[..], &["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"]]
+            .concat();
+    let out = until_lease_lapsed(&resume).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let events: Vec<Value> =
+        out.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let waited_again =
+        events.iter().any(|e| e["step"] == "await_publishers" && e["kind"] == "step_started");
+    assert!(!waited_again, "no second wait: {out:?}");
+    let sealed = events.iter().any(|e| e["step"] == "seal_a" && e["kind"] == "step_done");
+    assert!(sealed, "{out:?}");
+    assert_split_finished(load, &src, &dst, &conn).await;
 }

@@ -4,6 +4,7 @@
 
 use crate::common::*;
 use crate::crash_sweep::retry_lease;
+use crate::cross::{orders_on, until_lease_lapsed};
 use crate::run::orders_stream;
 use async_nats::jetstream;
 use cutover_app::dual::DualPublisher;
@@ -12,6 +13,8 @@ use cutover_app::instance::InstanceOptions;
 use cutover_app::worker::{self, Outcome, WorkerOptions};
 use cutover_core::dual::{publisher_key, PublisherRecord, Writes};
 use cutover_nats::journal::{IfMissing, JournalStore};
+use cutover_nats::Js;
+use cutover_testkit::{LeafSystem, NatsServer, ServerOptions};
 use futures::StreamExt;
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
@@ -153,23 +156,34 @@ impl Live {
     /// With the library's publishers `names` (each at 250 msg/s).
     async fn start(e: &Env, names: &[&'static str]) -> Live {
         let client = e.js.client.clone();
+        Live::start_across(client.clone(), client, names).await
+    }
+
+    /// Publishers, old worker and new worker with a connection to each side:
+    /// A on `src`'s system, B (and the guard, the records) on `dst`'s.
+    async fn start_across(
+        src: async_nats::Client,
+        dst: async_nats::Client,
+        names: &[&'static str],
+    ) -> Live {
         let (stop_pubs, stop_rx) = watch::channel(false);
         let sent = Sent::default();
         let mut pubs = vec![];
         for name in names.iter().copied() {
             let opts = InstanceOptions::new(name, "1.0");
-            let p = DualPublisher::start(client.clone(), "ORDERS", &opts, Duration::from_secs(60))
+            let (s, d) = (src.clone(), dst.clone());
+            let p = DualPublisher::start_across(s, d, "ORDERS", &opts, Duration::from_secs(60))
                 .await
                 .unwrap();
             pubs.push(publisher(p, name, 250, sent.clone(), stop_rx.clone()));
         }
         let guard =
-            Guard::open(client.clone(), "ORDERS_SEEN", Duration::from_secs(600)).await.unwrap();
+            Guard::open(dst.clone(), "ORDERS_SEEN", Duration::from_secs(600)).await.unwrap();
         let seen = Seen::default();
         let (stop_workers, w_rx) = watch::channel(false);
         let workers = vec![
-            old_worker(client.clone(), guard.clone(), seen.clone(), w_rx.clone()),
-            guarded_worker(client.clone(), guard.clone(), "ORDERS_V2", "v2", seen.clone(), w_rx),
+            old_worker(src, guard.clone(), seen.clone(), w_rx.clone()),
+            guarded_worker(dst, guard.clone(), "ORDERS_V2", "v2", seen.clone(), w_rx),
         ];
         let live = Live { sent, seen, pubs, workers, stop_pubs, stop_workers };
         live.until_seen(200).await;
@@ -375,6 +389,25 @@ async fn dual_write_rolled_back_after_the_new_durable_is_exact() {
     assert_eq!(serde_json::from_slice::<PublisherRecord>(&rec).unwrap().writes, Writes::Dual);
     let n = live.seen.0.lock().unwrap().len();
     live.until_seen(n + 200).await;
+    // A live publisher that has not acknowledged writing A only may still be
+    // writing B: B is kept and the rollback says so (a newcomer's publisher,
+    // retrying B's side as the protocol says, hung once B was deleted under
+    // it). Once it acknowledges, the rollback run again finishes.
+    let stuck = |ack: serde_json::Value| {
+        let reg = json!({"version": 1, "instance": "stuck", "stream": "ORDERS", "ack": ack, "ttl_ms": 60_000});
+        let kv = store.kv().clone();
+        async move {
+            let key = cutover_core::dual::publisher_instance_key("ORDERS", "stuck");
+            kv.put(key, serde_json::to_vec(&reg).unwrap().into()).await.unwrap();
+        }
+    };
+    stuck(json!({"migration": "ORDERS.ORDERS_V2", "writes": "dual"})).await;
+    let out = retry_lease(&e, &["rollback", "ORDERS.ORDERS_V2"]).await;
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("stuck") && out.stderr.contains("ORDERS_V2 is kept"), "{out:?}");
+    assert!(e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_some(), "B kept");
+    assert!(store.kv().get(publisher_key("ORDERS")).await.unwrap().is_none(), "record removed");
+    stuck(serde_json::Value::Null).await;
     let out = retry_lease(&e, &["rollback", "ORDERS.ORDERS_V2"]).await;
     assert_eq!(out.code, 0, "{out:?}");
     let (writes, ids, records) = live.finish(300, &[]).await;
@@ -533,7 +566,11 @@ async fn a_publisher_outside_the_protocol_stops_the_run_before_the_commit() {
     assert_ne!(out.code, 0, "{out:?}");
     assert!(out.stderr.contains("have no copy in ORDERS_V2"), "{out:?}");
     assert!(out.stderr.contains("nats-cutover rollback ORDERS.ORDERS_V2"), "{out:?}");
+    // Route followers are sent back to A's old durable at once, not left
+    // reading B (which will never hold the stray messages) until a rollback.
+    assert!(out.stderr.contains("route followers read ORDERS's old durables again"), "{out:?}");
     let store = JournalStore::open(&e.js, IfMissing::ReturnNone).await.unwrap().unwrap();
+    assert!(store.route("ORDERS", "worker").await.unwrap().is_none(), "route removed");
     let j = store.load("ORDERS.ORDERS_V2").await.unwrap().unwrap();
     assert!(!j.phase.committed(), "{:?}", j.phase);
     let out = retry_lease(&e, &["rollback", "ORDERS.ORDERS_V2"]).await;
@@ -551,4 +588,162 @@ async fn a_publisher_outside_the_protocol_stops_the_run_before_the_commit() {
     );
     assert_eq!(stray_done, stray_ids.len());
     assert!(e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none());
+}
+
+/// Two JetStream accounts of one server with no export and no import at
+/// all: nothing crosses between them, which dual-write does not need.
+const ISOLATED_ACCOUNTS: &str = r#"accounts {
+  SRC { jetstream: enabled, users: [ { user: src, password: src } ] }
+  DST { jetstream: enabled, users: [ { user: dst, password: dst } ] }
+}
+"#;
+
+/// A server with [`ISOLATED_ACCOUNTS`], and a client of `src` and of `dst`.
+async fn isolated_accounts() -> (NatsServer, async_nats::Client, async_nats::Client) {
+    let opts = ServerOptions { config: Some(ISOLATED_ACCOUNTS.into()), ..Default::default() };
+    let server = NatsServer::start_with(opts).unwrap_or_else(|e| panic!("{e}"));
+    let connect = |u: &'static str| {
+        let o = async_nats::ConnectOptions::new().user_and_password(u.into(), u.into());
+        o.connect(server.url().to_string())
+    };
+    let (src, dst) = (connect("src").await.unwrap(), connect("dst").await.unwrap());
+    (server, src, dst)
+}
+
+/// The CLI's connections: the target side as `dst`, the source side as `src`.
+fn accounts_conn(url: &str) -> Vec<&str> {
+    let to = ["--server", url, "--user", "dst", "--password", "dst"];
+    [&to[..], &["--from-server", url, "--from-user", "src", "--from-password", "src"]].concat()
+}
+
+/// Strategy dual-write from ORDERS on `src`'s system to ORDERS_V2 on
+/// `dst`'s, driven by the CLI with `conn` (both sides): library publishers
+/// with a connection to each side (2 × 250 msg/s), an old-version worker on
+/// ORDERS (`src`) and a new-version one on ORDERS_V2 (`dst`), both guarded
+/// by msg-id. Every acknowledged publish processed exactly once, no publish
+/// error, `verify` across both connections holds; the plan names the sides;
+/// the journal and the records live on `dst` only, and B never read A.
+async fn live_dual_across(
+    src: async_nats::Client,
+    dst: async_nats::Client,
+    conn: &[&str],
+    tag: &str,
+) {
+    let (src_js, dst_js) = (
+        Js::new(src.clone(), Duration::from_secs(5)),
+        Js::new(dst.clone(), Duration::from_secs(5)),
+    );
+    orders_on(&src_js).await;
+    let live = Live::start_across(src.clone(), dst.clone(), &["p1", "p2"]).await;
+    let dir = TempDir::new(&format!("dual-across-{tag}"));
+    let cfg = dir.0.join("b.json");
+    std::fs::write(&cfg, json!({ "subjects": ["v2.orders.>"] }).to_string()).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let plan = cli(&dual_args(&[conn, &["plan"]].concat(), cfg, &[]));
+    assert_eq!(plan.code, 0, "{plan:?}");
+    for said in ["ORDERS on the source side", "ORDERS_V2 on the target side", "No export or import"]
+    {
+        assert!(plan.stdout.contains(said), "the plan says {said}: {plan:?}");
+    }
+    let out = cli(&dual_args(&[conn, &["run"]].concat(), cfg, &["--yes", "--side-by-side", "1s"]));
+    assert_eq!(out.code, 0, "{out:?}");
+    let (writes, ids, records) = live.finish(300, &[]).await;
+    assert_eq!(writes, vec![Writes::B, Writes::B]);
+    assert_once(&ids, &records);
+    let from_b = records.iter().filter(|r| r.1 == "ORDERS_V2").count();
+    eprintln!("dual-write across ({tag}): {} published, 0 lost, 0 twice, 0 publish errors, {from_b} processed from ORDERS_V2", ids.len());
+    assert!(from_b > 0, "the new stream's durable processed nothing");
+    let (_, a) = src_js.stream_info("ORDERS").await.unwrap();
+    assert!(a.config.sealed, "ORDERS sealed on the source side");
+    assert!(src_js.consumer_info_opt("ORDERS", "worker").await.unwrap().is_none());
+    let (_, b) = dst_js.stream_info("ORDERS_V2").await.unwrap();
+    assert!(b.config.sources.is_empty() && b.config.mirror.is_none(), "B never read A");
+    assert!(dst_js.stream_info_opt("KV_CUTOVER").await.unwrap().is_some(), "journal on B's side");
+    assert!(src_js.stream_info_opt("KV_CUTOVER").await.unwrap().is_none(), "none on A's");
+    let v = cli(&[conn, &["--json", "verify", "--migration", "ORDERS.ORDERS_V2"]].concat());
+    assert_eq!(v.code, 0, "verify across the two connections: {v:?}");
+    let r = v.json();
+    let c = &r["consumers"][0];
+    eprintln!("verify ({tag}): {} of A after the dual point, {} missing in B; old {}, new {}, guarded {}, lost {}", r["a_after_point"], r["missing_in_b"], c["old"], c["new"], c["guarded"], c["lost"]);
+    assert!(r["a_after_point"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!((r["missing_in_b"].as_u64(), c["lost"].as_u64()), (Some(0), Some(0)), "{r}");
+}
+
+/// Dual-write from account SRC to account DST of one server with no export
+/// or import between them ([`live_dual_across`]); `--from-api` is refused
+/// as bad input, and so is a verify without the source side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dual_write_from_one_account_to_another_without_imports_live_exactly() {
+    let (server, src, dst) = isolated_accounts().await;
+    let conn = accounts_conn(server.url());
+    // How B sources A means nothing here: refused as bad input, unchanged.
+    let dir = TempDir::new("dual-accounts");
+    let cfg = dir.0.join("b.json");
+    std::fs::write(&cfg, json!({ "subjects": ["v2.orders.>"] }).to_string()).unwrap();
+    let args = ["--from-api", "JS.SRC.API"];
+    let bad = cli(&dual_args(&[&conn[..], &["plan"]].concat(), cfg.to_str().unwrap(), &args));
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(bad.stderr.contains("leave them out"), "{bad:?}");
+    live_dual_across(src, dst, &conn, "accounts").await;
+    // Without the source side verify is refused, naming it (A is not in DST).
+    let one_side = cli(&[&conn[..6], &["verify", "--migration", "ORDERS.ORDERS_V2"]].concat());
+    assert_eq!(one_side.code, 2, "{one_side:?}");
+    assert!(one_side.stderr.contains("--from-server"), "names what is missing: {one_side:?}");
+}
+
+/// Dual-write from a leaf node's JetStream domain to its hub's
+/// ([`live_dual_across`]): nothing needs to cross the leaf connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dual_write_from_a_leaf_domain_to_the_hub_live_exactly() {
+    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
+    let leaf = async_nats::connect(sys.leaf.url()).await.unwrap();
+    let hub = async_nats::connect(sys.hub_urls()).await.unwrap();
+    let hub_urls = sys.hub_urls();
+    let conn = ["--server", &hub_urls, "--from-server", sys.leaf.url()];
+    live_dual_across(leaf, hub, &conn, "leaf").await;
+}
+
+/// A dual-write run across accounts killed once the new durable exists on
+/// DST: a rollback without the source side is refused (exit 2, naming it)
+/// and changes nothing; with both sides it deletes the publisher record, B
+/// and the new durable on DST, leaves A and its durable on SRC as they were,
+/// and every acknowledged publish is processed exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dual_write_across_accounts_rolled_back_after_the_new_durable_is_exact() {
+    let (server, src, dst) = isolated_accounts().await;
+    let t = Duration::from_secs(5);
+    let (src_js, dst_js) = (Js::new(src.clone(), t), Js::new(dst.clone(), t));
+    orders_on(&src_js).await;
+    let live = Live::start_across(src, dst, &["p1"]).await;
+    let dir = TempDir::new("dual-accounts-rollback");
+    let cfg = dir.0.join("b.json");
+    std::fs::write(&cfg, json!({ "subjects": ["v2.orders.>"] }).to_string()).unwrap();
+    let conn = accounts_conn(server.url());
+    let tail = ["--yes", "--lease-ttl", "1s"];
+    let args = dual_args(&[&conn[..], &["run"]].concat(), cfg.to_str().unwrap(), &tail);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .args(&args)
+        .env(cutover_nats::test_hooks::CRASH_AFTER_VAR, "consumer_created:worker")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(cutover_nats::test_hooks::CRASH_EXIT_CODE), "{out:?}");
+    assert!(dst_js.consumer_info_opt("ORDERS_V2", "worker").await.unwrap().is_some());
+    let one_side = cli(&[&conn[..6], &["rollback", "ORDERS.ORDERS_V2"]].concat());
+    assert_eq!(one_side.code, 2, "{one_side:?}");
+    assert!(one_side.stderr.contains("--from-server"), "{one_side:?}");
+    assert!(dst_js.stream_info_opt("ORDERS_V2").await.unwrap().is_some(), "nothing changed");
+    let n = live.seen.0.lock().unwrap().len();
+    live.until_seen(n + 200).await;
+    let out = until_lease_lapsed(&[&conn[..], &["rollback", "ORDERS.ORDERS_V2"]].concat()).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (writes, ids, records) = live.finish(300, &[]).await;
+    assert_eq!(writes, vec![Writes::A]);
+    assert_once(&ids, &records);
+    eprintln!("rolled back across accounts: {} published, each processed once", ids.len());
+    assert!(dst_js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(), "B deleted on DST");
+    let store = JournalStore::open(&dst_js, IfMissing::ReturnNone).await.unwrap().unwrap();
+    assert!(store.kv().get(publisher_key("ORDERS")).await.unwrap().is_none(), "record deleted");
+    let (_, a) = src_js.stream_info("ORDERS").await.unwrap();
+    assert!(!a.config.sealed);
+    assert!(src_js.consumer_info_opt("ORDERS", "worker").await.unwrap().is_some());
 }

@@ -121,3 +121,42 @@ async fn a_journal_of_format_1_resumes() {
     assert_finished(&e, "ORDERS", "ORDERS_V2", "worker", json!(["orders.>"])).await;
     crate::run::assert_verified(&e.js, id).await;
 }
+
+/// Issue 13's chaos loop once saw a runner stopped (SIGSTOP) between its
+/// lease check and a journal write, resumed after another runner finished,
+/// write its stale head back. Each journal write is a compare-and-set on the
+/// revision its store read: the stale store's write is refused as
+/// [`Leased`](cutover_nats::Error::Leased) and the bucket keeps the newer
+/// journal; a write whose value is already there (its acknowledgement lost)
+/// counts as done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_lost_the_journal_cannot_write_it_back() {
+    let e = env().await;
+    orders(&e).await;
+    let out = run_cli(&e, &move_args(&["run"], "A", "B", "C", &["--yes"]), Some("create_b"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let id = "A.B";
+    let (stale, j) = engine::rollback::load(&e.js, id).await.unwrap();
+    let (taker, mut newer) = engine::rollback::load(&e.js, id).await.unwrap();
+    newer.error = Some("taken over".into());
+    taker.save(&newer).await.unwrap();
+    let mut old = j.clone();
+    old.error = Some("stale".into());
+    let err = stale.save(&old).await.unwrap_err();
+    assert!(matches!(err, cutover_nats::Error::Leased { .. }), "{err}");
+    assert_eq!(engine::rollback::load(&e.js, id).await.unwrap().1, newer);
+    // A consumer record too.
+    let (key, value) = JournalStore::consumer_record(&old, "C");
+    let mut moved = newer.clone();
+    moved.consumers[0].phase = ConsumerPhase::Settled;
+    taker.save(&moved).await.unwrap();
+    let err = stale.put_record(id, key, value).await.unwrap_err();
+    assert!(matches!(err, cutover_nats::Error::Leased { .. }), "{err}");
+    assert_eq!(engine::rollback::load(&e.js, id).await.unwrap().1, moved);
+    // The value already there: done, and the store writes on from its revision.
+    stale.save(&moved).await.unwrap();
+    let mut next = moved.clone();
+    next.error = None;
+    stale.save(&next).await.unwrap();
+    assert_eq!(engine::rollback::load(&e.js, id).await.unwrap().1, next);
+}

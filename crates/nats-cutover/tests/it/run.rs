@@ -214,6 +214,9 @@ async fn crash_and_resume(crash_after: &str) {
     assert_eq!(out.code, 86, "the runner should die after {crash_after}: {out:?}");
     let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_ne!(j.phase, Phase::Done);
+    // Its guard saw it die and released its lease (a resume need not wait).
+    let leases = engine::leases(&e.js).await.unwrap();
+    assert!(leases.iter().all(|l| !l.live), "after {crash_after}: {leases:?}; {out:?}");
     let out = resume_until_done(&e, "ORDERS.ORDERS_V2").await;
     assert_eq!(out.code, 0, "resume after {crash_after}: {out:?}");
     let last: serde_json::Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
@@ -246,6 +249,120 @@ async fn resume_after_crash_at_move_consumers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resume_after_crash_between_releasing_and_taking_subjects() {
     crash_and_resume("subjects_released").await;
+}
+
+/// A runner that dies inside the commit window (A released its subjects, B
+/// has not taken them) no longer leaves publishers without a stream until
+/// its lease lapses and someone resumes: its guard process sees it exit and
+/// gives A its subjects back at once (the compensating action of a failed
+/// commit), releases the lease, and says so. `run --resume` then retries
+/// the commit without waiting for any lease; nothing is lost or processed
+/// twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runner_killed_in_the_commit_window_is_closed_by_its_guard() {
+    let e = env().await;
+    let load = orders_under_load(&e, 30_000, 500, 200).await;
+    let out = run_cli(&e, &run_orders(&["--json"], &[]), Some("subjects_released"));
+    assert_eq!(out.code, 86, "the runner should die in the window: {out:?}");
+    // `output()` returned once the guard, which shares the runner's stderr,
+    // was done: A serves the publishers again now, not a lease later.
+    assert!(out.stderr.contains("nats-cutover guard: runner"), "{out:?}");
+    assert!(out.stderr.contains("gave ORDERS its subjects back"), "{out:?}");
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(a.config.subjects, vec!["orders.>".to_string()]);
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_eq!(j.phase, Phase::ConsumersMoved);
+    assert!(j.error.as_deref().is_some_and(|m| m.contains("guard")), "{:?}", j.error);
+    let leases = engine::leases(&e.js).await.unwrap();
+    assert!(leases.iter().all(|l| !l.live), "the guard released the lease: {leases:?}");
+    let out = run_cli(&e, &["--json", "run", "--resume", "ORDERS.ORDERS_V2"], None);
+    assert_eq!(out.code, 0, "resume at once: {out:?}");
+    let r = finish_after(load, 200).await;
+    assert_exact(&r);
+    assert_finished(&e, "ORDERS", "ORDERS_V2", "worker", json!(["orders.>"])).await;
+}
+
+/// A runner killed while its drain holds the consumer paused (a message
+/// held by a dead worker, `--max-pause 60s`) no longer leaves it paused
+/// until the drain's pause lapses (2 minutes; for good once settled): its
+/// guard gives the consumer back at once (running again on ORDERS, the
+/// compensating action of a failed drain), releases the lease and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runner_killed_in_a_drain_has_its_consumer_given_back_by_its_guard() {
+    use std::io::Read;
+    let e = env().await;
+    let load = orders_under_load(&e, 30_000, 300, 100).await;
+    let held = take_one_and_die(&e).await;
+    let mut runner = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .args(["--server", e.server.url()])
+        .args(run_orders(&[], &["--max-pause", "60s"]))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the drain to pause worker", Duration::from_secs(30), || async {
+        e.js.consumer_info("ORDERS", "worker").await.is_ok_and(|(_, c)| c.paused)
+    })
+    .await;
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    // The guard shares the runner's stderr: its end is the guard's.
+    let mut said = String::new();
+    runner.stderr.take().unwrap().read_to_string(&mut said).unwrap();
+    assert!(said.contains("nats-cutover guard: runner"), "{said}");
+    assert!(said.contains("gave back consumer(s) worker"), "{said}");
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused, "worker delivers again: {c:?}");
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_eq!(j.consumers[0].phase, ConsumerPhase::Waiting);
+    assert!(engine::leases(&e.js).await.unwrap().iter().all(|l| !l.live), "lease released");
+    // The held message is let go (its worker "recovers"), so the resumed
+    // drain settles without waiting for its ack_wait.
+    held.ack_with(async_nats::jetstream::AckKind::Nak(None)).await.unwrap();
+    let out = run_cli(&e, &["--json", "run", "--resume", "ORDERS.ORDERS_V2"], None);
+    assert_eq!(out.code, 0, "resume at once: {out:?}");
+    let r = finish_after(load, 200).await;
+    assert_exact(&r);
+}
+
+/// SIGTERM (what `timeout`, systemd and Kubernetes send) is a request to
+/// stop at the next safe point, like Ctrl-C: the drain gives the consumer
+/// back, the lease is released, exit 5 (a newcomer's SIGTERM killed the
+/// runner at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_stops_the_run_at_a_safe_point() {
+    let e = env().await;
+    let load = orders_under_load(&e, 30_000, 300, 100).await;
+    let held = take_one_and_die(&e).await;
+    let runner = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .args(["--server", e.server.url()])
+        .args(run_orders(&[], &["--max-pause", "60s"]))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the drain to pause worker", Duration::from_secs(30), || async {
+        e.js.consumer_info("ORDERS", "worker").await.is_ok_and(|(_, c)| c.paused)
+    })
+    .await;
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &runner.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let out = runner.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{said}");
+    assert!(said.contains("interrupted at a safe point"), "{said}");
+    assert!(!said.contains("nats-cutover guard"), "a safe stop leaves the guard nothing: {said}");
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused, "worker delivers again: {c:?}");
+    assert!(engine::leases(&e.js).await.unwrap().iter().all(|l| !l.live), "lease released");
+    held.ack_with(async_nats::jetstream::AckKind::Nak(None)).await.unwrap();
+    let out = run_cli(&e, &["--json", "run", "--resume", "ORDERS.ORDERS_V2"], None);
+    assert_eq!(out.code, 0, "{out:?}");
+    let r = finish_after(load, 200).await;
+    assert_exact(&r);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
