@@ -626,21 +626,11 @@ mod tests {
 
     #[test]
     fn the_plan_pairs_subjects_maps_filters_and_explains_the_choice() {
-        use crate::plan::{build, PlanRequest, ServerFacts};
-        use crate::version::ServerVersion;
+        use crate::plan::{build, PlanRequest};
         use serde_json::json;
         let a = json!({"name": "A", "subjects": ["orders.*.new"], "retention": "limits", "duplicate_window": 120_000_000_000i64});
         let c = json!({"name": "C", "config": {"durable_name": "C", "ack_policy": "explicit", "filter_subject": "orders.eu.new"}});
-        let mut facts = ServerFacts {
-            version: ServerVersion::new(2, 15, 1),
-            a_raw: json!({"config": a, "state": {"messages": 1, "bytes": 1, "first_seq": 1, "last_seq": 1}}),
-            b_raw: None,
-            consumers_raw: vec![c],
-            other_consumers: vec![],
-            downstream: vec![],
-            account: None,
-            checks: Default::default(),
-        };
+        let mut facts = one_consumer_facts(a, c);
         facts.checks.live_publishers = Some(2);
         let mut req = PlanRequest::source("A", "B", &["C"]);
         req.strategy = Strategy::DualWrite;
@@ -661,23 +651,27 @@ mod tests {
         assert!(!p.safe && p.unsafe_reasons().contains("no live publisher of A"));
     }
 
-    #[test]
-    fn across_systems_the_plan_names_the_sides_and_refuses_what_dual_write_cannot_use() {
-        use crate::plan::{build, External, PlanRequest, ServerFacts};
-        use crate::version::ServerVersion;
-        use serde_json::json;
-        let a = json!({"name": "A", "subjects": ["orders.>"], "retention": "limits", "duplicate_window": 120_000_000_000i64});
-        let c = json!({"name": "C", "config": {"durable_name": "C", "ack_policy": "explicit"}});
-        let mut facts = ServerFacts {
-            version: ServerVersion::new(2, 15, 1),
-            a_raw: json!({"config": a, "state": {"messages": 1, "bytes": 1, "first_seq": 1, "last_seq": 1}}),
+    /// A 2.15.1 server with stream `a` (one message) and consumer `c`.
+    fn one_consumer_facts(a: serde_json::Value, c: serde_json::Value) -> crate::plan::ServerFacts {
+        crate::plan::ServerFacts {
+            version: crate::version::ServerVersion::new(2, 15, 1),
+            a_raw: serde_json::json!({"config": a, "state": {"messages": 1, "bytes": 1, "first_seq": 1, "last_seq": 1}}),
             b_raw: None,
             consumers_raw: vec![c],
             other_consumers: vec![],
             downstream: vec![],
             account: None,
             checks: Default::default(),
-        };
+        }
+    }
+
+    #[test]
+    fn across_systems_the_plan_names_the_sides_and_refuses_what_dual_write_cannot_use() {
+        use crate::plan::{build, External, PlanRequest};
+        use serde_json::json;
+        let a = json!({"name": "A", "subjects": ["orders.>"], "retention": "limits", "duplicate_window": 120_000_000_000i64});
+        let c = json!({"name": "C", "config": {"durable_name": "C", "ack_policy": "explicit"}});
+        let mut facts = one_consumer_facts(a, c);
         facts.checks.live_publishers = Some(1);
         let mut req = PlanRequest::source("A", "B", &["C"]);
         req.strategy = Strategy::DualWrite;

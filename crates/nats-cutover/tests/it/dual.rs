@@ -366,6 +366,17 @@ async fn dual_write_without_subjects_or_publishers_changes_nothing() {
     assert_eq!(strip(before), strip(e.snapshot().await), "nothing changed on the server");
 }
 
+/// Runs `nats-cutover ARGS`, which dies (test hook) once durable `worker`
+/// exists on B.
+fn crashed_once_the_new_durable_exists(args: &[&str]) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .args(args)
+        .env(cutover_nats::test_hooks::CRASH_AFTER_VAR, "consumer_created:worker")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(cutover_nats::test_hooks::CRASH_EXIT_CODE), "{out:?}");
+}
+
 /// A runner killed once the new durable exists (publishers writing both,
 /// the v2 worker processing B) is rolled back: publishers write A only again,
 /// the new durable, its route and B are gone, and still every acknowledged
@@ -378,12 +389,7 @@ async fn dual_write_rolled_back_after_the_new_durable_is_exact() {
     let cfg = b_config(&e, json!(["v2.orders.>"]));
     let mut args = vec!["--server", e.server.url()];
     args.extend(dual_args(&["run"], &cfg, &["--yes", "--lease-ttl", "1s"]));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
-        .args(&args)
-        .env(cutover_nats::test_hooks::CRASH_AFTER_VAR, "consumer_created:worker")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(cutover_nats::test_hooks::CRASH_EXIT_CODE), "{out:?}");
+    crashed_once_the_new_durable_exists(&args);
     let store = JournalStore::open(&e.js, IfMissing::ReturnNone).await.unwrap().unwrap();
     let rec = store.kv().get(publisher_key("ORDERS")).await.unwrap().unwrap();
     assert_eq!(serde_json::from_slice::<PublisherRecord>(&rec).unwrap().writes, Writes::Dual);
@@ -721,12 +727,7 @@ async fn dual_write_across_accounts_rolled_back_after_the_new_durable_is_exact()
     let conn = accounts_conn(server.url());
     let tail = ["--yes", "--lease-ttl", "1s"];
     let args = dual_args(&[&conn[..], &["run"]].concat(), cfg.to_str().unwrap(), &tail);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
-        .args(&args)
-        .env(cutover_nats::test_hooks::CRASH_AFTER_VAR, "consumer_created:worker")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(cutover_nats::test_hooks::CRASH_EXIT_CODE), "{out:?}");
+    crashed_once_the_new_durable_exists(&args);
     assert!(dst_js.consumer_info_opt("ORDERS_V2", "worker").await.unwrap().is_some());
     let one_side = cli(&[&conn[..6], &["rollback", "ORDERS.ORDERS_V2"]].concat());
     assert_eq!(one_side.code, 2, "{one_side:?}");

@@ -282,58 +282,14 @@ async fn a_runner_killed_in_the_commit_window_is_closed_by_its_guard() {
     assert_finished(&e, "ORDERS", "ORDERS_V2", "worker", json!(["orders.>"])).await;
 }
 
-/// A runner killed while its drain holds the consumer paused (a message
-/// held by a dead worker, `--max-pause 60s`) no longer leaves it paused
-/// until the drain's pause lapses (2 minutes; for good once settled): its
-/// guard gives the consumer back at once (running again on ORDERS, the
-/// compensating action of a failed drain), releases the lease and says so.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_runner_killed_in_a_drain_has_its_consumer_given_back_by_its_guard() {
-    use std::io::Read;
-    let e = env().await;
-    let load = orders_under_load(&e, 30_000, 300, 100).await;
-    let held = take_one_and_die(&e).await;
-    let mut runner = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
-        .args(["--server", e.server.url()])
-        .args(run_orders(&[], &["--max-pause", "60s"]))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_until("the drain to pause worker", Duration::from_secs(30), || async {
-        e.js.consumer_info("ORDERS", "worker").await.is_ok_and(|(_, c)| c.paused)
-    })
-    .await;
-    runner.kill().unwrap();
-    runner.wait().unwrap();
-    // The guard shares the runner's stderr: its end is the guard's.
-    let mut said = String::new();
-    runner.stderr.take().unwrap().read_to_string(&mut said).unwrap();
-    assert!(said.contains("nats-cutover guard: runner"), "{said}");
-    assert!(said.contains("gave back consumer(s) worker"), "{said}");
-    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
-    assert!(!c.paused, "worker delivers again: {c:?}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
-    assert_eq!(j.consumers[0].phase, ConsumerPhase::Waiting);
-    assert!(engine::leases(&e.js).await.unwrap().iter().all(|l| !l.live), "lease released");
-    // The held message is let go (its worker "recovers"), so the resumed
-    // drain settles without waiting for its ack_wait.
-    held.ack_with(async_nats::jetstream::AckKind::Nak(None)).await.unwrap();
-    let out = run_cli(&e, &["--json", "run", "--resume", "ORDERS.ORDERS_V2"], None);
-    assert_eq!(out.code, 0, "resume at once: {out:?}");
-    let r = finish_after(load, 200).await;
-    assert_exact(&r);
-}
-
-/// SIGTERM (what `timeout`, systemd and Kubernetes send) is a request to
-/// stop at the next safe point, like Ctrl-C: the drain gives the consumer
-/// back, the lease is released, exit 5 (a newcomer's SIGTERM killed the
-/// runner at once).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sigterm_stops_the_run_at_a_safe_point() {
-    let e = env().await;
-    let load = orders_under_load(&e, 30_000, 300, 100).await;
-    let held = take_one_and_die(&e).await;
+/// A run whose drain holds the consumer paused (a message held by a dead
+/// worker, `--max-pause 60s`), its stderr piped: returned once the drain
+/// paused `worker`, with the workload and the held message.
+async fn runner_holding_a_drain(
+    e: &Env,
+) -> (std::process::Child, Load, async_nats::jetstream::Message) {
+    let load = orders_under_load(e, 30_000, 300, 100).await;
+    let held = take_one_and_die(e).await;
     let runner = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
         .args(["--server", e.server.url()])
         .args(run_orders(&[], &["--max-pause", "60s"]))
@@ -345,6 +301,53 @@ async fn sigterm_stops_the_run_at_a_safe_point() {
         e.js.consumer_info("ORDERS", "worker").await.is_ok_and(|(_, c)| c.paused)
     })
     .await;
+    (runner, load, held)
+}
+
+/// After the runner stopped: `worker` delivers and no lease is held; the held
+/// message is let go (its worker "recovers", so the resumed drain settles
+/// without waiting for its ack_wait); `run --resume` at once; exact.
+async fn delivering_then_resumed(e: &Env, load: Load, held: async_nats::jetstream::Message) {
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused, "worker delivers again: {c:?}");
+    assert!(engine::leases(&e.js).await.unwrap().iter().all(|l| !l.live), "lease released");
+    held.ack_with(async_nats::jetstream::AckKind::Nak(None)).await.unwrap();
+    let out = run_cli(e, &["--json", "run", "--resume", "ORDERS.ORDERS_V2"], None);
+    assert_eq!(out.code, 0, "resume at once: {out:?}");
+    let r = finish_after(load, 200).await;
+    assert_exact(&r);
+}
+
+/// A runner killed while its drain holds the consumer paused no longer
+/// leaves it paused until the drain's pause lapses (2 minutes; for good once
+/// settled): its guard gives the consumer back at once (running again on
+/// ORDERS, the compensating action of a failed drain), releases the lease
+/// and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runner_killed_in_a_drain_has_its_consumer_given_back_by_its_guard() {
+    use std::io::Read;
+    let e = env().await;
+    let (mut runner, load, held) = runner_holding_a_drain(&e).await;
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    // The guard shares the runner's stderr: its end is the guard's.
+    let mut said = String::new();
+    runner.stderr.take().unwrap().read_to_string(&mut said).unwrap();
+    assert!(said.contains("nats-cutover guard: runner"), "{said}");
+    assert!(said.contains("gave back consumer(s) worker"), "{said}");
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_eq!(j.consumers[0].phase, ConsumerPhase::Waiting);
+    delivering_then_resumed(&e, load, held).await;
+}
+
+/// SIGTERM (what `timeout`, systemd and Kubernetes send) is a request to
+/// stop at the next safe point, like Ctrl-C: the drain gives the consumer
+/// back, the lease is released, exit 5 (a newcomer's SIGTERM killed the
+/// runner at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_stops_the_run_at_a_safe_point() {
+    let e = env().await;
+    let (runner, load, held) = runner_holding_a_drain(&e).await;
     let term = std::process::Command::new("kill")
         .args(["-TERM", &runner.id().to_string()])
         .status()
@@ -355,14 +358,7 @@ async fn sigterm_stops_the_run_at_a_safe_point() {
     assert_eq!(out.status.code(), Some(5), "{said}");
     assert!(said.contains("interrupted at a safe point"), "{said}");
     assert!(!said.contains("nats-cutover guard"), "a safe stop leaves the guard nothing: {said}");
-    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
-    assert!(!c.paused, "worker delivers again: {c:?}");
-    assert!(engine::leases(&e.js).await.unwrap().iter().all(|l| !l.live), "lease released");
-    held.ack_with(async_nats::jetstream::AckKind::Nak(None)).await.unwrap();
-    let out = run_cli(&e, &["--json", "run", "--resume", "ORDERS.ORDERS_V2"], None);
-    assert_eq!(out.code, 0, "{out:?}");
-    let r = finish_after(load, 200).await;
-    assert_exact(&r);
+    delivering_then_resumed(&e, load, held).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
