@@ -391,15 +391,20 @@ pub fn print_journal(j: &Journal) {
             &rows
         )
     );
+    // A step that did not end and was started again later was interrupted
+    // (its runner stopped or died) and resumed, not left unfinished.
     let steps: Vec<Vec<String>> = j
         .steps
         .iter()
-        .map(|s| {
+        .enumerate()
+        .map(|(i, s)| {
+            let again = j.steps[i + 1..].iter().any(|later| later.step == s.step);
+            let open = if again { "interrupted, resumed below" } else { "unfinished" };
             vec![
                 s.step.to_string(),
                 s.ended_ms
                     .map(|e| format!("{} ms", e.saturating_sub(s.started_ms)))
-                    .unwrap_or_else(|| "unfinished".into()),
+                    .unwrap_or_else(|| open.into()),
             ]
         })
         .collect();

@@ -221,6 +221,13 @@ async fn crash_and_resume(crash_after: &str) {
     assert_eq!(out.code, 0, "resume after {crash_after}: {out:?}");
     let last: serde_json::Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
     assert_eq!(last["journal"]["phase"], "done", "{out:?}");
+    if crash_after.starts_with("consumer_created") {
+        // Killed inside move_consumers: `status` shows that step as
+        // interrupted and resumed, not as unfinished beside its rerun.
+        let st = run_cli(&e, &["status", "ORDERS.ORDERS_V2"], None);
+        assert!(st.stdout.contains("interrupted, resumed below"), "{st:?}");
+        assert!(!st.stdout.contains("unfinished"), "{st:?}");
+    }
     let r = finish_after(load, 200).await;
     assert_exact(&r);
     assert_finished(&e, "ORDERS", "ORDERS_V2", "worker", json!(["orders.>"])).await;
