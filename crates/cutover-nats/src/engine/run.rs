@@ -333,7 +333,7 @@ pub async fn run(
         id,
     };
     ctx.save().await?;
-    let result = drive(&ctx).await;
+    let result = lease_first(&ctx, drive(&ctx).await).await;
     let mut j = ctx.journal.lock().await.clone();
     if matches!(result, Err(Error::Leased { .. })) {
         // Another runner took over while this one was stopped: the journal
@@ -354,6 +354,21 @@ pub async fn run(
     }
     let _ = ctx.lease.lock().await.release(&store).await;
     result.map(|_| j.clone()).map_err(|e| stopped(e, &j))
+}
+
+/// A run's failure, unless its lease was lost meanwhile: a request sent by a
+/// runner stopped between its lease check and the send (SIGSTOP, a VM pause)
+/// reaches a server another runner has moved on, and its failure (seen in the
+/// chaos loop: "stream name already in use", B created and changed
+/// meanwhile) is the lease's, not the server's.
+async fn lease_first(ctx: &Ctx<'_>, result: Result<()>) -> Result<()> {
+    match result {
+        Err(e) if !matches!(e, Error::Leased { .. }) => match ctx.hold_lease().await {
+            Err(lost @ Error::Leased { .. }) => Err(lost),
+            _ => Err(e),
+        },
+        r => r,
+    }
 }
 
 /// The lease on `from`: taken at once from a runner known dead (a guard's
