@@ -59,6 +59,15 @@ struct Known {
 /// How many journal records are read or written at once.
 const RECORDS_IN_FLIGHT: usize = 32;
 
+/// [`Error::Leased`]: `holder` holds migration `id`'s lease until `expires_ms`.
+pub(crate) fn leased(id: String, holder: String, expires_ms: u64) -> Error {
+    Error::Leased {
+        id,
+        holder,
+        until: format!("{} ms from now", expires_ms.saturating_sub(now_ms())),
+    }
+}
+
 fn jerr(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Journal(format!("{what} in KV bucket {BUCKET}: {e}"))
 }
@@ -352,14 +361,13 @@ impl JournalStore {
         {
             return Ok(en.revision);
         }
-        let lease = self.leases().await?.into_iter().find(|l| l.migration == id);
-        Err(Error::Leased {
-            id: id.into(),
-            holder: lease.as_ref().map_or_else(|| "another runner".into(), |l| l.holder.clone()),
-            until: lease.map_or_else(
-                || "it ends".into(),
-                |l| format!("{} ms from now", l.expires_ms.saturating_sub(now_ms())),
-            ),
+        Err(match self.leases().await?.into_iter().find(|l| l.migration == id) {
+            Some(l) => leased(id.into(), l.holder, l.expires_ms),
+            None => Error::Leased {
+                id: id.into(),
+                holder: "another runner".into(),
+                until: "it ends".into(),
+            },
         })
     }
 
@@ -596,6 +604,31 @@ impl Lease {
         migration: &str,
         ttl: Duration,
     ) -> Result<Lease> {
+        Self::take(store, from, migration, ttl, None).await
+    }
+
+    /// Takes the lease on `from` from `dead_holder`, whose runner is known to
+    /// be gone (its guard saw it exit): at once, live or not. Held by anyone
+    /// else (live): [`Error::Leased`].
+    pub async fn take_over(
+        store: &JournalStore,
+        from: &str,
+        migration: &str,
+        ttl: Duration,
+        dead_holder: &str,
+    ) -> Result<Lease> {
+        Self::take(store, from, migration, ttl, Some(dead_holder)).await
+    }
+
+    /// Takes the lease on `from` if free, lapsed, or held by `dead` (a
+    /// runner known gone), by compare-and-set on the revision read.
+    async fn take(
+        store: &JournalStore,
+        from: &str,
+        migration: &str,
+        ttl: Duration,
+        dead: Option<&str>,
+    ) -> Result<Lease> {
         let key = lease_key(from);
         let record = LeaseRecord {
             holder: holder(),
@@ -612,16 +645,11 @@ impl Lease {
                     Some(en) => {
                         let cur: Option<LeaseRecord> = serde_json::from_slice(&en.value).ok();
                         if let Some(cur) = cur.filter(|c| {
-                            c.expires_ms > now_ms() && en.operation == kv::Operation::Put
+                            c.expires_ms > now_ms()
+                                && en.operation == kv::Operation::Put
+                                && dead != Some(c.holder.as_str())
                         }) {
-                            return Err(Error::Leased {
-                                id: cur.migration,
-                                holder: cur.holder,
-                                until: format!(
-                                    "{} ms from now",
-                                    cur.expires_ms.saturating_sub(now_ms())
-                                ),
-                            });
+                            return Err(leased(cur.migration, cur.holder, cur.expires_ms));
                         }
                         kvs.update(&key, value, en.revision).await.map_err(|e| match e.kind() {
                             kv::UpdateErrorKind::WrongLastRevision => Error::Leased {
@@ -640,45 +668,6 @@ impl Lease {
             }
             Err(e) => return Err(jerr("cannot take the lease", e)),
         };
-        Ok(Lease { key, revision, record, ttl, renewed: Instant::now() })
-    }
-
-    /// Takes the lease on `from` from `dead_holder`, whose runner is known to
-    /// be gone (its guard saw it exit): at once, live or not, by
-    /// compare-and-set on the revision read. Held by anyone else (live):
-    /// [`Error::Leased`].
-    pub async fn take_over(
-        store: &JournalStore,
-        from: &str,
-        migration: &str,
-        ttl: Duration,
-        dead_holder: &str,
-    ) -> Result<Lease> {
-        let key = lease_key(from);
-        let kvs = store.kv();
-        let entry = kvs.entry(&key).await.map_err(|e| jerr("cannot read the lease", e))?;
-        let en = match entry.filter(|e| e.operation == kv::Operation::Put) {
-            Some(en) => en,
-            None => return Lease::acquire(store, from, migration, ttl).await,
-        };
-        let cur: Option<LeaseRecord> = serde_json::from_slice(&en.value).ok();
-        if cur.as_ref().is_none_or(|c| c.holder != dead_holder) {
-            return Lease::acquire(store, from, migration, ttl).await;
-        }
-        let record = LeaseRecord {
-            holder: holder(),
-            migration: migration.into(),
-            expires_ms: now_ms() + ttl.as_millis() as u64,
-        };
-        let value = Bytes::from(serde_json::to_vec(&record).unwrap());
-        let revision = kvs.update(&key, value, en.revision).await.map_err(|e| match e.kind() {
-            kv::UpdateErrorKind::WrongLastRevision => Error::Leased {
-                id: migration.into(),
-                holder: "another runner (it took the lease just now)".into(),
-                until: "it finishes".into(),
-            },
-            _ => jerr("cannot take the lease", e),
-        })?;
         Ok(Lease { key, revision, record, ttl, renewed: Instant::now() })
     }
 

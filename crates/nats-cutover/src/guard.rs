@@ -41,29 +41,30 @@ static PIPE: OnceLock<Mutex<ChildStdin>> = OnceLock::new();
 pub fn exposure_hook() -> Option<ExposureHook> {
     PIPE.get()?;
     Some(Arc::new(|what: Exposure, open: bool| {
-        if let Some(p) = PIPE.get() {
-            use std::io::Write;
-            let byte = match (what, open) {
-                (Exposure::Commit, true) => b"W",
-                (Exposure::Commit, false) => b"C",
-                (Exposure::Consumers, true) => b"M",
-                (Exposure::Consumers, false) => b"m",
-            };
-            let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = p.write_all(byte).and_then(|_| p.flush());
-        }
+        say(match (what, open) {
+            (Exposure::Commit, true) => b'W',
+            (Exposure::Commit, false) => b'C',
+            (Exposure::Consumers, true) => b'M',
+            (Exposure::Consumers, false) => b'm',
+        })
     }))
+}
+
+/// Writes `mark` to the guard, if one started; a guard gone meanwhile
+/// changes nothing.
+fn say(mark: u8) {
+    if let Some(p) = PIPE.get() {
+        use std::io::Write;
+        let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = p.write_all(&[mark]).and_then(|_| p.flush());
+    }
 }
 
 /// Tells the guard the runner ends by itself (its lease released or left to
 /// another runner): written last, so a guard that reads it and no open
 /// exposure exits without a connection.
 pub fn ended() {
-    if let Some(p) = PIPE.get() {
-        use std::io::Write;
-        let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = p.write_all(b"E").and_then(|_| p.flush());
-    }
+    say(b'E');
 }
 
 /// Whether the runner left an exposure open: the last of `W`/`C` is `W`,

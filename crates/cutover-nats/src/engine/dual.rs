@@ -168,6 +168,22 @@ pub(super) async fn delete_record(store: &JournalStore, from: &str) -> Result<()
     Ok(())
 }
 
+/// The live publishers of `from` whose acknowledgement is not `wanted`
+/// (`None`: writing A only, no publisher record).
+pub(super) async fn unacknowledged(
+    js: &Js,
+    store: &JournalStore,
+    from: &str,
+    wanted: Option<&WritesAck>,
+) -> Result<Vec<String>> {
+    Ok(publishers(js, store, from)
+        .await?
+        .into_iter()
+        .filter(|p| p.live && p.record.ack.as_ref() != wanted)
+        .map(|p| p.record.instance)
+        .collect())
+}
+
 /// Waits until every live publisher acknowledged `writes` of this migration;
 /// returns the ones still missing at `deadline` (empty: all did).
 async fn await_acks(ctx: &Ctx<'_>, writes: Writes, deadline: Instant) -> Result<Vec<String>> {
@@ -177,12 +193,7 @@ async fn await_acks(ctx: &Ctx<'_>, writes: Writes, deadline: Instant) -> Result<
     };
     let wanted = WritesAck { migration: id, writes };
     loop {
-        let missing: Vec<String> = publishers(ctx.js, &ctx.store, &from)
-            .await?
-            .into_iter()
-            .filter(|p| p.live && p.record.ack.as_ref() != Some(&wanted))
-            .map(|p| p.record.instance)
-            .collect();
+        let missing = unacknowledged(ctx.js, &ctx.store, &from, Some(&wanted)).await?;
         if missing.is_empty() || Instant::now() > deadline {
             return Ok(missing);
         }

@@ -17,11 +17,11 @@
 //! with it: then `run --resume` after the lease lapses, as before.
 
 use super::events::NoSink;
-use super::run::{close_window, run, undo_consumer, Ctx, RunOptions};
+use super::run::{close_window, publish_moved_route, run, undo_consumer, Ctx, RunOptions};
 use crate::api::Js;
 use crate::error::{Error, Result};
 use crate::journal::{holder_prefix, IfMissing, JournalStore, Lease};
-use cutover_core::journal::{ConsumerPhase, Phase, Route};
+use cutover_core::journal::{ConsumerPhase, Phase};
 use cutover_core::plan::Mode;
 use std::time::Duration;
 
@@ -138,11 +138,8 @@ async fn release_consumers(ctx: &Ctx<'_>) -> Result<()> {
             }
             ConsumerPhase::Created if ctx.store.route(&from, &c.name).await?.is_some() => {}
             ConsumerPhase::Creating | ConsumerPhase::Created => {
-                let (f, start) = (c.checkpoint.unwrap_or(0), c.b_start.unwrap_or(0));
                 ctx.journal_consumer(&c.name, |p| p.phase = ConsumerPhase::Created).await?;
-                ctx.hold_lease().await?;
-                let route = Route::moved(&from, &to, &c.name, &ctx.id, f, start);
-                ctx.store.put_route(&from, &c.name, &route).await?;
+                publish_moved_route(ctx, &from, &to, &c).await?;
                 routed.push(c.name);
             }
             _ => {}

@@ -164,12 +164,7 @@ impl Undo<'_> {
     async fn await_a_only(&self, j: &Journal) -> Result<()> {
         let deadline = Instant::now() + DUAL_ACK_TIMEOUT;
         loop {
-            let writing: Vec<String> = super::dual::publishers(self.js, self.store, &j.from)
-                .await?
-                .into_iter()
-                .filter(|p| p.live && p.record.ack.is_some())
-                .map(|p| p.record.instance)
-                .collect();
+            let writing = super::dual::unacknowledged(self.js, self.store, &j.from, None).await?;
             if writing.is_empty() {
                 return Ok(());
             }
@@ -438,11 +433,7 @@ pub async fn forget(js: &Js, id: &str) -> Result<Forgotten> {
     let lease = store.leases().await?.into_iter().find(|l| l.migration == id);
     if let Some(l) = &lease {
         if l.live {
-            return Err(Error::Leased {
-                id: id.into(),
-                holder: l.holder.clone(),
-                until: format!("{} ms from now", l.expires_ms.saturating_sub(now_ms())),
-            });
+            return Err(crate::journal::leased(id.into(), l.holder.clone(), l.expires_ms));
         }
     }
     if journal.is_none() && lease.is_none() {

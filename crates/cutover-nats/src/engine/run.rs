@@ -743,18 +743,7 @@ async fn move_consumers_now(ctx: &Ctx<'_>) -> Result<()> {
         )
     };
     for c in moved {
-        let (f, start) = (c.checkpoint.unwrap_or(0), c.b_start.unwrap_or(0));
-        let mode = ctx.journal.lock().await.plan.mode;
-        let route = match mode {
-            Mode::Drain => Route::moved(&from, &to, &c.name, &ctx.id, f, start),
-            Mode::Fence | Mode::Rolling => {
-                let ends = (from.as_str(), to.as_str());
-                super::fence::route(ctx, ends, &c.name, (f, start), RouteState::Moved).await
-            }
-        };
-        ctx.hold_lease().await?;
-        ctx.store.put_route(&from, &c.name, &route).await?;
-        retire_route_back(ctx, &from, &to, &c.name).await?;
+        publish_moved_route(ctx, &from, &to, &c).await?;
     }
     ctx.done(
         Step::MoveConsumers,
@@ -932,6 +921,28 @@ async fn moved(
         h(&format!("consumer_created:{name}"));
     }
     Ok(())
+}
+
+/// Writes moved consumer `c`'s route (state `moved`, at its journaled
+/// checkpoint and start) and retires the route an earlier move left
+/// pointing back.
+pub(super) async fn publish_moved_route(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    c: &cutover_core::journal::ConsumerProgress,
+) -> Result<()> {
+    let (f, start) = (c.checkpoint.unwrap_or(0), c.b_start.unwrap_or(0));
+    let mode = ctx.journal.lock().await.plan.mode;
+    let route = match mode {
+        Mode::Drain => Route::moved(from, to, &c.name, &ctx.id, f, start),
+        Mode::Fence | Mode::Rolling => {
+            super::fence::route(ctx, (from, to), &c.name, (f, start), RouteState::Moved).await
+        }
+    };
+    ctx.hold_lease().await?;
+    ctx.store.put_route(from, &c.name, &route).await?;
+    retire_route_back(ctx, from, to, &c.name).await
 }
 
 /// A move back (B → A after A → B, as the second hop of an in-place
