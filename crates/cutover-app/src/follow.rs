@@ -3,7 +3,7 @@
 
 use async_nats::jetstream::kv::{self, Operation};
 use cutover_core::journal::{route_key, Route};
-use cutover_nats::journal::IfMissing;
+use cutover_nats::journal::{IfMissing, JournalStore};
 use futures::StreamExt;
 use tokio::sync::watch;
 
@@ -100,18 +100,19 @@ where
     let js = cutover_nats::Js::new(client, std::time::Duration::from_secs(5));
     let store =
         cutover_nats::journal::JournalStore::open(&js, IfMissing::Create).await?.expect("bucket");
-    let kv: kv::Store = store.kv().clone();
     let key = route_key(stream, consumer);
     // Watch first, then read: an update between the two is not missed.
-    let watch = kv.watch(&key).await?;
-    let first = map(read_route(&kv, &key).await?);
+    let watch = store.kv().watch(&key).await?;
+    let first = map(read_route(&store, &key).await?);
     let (tx, rx) = watch::channel(first);
-    let task = tokio::spawn(follow(kv, key, map, tx, watch, stats));
+    let task = tokio::spawn(follow(store, key, map, tx, watch, stats));
     Ok((rx, task))
 }
 
-async fn read_route(kv: &kv::Store, key: &str) -> Result<Option<Route>, async_nats::Error> {
-    Ok(match kv.entry(key).await? {
+/// The route as the bucket's leader has it (a direct get may be answered by a
+/// replica that lags: `JournalStore::entry`).
+async fn read_route(store: &JournalStore, key: &str) -> Result<Option<Route>, async_nats::Error> {
+    Ok(match store.entry(key, "cannot read the route").await? {
         Some(e) if e.operation == Operation::Put => serde_json::from_slice::<Route>(&e.value).ok(),
         _ => None,
     })
@@ -138,7 +139,7 @@ fn send_changed<T: PartialEq>(tx: &watch::Sender<T>, v: T) {
 /// (seconds), while a route written meanwhile (a cut-over riding through the
 /// restart) would leave the workers on a paused consumer.
 async fn follow<T: PartialEq, M: Fn(Option<Route>) -> T>(
-    kv: kv::Store,
+    store: JournalStore,
     key: String,
     map: M,
     tx: watch::Sender<T>,
@@ -172,8 +173,8 @@ async fn follow<T: PartialEq, M: Fn(Option<Route>) -> T>(
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            let Ok(nw) = kv.watch(&key).await else { continue };
-            match read_route(&kv, &key).await {
+            let Ok(nw) = store.kv().watch(&key).await else { continue };
+            match read_route(&store, &key).await {
                 Ok(r) => {
                     send_changed(&tx, map(r));
                     w = nw;

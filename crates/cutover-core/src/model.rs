@@ -206,6 +206,24 @@ impl Default for StreamConfig {
     }
 }
 
+impl StreamConfig {
+    /// Whether a direct get (`$JS.API.DIRECT.GET`) reads this stream exactly:
+    /// only when it has one replica. On a replicated stream every replica
+    /// answers direct gets, a follower as soon as it is 90% synchronized
+    /// (nats-server jetstream_cluster.go `monitorStream`, `syncThreshold`), and
+    /// the server hands a client's request to a random member of the queue
+    /// group, local or across a route (client.go `processMsgResults`,
+    /// `selectQSub`): two gets in a row may be answered by replicas that hold
+    /// different tails, and a lagging one answers "no message" for one the
+    /// leader holds. A position computed from such reads can be wrong (a new
+    /// durable started one message early: processed from both streams).
+    /// Positions, the journal and verify read the leader
+    /// (`$JS.API.STREAM.MSG.GET`) on replicated streams.
+    pub fn exact_direct_gets(&self) -> bool {
+        self.allow_direct && self.num_replicas <= 1
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct StreamState {

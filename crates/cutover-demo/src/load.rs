@@ -84,7 +84,9 @@ struct Shared {
     redelivered: Mutex<std::collections::HashSet<u64>>,
     /// The stream each id was first processed from, and the ids processed
     /// from two streams (the old one and the new one: a move's duplicate).
-    first_stream: Mutex<HashMap<u64, String>>,
+    first_stream: Mutex<HashMap<u64, Delivery>>,
+    /// Each processing of an id after its first: where both came from.
+    duplicate_details: Mutex<Vec<String>>,
     /// For each id, how many messages had been processed when it was first.
     first_index: Mutex<HashMap<u64, u64>>,
     across: Mutex<std::collections::HashSet<u64>>,
@@ -150,6 +152,11 @@ pub struct LoadReport {
     /// forgot (processed just before the kill) from any other.
     #[serde(skip)]
     pub duplicated_first_processed: Vec<(u64, u64)>,
+    /// For each processing of a message after its first, where both came
+    /// from (stream, consumer, stream sequence, delivery count, time): what a
+    /// failing test prints to tell a redelivery from a move's duplicate.
+    #[serde(skip)]
+    pub duplicate_details: Vec<String>,
     /// Processed but never acknowledged to the publisher.
     pub extra: Vec<u64>,
     pub publish_failures: u64,
@@ -463,6 +470,7 @@ impl Load {
             redelivered,
             duplicated_across_streams,
             duplicated_first_processed,
+            duplicate_details: s.duplicate_details.lock().unwrap().clone(),
             published: published.len() as u64,
             processed_unique: processed.len() as u64,
             processed_total: processed.values().map(|n| *n as u64).sum(),
@@ -681,10 +689,28 @@ impl Shared {
                 self.redelivered.lock().unwrap().insert(id);
             }
             if let Ok(i) = m.info() {
+                let this = Delivery {
+                    stream: i.stream.to_string(),
+                    consumer: i.consumer.to_string(),
+                    stream_seq: i.stream_sequence,
+                    delivered: i.delivered as u64,
+                    at_ms: now_ms(),
+                };
                 let mut first = self.first_stream.lock().unwrap();
-                let f = first.entry(id).or_insert_with(|| i.stream.to_string());
-                if f != i.stream {
-                    self.across.lock().unwrap().insert(id);
+                match first.get(&id) {
+                    None => {
+                        first.insert(id, this);
+                    }
+                    Some(f) => {
+                        if f.stream != this.stream {
+                            self.across.lock().unwrap().insert(id);
+                        }
+                        let line = format!(
+                            "id {id}: first {f}, again {this} ({} ms later)",
+                            this.at_ms.saturating_sub(f.at_ms)
+                        );
+                        self.duplicate_details.lock().unwrap().push(line);
+                    }
                 }
             }
         }
@@ -698,12 +724,32 @@ impl Shared {
             }
         }
         *last = Some(now);
-        let wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64() * 1000.0)
-            .unwrap_or(0.0);
-        self.processed_at.lock().unwrap().push(wall);
+        self.processed_at.lock().unwrap().push(now_ms() as f64);
     }
+}
+
+/// One processing of a message: where it came from, and when.
+struct Delivery {
+    stream: String,
+    consumer: String,
+    stream_seq: u64,
+    delivered: u64,
+    at_ms: u64,
+}
+
+impl std::fmt::Display for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self { stream, consumer, stream_seq, delivered, at_ms } = self;
+        write!(f, "from {stream}/{consumer} seq {stream_seq} delivery {delivered} at {at_ms}")
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Samples the published and processed counts every 100 ms, for the timeline.

@@ -27,6 +27,8 @@ pub struct StoredMsg {
     pub subject: String,
     pub headers: Vec<(String, String)>,
     pub payload: Bytes,
+    /// When the server stored it (RFC 3339), where the answer says.
+    pub time: Option<String>,
 }
 
 impl StoredMsg {
@@ -68,9 +70,11 @@ pub enum Via {
 }
 
 impl Via {
-    /// Direct get where the stream allows it (`allow_direct`).
-    pub fn direct_if(allow_direct: bool) -> Self {
-        if allow_direct {
+    /// Direct get where it reads exactly: pass
+    /// [`cutover_core::model::StreamConfig::exact_direct_gets`] (R1 streams
+    /// that allow it), never `allow_direct` alone.
+    pub fn direct_if(exact: bool) -> Self {
+        if exact {
             Via::Direct
         } else {
             Via::Leader
@@ -195,6 +199,12 @@ impl Js {
         Js { fence: Some(fence), ..self.clone() }
     }
 
+    /// The same client without a fence: for reads the fence itself may
+    /// need (the lease).
+    pub fn unfenced(&self) -> Js {
+        Js { fence: None, ..self.clone() }
+    }
+
     /// How long one request waits for its answer.
     pub fn timeout(&self) -> Duration {
         self.timeout
@@ -258,6 +268,7 @@ impl Js {
         } else {
             Bytes::from(serde_json::to_vec(body).expect("json"))
         };
+        let info = subject.starts_with("STREAM.INFO.") || subject.starts_with("CONSUMER.INFO.");
         let subject = format!("{}.{}", self.prefix, subject);
         let req = async_nats::Request::new().payload(payload).timeout(Some(self.timeout));
         let msg = self.send(what, subject, req).await?;
@@ -272,6 +283,13 @@ impl Js {
                     .and_then(Value::as_str)
                     .unwrap_or("unknown error")
                     .to_string(),
+            });
+        }
+        if info && stale_leader(&v) {
+            return Err(Error::Api {
+                what: what.into(),
+                code: ApiErrorCode::CLUSTER_NOT_AVAILABLE,
+                description: format!("answered by a replica that knows no leader, or by a leader that has not heard from its replicas for {} s (cut off from them, or back from a partition): its state may be stale", STALE_LEADER.as_secs()),
             });
         }
         Ok(v)
@@ -577,7 +595,12 @@ impl Js {
         let mut first: Option<u64> = None;
         for f in filters {
             if let Some(m) = self
-                .next_matching(&origin.config.name, after + 1, &f, origin.config.allow_direct)
+                .next_matching(
+                    &origin.config.name,
+                    after + 1,
+                    &f,
+                    origin.config.exact_direct_gets(),
+                )
                 .await?
             {
                 first = Some(first.map_or(m.seq, |x| x.min(m.seq)));
@@ -595,6 +618,13 @@ impl Js {
     ) -> Result<Option<StoredMsg>> {
         self.gets.fetch_add(1, Ordering::Relaxed);
         self.get_with(stream, json!({ "start_time": time }), direct).await
+    }
+
+    /// The last message of `stream` on `subject`, read from the stream's
+    /// leader (tried again through elections, as every API request).
+    pub async fn last_on_subject(&self, stream: &str, subject: &str) -> Result<Option<StoredMsg>> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.get_with(stream, json!({ "last_by_subj": subject }), false).await
     }
 
     /// The last message of the stream.
@@ -642,7 +672,11 @@ impl Js {
                     reason: "direct get answer has no Nats-Sequence header".into(),
                 });
             };
-            return Ok(Some(StoredMsg { seq, subject, headers, payload: msg.payload }));
+            let time = headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("Nats-Time-Stamp"))
+                .map(|(_, v)| v.clone());
+            return Ok(Some(StoredMsg { seq, subject, headers, payload: msg.payload, time }));
         }
         match self.api(&what, &format!("STREAM.MSG.GET.{stream}"), &req).await {
             Err(e) if e.api_code() == Some(ApiErrorCode::NO_MESSAGE_FOUND) => Ok(None),
@@ -662,10 +696,43 @@ impl Js {
                     subject: m["subject"].as_str().unwrap_or_default().to_string(),
                     headers,
                     payload: Bytes::from(payload),
+                    time: m["time"].as_str().map(String::from),
                 }))
             }
         }
     }
+}
+
+/// How long a leader may go without hearing from a quorum of its replicas
+/// before its answers are taken as stale (see [`stale_leader`]).
+const STALE_LEADER: Duration = Duration::from_secs(5);
+
+/// Whether an INFO answer may come from a stale replica: from a member of a
+/// replicated stream's group that knows no leader, or from a leader that has
+/// not heard from a quorum of its replicas for [`STALE_LEADER`].
+/// - A member that knows no leader answers stream info from its own replica
+///   (nats-server jetstream_api.go `jsStreamInfoRequest`: "only the stream
+///   leader should answer" unless `isGroupLeaderless`): a node back from a
+///   partition does until it hears from the leader. Seen right after a heal:
+///   stream info saying A ended at 830 of 3,937 messages (verify then
+///   reported 2,786 "extra"); the first answer wins.
+/// - A leader cut off from its replicas keeps answering as leader until it
+///   notices (raft.go: the `lostQuorum` check runs every 10 s and steps down
+///   after 10 s without a quorum). `active` is how long ago it last heard
+///   from a replica (jetstream_cluster.go `clusterInfo`); a live leader
+///   hears from each at least every heartbeat (1 s).
+///
+/// Such an answer is tried again (transient): the group's leader answers too.
+fn stale_leader(v: &Value) -> bool {
+    let Some(replicas) = v["cluster"]["replicas"].as_array() else { return false };
+    if v["cluster"]["leader"].as_str().is_none_or(str::is_empty) {
+        return !replicas.is_empty();
+    }
+    let size = replicas.len() + 1;
+    let quorum = size / 2 + 1;
+    let fresh =
+        |r: &&Value| r["active"].as_u64().is_some_and(|ns| ns < STALE_LEADER.as_nanos() as u64);
+    1 + replicas.iter().filter(fresh).count() < quorum
 }
 
 /// A failure a cluster shows while it elects a leader.
@@ -689,6 +756,28 @@ pub(crate) fn request_error(what: &str, e: async_nats::RequestError) -> Error {
 #[cfg(test)]
 mod tests {
     use super::stream_of;
+
+    #[test]
+    fn a_leader_that_heard_from_no_quorum_answers_stale() {
+        use serde_json::json;
+        let info = |actives: &[u64]| {
+            let replicas: Vec<_> = actives
+                .iter()
+                .map(|a| json!({"name": "n", "current": true, "active": a}))
+                .collect();
+            json!({"cluster": {"leader": "n0", "replicas": replicas}})
+        };
+        let (ms, s) = (1_000_000u64, 1_000_000_000u64);
+        assert!(!super::stale_leader(&info(&[20 * ms, 300 * ms])), "live R3");
+        assert!(!super::stale_leader(&info(&[20 * ms, 60 * s])), "R3, one replica down");
+        assert!(super::stale_leader(&info(&[7 * s, 8 * s])), "R3 leader cut off");
+        assert!(super::stale_leader(&info(&[9 * s, 7 * s, 20 * ms, 8 * s])), "R5, 1 of 4 heard");
+        assert!(!super::stale_leader(&info(&[9 * s, 7 * s, 20 * ms, 8 * ms])), "R5, 2 of 4");
+        assert!(!super::stale_leader(&json!({"config": {}})), "not clustered");
+        assert!(!super::stale_leader(&info(&[])), "R1");
+        let leaderless = json!({"cluster": {"replicas": [{"name": "n1", "active": 0}]}});
+        assert!(super::stale_leader(&leaderless), "a member that knows no leader");
+    }
 
     #[test]
     fn requests_are_routed_by_the_stream_they_name() {

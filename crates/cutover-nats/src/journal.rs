@@ -209,7 +209,7 @@ impl JournalStore {
             jerr(&format!("journal {id} is unreadable ({err})"), "remove it with `nats-cutover forget` or `nats kv del CUTOVER m.<id>` only if you know the migration's state")
         };
         let key = journal_key(id);
-        let e = self.kv.entry(&key).await.map_err(|e| jerr("cannot read the journal", e))?;
+        let e = self.entry(&key, "cannot read the journal").await?;
         let Some(e) = e.filter(|e| e.operation == kv::Operation::Put) else { return Ok(None) };
         let head: serde_json::Value =
             serde_json::from_slice(&e.value).map_err(|err| unreadable(err.to_string()))?;
@@ -239,8 +239,8 @@ impl JournalStore {
         let reads: Vec<_> = names
             .into_iter()
             .map(|n| {
-                let (k, kv) = (consumer_key(id, &n), self.kv.clone());
-                async move { (n, kv.entry(&k).await, k) }
+                let k = consumer_key(id, &n);
+                async move { (n, self.entry(&k, "cannot read the journal").await, k) }
             })
             .collect();
         let reads =
@@ -248,8 +248,7 @@ impl JournalStore {
         let mut records = HashMap::new();
         let mut known = vec![(key, Known { value: Some(e.value), revision: e.revision })];
         for (name, entry, k) in reads {
-            let entry = entry.map_err(|e| jerr("cannot read the journal", e))?;
-            let Some(en) = entry.filter(|e| e.operation == kv::Operation::Put) else { continue };
+            let Some(en) = entry?.filter(|e| e.operation == kv::Operation::Put) else { continue };
             let r: ConsumerRecord =
                 serde_json::from_slice(&en.value).map_err(|err| unreadable(err.to_string()))?;
             records.insert(name, r);
@@ -263,8 +262,7 @@ impl JournalStore {
     /// The phase in migration `id`'s journal head alone (a thousand
     /// consumer records are not read); `None` without a journal.
     pub async fn phase(&self, id: &str) -> Result<Option<cj::Phase>> {
-        let e =
-            self.kv.entry(journal_key(id)).await.map_err(|e| jerr("cannot read the journal", e))?;
+        let e = self.entry(&journal_key(id), "cannot read the journal").await?;
         let Some(e) = e.filter(|e| e.operation == kv::Operation::Put) else { return Ok(None) };
         let head: serde_json::Value = serde_json::from_slice(&e.value)
             .map_err(|err| jerr(&format!("journal {id} is unreadable"), err))?;
@@ -356,7 +354,7 @@ impl JournalStore {
     /// e.g. across a server restart), else [`Error::Leased`] naming the
     /// lease's holder.
     async fn written_by_us(&self, id: &str, key: &str, value: &Bytes) -> Result<u64> {
-        let now = self.kv.entry(key).await.map_err(|e| jerr("cannot read the journal", e))?;
+        let now = self.entry(key, "cannot read the journal").await?;
         if let Some(en) = now.filter(|en| en.operation == kv::Operation::Put && en.value == *value)
         {
             return Ok(en.revision);
@@ -393,7 +391,7 @@ impl JournalStore {
         let mut out = vec![];
         for k in self.keys_under("lease.").await? {
             let Some(stream) = k.strip_prefix("lease.") else { continue };
-            let entry = self.kv.entry(&k).await.map_err(|e| jerr("cannot read a lease", e))?;
+            let entry = self.entry(&k, "cannot read a lease").await?;
             let Some(en) = entry.filter(|e| e.operation == kv::Operation::Put) else { continue };
             if let Ok(r) = serde_json::from_slice::<LeaseRecord>(&en.value) {
                 out.push(LeaseInfo {
@@ -425,7 +423,7 @@ impl JournalStore {
     /// on its revision: a runner that renewed it meanwhile keeps it).
     pub async fn delete_lease(&self, stream: &str) -> Result<()> {
         let key = lease_key(stream);
-        if let Some(en) = self.kv.entry(&key).await.map_err(|e| jerr("cannot read a lease", e))? {
+        if let Some(en) = self.entry(&key, "cannot read a lease").await? {
             self.kv
                 .delete_expect_revision(&key, Some(en.revision))
                 .await
@@ -456,11 +454,7 @@ impl JournalStore {
 
     /// Whether the operator's go-ahead for migration `id` is there.
     pub async fn proceed_asked(&self, id: &str) -> Result<bool> {
-        let e = self
-            .kv
-            .entry(cj::proceed_key(id))
-            .await
-            .map_err(|e| jerr("cannot read the go-ahead", e))?;
+        let e = self.entry(&cj::proceed_key(id), "cannot read the go-ahead").await?;
         Ok(e.is_some_and(|e| e.operation == kv::Operation::Put))
     }
 
@@ -483,13 +477,49 @@ impl JournalStore {
     }
 
     pub async fn route(&self, from: &str, consumer: &str) -> Result<Option<Route>> {
-        let e = self
-            .kv
-            .entry(route_key(from, consumer))
-            .await
-            .map_err(|e| jerr("cannot read the route", e))?;
+        let e = self.entry(&route_key(from, consumer), "cannot read the route").await?;
         Ok(e.filter(|e| e.operation == kv::Operation::Put)
             .and_then(|e| serde_json::from_slice(&e.value).ok()))
+    }
+
+    /// `key`'s latest entry, read from the bucket stream's leader
+    /// (`$JS.API.STREAM.MSG.GET`), never by direct get: on a replicated
+    /// bucket a direct get may be answered by a replica that lags (see
+    /// `StreamConfig::exact_direct_gets`), and a journal, lease or route read
+    /// from one is a step back in time. Seen after a partition healed: a
+    /// finished migration read as `caught_up`, a moved consumer as waiting.
+    pub async fn entry(&self, key: &str, what: &str) -> Result<Option<kv::Entry>> {
+        let subject = format!("{}{key}", self.kv.prefix);
+        let stream = format!("KV_{BUCKET}");
+        let read = self.js.unfenced().last_on_subject(&stream, &subject).await;
+        let Some(m) = read.map_err(|e| match e {
+            // Named as it is (exit code, the subject to grant).
+            Error::PermissionDenied { .. } => e,
+            e => jerr(what, e),
+        })?
+        else {
+            return Ok(None);
+        };
+        // As async-nats reads it (kv `kv_operation_from_stream_message`): the
+        // KV-Operation header, else a delete marker's reason, else a put.
+        let operation = match (m.header("KV-Operation"), m.header("Nats-Marker-Reason")) {
+            (Some(op), _) => op.parse().unwrap_or(kv::Operation::Put),
+            (None, Some("Remove")) => kv::Operation::Delete,
+            (None, Some(_)) => kv::Operation::Purge,
+            (None, None) => kv::Operation::Put,
+        };
+        let rfc3339 = time::format_description::well_known::Rfc3339;
+        let created = m.time.as_deref().and_then(|t| time::OffsetDateTime::parse(t, &rfc3339).ok());
+        Ok(Some(kv::Entry {
+            bucket: BUCKET.into(),
+            key: key.into(),
+            value: m.payload,
+            revision: m.seq,
+            delta: 0,
+            created: created.ok_or_else(|| jerr(what, "the entry has no time"))?,
+            operation,
+            seen_current: false,
+        }))
     }
 
     pub fn kv(&self) -> &kv::Store {
@@ -546,7 +576,7 @@ impl JournalStore {
         let mut out = vec![];
         for subject in subjects.keys() {
             let Some(k) = subject.strip_prefix(&kv_prefix) else { continue };
-            let entry = self.kv.entry(k).await.map_err(|e| jerr("cannot read an instance", e))?;
+            let entry = self.entry(k, "cannot read an instance").await?;
             let Some(en) = entry.filter(|e| e.operation == kv::Operation::Put) else { continue };
             let Ok(record) = serde_json::from_slice::<InstanceRecord>(&en.value) else { continue };
             let written_ms = (en.created.unix_timestamp_nanos() / 1_000_000) as u64;
@@ -640,7 +670,7 @@ impl Lease {
         let revision = match kvs.create(&key, value.clone()).await {
             Ok(rev) => rev,
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                let entry = kvs.entry(&key).await.map_err(|e| jerr("cannot read the lease", e))?;
+                let entry = store.entry(&key, "cannot read the lease").await?;
                 match entry {
                     Some(en) => {
                         let cur: Option<LeaseRecord> = serde_json::from_slice(&en.value).ok();
@@ -672,23 +702,53 @@ impl Lease {
     }
 
     /// Renews when a third of the lease has passed. A failed compare-and-set
-    /// means another runner took over: stop.
+    /// means another runner took over: stop. A renewal that fails otherwise
+    /// (the bucket electing a leader: no responders, a timeout) is tried
+    /// again while a third of the lease is left; a write that was applied
+    /// though its answer was lost is recognised by its value.
     pub async fn renew_if_due(&mut self, store: &JournalStore) -> Result<()> {
         if self.renewed.elapsed() < self.ttl / 3 {
             return Ok(());
         }
         self.record.expires_ms = now_ms() + self.ttl.as_millis() as u64;
         let value = Bytes::from(serde_json::to_vec(&self.record).unwrap());
-        self.revision = store.kv().update(&self.key, value, self.revision).await.map_err(|e| {
-            match e.kind() {
-                kv::UpdateErrorKind::WrongLastRevision => Error::Leased {
-                    id: self.record.migration.clone(),
-                    holder: "another runner (our lease lapsed and was taken)".into(),
-                    until: "it finishes".into(),
-                },
-                _ => jerr("cannot renew the lease", e),
+        let mut backoff = Duration::from_millis(50);
+        let mut unanswered = false;
+        loop {
+            let e = match store.kv().update(&self.key, value.clone(), self.revision).await {
+                Ok(revision) => {
+                    self.revision = revision;
+                    break;
+                }
+                Err(e) => e,
+            };
+            if e.kind() == kv::UpdateErrorKind::WrongLastRevision {
+                let ours = match unanswered {
+                    true => store.entry(&self.key, "cannot read the lease").await?,
+                    false => None,
+                };
+                match ours.filter(|en| en.operation == kv::Operation::Put && en.value == value) {
+                    Some(en) => {
+                        self.revision = en.revision;
+                        break;
+                    }
+                    None => {
+                        return Err(Error::Leased {
+                            id: self.record.migration.clone(),
+                            holder: "another runner (our lease lapsed and was taken)".into(),
+                            until: "it finishes".into(),
+                        })
+                    }
+                }
             }
-        })?;
+            if self.renewed.elapsed() + backoff > self.ttl * 2 / 3 {
+                return Err(jerr("cannot renew the lease", e));
+            }
+            tracing::debug!("renewing the lease: {e}; trying again in {backoff:?}");
+            unanswered = true;
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
         self.renewed = Instant::now();
         Ok(())
     }

@@ -93,7 +93,7 @@ pub async fn verify(
     keeps_acked(&j, &a, &b)?;
     let first_n = opts.first_n.max(1);
     let mut facts = facts_of(&j, &a, &b, opts);
-    let b_direct_get = b.config.allow_direct;
+    let b_direct_get = b.config.exact_direct_gets();
     let origins = Origins::of_journal(&j, &a);
     // Direct publishes a retry could have duplicated: their id hashes, first.
     let slip = slip_window(js, &j, &b, origins, opts, progress).await?;
@@ -455,6 +455,8 @@ async fn evicted_by_b(
 ) -> Result<Vec<RoaringTreemap>> {
     let (from, to) = (a.config.name.as_str(), b.config.name.as_str());
     let bc = &b.config;
+    let (a_via, b_via) =
+        (Via::direct_if(a.config.exact_direct_gets()), Via::direct_if(bc.exact_direct_gets()));
     let per_subject = bc.max_msgs_per_subject > 0;
     let front = bc.max_msgs > 0 || bc.max_bytes > 0 || bc.max_age > 0;
     let mut out = vec![RoaringTreemap::new(); candidates.len()];
@@ -468,10 +470,8 @@ async fn evicted_by_b(
             None => None,
         })
     };
-    let b_first = oldest_origin(
-        js.get_msg(to, b.state.first_seq, Lookup::AtOrAfter, Via::direct_if(bc.allow_direct))
-            .await?,
-    )?;
+    let b_first =
+        oldest_origin(js.get_msg(to, b.state.first_seq, Lookup::AtOrAfter, b_via).await?)?;
     let mut by_subject: std::collections::HashMap<String, Option<u64>> = Default::default();
     let mut checked = 0u64;
     for (i, lost) in candidates.iter().enumerate() {
@@ -487,11 +487,7 @@ async fn evicted_by_b(
             if !per_subject {
                 continue;
             }
-            let Some(m) =
-                js.get_msg(from, s, Lookup::Exact, Via::direct_if(a.config.allow_direct)).await?
-            else {
-                continue;
-            };
+            let Some(m) = js.get_msg(from, s, Lookup::Exact, a_via).await? else { continue };
             if !by_subject.contains_key(&m.subject) {
                 // B full on this subject: its oldest message there, else none.
                 let info = js
@@ -503,9 +499,9 @@ async fn evicted_by_b(
                     .await?;
                 let held = info["state"]["subjects"][&m.subject].as_i64().unwrap_or(0);
                 let oldest = if held >= bc.max_msgs_per_subject {
+                    let direct = b_via == Via::Direct;
                     oldest_origin(
-                        js.next_matching(to, b.state.first_seq, &m.subject, bc.allow_direct)
-                            .await?,
+                        js.next_matching(to, b.state.first_seq, &m.subject, direct).await?,
                     )?
                 } else {
                     None
@@ -645,7 +641,10 @@ where
             break Ok(());
         }
         n += 1;
-        if !each(&next, seq, ts_ms) || seq >= last || pending == 0 {
+        if !each(&next, seq, ts_ms) || seq >= last {
+            break Ok(());
+        }
+        if pending == 0 && !more_selected(js, stream, seq, last, filters).await? {
             break Ok(());
         }
     };
@@ -654,6 +653,30 @@ where
     // so verify leaves nothing behind.
     let _ = js.consumer_delete(stream, &name).await;
     result.map(|_| n)
+}
+
+/// Whether `stream`'s leader holds a message after `seq`, up to `last`, that
+/// `filters` select (all messages when there are none): asked when a read's
+/// ordered consumer has nothing pending. That consumer is R1 on any replica
+/// of the stream (server jetstream_cluster.go `createGroupForConsumer`
+/// shuffles the peers), and its pending count is what that replica holds:
+/// one back from a partition trails the leader. Seen before this check: the
+/// last message B stored was not read (one message fewer checked than were
+/// published). A read ends only when the leader holds nothing more.
+async fn more_selected(
+    js: &Js,
+    stream: &str,
+    seq: u64,
+    last: u64,
+    filters: &[String],
+) -> Result<bool> {
+    let all = [">".to_string()];
+    for f in if filters.is_empty() { &all[..] } else { filters } {
+        if js.next_matching(stream, seq + 1, f, false).await?.is_some_and(|m| m.seq <= last) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// How A is read: on a task of its own beside B, and again afterwards for
@@ -836,7 +859,7 @@ async fn first_direct(
     b: &StreamInfo,
     origins: Origins,
 ) -> Result<Option<u64>> {
-    let direct = b.config.allow_direct;
+    let direct = b.config.exact_direct_gets();
     let Some(last) = js.last_msg(&j.to, direct).await? else { return Ok(None) };
     if !origins.is_direct(&last) {
         return Ok(None);
@@ -932,7 +955,7 @@ async fn enrich(
     b: &StreamInfo,
     origins: Origins,
 ) -> Result<()> {
-    let (a_direct, b_direct) = (a.config.allow_direct, b.config.allow_direct);
+    let (a_direct, b_direct) = (a.config.exact_direct_gets(), b.config.exact_direct_gets());
     let (b_first, b_last) = (b.state.first_seq, b.state.last_seq);
     let (from, to) = (r.from.clone(), r.to.clone());
     for o in r.offenders.iter_mut() {

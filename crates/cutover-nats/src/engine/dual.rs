@@ -85,7 +85,7 @@ pub(crate) async fn publishers(
     let mut out = vec![];
     for subject in subjects.keys() {
         let Some(k) = subject.strip_prefix(&kv_prefix) else { continue };
-        let entry = store.kv().entry(k).await.map_err(|e| kv_err("read a publisher", e))?;
+        let entry = store.entry(k, "cannot read a publisher").await?;
         let Some(en) = entry.filter(|e| e.operation == kv::Operation::Put) else { continue };
         let Ok(record) = serde_json::from_slice::<PublisherRegistration>(&en.value) else {
             continue;

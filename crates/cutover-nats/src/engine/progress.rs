@@ -33,7 +33,7 @@ pub async fn source_progress(js: &Js, b: &str, origin: &str) -> Result<SourcePro
     let sourced = if b_info.state.messages == 0 {
         None
     } else {
-        match js.last_msg(b, b_info.config.allow_direct).await? {
+        match js.last_msg(b, b_info.config.exact_direct_gets()).await? {
             Some(m) => m.origin_seq(origin)?,
             None => None,
         }
@@ -75,7 +75,7 @@ async fn mirror_progress(
     let caught_up = b_last >= a_last
         || a_info.state.messages == 0
         || js
-            .next_matching(&a_info.config.name, b_last + 1, ">", a_info.config.allow_direct)
+            .next_matching(&a_info.config.name, b_last + 1, ">", a_info.config.exact_direct_gets())
             .await?
             .is_none();
     Ok(SourceProgress {

@@ -328,7 +328,7 @@ impl Undo<'_> {
     /// resume after their origin sequence (consumer reset, 2.14+).
     async fn reset_old_past(&self, j: &Journal, c: &ConsumerProgress, f_b: u64) -> Result<()> {
         let (_, b) = self.js.stream_info(&j.to).await?;
-        let via = Via::direct_if(b.config.allow_direct);
+        let via = Via::direct_if(b.config.exact_direct_gets());
         let origin = if j.plan.strategy == Strategy::Mirror {
             // A mirror has A's sequences.
             Some(f_b)

@@ -668,7 +668,7 @@ async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     let (_, a) = ctx.js.stream_info(from).await?;
     let since = time::OffsetDateTime::now_utc() - nanos(want);
     let since = since.format(&time::format_description::well_known::Rfc3339).expect("format");
-    let first_recent = ctx.js.first_since(from, &since, a.config.allow_direct).await?;
+    let first_recent = ctx.js.first_since(from, &since, a.config.exact_direct_gets()).await?;
     // B must hold A's messages before `first_recent` (all of A's if none is recent).
     let need = first_recent.map(|m| m.seq.saturating_sub(1)).unwrap_or(a.state.last_seq);
     let mut stall = Stall::new(ctx.opts.stall_timeout);
@@ -1314,13 +1314,13 @@ pub async fn translate_once(js: &Js, from: &str, to: &str, f: u64) -> Result<Opt
         // A has nothing between what the mirror holds and F).
         let held = b.state.last_seq >= f
             || js
-                .next_matching(from, b.state.last_seq + 1, ">", a.config.allow_direct)
+                .next_matching(from, b.state.last_seq + 1, ">", a.config.exact_direct_gets())
                 .await?
                 .is_none_or(|m| m.seq > f);
         return Ok(held.then_some((f + 1, 0)));
     }
     let b_source = b.config.sources.iter().find(|s| s.name == from).cloned();
-    let direct = b.config.allow_direct;
+    let direct = b.config.exact_direct_gets();
     let last = if b.state.messages == 0 { None } else { js.last_msg(to, direct).await? };
     let last_origin = match &last {
         Some(m) => Some(m.origin_seq(from)?.ok_or_else(|| Error::Unsafe(format!("message {} of {to} did not come from {from}: translation needs every message of {to} to be sourced from {from}", m.seq)))?),

@@ -35,7 +35,10 @@ async fn three_node_cluster_serves_a_replicated_stream() {
 
 /// The whole live cut-over on a 3-node cluster with replicated (R3) streams and
 /// consumers: their state comes from replicated stores, which is why the settle
-/// rule asks for two agreeing reads.
+/// rule asks for two agreeing reads. Streams that allow direct gets are read
+/// by their leader all the same (a follower may answer a direct get from a
+/// tail it has not caught up: `StreamConfig::exact_direct_gets`): no direct
+/// get of a replicated stream is sent, by the run, verify or the workload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn live_cutover_on_a_three_node_cluster_with_r3_streams() {
     use crate::run::{assert_exact, finish_after, load_cfg, request, until_processed};
@@ -47,10 +50,15 @@ async fn live_cutover_on_a_three_node_cluster_with_r3_streams() {
     let client = async_nats::connect(urls).await.unwrap();
     let js = Js::new(client.clone(), Duration::from_secs(5));
     wait_until("an R3 stream to be created", Duration::from_secs(30), || async {
-        js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "duplicate_window": 120_000_000_000i64})).await.is_ok()
+        js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "duplicate_window": 120_000_000_000i64, "allow_direct": true})).await.is_ok()
     })
     .await;
     js.consumer_create("ORDERS", "worker", &json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000}), Action::Create).await.unwrap();
+    // Every direct get this client sends (the run, verify and the workload
+    // share it), up to the end marker published last.
+    use futures::StreamExt;
+    let mut direct = client.subscribe("$JS.API.DIRECT.GET.>").await.unwrap();
+    client.flush().await.unwrap();
     let load = Load::start(client.clone(), load_cfg(500, 20_000)).await;
     until_processed(&load, 300).await;
     let plan =
@@ -69,6 +77,16 @@ async fn live_cutover_on_a_three_node_cluster_with_r3_streams() {
     crate::run::assert_verified(&js, &j.id).await;
     let (_, b) = js.stream_info("ORDERS_V2").await.unwrap();
     assert_eq!(b.config.num_replicas, 3);
+    assert!(b.config.allow_direct, "B keeps A's allow_direct");
+    client.publish("$JS.API.DIRECT.GET.END-MARKER", "".into()).await.unwrap();
+    let mut sent = vec![];
+    while let Some(m) = direct.next().await {
+        if m.subject.as_str().ends_with("END-MARKER") {
+            break;
+        }
+        sent.push(m.subject.to_string());
+    }
+    assert!(sent.is_empty(), "direct gets of replicated streams: {sent:?}");
     // The journal, lease and routes are as available as B: R3, not R1.
     let (_, journal) = js.stream_info("KV_CUTOVER").await.unwrap();
     assert_eq!(journal.config.num_replicas, 3, "the journal bucket follows B's replicas");
@@ -275,17 +293,19 @@ async fn leaders_killed_during_the_cutover_lose_nothing() {
     assert!(r.lost.is_empty(), "lost: {:?}", r.lost);
     assert_eq!(r.publish_failures, 0);
     // A killed consumer leader forgets acks not yet replicated, and its
-    // successor delivers those messages again; once in a few runs one such
-    // message came again from B's durable (from both streams), its cause not
-    // established (docs/reliability.md). Accepted only for a message first
-    // processed around a kill; any other one processed twice fails.
+    // successor delivers those messages again, from the same durable:
+    // accepted only for a message first processed around a kill. None may
+    // come from both streams (once in 11 runs one did, before positions were
+    // read from leaders only: docs/reliability.md).
     let near_kill = |first: u64| killed_at.iter().any(|k| first.abs_diff(*k) <= FORGOTTEN);
     let far: Vec<_> =
         r.duplicated_first_processed.iter().filter(|(_, first)| !near_kill(*first)).collect();
     assert!(far.is_empty(), "processed twice, not around a kill at {killed_at:?}: {far:?}");
-    if !r.duplicated_across_streams.is_empty() {
-        eprintln!("FROM BOTH STREAMS around a kill: {:?}", r.duplicated_across_streams);
-    }
+    assert!(
+        r.duplicated_across_streams.is_empty(),
+        "processed from both streams: {:#?}",
+        r.duplicate_details
+    );
     // After leader kills verify's ordered read of B can get nothing while a
     // replica catches up (seen once in the full suite: "nothing delivered for
     // 30s"): a read that fails is run again (bounded); a verify that reads
@@ -374,7 +394,8 @@ fn cluster_routes(cluster: &Cluster) -> Vec<String> {
 /// running, so clients connected to it meet a JetStream without quorum. The
 /// runner is run again until done (a run connected to the cut-off node
 /// fails); then the routes come back. None lost; a message processed twice
-/// only around the partition; verify holds.
+/// only around the partition, from one stream; verify holds at its first
+/// read after the heal and checks exactly what was published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_partitioned_during_the_cutover_loses_nothing() {
     use crate::chaos::{Requests, Runner, FORGOTTEN};
@@ -449,35 +470,42 @@ async fn a_node_partitioned_during_the_cutover_loses_nothing() {
         .iter()
         .filter(|(_, first)| first.abs_diff(cut_at) > FORGOTTEN)
         .collect();
-    assert!(far.is_empty(), "processed twice, not around the cut at {cut_at}: {far:?}");
-    // Right after the heal, verify can fail to read (B's ordered read gets
-    // nothing, "temporarily unavailable") or report what a replica that has
-    // not caught up shows (seen once: 1869 "extra"), though the workload's
-    // records are exact: it is run again until it holds, and every earlier
-    // outcome is printed (docs/reliability.md).
+    if !far.is_empty() || !r.duplicated_across_streams.is_empty() {
+        for n in 0..=attempts.len() {
+            for e in Runner::events(&dir.0, n, "worker") {
+                eprintln!("runner {n}: {e}");
+            }
+        }
+        eprintln!("journal: {:#?}", j.consumers);
+    }
+    assert!(
+        far.is_empty() && r.duplicated_across_streams.is_empty(),
+        "processed twice, not around the cut at {cut_at} or from both streams: {far:?}; {:#?}",
+        r.duplicate_details
+    );
+    // Right after the heal the bucket and the streams may be electing
+    // leaders ("temporarily unavailable" past the requests' retries): a
+    // verify that cannot read is run again, and every failed read printed.
+    // One that reads must hold at once: positions and the journal come from
+    // leaders, and a read ends only when the leader holds nothing more, so a
+    // replica that has not caught up shows nothing (before, it did: a
+    // finished migration read as `caught_up`, 1,869 "extra", one message
+    // fewer checked than published; docs/reliability.md).
     let id = "ORDERS.ORDERS_V2";
     let mut failed = vec![];
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let v = loop {
-        let v = cutover_nats::verify::verify(&js, id, &Default::default(), &|_| {}).await;
-        match v {
-            Ok(v) if v.holds => break v,
-            _ if std::time::Instant::now() < deadline => {
-                failed
-                    .push(v.map(|v| format!("{:?}", v.summary)).unwrap_or_else(|e| e.to_string()));
+        match cutover_nats::verify::verify(&js, id, &Default::default(), &|_| {}).await {
+            Ok(v) => break v,
+            Err(e) if std::time::Instant::now() < deadline => {
+                failed.push(e.to_string());
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            v => panic!("verify after the heal: {v:?}; before: {failed:#?}"),
+            Err(e) => panic!("verify after the heal: {e}; before: {failed:#?}"),
         }
     };
-    eprintln!("verify did not hold {} times after the heal: {failed:#?}", failed.len());
-    // Open question (docs/reliability.md): once in 9 runs verify checked one
-    // message fewer than the workload published (7,260 of 7,261, after two
-    // undone commits) while the workload's own records were exact. Reported,
-    // not asserted, until explained; the other live tests assert equality.
+    eprintln!("verify could not read {} times after the heal: {failed:#?}", failed.len());
+    assert!(v.holds, "{:?} {:#?}; could not read before: {failed:#?}", v.summary, v.offenders);
     let checked = v.consumers[0].counts.checked;
-    if checked != r.published {
-        eprintln!("OPEN: verify checked {checked}, the workload published {}", r.published);
-    }
-    assert!(checked + 1 >= r.published, "verify checked {checked} of {}", r.published);
+    assert_eq!(checked, r.published, "verify checked {checked} of {}", r.published);
 }

@@ -362,7 +362,7 @@ async fn a_missing_permission_is_named_with_its_fix() {
             s(&["watch", "ORDERS_V2", "--consumer", "worker", "--count", "1"]),
             "$JS.API.CONSUMER.INFO.ORDERS_V2.worker",
         ),
-        ("status", s(&["status"]), "$JS.API.DIRECT.GET.KV_CUTOVER.>"),
+        ("status", s(&["status"]), "$JS.API.STREAM.MSG.GET.KV_CUTOVER"),
     ] {
         let (_, mut p, sub) = doc.iter().find(|p| p.0 == cmd).unwrap().clone();
         p.retain(|x| x != missing);
