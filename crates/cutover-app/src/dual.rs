@@ -61,6 +61,70 @@ impl Drop for DualPublisher {
     }
 }
 
+/// Applies the record's changes for as long as the publisher lives. A watch
+/// ends when the server restarts or the connection drops (as the route
+/// follower's, `follow::follow`): it is set up again and the record read
+/// again (a change may have been missed meanwhile), never abandoned. A
+/// publisher that stopped following would go on writing as the old record
+/// said and never acknowledge a new one; the runner would wait for it.
+async fn follow(
+    store: JournalStore,
+    key: String,
+    state: Arc<RwLock<Option<State>>>,
+    registration: Arc<Mutex<PublisherRegistration>>,
+    mut w: kv::Watch,
+    stats: Arc<async_nats::Statistics>,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    loop {
+        let connects = stats.connects.load(Relaxed);
+        loop {
+            let e = tokio::select! {
+                e = w.next() => e,
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                    if stats.connects.load(Relaxed) == connects { continue }
+                    break;
+                }
+            };
+            let Some(Ok(e)) = e else { break };
+            apply(&store, &state, &registration, parse(Some(e))).await;
+        }
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let Ok(nw) = store.kv().watch(&key).await else { continue };
+            let Ok(e) = store.entry(&key, "cannot read the dual-write state").await else {
+                continue;
+            };
+            apply(&store, &state, &registration, parse(e)).await;
+            w = nw;
+            break;
+        }
+    }
+}
+
+/// Takes `next` as what publishes follow (once every publish started before
+/// has finished) and acknowledges it in the registration.
+async fn apply(
+    store: &JournalStore,
+    state: &RwLock<Option<State>>,
+    registration: &Mutex<PublisherRegistration>,
+    next: Option<State>,
+) {
+    let mut w = state.write().await; // every earlier publish finished
+    if ack_of(&w) == ack_of(&next) {
+        return;
+    }
+    *w = next;
+    let ack = ack_of(&w);
+    drop(w);
+    let mut r = registration.lock().await;
+    r.ack = ack;
+    r.heartbeat_ms = now_ms();
+    if let Err(e) = put(store, &r).await {
+        tracing::warn!("publisher registration {}: {e}", r.instance);
+    }
+}
+
 fn parse(entry: Option<kv::Entry>) -> Option<State> {
     let e = entry.filter(|e| e.operation == Operation::Put)?;
     let record: PublisherRecord = serde_json::from_slice(&e.value).ok()?;
@@ -113,8 +177,8 @@ impl DualPublisher {
         let store = JournalStore::open(&js, IfMissing::Create).await?.expect("bucket");
         let key = publisher_key(from);
         // Watch first, then read: a change between the two is not missed.
-        let mut watch = store.kv().watch(&key).await?;
-        let first = parse(store.kv().entry(&key).await?);
+        let watch = store.kv().watch(&key).await?;
+        let first = parse(store.entry(&key, "cannot read the dual-write state").await?);
         let registration = PublisherRegistration {
             version: PUBLISHER_VERSION,
             instance: opts.id.clone(),
@@ -129,24 +193,7 @@ impl DualPublisher {
         let state = Arc::new(RwLock::new(first));
         let registration = Arc::new(Mutex::new(registration));
         let (st, reg, s) = (state.clone(), registration.clone(), store.clone());
-        let follow = tokio::spawn(async move {
-            while let Some(Ok(e)) = watch.next().await {
-                let next = parse(Some(e));
-                let mut w = st.write().await; // every earlier publish finished
-                if ack_of(&w) == ack_of(&next) {
-                    continue;
-                }
-                *w = next;
-                let ack = ack_of(&w);
-                drop(w);
-                let mut r = reg.lock().await;
-                r.ack = ack;
-                r.heartbeat_ms = now_ms();
-                if let Err(e) = put(&s, &r).await {
-                    tracing::warn!("publisher registration {}: {e}", r.instance);
-                }
-            }
-        });
+        let follow = tokio::spawn(follow(s, key, st, reg, watch, target.statistics()));
         let (reg, s, every) = (registration.clone(), store.clone(), opts.heartbeat);
         let heartbeat = tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);

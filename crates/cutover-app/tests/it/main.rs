@@ -123,3 +123,51 @@ async fn a_dead_claimers_id_is_taken_over_after_the_claim_timeout() {
     live.done("m-1").await.unwrap();
     assert_eq!(dead.claim("m-1").await.unwrap(), Claim::Done);
 }
+
+/// A dual-write publisher follows its record across a server restart: the
+/// restart ends its watch, which is set up again, so a record written after
+/// the restart is acknowledged in its registration (before, the publisher
+/// stopped following: it kept writing as the old record said, and a runner
+/// waited for an acknowledgement that never came).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dual_publisher_follows_its_record_across_a_server_restart() {
+    use cutover_app::dual::DualPublisher;
+    use cutover_app::instance::InstanceOptions;
+    use cutover_core::dual::{
+        publisher_instance_key, publisher_key, PublisherRecord, PublisherRegistration, Writes,
+        WritesAck, PUBLISHER_VERSION,
+    };
+    let mut s = NatsServer::start();
+    let (client, js) = connect(&s).await;
+    let opts = InstanceOptions::new("p1", "1.0");
+    let p = DualPublisher::start(client, "ORDERS", &opts, Duration::from_secs(5)).await.unwrap();
+    let store = JournalStore::open(&js, IfMissing::Create).await.unwrap().unwrap();
+    let registration = || async {
+        let e = store.entry(&publisher_instance_key("ORDERS", "p1"), "read").await.ok()??;
+        serde_json::from_slice::<PublisherRegistration>(&e.value).ok()
+    };
+    assert_eq!(registration().await.expect("registered").ack, None);
+    s.restart().unwrap();
+    let record = PublisherRecord {
+        version: PUBLISHER_VERSION,
+        migration: "ORDERS.ORDERS_V2".into(),
+        from: "ORDERS".into(),
+        to: "ORDERS_V2".into(),
+        writes: Writes::Dual,
+        subjects: vec![("orders.>".into(), "v2.>".into())],
+        updated_ms: 0,
+    };
+    let want = Some(WritesAck { migration: record.migration.clone(), writes: Writes::Dual });
+    let v = serde_json::to_vec(&record).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // Written once the restarted server takes writes again.
+    while store.kv().put(publisher_key("ORDERS"), v.clone().into()).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "the restarted server takes no writes");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    while registration().await.and_then(|r| r.ack) != want {
+        assert!(std::time::Instant::now() < deadline, "the record was not acknowledged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(p.writes().await, Writes::Dual);
+}
