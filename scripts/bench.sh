@@ -5,9 +5,9 @@
 # (target/bench/*.json). Benchmarks are never run by the test suite.
 #
 # Usage: scripts/bench.sh
-# Knobs (environment; on 2 cores shared with other builds, load 3-13, the
-# defaults took 26 min with nothing to rebuild, and 29 min 46 s with a 5 min
-# release rebuild of the benches; docs/benchmarks.md has each step's time):
+# Knobs (environment; the defaults took 27 min 14 s from a fresh clone on a
+# quiet 2-core machine, the 5 min 10 s cold release build included (crates
+# already downloaded); docs/benchmarks.md has each step's time):
 #   PROC_RATES=1000,5000,20000,max PROC_RUNS=3 PROC_SECONDS=4 PROC_ACK_WAIT_S=5
 #   TRANSLATE_SIZES=10000,1000000,10000000   VERIFY_N=1000000,10000000 VERIFY_ROUNDS=3
 #   MANY_COUNTS=1,100,1000 MANY_RUNS=3   SOURCING_STEP_S=4 SOURCING_PUBLISH=plain,async
