@@ -18,6 +18,7 @@
 //! let p = DualPublisher::start_across(src, dst, "ORDERS", &opts, horizon).await?;
 //! ```
 
+use crate::follow::{follow_key, Seen};
 use crate::instance::InstanceOptions;
 use crate::publisher::{PublishFailed, Published, Publisher};
 use async_nats::jetstream::kv::{self, Operation};
@@ -28,7 +29,6 @@ use cutover_core::dual::{
 };
 use cutover_core::journal::valid_instance_id;
 use cutover_nats::journal::{now_ms, IfMissing, JournalStore};
-use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Mutex, RwLock};
@@ -61,45 +61,25 @@ impl Drop for DualPublisher {
     }
 }
 
-/// Applies the record's changes for as long as the publisher lives. A watch
-/// ends when the server restarts or the connection drops (as the route
-/// follower's, `follow::follow`): it is set up again and the record read
-/// again (a change may have been missed meanwhile), never abandoned. A
-/// publisher that stopped following would go on writing as the old record
-/// said and never acknowledge a new one; the runner would wait for it.
+/// Applies the record's changes for as long as the publisher lives
+/// ([`follow_key`]: a watch that ends is set up again). A publisher that
+/// stopped following would go on writing as the old record said and never
+/// acknowledge a new one; the runner would wait for it.
 async fn follow(
     store: JournalStore,
     key: String,
     state: Arc<RwLock<Option<State>>>,
     registration: Arc<Mutex<PublisherRegistration>>,
-    mut w: kv::Watch,
+    w: kv::Watch,
     stats: Arc<async_nats::Statistics>,
 ) {
-    use std::sync::atomic::Ordering::Relaxed;
-    loop {
-        let connects = stats.connects.load(Relaxed);
-        loop {
-            let e = tokio::select! {
-                e = w.next() => e,
-                _ = tokio::time::sleep(Duration::from_millis(50)) => {
-                    if stats.connects.load(Relaxed) == connects { continue }
-                    break;
-                }
-            };
-            let Some(Ok(e)) = e else { break };
-            apply(&store, &state, &registration, parse(Some(e))).await;
-        }
-        loop {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let Ok(nw) = store.kv().watch(&key).await else { continue };
-            let Ok(e) = store.entry(&key, "cannot read the dual-write state").await else {
-                continue;
-            };
-            apply(&store, &state, &registration, parse(e)).await;
-            w = nw;
-            break;
-        }
-    }
+    let next = |seen: Seen| match seen {
+        Seen::Changed(e) => parse(Some(e)),
+        Seen::Reread(e) => parse(e),
+    };
+    let (store, state, registration) = (&store, &*state, &*registration);
+    let on_seen = |seen| apply(store, state, registration, next(seen));
+    follow_key(store, &key, w, stats, || true, on_seen).await
 }
 
 /// Takes `next` as what publishes follow (once every publish started before

@@ -5,6 +5,7 @@ use async_nats::jetstream::kv::{self, Operation};
 use cutover_core::journal::{route_key, Route};
 use cutover_nats::journal::{IfMissing, JournalStore};
 use futures::StreamExt;
+use std::sync::Arc;
 use tokio::sync::watch;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,10 +113,15 @@ where
 /// The route as the bucket's leader has it (a direct get may be answered by a
 /// replica that lags: `JournalStore::entry`).
 async fn read_route(store: &JournalStore, key: &str) -> Result<Option<Route>, async_nats::Error> {
-    Ok(match store.entry(key, "cannot read the route").await? {
+    Ok(route_of(store.entry(key, "cannot read the route").await?))
+}
+
+/// The route an entry read holds (`None`: none, or not a route).
+fn route_of(e: Option<kv::Entry>) -> Option<Route> {
+    match e {
         Some(e) if e.operation == Operation::Put => serde_json::from_slice::<Route>(&e.value).ok(),
         _ => None,
-    })
+    }
 }
 
 fn send_changed<T: PartialEq>(tx: &watch::Sender<T>, v: T) {
@@ -129,23 +135,66 @@ fn send_changed<T: PartialEq>(tx: &watch::Sender<T>, v: T) {
     });
 }
 
-/// Applies route updates for as long as the follower lives. A watch ends when
-/// the server restarts or the connection drops: it is set up again (and the
-/// current value re-read, since updates may have been missed meanwhile), never
-/// abandoned; dropping `tx` would tell the workers the route is gone.
-///
-/// A reconnection ends the watch too: after a server restart the watch's
-/// consumer is gone, and async-nats notices only when its heartbeats stop
-/// (seconds), while a route written meanwhile (a cut-over riding through the
-/// restart) would leave the workers on a paused consumer.
+/// Applies route updates for as long as the follower lives (see
+/// [`follow_key`]); dropping `tx` would tell the workers the route is gone.
 async fn follow<T: PartialEq, M: Fn(Option<Route>) -> T>(
     store: JournalStore,
     key: String,
     map: M,
     tx: watch::Sender<T>,
-    mut w: kv::Watch,
-    stats: std::sync::Arc<async_nats::Statistics>,
+    w: kv::Watch,
+    stats: Arc<async_nats::Statistics>,
 ) {
+    let apply = |seen: Seen| {
+        let r = match seen {
+            Seen::Changed(e) => match e.operation {
+                Operation::Put => serde_json::from_slice::<Route>(&e.value).ok().map(Some),
+                // A rollback deletes the route: back to the original.
+                _ => Some(None),
+            },
+            Seen::Reread(e) => Some(route_of(e)),
+        };
+        // A change that is not a route is skipped.
+        if let Some(r) = r {
+            send_changed(&tx, map(r));
+        }
+        std::future::ready(())
+    };
+    follow_key(&store, &key, w, stats, || !tx.is_closed(), apply).await
+}
+
+/// What [`follow_key`] saw of its key.
+pub(crate) enum Seen {
+    /// A change the watch delivered.
+    Changed(kv::Entry),
+    /// The key as read again from the bucket's leader once the watch was set
+    /// up again (it may have missed changes meanwhile).
+    Reread(Option<kv::Entry>),
+}
+
+/// Calls `apply` with every change of `key` in the bucket for as long as
+/// `live()` holds (the caller also aborts it). A watch ends when the server
+/// restarts or the connection drops: it is set up again and the key read
+/// again, never abandoned: a follower that stopped would keep its
+/// application on an old route, or a publisher writing as an old record
+/// said.
+///
+/// A reconnection ends the watch too: after a server restart the watch's
+/// consumer is gone, and async-nats notices only when its heartbeats stop
+/// (seconds), while a change written meanwhile (a cut-over riding through the
+/// restart) would go unseen.
+pub(crate) async fn follow_key<L, F, Fut>(
+    store: &JournalStore,
+    key: &str,
+    mut w: kv::Watch,
+    stats: Arc<async_nats::Statistics>,
+    live: L,
+    mut apply: F,
+) where
+    L: Fn() -> bool,
+    F: FnMut(Seen) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     use std::sync::atomic::Ordering::Relaxed;
     loop {
         let connects = stats.connects.load(Relaxed);
@@ -158,30 +207,18 @@ async fn follow<T: PartialEq, M: Fn(Option<Route>) -> T>(
                 }
             };
             let Some(Ok(e)) = e else { break };
-            let r = match e.operation {
-                Operation::Put => match serde_json::from_slice::<Route>(&e.value) {
-                    Ok(r) => Some(r),
-                    Err(_) => continue,
-                },
-                // A rollback deletes the route: back to the original.
-                _ => None,
-            };
-            send_changed(&tx, map(r));
+            apply(Seen::Changed(e)).await;
         }
         loop {
-            if tx.is_closed() {
+            if !live() {
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            let Ok(nw) = store.kv().watch(&key).await else { continue };
-            match read_route(&store, &key).await {
-                Ok(r) => {
-                    send_changed(&tx, map(r));
-                    w = nw;
-                    break;
-                }
-                Err(_) => continue,
-            }
+            let Ok(nw) = store.kv().watch(key).await else { continue };
+            let Ok(e) = store.entry(key, "cannot read the followed key").await else { continue };
+            apply(Seen::Reread(e)).await;
+            w = nw;
+            break;
         }
     }
 }

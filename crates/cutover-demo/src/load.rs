@@ -82,8 +82,8 @@ pub struct Sample {
 struct Shared {
     processed: Mutex<HashMap<u64, u32>>,
     redelivered: Mutex<std::collections::HashSet<u64>>,
-    /// The stream each id was first processed from, and the ids processed
-    /// from two streams (the old one and the new one: a move's duplicate).
+    /// Where each id was first processed, and the ids processed from two
+    /// streams (the old one and the new one: a move's duplicate).
     first_stream: Mutex<HashMap<u64, Delivery>>,
     /// Each processing of an id after its first: where both came from.
     duplicate_details: Mutex<Vec<String>>,

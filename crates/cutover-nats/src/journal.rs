@@ -723,23 +723,17 @@ impl Lease {
                 Err(e) => e,
             };
             if e.kind() == kv::UpdateErrorKind::WrongLastRevision {
-                let ours = match unanswered {
-                    true => store.entry(&self.key, "cannot read the lease").await?,
-                    false => None,
-                };
-                match ours.filter(|en| en.operation == kv::Operation::Put && en.value == value) {
-                    Some(en) => {
-                        self.revision = en.revision;
-                        break;
-                    }
-                    None => {
-                        return Err(Error::Leased {
-                            id: self.record.migration.clone(),
-                            holder: "another runner (our lease lapsed and was taken)".into(),
-                            until: "it finishes".into(),
-                        })
-                    }
+                if unanswered {
+                    // An earlier attempt may have been applied.
+                    let id = &self.record.migration;
+                    self.revision = store.written_by_us(id, &self.key, &value).await?;
+                    break;
                 }
+                return Err(Error::Leased {
+                    id: self.record.migration.clone(),
+                    holder: "another runner (our lease lapsed and was taken)".into(),
+                    until: "it finishes".into(),
+                });
             }
             if self.renewed.elapsed() + backoff > self.ttl * 2 / 3 {
                 return Err(jerr("cannot renew the lease", e));

@@ -644,8 +644,11 @@ where
         if !each(&next, seq, ts_ms) || seq >= last {
             break Ok(());
         }
-        if pending == 0 && !more_selected(js, stream, seq, last, filters).await? {
-            break Ok(());
+        if pending == 0 {
+            match more_selected(js, stream, seq, last, filters).await {
+                Ok(true) => {}
+                done => break done.map(|_| ()),
+            }
         }
     };
     drop(messages);
@@ -662,7 +665,8 @@ where
 /// shuffles the peers), and its pending count is what that replica holds:
 /// one back from a partition trails the leader. Seen before this check: the
 /// last message B stored was not read (one message fewer checked than were
-/// published). A read ends only when the leader holds nothing more.
+/// published). A read ends only when the leader holds nothing more (or this
+/// fails: it ends then too, deleting its consumer).
 async fn more_selected(
     js: &Js,
     stream: &str,
