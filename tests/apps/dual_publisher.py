@@ -12,6 +12,11 @@ and subject `{subject}.{i % K}`. Each side is retried with the same msg-id
 record change waits for the publish in flight (a lock held per publish),
 then is acknowledged in the registration at once.
 
+With --from-server (A in another account, domain or system: "Across accounts
+or systems" in docs/protocol.md), A's subjects are published on that
+connection and B's on --server, which also holds the record and the
+registration (the target side).
+
 Output (--out), JSON lines, line-buffered:
   {"id", "writes", "streams": [..], "attempts", "stall_ms"}   acknowledged
   {"id", "failed": true, "error"}                              given up
@@ -145,13 +150,13 @@ class Publisher:
                 log("record watch failed, retrying:", repr(e))
                 await asyncio.sleep(0.2)
 
-    async def one(self, subject, msg_id, payload):
+    async def one(self, js, subject, msg_id, payload):
         """Publishes to one subject until acknowledged; returns (stream, attempts)."""
         first, attempts, backoff = time.monotonic(), 0, 0.002
         while True:
             attempts += 1
             try:
-                ack = await self.js.publish(subject, payload, timeout=0.5, headers={"Nats-Msg-Id": msg_id})
+                ack = await js.publish(subject, payload, timeout=0.5, headers={"Nats-Msg-Id": msg_id})
                 return ack.stream, attempts
             except Exception as e:  # noqa: BLE001 - retried with the same id
                 if time.monotonic() - first >= self.args.retry_horizon:
@@ -167,14 +172,14 @@ class Publisher:
         async with self.lock:
             rec = self.record
             writes = "a" if rec is None else rec["writes"]
-            targets = [subject]
+            targets = [(self.a_js, subject)]
             if writes in ("dual", "b"):
                 b = map_subject(rec["subjects"], subject)
                 if b is None:
                     raise RuntimeError(f"no pair of the publisher record maps {subject}")
-                targets = [subject, b] if writes == "dual" else [b]
+                targets = [(self.a_js, subject), (self.js, b)] if writes == "dual" else [(self.js, b)]
             t0 = time.monotonic()
-            res = await asyncio.gather(*(self.one(s, msg_id, payload) for s in targets))
+            res = await asyncio.gather(*(self.one(js, s, msg_id, payload) for js, s in targets))
             return {
                 "id": msg_id,
                 "writes": writes,
@@ -190,6 +195,10 @@ class Publisher:
         out = open(self.args.out, "a", buffering=1, encoding="utf-8")
         self.nc = await nats.connect(self.args.server, max_reconnect_attempts=-1)
         self.js = self.nc.jetstream(timeout=2)
+        self.a_nc, self.a_js = None, self.js
+        if self.args.from_server:
+            self.a_nc = await nats.connect(self.args.from_server, max_reconnect_attempts=-1)
+            self.a_js = self.a_nc.jetstream(timeout=2)
         try:
             self.kv = await self.js.key_value(BUCKET)
         except nats.js.errors.BucketNotFoundError:
@@ -236,12 +245,15 @@ class Publisher:
         out.write(json.dumps({"done": True, "acked": acked, "failed": failed, "writes": writes}) + "\n")
         out.close()
         await self.nc.close()
+        if self.a_nc is not None:
+            await self.a_nc.close()
         return 0
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--server", required=True)
+    p.add_argument("--server", required=True, help="the target side: B, the record, the registration")
+    p.add_argument("--from-server", help="the source side (A's subjects), when A is in another account or system")
     p.add_argument("--stream", required=True, help="the stream it publishes to without a record (FROM)")
     p.add_argument("--instance", required=True, help="its id: letters, digits, _ and -")
     p.add_argument("--subject", required=True, help="message i goes to SUBJECT.{i %% K}")

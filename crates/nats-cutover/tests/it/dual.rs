@@ -629,10 +629,15 @@ fn accounts_conn(url: &str) -> Vec<&str> {
 /// by msg-id. Every acknowledged publish processed exactly once, no publish
 /// error, `verify` across both connections holds; the plan names the sides;
 /// the journal and the records live on `dst` only, and B never read A.
+/// Beside them the nats-py publisher written from docs/protocol.md
+/// (tests/apps/dual_publisher.py) with a connection to each side, `py`
+/// (source URL, target URL): it goes through every state with no publish
+/// error, and its messages are processed exactly once too.
 async fn live_dual_across(
     src: async_nats::Client,
     dst: async_nats::Client,
     conn: &[&str],
+    py: (&str, &str),
     tag: &str,
 ) {
     let (src_js, dst_js) = (
@@ -651,9 +656,20 @@ async fn live_dual_across(
     {
         assert!(plan.stdout.contains(said), "the plan says {said}: {plan:?}");
     }
+    let py_out = dir.0.join("py-publisher.jsonl");
+    let py = crate::pyapps::App::start(
+        "dual_publisher.py",
+        &[
+            &["--server", py.1, "--from-server", py.0, "--stream", "ORDERS", "--instance", "py-1"],
+            &["--subject", "orders", "--count", "1000000", "--rate", "200", "--id-prefix", "py"],
+            &["--out", py_out.to_str().unwrap()][..],
+        ]
+        .concat(),
+    );
     let out = cli(&dual_args(&[conn, &["run"]].concat(), cfg, &["--yes", "--side-by-side", "1s"]));
     assert_eq!(out.code, 0, "{out:?}");
-    let (writes, ids, records) = live.finish(300, &[]).await;
+    let py_ids = py_publisher_after_the_run(py, &py_out).await;
+    let (writes, ids, records) = live.finish(300, &py_ids).await;
     assert_eq!(writes, vec![Writes::B, Writes::B]);
     assert_once(&ids, &records);
     let from_b = records.iter().filter(|r| r.1 == "ORDERS_V2").count();
@@ -675,6 +691,33 @@ async fn live_dual_across(
     assert_eq!((r["missing_in_b"].as_u64(), c["lost"].as_u64()), (Some(0), Some(0)), "{r}");
 }
 
+/// Lets the nats-py dual publisher acknowledge 200 more messages after the
+/// run, stops it and returns its acknowledged ids: it ended writing B only,
+/// went through every state (A, both, B) and gave up on none.
+async fn py_publisher_after_the_run(py: crate::pyapps::App, out: &std::path::Path) -> Vec<String> {
+    use crate::pyapps::lines;
+    let at_commit = lines(out).len();
+    wait_until("the nats-py publisher goes on", Duration::from_secs(30), || async {
+        lines(out).len() >= at_commit + 200
+    })
+    .await;
+    py.stop();
+    let text = std::fs::read_to_string(out).unwrap();
+    let done: serde_json::Value =
+        text.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap();
+    assert_eq!((done["failed"].as_u64(), done["writes"].as_str()), (Some(0), Some("b")), "{done}");
+    let recs = lines(out);
+    let by = |w: &str| recs.iter().filter(|r| r["writes"] == w).count();
+    eprintln!(
+        "nats-py across: {} to A, {} to both, {} to B, 0 failed",
+        by("a"),
+        by("dual"),
+        by("b")
+    );
+    assert!(by("a") > 0 && by("dual") > 0 && by("b") > 0, "the publisher went through every state");
+    recs.iter().map(|r| r["id"].as_str().unwrap().to_string()).collect()
+}
+
 /// Dual-write from account SRC to account DST of one server with no export
 /// or import between them ([`live_dual_across`]); `--from-api` is refused
 /// as bad input, and so is a verify without the source side.
@@ -690,7 +733,11 @@ async fn dual_write_from_one_account_to_another_without_imports_live_exactly() {
     let bad = cli(&dual_args(&[&conn[..], &["plan"]].concat(), cfg.to_str().unwrap(), &args));
     assert_eq!(bad.code, 2, "{bad:?}");
     assert!(bad.stderr.contains("leave them out"), "{bad:?}");
-    live_dual_across(src, dst, &conn, "accounts").await;
+    let (py_src, py_dst) = (
+        format!("nats://src:src@127.0.0.1:{}", server.port()),
+        format!("nats://dst:dst@127.0.0.1:{}", server.port()),
+    );
+    live_dual_across(src, dst, &conn, (&py_src, &py_dst), "accounts").await;
     // Without the source side verify is refused, naming it (A is not in DST).
     let one_side = cli(&[&conn[..6], &["verify", "--migration", "ORDERS.ORDERS_V2"]].concat());
     assert_eq!(one_side.code, 2, "{one_side:?}");
@@ -706,7 +753,8 @@ async fn dual_write_from_a_leaf_domain_to_the_hub_live_exactly() {
     let hub = async_nats::connect(sys.hub_urls()).await.unwrap();
     let hub_urls = sys.hub_urls();
     let conn = ["--server", &hub_urls, "--from-server", sys.leaf.url()];
-    live_dual_across(leaf, hub, &conn, "leaf").await;
+    let first_hub = hub_urls.split(',').next().unwrap();
+    live_dual_across(leaf, hub, &conn, (sys.leaf.url(), first_hub), "leaf").await;
 }
 
 /// A dual-write run across accounts killed once the new durable exists on

@@ -47,9 +47,9 @@ impl App {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        if script == "worker.py" || script == "fence_worker.py" || args.first() == Some(&"watcher")
-        {
-            // Bound to its durable: it says so (no sleep).
+        let says_ready = ["worker.py", "fence_worker.py", "dual_publisher.py"].contains(&script);
+        if says_ready || args.first() == Some(&"watcher") {
+            // Bound to its durable, or registered: it says so (no sleep).
             let mut line = String::new();
             BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
             assert_eq!(line.trim(), "ready", "worker {args:?}");
