@@ -761,10 +761,9 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         return super::fence::move_consumer(ctx, cp).await;
     }
     let (from, to, prior) = ctx.consumer_state(&cp.name).await;
-    let started = Instant::now();
-    let f = checkpoint(ctx, cp, &from, &prior).await?;
+    let (f, held_since) = checkpoint(ctx, cp, &from, &prior).await?;
     let pos = position(ctx, cp, (&from, &to), f, &prior, async { Ok(()) }).await?;
-    moved(ctx, &cp.name, &from, &to, f, pos, started).await
+    moved(ctx, &cp.name, &from, &to, f, pos, held_since).await
 }
 
 impl Ctx<'_> {
@@ -850,15 +849,15 @@ async fn checkpoint(
     cp: &ConsumerPlan,
     from: &str,
     prior: &cutover_core::journal::ConsumerProgress,
-) -> Result<u64> {
+) -> Result<(u64, Instant)> {
     let name = cp.name.as_str();
     if let (ConsumerPhase::Settled | ConsumerPhase::Creating, Some(f)) =
         (prior.phase, prior.checkpoint)
     {
-        return Ok(f);
+        return Ok((f, Instant::now()));
     }
     let started = Instant::now();
-    let (f, ci) = match drain(ctx, from, name).await {
+    let (f, ci, held_since) = match drain(ctx, from, name).await {
         Ok(x) => x,
         Err(e) => {
             // Never leave applications stalled on a consumer we paused but
@@ -884,10 +883,12 @@ async fn checkpoint(
     .await?;
     let settled = Progress::Settled { checkpoint: f, drain_ms };
     ctx.emit(Step::Consumer(name.into()), EventKind::Progress(settled));
-    Ok(f)
+    Ok((f, held_since))
 }
 
-/// The new durable exists: journal it, publish its route, report the move.
+/// The new durable exists: journal it, publish its route, report the move
+/// (its gap: from `held_since`, when the old consumer last stopped
+/// delivering, to the route's publication).
 async fn moved(
     ctx: &Ctx<'_>,
     name: &str,
@@ -895,7 +896,7 @@ async fn moved(
     to: &str,
     f: u64,
     (start, gets): (u64, u32),
-    started: Instant,
+    held_since: Instant,
 ) -> Result<()> {
     ctx.journal_consumer(name, |p| {
         p.phase = ConsumerPhase::Created;
@@ -913,7 +914,7 @@ async fn moved(
         checkpoint: f,
         b_start: start,
         translate_gets: gets,
-        gap_ms: started.elapsed().as_secs_f64() * 1000.0,
+        gap_ms: held_since.elapsed().as_secs_f64() * 1000.0,
         longest_pause_ms,
     };
     ctx.emit(Step::Consumer(name.into()), EventKind::Progress(moved));
@@ -1028,11 +1029,16 @@ pub(super) async fn create_durable(
     }
 }
 
-/// Pauses the consumer and waits until it is settled; returns F. On return the
-/// consumer is paused for good (it must never deliver once B's durable exists).
-async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, ConsumerInfo)> {
+/// Pauses the consumer and waits until it is settled; returns F, the read
+/// that settled it and when the pause that held began (a pause cut to let
+/// held messages through ends an attempt: the gap is the last one's). On
+/// return the consumer is paused for good (it must never deliver once B's
+/// durable exists).
+async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, ConsumerInfo, Instant)> {
     if !can_pause(ctx.js) {
-        return drain_without_pause(ctx, stream, name).await;
+        let started = Instant::now();
+        let (f, ci) = drain_without_pause(ctx, stream, name).await?;
+        return Ok((f, ci, started));
     }
     ctx.js.consumer_pause(stream, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
     let (_, first) = ctx.js.consumer_info(stream, name).await?;
@@ -1103,7 +1109,7 @@ impl Drain<'_, '_> {
         &mut self,
         prev: &ConsumerInfo,
         ci: &ConsumerInfo,
-    ) -> Result<Option<(u64, ConsumerInfo)>> {
+    ) -> Result<Option<(u64, ConsumerInfo, Instant)>> {
         let a = assess(ci);
         let agree = prev.delivered == ci.delivered
             && prev.ack_floor == ci.ack_floor
@@ -1122,7 +1128,7 @@ impl Drain<'_, '_> {
         self.longest = self.longest.max(self.attempt_started.elapsed());
         let mut j = self.ctx.journal.lock().await;
         j.consumer_mut(self.name).unwrap().longest_pause_ms = Some(self.longest.as_millis() as u64);
-        Ok(Some((f, again)))
+        Ok(Some((f, again, self.attempt_started)))
     }
 
     /// Ack progress restarts the stall clock; progress is reported every 250 ms.
