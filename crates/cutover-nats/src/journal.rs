@@ -329,6 +329,11 @@ impl JournalStore {
     /// knows none. Another writer in between (a runner that took over):
     /// [`Error::Leased`], nothing written.
     pub async fn put_record(&self, id: &str, key: String, value: Bytes) -> Result<()> {
+        use crate::test_hooks::{journal_write_fault, WriteFault};
+        let fault = journal_write_fault(&value);
+        if fault == WriteFault::Refuse {
+            return Err(jerr("cannot write the journal", "timed out (test hook)"));
+        }
         let last = self.known.lock().unwrap().get(&key).map(|k| k.revision);
         let written = match last {
             Some(rev) => self.kv.update(&key, value.clone(), rev).await.map_err(|e| {
@@ -345,6 +350,9 @@ impl JournalStore {
             Err((true, _)) => self.written_by_us(id, &key, &value).await?,
             Err((false, e)) => return Err(e),
         };
+        if fault == WriteFault::LoseAnswer {
+            return Err(jerr("cannot write the journal", "timed out (test hook, written)"));
+        }
         self.known.lock().unwrap().insert(key, Known { value: Some(value), revision });
         Ok(())
     }

@@ -32,3 +32,43 @@ pub fn crash_after_step() -> Option<StepHook> {
 pub fn crash_after_step() -> Option<StepHook> {
     None
 }
+
+/// Makes journal writes fail like a bucket whose leader stopped answering:
+/// `NEEDLE` — the first journal record write whose value contains it is
+/// applied but reported as timed out (its answer lost), and every journal
+/// write after it in this process fails without being applied.
+pub const LOSE_WRITES_VAR: &str = "NATS_CUTOVER_TEST_LOSE_JOURNAL_WRITES";
+
+/// What [`journal_write_fault`] makes of one journal write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFault {
+    None,
+    /// Applied, then reported as failed.
+    LoseAnswer,
+    /// Reported as failed, not applied.
+    Refuse,
+}
+
+/// The fault `$NATS_CUTOVER_TEST_LOSE_JOURNAL_WRITES` asks for `value`'s
+/// write (none without the variable, or without the `test-hooks` feature).
+pub fn journal_write_fault(value: &[u8]) -> WriteFault {
+    #[cfg(feature = "test-hooks")]
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static TRIPPED: AtomicBool = AtomicBool::new(false);
+        if TRIPPED.load(Ordering::SeqCst) {
+            return WriteFault::Refuse;
+        }
+        let Ok(needle) = std::env::var(LOSE_WRITES_VAR) else { return WriteFault::None };
+        let hit = value.windows(needle.len().max(1)).any(|w| w == needle.as_bytes());
+        if hit && !TRIPPED.swap(true, Ordering::SeqCst) {
+            return WriteFault::LoseAnswer;
+        }
+        WriteFault::None
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    {
+        let _ = value;
+        WriteFault::None
+    }
+}

@@ -11,7 +11,10 @@
 //! above F too, and instances that follow the protocol nak those.
 
 use super::events::{EventKind, Progress, Warning};
-use super::run::{can_pause, position, retire_route_back, rfc3339_in, undo_consumer, Ctx, FOREVER};
+use super::run::{
+    can_pause, checkpoint_holds, position, retire_route_back, rfc3339_in, undo_consumer, Ctx,
+    FOREVER,
+};
 use crate::error::{Error, Result};
 use crate::journal::now_ms;
 use cutover_core::journal::{
@@ -201,12 +204,14 @@ async fn take_fence(
     from: &str,
     prior: &ConsumerProgress,
 ) -> Result<u64> {
+    let name = cp.name.as_str();
     if let (ConsumerPhase::Settled | ConsumerPhase::Creating, Some(f)) =
         (prior.phase, prior.checkpoint)
     {
-        return Ok(f);
+        if checkpoint_holds(ctx, from, name, prior).await? {
+            return Ok(f);
+        }
     }
-    let name = cp.name.as_str();
     if !can_pause(ctx.js) {
         return Err(Error::Unsafe(format!("fence mode needs consumer pause (nats-server 2.11+) to stop {from}/{name} delivering past the fence; use --mode drain")));
     }

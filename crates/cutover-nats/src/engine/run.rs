@@ -340,6 +340,7 @@ pub async fn run(
         // is its now, and so are the lease and every compensation.
         return result.map(|_| j);
     }
+    let held = if result.is_err() { still_held(&ctx).await } else { vec![] };
     if let Err(e) = &result {
         j.error = Some(e.to_string());
         if j.phase == Phase::Planned && matches!(js.stream_info_opt(&j.to).await, Ok(None)) {
@@ -353,7 +354,7 @@ pub async fn run(
         }
     }
     let _ = ctx.lease.lock().await.release(&store).await;
-    result.map(|_| j.clone()).map_err(|e| stopped(e, &j))
+    result.map(|_| j.clone()).map_err(|e| stopped(e, &j, &held))
 }
 
 /// A run's failure, unless its lease was lost meanwhile: a request sent by a
@@ -404,8 +405,9 @@ async fn new_journal(js: &Js, plan: Plan, opts: &RunOptions) -> Result<Journal> 
 }
 
 /// Says, with a run's error, what state the migration is left in (after the
-/// compensating actions ran) and the one command that continues or undoes it.
-fn stopped(e: Error, j: &Journal) -> Error {
+/// compensating actions ran; `held`: consumers this run could not give back
+/// their state) and the one command that continues or undoes it.
+fn stopped(e: Error, j: &Journal, held: &[String]) -> Error {
     if matches!(e, Error::Interrupted { .. } | Error::Leased { .. }) {
         return e; // they say it themselves
     }
@@ -438,6 +440,7 @@ fn stopped(e: Error, j: &Journal) -> Error {
                 "{} still serves the publishers; {}",
                 j.from,
                 match (moved.is_empty(), fenced.is_empty()) {
+                    (true, true) if !held.is_empty() => format!("still paused by this run (the server did not take its resume): {}; every other consumer is as it was", held.join(", ")),
                     (true, true) => "every consumer is as it was".to_string(),
                     // Dual-write's B holds copies only of what publishers
                     // wrote to both: a message written to A alone is for
@@ -854,7 +857,9 @@ async fn checkpoint(
     if let (ConsumerPhase::Settled | ConsumerPhase::Creating, Some(f)) =
         (prior.phase, prior.checkpoint)
     {
-        return Ok((f, Instant::now()));
+        if checkpoint_holds(ctx, from, name, prior).await? {
+            return Ok((f, Instant::now()));
+        }
     }
     let started = Instant::now();
     let (f, ci, held_since) = match drain(ctx, from, name).await {
@@ -867,7 +872,7 @@ async fn checkpoint(
         }
     };
     let drain_ms = started.elapsed().as_millis() as u64;
-    ctx.journal_consumer(name, |p| {
+    let journaled = ctx.journal_consumer(name, |p| {
         p.phase = ConsumerPhase::Settled;
         p.checkpoint = Some(f);
         p.drain_ms = Some(drain_ms);
@@ -879,8 +884,13 @@ async fn checkpoint(
             paused: ci.paused,
         });
         p.b_filters = cp.b_filters.clone();
-    })
-    .await?;
+    });
+    if let Err(e) = journaled.await {
+        // Paused for good with F unjournaled (or journaled, its answer
+        // lost): given back, as every failure before the new durable.
+        let _ = undo_consumer(ctx, from, name, prior).await;
+        return Err(e);
+    }
     let settled = Progress::Settled { checkpoint: f, drain_ms };
     ctx.emit(Step::Consumer(name.into()), EventKind::Progress(settled));
     Ok((f, held_since))
@@ -964,25 +974,81 @@ pub(super) async fn retire_route_back(
 }
 
 /// The compensating action of a consumer's move, for a consumer whose new
-/// durable does not exist: journal it as waiting (first: a checkpoint must not
-/// outlive the pause it was taken under), then give the old durable back its
-/// state (running, or the operator's pause).
+/// durable does not exist: journal it as waiting, then give the old durable
+/// back its state (running, or the operator's pause), also when the journal
+/// could not be written (its bucket's leader unreachable: a newcomer's trial
+/// saw the consumer left paused for good by a run that said "every consumer
+/// is as it was"). A checkpoint the journal may still hold is then stale,
+/// and never trusted: it is used again only while the old consumer has
+/// delivered nothing since it was taken ([`checkpoint_holds`]).
 pub(super) async fn undo_consumer(
     ctx: &Ctx<'_>,
     from: &str,
     name: &str,
     prior: &cutover_core::journal::ConsumerProgress,
 ) -> Result<()> {
-    ctx.journal_consumer(name, |p| {
-        p.phase = ConsumerPhase::Waiting;
-        p.checkpoint = None;
-        p.b_start = None;
-    })
-    .await?;
+    let journaled = ctx
+        .journal_consumer(name, |p| {
+            p.phase = ConsumerPhase::Waiting;
+            p.checkpoint = None;
+            p.b_start = None;
+        })
+        .await;
     if can_pause(ctx.js) {
         ctx.js.consumer_pause(from, name, prior.paused_until.as_deref()).await?;
     }
-    Ok(())
+    journaled
+}
+
+/// Whether a journaled checkpoint (F, with the consumer state it was taken
+/// from) still holds for a resumed run: the old consumer, paused for good
+/// again now, has delivered nothing since. A compensation that gave the
+/// consumer back without journaling it ([`undo_consumer`]) leaves one that
+/// does not: the consumer is then drained (or gated) again. Without consumer
+/// pause (< 2.11) the drain never paused it: the journal is taken as it is.
+pub(super) async fn checkpoint_holds(
+    ctx: &Ctx<'_>,
+    from: &str,
+    name: &str,
+    prior: &cutover_core::journal::ConsumerProgress,
+) -> Result<bool> {
+    if !can_pause(ctx.js) {
+        return Ok(true);
+    }
+    let Some(evidence) = &prior.evidence else {
+        return Ok(false);
+    };
+    ctx.js.consumer_pause(from, name, Some(FOREVER)).await?;
+    let (_, ci) = ctx.js.consumer_info(from, name).await?;
+    Ok(ci.paused && ci.delivered.stream_seq == evidence.delivered_stream_seq)
+}
+
+/// After a failed run: every consumer the journal calls waiting is given
+/// back its state if this run still holds it paused (a compensation that
+/// could not resume it, a drain dropped part way). Returns the ones the
+/// server did not let go, for the message.
+async fn still_held(ctx: &Ctx<'_>) -> Vec<String> {
+    if !can_pause(ctx.js) {
+        return vec![];
+    }
+    let (from, waiting) = {
+        let j = ctx.journal.lock().await;
+        let waiting: Vec<_> =
+            j.consumers.iter().filter(|c| c.phase == ConsumerPhase::Waiting).cloned().collect();
+        (j.from.clone(), waiting)
+    };
+    let mut held = vec![];
+    for c in waiting {
+        let back = match ctx.js.consumer_info_opt(&from, &c.name).await {
+            Ok(Some((_, ci))) if ci.paused == c.was_paused => true,
+            Ok(None) => true,
+            _ => ctx.js.consumer_pause(&from, &c.name, c.paused_until.as_deref()).await.is_ok(),
+        };
+        if !back {
+            held.push(c.name);
+        }
+    }
+    held
 }
 
 /// Creates the new durable at `start`, journaling the intent first. A durable of

@@ -945,3 +945,62 @@ async fn run_in_place_from_the_cli() {
     assert_eq!(s.config.max_msgs, 1_000_000);
     assert_eq!((s.state.first_seq, s.state.last_seq, s.state.messages), (1, 20, 20));
 }
+
+/// The journal's bucket stops answering while a drain settles (a newcomer
+/// saw it on a cluster with the bucket's leader stopped): the write of F is
+/// applied but its answer lost, and every journal write after it fails
+/// (test hook). The run stops and gives the old consumer back all the same
+/// (it used to leave it paused for good while saying "every consumer is as
+/// it was"). The journal keeps that F, stale once the consumer delivered
+/// more: `run --resume` does not trust it but drains again, and the move is
+/// exact. The same when the lost write is the intent to create the new
+/// durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_journal_that_stops_answering_in_a_drain_leaves_the_consumer_working() {
+    use cutover_core::journal::ConsumerPhase;
+    journal_lost_at("\"phase\":\"settled\"", ConsumerPhase::Settled).await;
+    journal_lost_at("\"phase\":\"creating\"", ConsumerPhase::Creating).await;
+}
+
+/// A drain whose journal write containing `needle` is lost, then every
+/// later one refused: the consumer given back, the stale `phase` not
+/// trusted on resume, the move exact.
+async fn journal_lost_at(needle: &str, phase: cutover_core::journal::ConsumerPhase) {
+    use cutover_nats::test_hooks::LOSE_WRITES_VAR;
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    let load = live_load(&e, 300, 100).await;
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .arg("--server")
+        .arg(e.server.url())
+        .args(run_orders(&[], &["--lease-ttl", "1s"]))
+        .env(LOSE_WRITES_VAR, needle)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot write the journal"), "{stderr}");
+    assert!(stderr.contains("every consumer is as it was"), "{stderr}");
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused, "the old consumer was given back: {c:?}");
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let c0 = &j.consumers[0];
+    assert_eq!(c0.phase, phase, "the lost write: {c0:?}");
+    let stale = c0.checkpoint.expect("F journaled");
+    wait_until(
+        "the old consumer delivers past the stale F",
+        std::time::Duration::from_secs(20),
+        || async {
+            e.js.consumer_info("ORDERS", "worker").await.unwrap().1.delivered.stream_seq
+                > stale + 50
+        },
+    )
+    .await;
+    let resume = ["run", "--resume", "ORDERS.ORDERS_V2"];
+    let out = crate::run::retry_cli(&e, &resume, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let f = j.consumers[0].checkpoint.unwrap();
+    assert!(f > stale + 50, "drained again: F {f}, the stale one {stale}");
+    exact_after(load, 200).await;
+}
