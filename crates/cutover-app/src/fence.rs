@@ -264,11 +264,8 @@ where
         Outcome::Ack => {
             // A double ack, asked again on failure: the runner reads the ack
             // floor, and a lost ack would mean a redelivery.
-            for _ in 0..3 {
-                if m.double_ack().await.is_ok() {
-                    done.acked += 1;
-                    break;
-                }
+            if crate::worker::double_ack(&m).await {
+                done.acked += 1;
             }
         }
         Outcome::Nak => {

@@ -214,15 +214,43 @@ where
     }
 }
 
+/// How long a double ack is asked again when no answer comes.
+const ACK_RETRY_FOR: Duration = Duration::from_secs(5);
+
+/// A double ack, sent again until the server confirms it (at most
+/// [`ACK_RETRY_FOR`], backing off from 20 ms to 500 ms): an ack lost with
+/// the connection (a server restarted under it, even gracefully) would be a
+/// redelivery after ack_wait, the message processed twice (seen in
+/// `server_faults` after a SIGTERM). Asking again is harmless: the server
+/// answers an ack of a message no longer pending all the same (consumer.go
+/// `processAckMsgLocked` falls through to `updateAcks`, which replies). It
+/// does not answer an ack above its next sequence (a delivery a killed
+/// server forgot, which it delivers again anyway): hence the bound.
+pub(crate) async fn double_ack(m: &jetstream::Message) -> bool {
+    let started = std::time::Instant::now();
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        if m.double_ack().await.is_ok() {
+            return true;
+        }
+        if started.elapsed() >= ACK_RETRY_FOR {
+            return false;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
 /// Acknowledges or naks a handled message, counting the confirmed acks; false
 /// when the handler died holding it. The ack is waited for (at most the
 /// request timeout) even across a reconnection: dropped while the client's
 /// queue is full (publishes pile up while disconnected), it would never be
-/// sent, and the message would be delivered and processed again.
+/// sent, and the message would be delivered and processed again; without an
+/// answer it is sent again ([`double_ack`]).
 async fn settle(outcome: Outcome, m: jetstream::Message, acked: &mut u64) -> bool {
     match outcome {
         Outcome::Ack => {
-            if m.double_ack().await.is_ok() {
+            if double_ack(&m).await {
                 *acked += 1;
             }
         }

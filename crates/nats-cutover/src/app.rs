@@ -8,7 +8,11 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches};
 use cutover_core::bucket::Kind;
 
 pub fn main() -> i32 {
-    let matches = match Cli::command().try_get_matches() {
+    let args = match crate::cli::spell_rolling(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => return fail(std::env::args_os().any(|a| a == "--json"), &CliError::Flag(e)),
+    };
+    let matches = match Cli::command().try_get_matches_from(args) {
         Ok(m) => m,
         Err(e) => return bad_arguments(e),
     };

@@ -1,6 +1,7 @@
 //! Command-line definitions. Doc comments are the help text.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -150,7 +151,8 @@ pub struct DemoArgs {
     /// Processing time per message in each worker.
     #[arg(long, default_value = "1ms", value_parser = humantime::parse_duration)]
     pub processing: Duration,
-    /// How B gets A's messages.
+    /// How B gets A's messages (`--strategy rolling` is read as `--mode
+    /// rolling`).
     #[arg(long, value_enum, default_value = "source")]
     pub strategy: StrategyArg,
     /// How the consumers' position is handed over.
@@ -212,9 +214,61 @@ pub fn parse_secs_or_duration(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{s:?} is neither seconds nor a duration like 10s or 1m: {e}"))
 }
 
+/// The seed question and issue 11 call the rolling upgrade a strategy:
+/// `--strategy rolling` (or `--strategy=rolling`) is read as `--mode
+/// rolling` with the default strategy, source, which is what it is (a fence
+/// that splits versions). Given together with `--mode`, it is refused as
+/// bad input rather than guessed.
+pub fn spell_rolling(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    let mut out = Vec::with_capacity(args.len());
+    let (mut rolling, mut mode) = (false, false);
+    let mut it = args.into_iter().peekable();
+    while let Some(a) = it.next() {
+        mode |= a == "--mode" || a.to_str().is_some_and(|a| a.starts_with("--mode="));
+        let spelled = if a == "--strategy" && it.peek().is_some_and(|v| v == "rolling") {
+            it.next();
+            true
+        } else {
+            a == "--strategy=rolling"
+        };
+        if spelled {
+            rolling = true;
+            out.extend(["--mode".into(), "rolling".into()]);
+        } else {
+            out.push(a);
+        }
+    }
+    if rolling && mode {
+        return Err("--strategy rolling is --mode rolling (a rolling upgrade with strategy source): give one of them, not both".into());
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strategy_rolling_is_mode_rolling() {
+        let v = |s: &str| s.split(' ').map(OsString::from).collect::<Vec<_>>();
+        let run = "x run --from A --to B --consumer C --new-version 2";
+        for given in ["--strategy rolling", "--strategy=rolling"] {
+            let args = spell_rolling(v(&format!("{run} {given}"))).unwrap();
+            let cli = Cli::try_parse_from(args).unwrap();
+            let Command::Run(r) = cli.command else { panic!("run") };
+            assert_eq!((r.plan.strategy, r.plan.mode), (StrategyArg::Source, ModeArg::Rolling));
+        }
+        let demo = Cli::try_parse_from(spell_rolling(v("x demo --strategy rolling")).unwrap());
+        let Command::Demo(d) = demo.unwrap().command else { panic!("demo") };
+        assert_eq!((d.strategy, d.mode), (StrategyArg::Source, ModeArg::Rolling));
+        // Without --new-version, clap says what a rolling run needs.
+        let args = spell_rolling(v("x run --from A --to B --consumer C --strategy rolling"));
+        assert!(Cli::try_parse_from(args.unwrap()).is_err());
+        let both = spell_rolling(v(&format!("{run} --strategy rolling --mode fence")));
+        assert!(both.unwrap_err().contains("give one of them"));
+        let other = v(&format!("{run} --strategy mirror"));
+        assert_eq!(spell_rolling(other.clone()).unwrap(), other);
+    }
 
     #[test]
     fn durations_take_seconds_or_humantime() {
@@ -518,7 +572,8 @@ pub struct PlanArgs {
     /// Move every durable consumer of --from.
     #[arg(long, conflicts_with = "consumer")]
     pub all_consumers: bool,
-    /// How B gets A's messages.
+    /// How B gets A's messages (`--strategy rolling` is read as `--mode
+    /// rolling`).
     #[arg(long, value_enum, default_value = "source")]
     pub strategy: StrategyArg,
     /// How the consumers' position is handed over.

@@ -91,16 +91,16 @@ fn demo_with_dual_write_moves_the_workload_exactly() {
     assert_eq!(summary["consumers"][0]["phase"], "retired", "{summary:#}");
 }
 
-/// `demo --mode rolling`: the workload's instances are replaced one by one
-/// by instances of the next version once the fence is published; the run
-/// only ends once none is bound to the old consumer, and the same exact
-/// verification holds.
+/// `demo --strategy rolling` (the spelling of `--mode rolling`):
+/// the workload's instances are replaced one by one by instances of the next
+/// version once the fence is published; the run only ends once none is
+/// bound to the old consumer, and the same exact verification holds.
 #[test]
 fn demo_in_rolling_mode_replaces_the_instances_exactly() {
     let out = cli(&[
         "demo",
         "--json",
-        "--mode",
+        "--strategy",
         "rolling",
         "--rate",
         "400",

@@ -773,6 +773,12 @@ async fn rolling_upgrade_replaces_the_instances_one_by_one() {
     assert!(none_new(&plan), "{:?}", plan.findings);
     let (run, events, _stop) = run_in_background(&e, plan, RunOptions::default());
     until_route(&e, RouteState::Moved).await;
+    // The runner reports the three on the old consumer before any is
+    // replaced (replaced before its first look, it would see fewer).
+    wait_until("the rollout is reported", Duration::from_secs(30), || async {
+        events.0.lock().unwrap().iter().any(|ev| matches!(&ev.kind, EventKind::Progress(Progress::Rollout { on_old, .. }) if on_old.len() == 3))
+    })
+    .await;
     let (new_tx, new_rx) = tokio::sync::watch::channel(false);
     let mut new = vec![];
     for (i, (tx, task)) in old.into_iter().enumerate() {
