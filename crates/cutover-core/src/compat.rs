@@ -594,6 +594,10 @@ pub(crate) fn check_against_server(
     }
     if let Some(c) = &checks.b_config_check {
         match &c.result {
+            Ok(()) if c.dropped_duplicate_window => r.add(s, "duplicate_window", "", &c.scratch, Verdict::Unsafe, format!(
+                "the server accepted B's configuration but did not keep its duplicate_window (scratch stream {}, deleted): a clustered JetStream drops it from every mirror (nats-server jetstream_cluster.go decodeStreamAssignmentConfig, fixCfgMirrorWithDedupWindow), and B needs it so that publishes retried across the commit are stored once; strategy mirror and in-place are not exact on this server: use --strategy source (B renumbers; every consumer is positioned by translation), or in place on a single server; nothing was changed",
+                c.scratch
+            )),
             Ok(()) => r.add(s, "server check", "", &c.scratch, Verdict::Ok, format!(
                 "the server accepted B's configuration: scratch stream {} was created with it (sourcing nothing of A) and deleted",
                 c.scratch

@@ -228,6 +228,11 @@ pub struct ConfigCheck {
     pub scratch: String,
     /// `Err(server error)` when the server refused it.
     pub result: Result<(), String>,
+    /// The server accepted it but did not keep its `duplicate_window`: a
+    /// clustered JetStream drops it from every mirror (nats-server
+    /// jetstream_cluster.go `decodeStreamAssignmentConfig` calls
+    /// `fixCfgMirrorWithDedupWindow`), a newcomer's trial found.
+    pub dropped_duplicate_window: bool,
 }
 
 #[derive(Debug, Error, PartialEq)]

@@ -351,15 +351,19 @@ async fn check_b_config(js: &Js, draft: &Plan) -> Result<ConfigCheck> {
         }
     }
     js.stream_delete(&scratch).await?;
-    let result = match js.stream_create(&cfg).await {
-        Ok(_) => {
-            js.stream_delete(&scratch).await?;
-            Ok(())
-        }
-        Err(e @ Error::Api { .. }) => Err(e.to_string()),
+    let (result, mut dropped_duplicate_window) = match js.stream_create(&cfg).await {
+        Ok(_) => (Ok(()), false),
+        Err(e @ Error::Api { .. }) => (Err(e.to_string()), false),
         Err(e) => return Err(e),
     };
-    Ok(ConfigCheck { scratch, result })
+    if result.is_ok() {
+        // Accepted is not kept: read back what the server holds.
+        let held = js.stream_info(&scratch).await;
+        js.stream_delete(&scratch).await?;
+        let window = |c: &serde_json::Value| c["duplicate_window"].as_i64().unwrap_or(0);
+        dropped_duplicate_window = window(&cfg) > 0 && window(&held?.0["config"]) != window(&cfg);
+    }
+    Ok(ConfigCheck { scratch, result, dropped_duplicate_window })
 }
 
 /// Every stream but `from` and `to`: those that source or mirror `from` (they

@@ -33,6 +33,51 @@ async fn three_node_cluster_serves_a_replicated_stream() {
     assert_eq!(out.json()["stream"]["state"]["messages"], 1);
 }
 
+/// A clustered JetStream keeps no duplicate_window on a mirror (it drops it
+/// from every stream assignment: nats-server jetstream_cluster.go
+/// `decodeStreamAssignmentConfig` → `fixCfgMirrorWithDedupWindow`), which
+/// strategy mirror and in-place need across the commit. `plan` finds it
+/// with its scratch stream and refuses both (exit 3), naming it and strategy
+/// source; nothing is left behind. A newcomer's trial found `plan` saying
+/// SAFE and `run` failing after creating B.
+#[tokio::test(flavor = "multi_thread")]
+async fn mirror_and_in_place_are_refused_where_a_mirror_keeps_no_dedup_window() {
+    let cluster = Cluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+    let urls: Vec<String> = cluster.urls().split(',').map(String::from).collect();
+    let client = async_nats::connect(urls).await.unwrap();
+    let js = Js::new(client, Duration::from_secs(5));
+    wait_until("an R3 stream to be created", Duration::from_secs(30), || async {
+        js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "duplicate_window": 120_000_000_000i64})).await.is_ok()
+    })
+    .await;
+    js.consumer_create(
+        "ORDERS",
+        "worker",
+        &json!({"durable_name": "worker", "ack_policy": "explicit"}),
+        Action::Create,
+    )
+    .await
+    .unwrap();
+    let urls = cluster.urls();
+    let mirror = ["plan", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let in_place =
+        ["plan", "--in-place", "ORDERS", "--consumer", "worker", "--set", "storage=memory"];
+    for args in [&[&mirror[..], &["--strategy", "mirror"]].concat(), &in_place.to_vec()] {
+        let out = crate::common::cli(&[&["--server", &urls][..], args].concat());
+        assert_eq!(out.code, 3, "{args:?}: {out:?}");
+        assert!(out.stdout.contains("did not keep its duplicate_window"), "{args:?}: {out:?}");
+        assert!(out.stdout.contains("--strategy source"), "{args:?}: {out:?}");
+    }
+    for gone in
+        ["ORDERS_V2", "ORDERS_CUTOVER", "CUTOVER_CHECK_ORDERS_V2", "CUTOVER_CHECK_ORDERS_CUTOVER"]
+    {
+        assert!(js.stream_info_opt(gone).await.unwrap().is_none(), "{gone} left behind");
+    }
+    // Strategy source keeps the window (sourcing is not mirroring): SAFE.
+    let out = crate::common::cli(&[&["--server", &urls][..], &mirror[..]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
 /// The whole live cut-over on a 3-node cluster with replicated (R3) streams and
 /// consumers: their state comes from replicated stores, which is why the settle
 /// rule asks for two agreeing reads. Streams that allow direct gets are read
