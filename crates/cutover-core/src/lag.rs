@@ -29,6 +29,11 @@
 //! Until a regime holds a full window of samples, the no-progress rules (2, 3)
 //! do not fire: absence of progress is only evidence over time.
 //!
+//! One case rule 1 gets wrong needs what these samples do not hold: a
+//! consumer paused all window long while its pending grows is ok only while
+//! a migration's runner holds it. [`held_while_growing`] says when to ask;
+//! `watch` asks the lease and reports **stopped** when nobody holds it.
+//!
 //! Like Burrow, the rules use counters, not rates, and no clock: the window is a
 //! number of samples, so the caller's tick interval sets its length in time.
 
@@ -257,9 +262,36 @@ fn delivering(r: &Regime) -> Verdict {
     Verdict { status: Status::Ok, reason }
 }
 
+/// Paused in every read of a full window while its pending count grew:
+/// messages keep arriving that the consumer will not deliver. [`status`]
+/// calls a paused, settled consumer ok (a drain's checkpoint is exactly
+/// that, for a moment); held like this, it is ok only while a migration's
+/// runner holds it and will let it go, which the caller checks (`watch`).
+pub fn held_while_growing(samples: &[LagSample], window: usize) -> bool {
+    let window = window.max(2);
+    let Some(w) = samples.len().checked_sub(window).map(|i| &samples[i..]) else {
+        return false;
+    };
+    w.iter().all(|s| s.paused) && w[w.len() - 1].num_pending > w[0].num_pending
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn held_while_growing_needs_a_full_paused_window_and_growth() {
+        let p = |pending: u64, paused: bool| LagSample {
+            num_pending: pending,
+            paused,
+            ..s(0, 0, 5, 5)
+        };
+        assert!(held_while_growing(&[p(1, true), p(2, true), p(3, true)], 3));
+        assert!(!held_while_growing(&[p(1, true), p(2, true)], 3), "not a full window");
+        assert!(!held_while_growing(&[p(1, false), p(2, true), p(3, true)], 3), "resumed in it");
+        assert!(!held_while_growing(&[p(3, true), p(3, true), p(3, true)], 3), "nothing arrives");
+        assert!(held_while_growing(&[p(9, false), p(1, true), p(2, true)], 2), "the last window");
+    }
 
     fn s(pending: u64, ack_pending: u64, delivered: u64, floor: u64) -> LagSample {
         LagSample {

@@ -1099,7 +1099,7 @@ fn checkpoint_rule(req: &PlanRequest) -> String {
         return format!(
             "fence: pause the old consumer and read it twice; F = delivered.stream_seq at once (messages up to F may still be in processing: no wait); the new durable on {to} starts at the first message after F ({how}) and the route says `fenced`; instances keep processing the old consumer's messages up to F and nak those above it, and fetch the new durable meanwhile; the old consumer is retired once its ack floor reached F (or nothing is ack-pending) and every live instance acknowledged the fence (docs/protocol.md)",
             to = req.to,
-            how = if req.strategy == Strategy::Mirror { "F + 1, the same sequences" } else { "by its Nats-Stream-Source origin sequence, O(log N) direct gets" }
+            how = if req.strategy == Strategy::Mirror { "F + 1, the same sequences" } else { "by its Nats-Stream-Source origin sequence, O(log N) message gets: direct gets on an R1 stream that allows them, else through the leader" }
         );
     }
     if req.strategy == Strategy::Mirror {
@@ -1109,7 +1109,7 @@ fn checkpoint_rule(req: &PlanRequest) -> String {
         );
     }
     format!(
-        "pause the old consumer; wait until num_ack_pending = 0 (a pause is bounded: after min(run --max-pause, default 5 s, and ack_wait) without ack progress, from a dead worker, a nak with backoff or a client's partial batch, the consumer is resumed for as long and paused again; the longest pause is reported; a consumer that never settles within --settle-timeout is resumed and nothing moves); F = delivered.stream_seq (every sequence <= F was delivered and settled, or not selected by the filter; the ack floor is not used: MaxDeliver-exhausted messages keep it below F); the new durable on {} starts at the first sequence whose Nats-Stream-Source origin sequence is > F, found by O(log N) direct gets; it is created only once positioned", req.to
+        "pause the old consumer; wait until num_ack_pending = 0 (a pause is bounded: after min(run --max-pause, default 5 s, and ack_wait) without ack progress, from a dead worker, a nak with backoff or a client's partial batch, the consumer is resumed for as long and paused again; the longest pause is reported; a consumer that never settles within --settle-timeout is resumed and nothing moves); F = delivered.stream_seq (every sequence <= F was delivered and settled, or not selected by the filter; the ack floor is not used: MaxDeliver-exhausted messages keep it below F); the new durable on {} starts at the first sequence whose Nats-Stream-Source origin sequence is > F, found by O(log N) message gets (direct gets on an R1 stream that allows them, else through the leader: a follower may not hold the tail yet); it is created only once positioned", req.to
     )
 }
 

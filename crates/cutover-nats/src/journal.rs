@@ -441,7 +441,10 @@ impl JournalStore {
     }
 
     pub async fn put_route(&self, from: &str, consumer: &str, r: &Route) -> Result<()> {
-        let v = serde_json::to_vec(r).expect("route serializes");
+        // `updated_ms` is the time of this write (docs/protocol.md): drain
+        // mode's records, built without a clock, said 0.
+        let r = Route { updated_ms: now_ms(), ..r.clone() };
+        let v = serde_json::to_vec(&r).expect("route serializes");
         self.kv
             .put(route_key(from, consumer), Bytes::from(v))
             .await

@@ -133,7 +133,9 @@ pub enum Command {
     /// pending falling. stalled: messages awaited an ack in every read and none
     /// was acknowledged (a worker holds them, or max_ack_pending is reached).
     /// stopped: not paused, messages pending, nothing delivered and no pull
-    /// request waiting (no worker is pulling). Read-only.
+    /// request waiting (no worker is pulling); or paused in every read while
+    /// messages arrive, with no nats-cutover runner holding its stream (a
+    /// failed run's pause, or someone else's). Read-only.
     Watch(WatchArgs),
 }
 
@@ -453,6 +455,8 @@ pub struct ForgetArgs {
 pub struct RollbackArgs {
     /// The migration id (FROM.TO).
     pub id: String,
+    /// How long the rollback's lease lasts without renewal (another runner
+    /// may take over after this if the rollback dies).
     #[arg(long, value_parser = parse_lease_ttl, default_value = "30s")]
     pub lease_ttl: Duration,
 }

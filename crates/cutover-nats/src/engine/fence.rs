@@ -257,7 +257,7 @@ async fn gate(ctx: &Ctx<'_>, from: &str, name: &str) -> Result<ConsumerInfo> {
             return Ok(ci);
         }
         if Instant::now() > deadline {
-            return Err(Error::Stuck(format!("consumer {from}/{name} did not report a stable delivered sequence while paused; nothing moved; run again")));
+            return Err(Error::Stuck(format!("consumer {from}/{name} did not report a stable delivered sequence while paused for 30 s (its leader unreachable?); nothing moved")));
         }
         if last.is_some() {
             ctx.tick(true).await?;

@@ -1141,7 +1141,7 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
         d.keep_paused().await?;
         if Instant::now() > d.deadline {
             return Err(Error::Stuck(format!(
-                "consumer {stream}/{name} did not settle: {} message(s) still unacknowledged; the consumer was resumed, nothing moved; check its workers and run again",
+                "consumer {stream}/{name} did not settle: {} message(s) still unacknowledged; the consumer was resumed, nothing moved; check its workers",
                 ci.num_ack_pending
             )));
         }

@@ -48,12 +48,13 @@ impl Render {
         let w = e.wire();
         let text = match &e.kind {
             EventKind::StepStarted => return None,
-            EventKind::StepDone { ms, .. } => format!(
-                "{} done in {} {}",
-                e.step,
-                render::ms(ms.unwrap_or(0.0)),
-                compact(&w.detail)
-            ),
+            // Rollback's steps are not timed: no "done in 0 ms".
+            EventKind::StepDone { ms: None, .. } => {
+                format!("{} done {}", e.step, compact(&w.detail))
+            }
+            EventKind::StepDone { ms: Some(ms), .. } => {
+                format!("{} done in {} {}", e.step, render::ms(*ms), compact(&w.detail))
+            }
             // What a rolling run waits for, and the way on.
             EventKind::Progress(cutover_nats::engine::Progress::Rollout { on_old, on_new })
                 if !on_old.is_empty() =>

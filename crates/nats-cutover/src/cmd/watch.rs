@@ -59,7 +59,14 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> Result<ExitCo
             history.pop_front();
         }
         history.push_back(LagSample::from(&ci));
-        let verdict = lag::status(history.make_contiguous(), a.window);
+        let mut verdict = lag::status(history.make_contiguous(), a.window);
+        if verdict.status == Status::Ok
+            && lag::held_while_growing(history.make_contiguous(), a.window)
+        {
+            if let Some(held) = held_without_runner(&js, &a, history.make_contiguous()).await {
+                verdict = held;
+            }
+        }
         let check = assess(&ci);
         update(&reg, &labels, &ci, check.checkpoint, verdict.status);
         if json_out {
@@ -69,6 +76,36 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> Result<ExitCo
         }
     }
     Ok(ExitCode::Ok)
+}
+
+/// A consumer held paused while messages arrive, with no runner holding a
+/// lease on its stream: a migration whose run failed or died without giving
+/// it back (a newcomer's trial saw `watch` say ok for 30 s of that, pending
+/// growing). Stopped, naming the way out; `None` while a runner holds the
+/// lease (its drain, fence or rolling wait), or when that cannot be read.
+async fn held_without_runner(
+    js: &cutover_nats::Js,
+    a: &WatchArgs,
+    w: &[LagSample],
+) -> Option<Verdict> {
+    use cutover_nats::journal::{IfMissing, JournalStore};
+    let store = JournalStore::open(js, IfMissing::ReturnNone).await.ok()?;
+    let leases = match &store {
+        Some(s) => s.leases().await.ok()?,
+        None => vec![],
+    };
+    if leases.iter().any(|l| l.stream == a.stream && l.live) {
+        return None;
+    }
+    let (first, last) = (w[w.len().saturating_sub(a.window)], w[w.len() - 1]);
+    Some(Verdict {
+        status: Status::Stopped,
+        reason: format!(
+            "paused while {} new message(s) arrived, and no nats-cutover runner holds {}: nothing will deliver them; `nats-cutover status` names the migration that paused it (`run --resume ID` continues, `rollback ID` gives it back); not paused by nats-cutover: resume it yourself",
+            last.num_pending.saturating_sub(first.num_pending),
+            a.stream
+        ),
+    })
 }
 
 /// Refuses names the server would not accept and out-of-range flags.

@@ -144,6 +144,23 @@ async fn watch_reports_stopped_stalled_draining_ok_as_a_consumer_drains() {
     );
     assert_eq!(t["num_pending"], 15, "{t}");
 
+    // Held paused while messages keep arriving, and no runner holds a lease
+    // on A (nats-cutover did not pause it here; a failed run's consumer
+    // looks the same): stopped, naming the way out, not ok.
+    let ctx = e.ctx.clone();
+    let publishing = tokio::spawn(async move {
+        loop {
+            ctx.publish("orders.eu", "more".into()).await.unwrap().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(30)).await; // pacing only
+        }
+    });
+    let ok_ticks = w.ticks.len();
+    let t = w.until_status("stopped", limit);
+    publishing.abort();
+    assert!(t["reason"].as_str().unwrap().contains("no nats-cutover runner holds A"), "{t}");
+    assert_eq!(t["paused"], true, "{t}");
+    assert!(w.ticks.len() > ok_ticks);
+
     // The transitions, in order (ok may also show while the fetch is fresh).
     let s = w.statuses();
     let pos =
@@ -151,7 +168,8 @@ async fn watch_reports_stopped_stalled_draining_ok_as_a_consumer_drains() {
     let stopped = pos("stopped", 0).expect("stopped");
     let stalled = pos("stalled", stopped).expect("stalled after stopped");
     let draining = pos("draining", stalled).expect("draining after stalled");
-    pos("ok", draining).expect("ok after draining");
+    let ok = pos("ok", draining).expect("ok after draining");
+    pos("stopped", ok).expect("stopped once held while messages arrive");
     eprintln!("statuses: {s:?}");
 }
 
