@@ -68,6 +68,9 @@ pub(crate) fn leased(id: String, holder: String, expires_ms: u64) -> Error {
     }
 }
 
+/// How long a journal write without an answer is sent again.
+const JOURNAL_RETRY_FOR: Duration = Duration::from_secs(15);
+
 fn jerr(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Journal(format!("{what} in KV bucket {BUCKET}: {e}"))
 }
@@ -330,25 +333,49 @@ impl JournalStore {
     /// [`Error::Leased`], nothing written.
     pub async fn put_record(&self, id: &str, key: String, value: Bytes) -> Result<()> {
         use crate::test_hooks::{journal_write_fault, WriteFault};
-        let fault = journal_write_fault(&value);
+        let mut fault = journal_write_fault(&value);
         if fault == WriteFault::Refuse {
             return Err(jerr("cannot write the journal", "timed out (test hook)"));
         }
         let last = self.known.lock().unwrap().get(&key).map(|k| k.revision);
-        let written = match last {
-            Some(rev) => self.kv.update(&key, value.clone(), rev).await.map_err(|e| {
-                let moved = e.kind() == kv::UpdateErrorKind::WrongLastRevision;
-                (moved, jerr("cannot write the journal", e))
-            }),
-            None => self.kv.create(&key, value.clone()).await.map_err(|e| {
-                let moved = e.kind() == kv::CreateErrorKind::AlreadyExists;
-                (moved, jerr("cannot write the journal", e))
-            }),
-        };
-        let revision = match written {
-            Ok(rev) => rev,
-            Err((true, _)) => self.written_by_us(id, &key, &value).await?,
-            Err((false, e)) => return Err(e),
+        // A write whose answer did not come (a server or the bucket's leader
+        // away for a moment: a newcomer's run failed on a node killed for
+        // 1 s) is sent again, for a while: compare-and-set makes that safe,
+        // an earlier attempt that took effect is recognised as ours.
+        let (started, mut backoff) = (Instant::now(), Duration::from_millis(50));
+        let revision = loop {
+            let written = match last {
+                Some(rev) => self.kv.update(&key, value.clone(), rev).await.map_err(|e| {
+                    let (moved, lost) = (
+                        e.kind() == kv::UpdateErrorKind::WrongLastRevision,
+                        e.kind() == kv::UpdateErrorKind::TimedOut,
+                    );
+                    (moved, lost, jerr("cannot write the journal", e))
+                }),
+                None => self.kv.create(&key, value.clone()).await.map_err(|e| {
+                    let (moved, lost) = (
+                        e.kind() == kv::CreateErrorKind::AlreadyExists,
+                        matches!(e.kind(), kv::CreateErrorKind::Publish | kv::CreateErrorKind::Ack),
+                    );
+                    (moved, lost, jerr("cannot write the journal", e))
+                }),
+            };
+            let written = match written {
+                Ok(_) if fault == WriteFault::LoseOnce && started.elapsed() < JOURNAL_RETRY_FOR => {
+                    fault = WriteFault::None;
+                    Err((false, true, jerr("cannot write the journal", "timed out (test hook)")))
+                }
+                w => w,
+            };
+            match written {
+                Ok(rev) => break rev,
+                Err((true, _, _)) => break self.written_by_us(id, &key, &value).await?,
+                Err((false, true, _)) if started.elapsed() < JOURNAL_RETRY_FOR => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err((_, _, e)) => return Err(e),
+            }
         };
         if fault == WriteFault::LoseAnswer {
             return Err(jerr("cannot write the journal", "timed out (test hook, written)"));

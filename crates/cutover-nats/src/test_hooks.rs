@@ -39,6 +39,11 @@ pub fn crash_after_step() -> Option<StepHook> {
 /// write after it in this process fails without being applied.
 pub const LOSE_WRITES_VAR: &str = "NATS_CUTOVER_TEST_LOSE_JOURNAL_WRITES";
 
+/// `NEEDLE`: the first journal record write whose value contains it is
+/// applied but its answer lost, as if timed out; nothing else fails (the
+/// runner must send it again and recognise its own write).
+pub const LOSE_ONE_VAR: &str = "NATS_CUTOVER_TEST_LOSE_ONE_JOURNAL_ANSWER";
+
 /// What [`journal_write_fault`] makes of one journal write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteFault {
@@ -47,6 +52,8 @@ pub enum WriteFault {
     LoseAnswer,
     /// Reported as failed, not applied.
     Refuse,
+    /// Applied, then reported as timed out, once: the writer may retry.
+    LoseOnce,
 }
 
 /// The fault `$NATS_CUTOVER_TEST_LOSE_JOURNAL_WRITES` asks for `value`'s
@@ -58,6 +65,13 @@ pub fn journal_write_fault(value: &[u8]) -> WriteFault {
         static TRIPPED: AtomicBool = AtomicBool::new(false);
         if TRIPPED.load(Ordering::SeqCst) {
             return WriteFault::Refuse;
+        }
+        static LOST_ONE: AtomicBool = AtomicBool::new(false);
+        if let Ok(needle) = std::env::var(LOSE_ONE_VAR) {
+            let hit = value.windows(needle.len().max(1)).any(|w| w == needle.as_bytes());
+            if hit && !LOST_ONE.swap(true, Ordering::SeqCst) {
+                return WriteFault::LoseOnce;
+            }
         }
         let Ok(needle) = std::env::var(LOSE_WRITES_VAR) else { return WriteFault::None };
         let hit = value.windows(needle.len().max(1)).any(|w| w == needle.as_bytes());

@@ -446,7 +446,7 @@ fn stopped(e: Error, j: &Journal, held: &[String]) -> Error {
                     // wrote to both: a message written to A alone is for
                     // its old durable (never paused) to process.
                     (false, true) if j.plan.strategy == cutover_core::plan::Strategy::DualWrite => format!("moved to {} (route followers read the new durable there, which holds only what publishers wrote to both; {}'s old durable keeps serving its instances): {}", j.to, j.from, moved.join(", ")),
-                    (false, true) => format!("moved to {} (reading {}'s messages through it): {}", j.to, j.from, moved.join(", ")),
+                    (false, true) => format!("moved to {} (reading {}'s messages through it, so only as fast as {} sources them: if it stopped sourcing they get nothing new; `nats-cutover inspect {}` shows whether it catches up): {}", j.to, j.from, j.to, j.to, moved.join(", ")),
                     (true, false) => format!("fenced (the new durable on {} serves new messages, the old one is paused for good): {}", j.to, fenced.join(", ")),
                     (false, false) => format!("moved to {}: {}; fenced (the new durable serves new messages, the old one is paused for good): {}", j.to, moved.join(", "), fenced.join(", ")),
                 }

@@ -1004,3 +1004,27 @@ async fn journal_lost_at(needle: &str, phase: cutover_core::journal::ConsumerPha
     assert!(f > stale + 50, "drained again: F {f}, the stale one {stale}");
     exact_after(load, 200).await;
 }
+
+/// A journal write applied but whose answer is lost (test hook: the write
+/// of F) is sent again, and the runner recognises its own write: the run
+/// goes on and the move is exact (a newcomer's run failed instead when a
+/// server of the cluster was killed for a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_journal_write_whose_answer_is_lost_is_sent_again() {
+    use cutover_nats::test_hooks::LOSE_ONE_VAR;
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    let load = live_load(&e, 300, 100).await;
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .arg("--server")
+        .arg(e.server.url())
+        .args(run_orders(&[], &[]))
+        .env(LOSE_ONE_VAR, "\"phase\":\"settled\"")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    assert_eq!(j.phase, Phase::Done);
+    exact_after(load, 200).await;
+}
