@@ -970,13 +970,7 @@ async fn journal_lost_at(needle: &str, phase: cutover_core::journal::ConsumerPha
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
     let load = live_load(&e, 300, 100).await;
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
-        .arg("--server")
-        .arg(e.server.url())
-        .args(run_orders(&[], &["--lease-ttl", "1s"]))
-        .env(LOSE_WRITES_VAR, needle)
-        .output()
-        .unwrap();
+    let o = run_with_fault(&e, &["--lease-ttl", "1s"], (LOSE_WRITES_VAR, needle));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cannot write the journal"), "{stderr}");
@@ -1015,16 +1009,22 @@ async fn a_journal_write_whose_answer_is_lost_is_sent_again() {
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
     let load = live_load(&e, 300, 100).await;
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
-        .arg("--server")
-        .arg(e.server.url())
-        .args(run_orders(&[], &[]))
-        .env(LOSE_ONE_VAR, "\"phase\":\"settled\"")
-        .output()
-        .unwrap();
+    let o = run_with_fault(&e, &[], (LOSE_ONE_VAR, "\"phase\":\"settled\""));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{stderr}");
     let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.phase, Phase::Done);
     exact_after(load, 200).await;
+}
+
+/// `run` of ORDERS to ORDERS_V2 (with `tail`) under a journal write fault:
+/// `(variable, needle)` (cutover_nats::test_hooks).
+fn run_with_fault(e: &Env, tail: &[&str], (var, needle): (&str, &str)) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .arg("--server")
+        .arg(e.server.url())
+        .args(run_orders(&[], tail))
+        .env(var, needle)
+        .output()
+        .unwrap()
 }
