@@ -1019,7 +1019,11 @@ async fn a_journal_write_whose_answer_is_lost_is_sent_again() {
 
 /// `run` of ORDERS to ORDERS_V2 (with `tail`) under a journal write fault:
 /// `(variable, needle)` (cutover_nats::test_hooks).
-fn run_with_fault(e: &Env, tail: &[&str], (var, needle): (&str, &str)) -> std::process::Output {
+pub(crate) fn run_with_fault(
+    e: &Env,
+    tail: &[&str],
+    (var, needle): (&str, &str),
+) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
         .arg("--server")
         .arg(e.server.url())
