@@ -71,6 +71,25 @@ pub(crate) fn leased(id: String, holder: String, expires_ms: u64) -> Error {
 /// How long a journal write without an answer is sent again.
 const JOURNAL_RETRY_FOR: Duration = Duration::from_secs(15);
 
+/// The server's "wrong last sequence" without a sequence (error 10164): a
+/// replicated stream refuses a compare-and-set on a key while an earlier
+/// write to it is still being proposed (nats-server jetstream_batching.go,
+/// `expectedPerSubjectInProcess` / `inflight`), which is what a write sent
+/// again after a lost answer meets. Not a verdict: asked again, it is
+/// applied or found applied. async-nats reports it as `Other` (only 10071
+/// is `WrongLastSequence`), hence the code, read from the source chain.
+fn in_process(e: &(dyn std::error::Error + 'static)) -> bool {
+    const IN_PROCESS: u64 = 10164;
+    let mut cur = Some(e);
+    while let Some(x) = cur {
+        if let Some(j) = x.downcast_ref::<async_nats::jetstream::Error>() {
+            return j.error_code().0 == IN_PROCESS;
+        }
+        cur = x.source();
+    }
+    false
+}
+
 fn jerr(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Journal(format!("{what} in KV bucket {BUCKET}: {e}"))
 }
@@ -348,14 +367,15 @@ impl JournalStore {
                 Some(rev) => self.kv.update(&key, value.clone(), rev).await.map_err(|e| {
                     let (moved, lost) = (
                         e.kind() == kv::UpdateErrorKind::WrongLastRevision,
-                        e.kind() == kv::UpdateErrorKind::TimedOut,
+                        e.kind() == kv::UpdateErrorKind::TimedOut || in_process(&e),
                     );
                     (moved, lost, jerr("cannot write the journal", e))
                 }),
                 None => self.kv.create(&key, value.clone()).await.map_err(|e| {
                     let (moved, lost) = (
                         e.kind() == kv::CreateErrorKind::AlreadyExists,
-                        matches!(e.kind(), kv::CreateErrorKind::Publish | kv::CreateErrorKind::Ack),
+                        matches!(e.kind(), kv::CreateErrorKind::Publish | kv::CreateErrorKind::Ack)
+                            || in_process(&e),
                     );
                     (moved, lost, jerr("cannot write the journal", e))
                 }),
@@ -832,4 +852,28 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "host".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+
+    /// A write refused with 10164 as async-nats reports it (an update's
+    /// `Other`, through the publish error, down to the API error) is "in
+    /// process"; the same chain with another code is not.
+    #[test]
+    fn in_process_reads_the_api_code_through_the_source_chain() {
+        let api = |code: u64| -> async_nats::jetstream::Error {
+            serde_json::from_value(serde_json::json!({"code": 400, "err_code": code, "description": "wrong last sequence"}))
+                .unwrap()
+        };
+        let update = |code| -> kv::UpdateError {
+            PublishError::with_source(PublishErrorKind::Other, api(code)).into()
+        };
+        assert!(in_process(&update(10164)));
+        assert!(!in_process(&update(10071)));
+        let create: kv::CreateError = update(10164).into();
+        assert!(in_process(&create));
+    }
 }

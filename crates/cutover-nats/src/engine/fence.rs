@@ -141,12 +141,14 @@ pub(super) async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()
     }
     ctx.journal_consumer(name, |p| p.phase = ConsumerPhase::Created).await?;
     let gets = ctx.journal.lock().await.consumer_mut(name).and_then(|c| c.translate_gets);
+    // The gate's pause, until the fence was out, is the one that held
+    // consumption (none measured on a resumed run).
     let moved = Progress::Moved {
         checkpoint: f,
         b_start: start,
         translate_gets: gets.unwrap_or(0),
         gap_ms: fence_ms,
-        longest_pause_ms: None,
+        longest_pause_ms: (fence_ms > 0.0).then_some(fence_ms as u64),
     };
     ctx.emit(step, EventKind::Progress(moved));
     if let Some(h) = &ctx.opts.after_step {

@@ -918,13 +918,22 @@ async fn moved(
     ctx.hold_lease().await?;
     ctx.store.put_route(from, name, &route).await?;
     retire_route_back(ctx, from, to, name).await?;
-    let longest_pause_ms =
-        ctx.journal.lock().await.consumer_mut(name).and_then(|c| c.longest_pause_ms);
+    // The pause that held lasts until the route is out: the longest pause
+    // is at least the gap (a journal write that waited on its bucket kept
+    // it paused after it settled: a newcomer saw 8 ms beside an 8 s gap).
+    let gap_ms = held_since.elapsed().as_secs_f64() * 1000.0;
+    let longest_pause_ms = ctx
+        .journal
+        .lock()
+        .await
+        .consumer_mut(name)
+        .and_then(|c| c.longest_pause_ms)
+        .map(|l| l.max(gap_ms as u64));
     let moved = Progress::Moved {
         checkpoint: f,
         b_start: start,
         translate_gets: gets,
-        gap_ms: held_since.elapsed().as_secs_f64() * 1000.0,
+        gap_ms,
         longest_pause_ms,
     };
     ctx.emit(Step::Consumer(name.into()), EventKind::Progress(moved));
