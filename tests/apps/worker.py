@@ -321,17 +321,21 @@ class Worker:
             "t_ms": time.time() * 1000.0,  # when it was handled (for consumer-gap measurements)
         }
         ack_error = None
-        for attempt in range(3):
+        first, backoff = time.monotonic(), 0.02
+        while True:
             try:
                 await msg.ack_sync(timeout=self.args.ack_timeout)
                 ack_error = None
                 break
-            except nats.errors.TimeoutError as e:
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as e:
+                # The server may be busy, or the consumer's leader being
+                # elected (no responders until it is): ask again for a while
+                # (a repeated +ACK is harmless); a lost ack is a redelivery.
                 ack_error = repr(e)
-                continue  # the server may be busy: ask again (a repeated +ACK is harmless)
-            except nats.errors.NoRespondersError as e:
-                ack_error = repr(e)  # the consumer is gone
-                break
+                if time.monotonic() - first >= 5.0:
+                    break
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 0.5)
             except Exception as e:  # noqa: BLE001
                 ack_error = repr(e)
                 break
