@@ -1048,10 +1048,13 @@ async fn still_held(ctx: &Ctx<'_>) -> Vec<String> {
     };
     let mut held = vec![];
     for c in waiting {
+        // Only a consumer the server shows held is given back (or named):
+        // one it cannot show is not claimed either way.
         let back = match ctx.js.consumer_info_opt(&from, &c.name).await {
-            Ok(Some((_, ci))) if ci.paused == c.was_paused => true,
-            Ok(None) => true,
-            _ => ctx.js.consumer_pause(&from, &c.name, c.paused_until.as_deref()).await.is_ok(),
+            Ok(Some((_, ci))) if ci.paused != c.was_paused => {
+                ctx.js.consumer_pause(&from, &c.name, c.paused_until.as_deref()).await.is_ok()
+            }
+            _ => true,
         };
         if !back {
             held.push(c.name);
