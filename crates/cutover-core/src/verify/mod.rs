@@ -152,6 +152,14 @@ fn fence_settled_ok(spec: &ConsumerSpec) -> Result<(), String> {
             "the old consumer's ack floor was {} (below fence {f}) with {} message(s) ack-pending",
             s.ack_floor_stream_seq, s.num_ack_pending
         )),
+        // Instances never acknowledge above F on the old consumer: an ack
+        // floor above it means F was read from a state that had not yet
+        // learned of those deliveries (a consumer leader change during the
+        // gate, seen on a cluster): they may have been processed twice.
+        (_, Some(s)) if s.ack_floor_stream_seq > f => Err(format!(
+            "the old consumer's ack floor reached {} after fence {f} was taken: messages {} to {} were acknowledged on the old consumer and the new durable starts after {f}, so they may have been processed twice (the fence was read from a consumer leader that had not yet learned of their delivery)",
+            s.ack_floor_stream_seq, f + 1, s.ack_floor_stream_seq
+        )),
         _ => Ok(()),
     }
 }
@@ -524,6 +532,11 @@ mod tests {
         assert!(r.holds, "nothing pending at all: {:#?}", r.offenders);
         only(&run(&[fenced(Some((19, 1)))], &a, &b_copy(&a), None).0, Kind::Unsettled, 1);
         only(&run(&[fenced(None)], &a, &b_copy(&a), None).0, Kind::Unsettled, 1);
+        // An ack floor above F: acknowledged on the old consumer after the
+        // fence was taken (a stale read after a leader change, on a cluster).
+        let r = run(&[fenced(Some((21, 0)))], &a, &b_copy(&a), None).0;
+        only(&r, Kind::Unsettled, 1);
+        assert!(r.offenders[0].detail.contains("messages 21 to 21"), "{:#?}", r.offenders);
     }
 
     /// The streaming checker, against the definitions computed naively.

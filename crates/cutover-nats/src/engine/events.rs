@@ -159,6 +159,13 @@ pub enum Warning {
     /// Mode rolling, told to proceed: these instances were still bound to the
     /// old consumer (settled to the fence: they process nothing more).
     ProceededWithout { instances: Vec<String> },
+    /// Fence mode: the old consumer's ack floor passed the fence: something
+    /// above F was acknowledged there, which instances that follow the
+    /// protocol never do, so F was read from a state that had not yet
+    /// learned of those deliveries (a consumer leader change during the
+    /// gate). Messages F+1 up to `ack_floor` may have been processed from
+    /// both consumers; `verify` does not hold.
+    AckedAboveFence { fence: u64, ack_floor: u64 },
 }
 
 /// The wire shape of an event.
@@ -221,6 +228,11 @@ impl EventKind {
                     },
                     "fence": fence,
                     "instances": instances,
+                }),
+                Warning::AckedAboveFence { fence, ack_floor } => json!({
+                    "message": format!("the old consumer's ack floor reached {ack_floor}, above fence {fence}: messages {} to {ack_floor} were acknowledged on the old consumer and may be processed again from the new durable (the fence was read from a consumer leader that had not yet learned of their delivery, as after a leader change); `nats-cutover verify` names them", fence + 1),
+                    "fence": fence,
+                    "ack_floor": ack_floor,
                 }),
                 Warning::ProceededWithout { instances } => json!({
                     "message": format!("going on although instances {} are still bound to the old consumer (told to proceed): it is settled to the fence, so they process nothing more; it is deleted at the end unless --keep-old-consumers keeps it paused for them to idle until replaced", instances.join(", ")),

@@ -132,6 +132,12 @@ pub(super) async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()
     }
     let settled = Progress::FenceSettled { fence: f, settle_ms, ack_pending };
     ctx.emit(step.clone(), EventKind::Progress(settled));
+    if ci.ack_floor.stream_seq > f {
+        // Seen by a newcomer on a cluster: F read 35 ms after a consumer
+        // leader change, one message short; that message was processed twice.
+        let w = Warning::AckedAboveFence { fence: f, ack_floor: ci.ack_floor.stream_seq };
+        ctx.emit(step.clone(), EventKind::Warning(w));
+    }
     if reached < RouteState::Moved {
         await_acks(ctx, &from, name, f).await?;
         publish(ctx, ends, name, (f, start), RouteState::Moved).await?;
