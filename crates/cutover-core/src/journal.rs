@@ -282,6 +282,12 @@ pub struct ConsumerProgress {
     /// evidence that every message up to F was settled on the old consumer.
     #[serde(default)]
     pub fence_settled: Option<Settled>,
+    /// Drain mode: the old consumer's state when it was retired. Paused for
+    /// good since F was taken, it delivered nothing since: a delivered
+    /// sequence above F here means F was read short (a consumer leader
+    /// change, seen once on a cluster in fence mode), and `verify` says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_state: Option<Settled>,
     /// The new durable's filters on B (empty: all).
     #[serde(default)]
     pub b_filters: Vec<String>,
@@ -399,6 +405,7 @@ impl Journal {
                     longest_pause_ms: None,
                     evidence: None,
                     fence_settled: None,
+                    retired_state: None,
                     b_filters: vec![],
                 })
                 .collect(),

@@ -566,6 +566,7 @@ async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<Con
             evidence: c.evidence.clone(),
             fence: j.plan.mode.is_fenced(),
             fence_settled: c.fence_settled.clone(),
+            retired_state: c.retired_state.clone(),
             publishers_stopped: j.plan.publishers_stopped && !j.plan.features.consumer_pause,
             b_ack_floor,
         });

@@ -80,6 +80,10 @@ pub struct ConsumerSpec {
     pub fence: bool,
     #[serde(default)]
     pub fence_settled: Option<Settled>,
+    /// Drain mode: the old consumer's state when it was retired (journal
+    /// `retired_state`); a delivery above F there means F was read short.
+    #[serde(default)]
+    pub retired_state: Option<Settled>,
     /// The checkpoint was taken without a pause (servers before 2.11), which the
     /// plan allows only with publishers stopped: then nothing pending and
     /// nothing ack-pending is the evidence.
@@ -125,7 +129,12 @@ fn settled_ok(spec: &ConsumerSpec) -> Result<(), String> {
         Some(e) if !e.paused && !spec.publishers_stopped => Err(format!("the old consumer was not paused when checkpoint {f} was taken")),
         Some(e) if e.num_ack_pending != 0 => Err(format!("the old consumer had {} message(s) ack-pending when checkpoint {f} was taken", e.num_ack_pending)),
         Some(e) if e.delivered_stream_seq != f => Err(format!("the old consumer had delivered up to {} but the checkpoint is {f}", e.delivered_stream_seq)),
-        Some(_) => Ok(()),
+        // Paused for good since F: a later delivery above F means F was read
+        // from a state that had not yet learned of it (a leader change).
+        Some(_) => match &spec.retired_state {
+            Some(r) if r.delivered_stream_seq > f => Err(format!("the old consumer, paused since checkpoint {f} was taken, showed messages delivered up to {} when it was retired: messages {} to {} may have been processed from both consumers (the checkpoint was read from a consumer leader that had not yet learned of their delivery)", r.delivered_stream_seq, f + 1, r.delivered_stream_seq)),
+            _ => Ok(()),
+        },
     }
 }
 
@@ -537,6 +546,23 @@ mod tests {
         let r = run(&[fenced(Some((21, 0)))], &a, &b_copy(&a), None).0;
         only(&r, Kind::Unsettled, 1);
         assert!(r.offenders[0].detail.contains("messages 21 to 21"), "{:#?}", r.offenders);
+    }
+
+    /// Drain mode: the old consumer's state at retire must not show a
+    /// delivery above F (it was paused for good since F was taken).
+    #[test]
+    fn a_delivery_above_the_checkpoint_at_retire_is_caught() {
+        let a = a_msgs(50);
+        let retired = |delivered: u64| {
+            let mut s = spec("all", &[], 20, 21);
+            s.retired_state =
+                Some(Settled { delivered_stream_seq: delivered, ..s.evidence.clone().unwrap() });
+            s
+        };
+        assert!(run(&[retired(20)], &a, &b_copy(&a), None).0.holds);
+        let r = run(&[retired(22)], &a, &b_copy(&a), None).0;
+        only(&r, Kind::Unsettled, 1);
+        assert!(r.offenders[0].detail.contains("messages 21 to 22"), "{:#?}", r.offenders);
     }
 
     /// The streaming checker, against the definitions computed naively.

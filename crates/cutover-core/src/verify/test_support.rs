@@ -24,6 +24,7 @@ pub(super) fn spec(name: &str, a_filters: &[&str], f: u64, start: u64) -> Consum
         evidence: settled(f),
         fence: false,
         fence_settled: None,
+        retired_state: None,
         publishers_stopped: false,
         b_ack_floor: None,
     }

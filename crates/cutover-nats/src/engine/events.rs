@@ -166,6 +166,10 @@ pub enum Warning {
     /// gate). Messages F+1 up to `ack_floor` may have been processed from
     /// both consumers; `verify` does not hold.
     AckedAboveFence { fence: u64, ack_floor: u64 },
+    /// Drain mode, at retire: the old consumer, paused for good since F,
+    /// shows a delivery above F: F was read short; messages F+1 up to
+    /// `delivered` may have been processed from both consumers.
+    DeliveredAboveCheckpoint { checkpoint: u64, delivered: u64 },
 }
 
 /// The wire shape of an event.
@@ -233,6 +237,11 @@ impl EventKind {
                     "message": format!("the old consumer's ack floor reached {ack_floor}, above fence {fence}: messages {} to {ack_floor} were acknowledged on the old consumer and may be processed again from the new durable (the fence was read from a consumer leader that had not yet learned of their delivery, as after a leader change); `nats-cutover verify` names them", fence + 1),
                     "fence": fence,
                     "ack_floor": ack_floor,
+                }),
+                Warning::DeliveredAboveCheckpoint { checkpoint, delivered } => json!({
+                    "message": format!("the old consumer, paused since checkpoint {checkpoint} was taken, shows messages delivered up to {delivered}: messages {} to {delivered} may be processed again from the new durable (the checkpoint was read from a consumer leader that had not yet learned of their delivery, as after a leader change); `nats-cutover verify` names them", checkpoint + 1),
+                    "checkpoint": checkpoint,
+                    "delivered": delivered,
                 }),
                 Warning::ProceededWithout { instances } => json!({
                     "message": format!("going on although instances {} are still bound to the old consumer (told to proceed): it is settled to the fence, so they process nothing more; it is deleted at the end unless --keep-old-consumers keeps it paused for them to idle until replaced", instances.join(", ")),

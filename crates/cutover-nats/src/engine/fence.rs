@@ -240,7 +240,7 @@ async fn take_fence(
     Ok(f)
 }
 
-fn settled_state(ci: &ConsumerInfo) -> Settled {
+pub(super) fn settled_state(ci: &ConsumerInfo) -> Settled {
     Settled {
         delivered_stream_seq: ci.delivered.stream_seq,
         ack_floor_stream_seq: ci.ack_floor.stream_seq,

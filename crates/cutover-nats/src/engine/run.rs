@@ -1792,6 +1792,41 @@ async fn remove_source(ctx: &Ctx<'_>) -> Result<()> {
     ctx.done(Step::RemoveSource, t, Some(Phase::SourceRemoved), StepResult::SourceRemoved).await
 }
 
+/// Drain mode, before the old durables go: each one's state, journaled with
+/// it (`retired_state`). Paused for good since its F was taken, it has
+/// delivered nothing since; one that shows a delivery above F had its F read
+/// short (fence mode saw that once, on a cluster, right after a consumer
+/// leader change): warned here, and `verify` does not hold.
+async fn last_look(ctx: &Ctx<'_>, from: &str, names: &[String]) -> Result<()> {
+    let drain = {
+        let j = ctx.journal.lock().await;
+        j.plan.mode == Mode::Drain && j.plan.strategy != cutover_core::plan::Strategy::DualWrite
+    };
+    if !drain || !can_pause(ctx.js) {
+        return Ok(());
+    }
+    let reads: Vec<_> = names.iter().map(|n| ctx.js.consumer_info_opt(from, n)).collect();
+    let states: Vec<_> = futures::stream::iter(reads)
+        .buffered(ctx.opts.consumers_at_once.max(1))
+        .try_collect()
+        .await?;
+    let mut j = ctx.journal.lock().await;
+    for (name, state) in names.iter().zip(states) {
+        let Some((_, ci)) = state else { continue };
+        let p = j.consumer_mut(name).expect("consumer in journal");
+        let f = p.checkpoint.unwrap_or(u64::MAX);
+        p.retired_state = Some(super::fence::settled_state(&ci));
+        if ci.delivered.stream_seq > f {
+            let w = Warning::DeliveredAboveCheckpoint {
+                checkpoint: f,
+                delivered: ci.delivered.stream_seq,
+            };
+            ctx.emit(Step::Consumer(name.clone()), EventKind::Warning(w));
+        }
+    }
+    Ok(())
+}
+
 async fn retire(ctx: &Ctx<'_>) -> Result<()> {
     let (from, names, delete_old, keep) = {
         let j = ctx.journal.lock().await;
@@ -1809,6 +1844,9 @@ async fn retire(ctx: &Ctx<'_>) -> Result<()> {
     // A sealed A that is gone was deleted here by a runner that died after
     // it: its consumers went with it.
     let a_exists = ctx.js.stream_info_opt(&from).await?.is_some();
+    if a_exists {
+        last_look(ctx, &from, &names).await?;
+    }
     if !keep {
         // Deletes are idempotent (a resumed retire deletes again): sent
         // several at once, all journaled retired once all are done.

@@ -442,6 +442,9 @@ async fn a_dead_worker_does_not_hold_the_consumer_paused() {
     // Bounded by max_pause (plus polling), far below the 8 s ack_wait the old
     // rule (1.5 × ack_wait) would have paused for.
     assert!(longest < 4_000, "longest pause {longest} ms: {c:?}");
+    // Its last look before retire: paused for good since F, nothing after F.
+    let r = c.retired_state.as_ref().expect("the old consumer's state at retire");
+    assert_eq!((r.delivered_stream_seq, r.paused), (c.checkpoint.unwrap(), true), "{c:?}");
     exact_after(load, 100).await;
 }
 
