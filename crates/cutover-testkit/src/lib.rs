@@ -113,22 +113,39 @@ impl Cluster {
     }
 
     /// Like [`Cluster::start`], with `extra(i)` added to node `i`'s config.
+    ///
+    /// A route port chosen ahead (`free_port`) can be taken before its node
+    /// binds it, even by that node's own client listener (`-p -1`: seen once
+    /// in CI, "Error listening on router port ... address already in use"):
+    /// that node is started again on another route port. Nodes started
+    /// before it list the old port, which does no harm: it dials them.
     pub fn start_with(n: usize, extra: impl Fn(usize) -> String) -> Result<Self, String> {
-        let route_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
-        let routes: Vec<String> =
-            route_ports.iter().map(|p| format!("nats-route://127.0.0.1:{p}")).collect();
+        let mut route_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let mut nodes = vec![];
-        for (i, p) in route_ports.iter().enumerate() {
-            let config = format!(
-                "cluster {{\n  name: cutover\n  listen: 127.0.0.1:{p}\n  routes: [{}]\n}}\n{}",
-                routes.join(", "),
-                extra(i)
-            );
-            nodes.push(NatsServer::start_with(ServerOptions {
-                config: Some(config),
-                name: Some(format!("n{i}")),
-                ..Default::default()
-            })?);
+        for i in 0..n {
+            let mut attempts = 0;
+            let node = loop {
+                let routes: Vec<String> =
+                    route_ports.iter().map(|p| format!("nats-route://127.0.0.1:{p}")).collect();
+                let config = format!(
+                    "cluster {{\n  name: cutover\n  listen: 127.0.0.1:{}\n  routes: [{}]\n}}\n{}",
+                    route_ports[i],
+                    routes.join(", "),
+                    extra(i)
+                );
+                match NatsServer::start_with(ServerOptions {
+                    config: Some(config),
+                    name: Some(format!("n{i}")),
+                    ..Default::default()
+                }) {
+                    Err(e) if e.contains("router port") && attempts < 3 => {
+                        attempts += 1;
+                        route_ports[i] = free_port();
+                    }
+                    other => break other?,
+                }
+            };
+            nodes.push(node);
         }
         Ok(Self { nodes })
     }
