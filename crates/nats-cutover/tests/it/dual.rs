@@ -574,9 +574,11 @@ async fn a_publisher_outside_the_protocol_stops_the_run_before_the_commit() {
     assert!(out.stderr.contains("nats-cutover rollback ORDERS.ORDERS_V2"), "{out:?}");
     // Route followers are sent back to A's old durable at once, not left
     // reading B (which will never hold the stray messages) until a rollback.
-    assert!(out.stderr.contains("route followers read ORDERS's old durables again"), "{out:?}");
+    // The proof may catch the stray message before any route was written
+    // (a CI run under load did): then there is none to take back.
+    let routed = out.stderr.contains("route followers read ORDERS's old durables again");
     let store = JournalStore::open(&e.js, IfMissing::ReturnNone).await.unwrap().unwrap();
-    assert!(store.route("ORDERS", "worker").await.unwrap().is_none(), "route removed");
+    assert!(store.route("ORDERS", "worker").await.unwrap().is_none(), "no route: {routed}");
     let j = store.load("ORDERS.ORDERS_V2").await.unwrap().unwrap();
     assert!(!j.phase.committed(), "{:?}", j.phase);
     let out = retry_lease(&e, &["rollback", "ORDERS.ORDERS_V2"]).await;
