@@ -694,7 +694,7 @@ impl Shared {
                     consumer: i.consumer.to_string(),
                     stream_seq: i.stream_sequence,
                     delivered: i.delivered as u64,
-                    at_ms: now_ms(),
+                    at_ms: cutover_nats::journal::now_ms(),
                 };
                 let mut first = self.first_stream.lock().unwrap();
                 match first.get(&id) {
@@ -724,7 +724,13 @@ impl Shared {
             }
         }
         *last = Some(now);
-        self.processed_at.lock().unwrap().push(now_ms() as f64);
+        // Fractions of a millisecond kept: the steady gap between two
+        // processed messages is well under one at 5,000 msg/s.
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .unwrap_or(0.0);
+        self.processed_at.lock().unwrap().push(wall);
     }
 }
 
@@ -742,14 +748,6 @@ impl std::fmt::Display for Delivery {
         let Self { stream, consumer, stream_seq, delivered, at_ms } = self;
         write!(f, "from {stream}/{consumer} seq {stream_seq} delivery {delivered} at {at_ms}")
     }
-}
-
-/// Milliseconds since the Unix epoch.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Samples the published and processed counts every 100 ms, for the timeline.
