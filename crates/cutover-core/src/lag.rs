@@ -263,16 +263,16 @@ fn delivering(r: &Regime) -> Verdict {
 }
 
 /// Paused in every read of a full window while its pending count grew:
-/// messages keep arriving that the consumer will not deliver. [`status`]
-/// calls a paused, settled consumer ok (a drain's checkpoint is exactly
-/// that, for a moment); held like this, it is ok only while a migration's
-/// runner holds it and will let it go, which the caller checks (`watch`).
-pub fn held_while_growing(samples: &[LagSample], window: usize) -> bool {
+/// messages keep arriving that the consumer will not deliver; returns how
+/// many arrived over the window. [`status`] calls a paused, settled
+/// consumer ok (a drain's checkpoint is exactly that, for a moment); held
+/// like this, it is ok only while a migration's runner holds it and will let
+/// it go, which the caller checks (`watch`).
+pub fn held_while_growing(samples: &[LagSample], window: usize) -> Option<u64> {
     let window = window.max(2);
-    let Some(w) = samples.len().checked_sub(window).map(|i| &samples[i..]) else {
-        return false;
-    };
-    w.iter().all(|s| s.paused) && w[w.len() - 1].num_pending > w[0].num_pending
+    let w = &samples[samples.len().checked_sub(window)?..];
+    let grew = w[w.len() - 1].num_pending.saturating_sub(w[0].num_pending);
+    (w.iter().all(|s| s.paused) && grew > 0).then_some(grew)
 }
 
 #[cfg(test)]
@@ -286,11 +286,14 @@ mod tests {
             paused,
             ..s(0, 0, 5, 5)
         };
-        assert!(held_while_growing(&[p(1, true), p(2, true), p(3, true)], 3));
-        assert!(!held_while_growing(&[p(1, true), p(2, true)], 3), "not a full window");
-        assert!(!held_while_growing(&[p(1, false), p(2, true), p(3, true)], 3), "resumed in it");
-        assert!(!held_while_growing(&[p(3, true), p(3, true), p(3, true)], 3), "nothing arrives");
-        assert!(held_while_growing(&[p(9, false), p(1, true), p(2, true)], 2), "the last window");
+        assert_eq!(held_while_growing(&[p(1, true), p(2, true), p(3, true)], 3), Some(2));
+        assert_eq!(held_while_growing(&[p(1, true), p(2, true)], 3), None, "not a full window");
+        let resumed = [p(1, false), p(2, true), p(3, true)];
+        assert_eq!(held_while_growing(&resumed, 3), None, "resumed in it");
+        let still = [p(3, true), p(3, true), p(3, true)];
+        assert_eq!(held_while_growing(&still, 3), None, "nothing arrives");
+        let last = [p(9, false), p(1, true), p(2, true)];
+        assert_eq!(held_while_growing(&last, 2), Some(1), "the last window");
     }
 
     fn s(pending: u64, ack_pending: u64, delivered: u64, floor: u64) -> LagSample {

@@ -63,19 +63,20 @@ pub fn journal_write_fault(value: &[u8]) -> WriteFault {
     {
         use std::sync::atomic::{AtomicBool, Ordering};
         static TRIPPED: AtomicBool = AtomicBool::new(false);
+        static LOST_ONE: AtomicBool = AtomicBool::new(false);
         if TRIPPED.load(Ordering::SeqCst) {
             return WriteFault::Refuse;
         }
-        static LOST_ONE: AtomicBool = AtomicBool::new(false);
-        if let Ok(needle) = std::env::var(LOSE_ONE_VAR) {
-            let hit = value.windows(needle.len().max(1)).any(|w| w == needle.as_bytes());
-            if hit && !LOST_ONE.swap(true, Ordering::SeqCst) {
-                return WriteFault::LoseOnce;
-            }
+        // The first write whose value holds `var`'s needle, once (`done`).
+        let first_hit = |var: &str, done: &AtomicBool| {
+            std::env::var(var).is_ok_and(|needle| {
+                value.windows(needle.len().max(1)).any(|w| w == needle.as_bytes())
+            }) && !done.swap(true, Ordering::SeqCst)
+        };
+        if first_hit(LOSE_ONE_VAR, &LOST_ONE) {
+            return WriteFault::LoseOnce;
         }
-        let Ok(needle) = std::env::var(LOSE_WRITES_VAR) else { return WriteFault::None };
-        let hit = value.windows(needle.len().max(1)).any(|w| w == needle.as_bytes());
-        if hit && !TRIPPED.swap(true, Ordering::SeqCst) {
+        if first_hit(LOSE_WRITES_VAR, &TRIPPED) {
             return WriteFault::LoseAnswer;
         }
         WriteFault::None

@@ -10,9 +10,7 @@ use crate::api::{Action, Js, Lookup, Via};
 use crate::error::{Error, Result};
 use crate::journal::{now_ms, JournalStore, Lease};
 use cutover_core::checkpoint::{assess, TranslateSearch};
-use cutover_core::journal::{
-    migration_id, ConsumerPhase, Journal, Phase, Route, RouteState, Settled, Step,
-};
+use cutover_core::journal::{migration_id, ConsumerPhase, Journal, Phase, Route, RouteState, Step};
 use cutover_core::model::{nanos, ConsumerInfo};
 use cutover_core::plan::{ConsumerPlan, InPlaceHop, Mode, Plan};
 use futures::{StreamExt, TryStreamExt};
@@ -876,13 +874,7 @@ async fn checkpoint(
         p.phase = ConsumerPhase::Settled;
         p.checkpoint = Some(f);
         p.drain_ms = Some(drain_ms);
-        p.evidence = Some(Settled {
-            delivered_stream_seq: ci.delivered.stream_seq,
-            ack_floor_stream_seq: ci.ack_floor.stream_seq,
-            num_ack_pending: ci.num_ack_pending,
-            num_pending: ci.num_pending,
-            paused: ci.paused,
-        });
+        p.evidence = Some(super::fence::settled_state(&ci));
         p.b_filters = cp.b_filters.clone();
     });
     if let Err(e) = journaled.await {

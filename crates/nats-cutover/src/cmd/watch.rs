@@ -60,10 +60,9 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> Result<ExitCo
         }
         history.push_back(LagSample::from(&ci));
         let mut verdict = lag::status(history.make_contiguous(), a.window);
-        if verdict.status == Status::Ok
-            && lag::held_while_growing(history.make_contiguous(), a.window)
-        {
-            if let Some(held) = held_without_runner(&js, &a, history.make_contiguous()).await {
+        let grew = lag::held_while_growing(history.make_contiguous(), a.window);
+        if let (Status::Ok, Some(grew)) = (verdict.status, grew) {
+            if let Some(held) = held_without_runner(&js, &a.stream, grew).await {
                 verdict = held;
             }
         }
@@ -83,27 +82,20 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: WatchArgs) -> Result<ExitCo
 /// it back (a newcomer's trial saw `watch` say ok for 30 s of that, pending
 /// growing). Stopped, naming the way out; `None` while a runner holds the
 /// lease (its drain, fence or rolling wait), or when that cannot be read.
-async fn held_without_runner(
-    js: &cutover_nats::Js,
-    a: &WatchArgs,
-    w: &[LagSample],
-) -> Option<Verdict> {
+async fn held_without_runner(js: &cutover_nats::Js, stream: &str, grew: u64) -> Option<Verdict> {
     use cutover_nats::journal::{IfMissing, JournalStore};
     let store = JournalStore::open(js, IfMissing::ReturnNone).await.ok()?;
     let leases = match &store {
         Some(s) => s.leases().await.ok()?,
         None => vec![],
     };
-    if leases.iter().any(|l| l.stream == a.stream && l.live) {
+    if leases.iter().any(|l| l.stream == stream && l.live) {
         return None;
     }
-    let (first, last) = (w[w.len().saturating_sub(a.window)], w[w.len() - 1]);
     Some(Verdict {
         status: Status::Stopped,
         reason: format!(
-            "paused while {} new message(s) arrived, and no nats-cutover runner holds {}: nothing will deliver them; `nats-cutover status` names the migration that paused it (`run --resume ID` continues, `rollback ID` gives it back); not paused by nats-cutover: resume it yourself",
-            last.num_pending.saturating_sub(first.num_pending),
-            a.stream
+            "paused while {grew} new message(s) arrived, and no nats-cutover runner holds {stream}: nothing will deliver them; `nats-cutover status` names the migration that paused it (`run --resume ID` continues, `rollback ID` gives it back); not paused by nats-cutover: resume it yourself"
         ),
     })
 }

@@ -85,7 +85,6 @@ async fn fence_mode_moves_live_without_a_stop_exactly() {
 /// consumer delivered past it: it is gated again, and the move is exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fence_mode_gives_the_consumer_back_when_the_journal_stops_answering() {
-    use cutover_nats::test_hooks::LOSE_WRITES_VAR;
     let e = env().await;
     orders_stream(&e, 30_000).await;
     let cfg = LoadConfig { protocol: true, ..load_cfg(300, 20_000) };
@@ -93,25 +92,8 @@ async fn fence_mode_gives_the_consumer_back_when_the_journal_stops_answering() {
     until_registered(&e, 4).await;
     until_processed(&load, 100).await;
     let tail = ["--mode", "fence", "--lease-ttl", "1s"];
-    let o = crate::safety::run_with_fault(&e, &tail, (LOSE_WRITES_VAR, "\"phase\":\"creating\""));
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("every consumer is as it was"), "{stderr}");
-    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
-    assert!(!c.paused, "the old consumer was given back: {c:?}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
-    assert_eq!(j.consumers[0].phase, ConsumerPhase::Creating, "{:?}", j.consumers[0]);
-    let stale = j.consumers[0].checkpoint.expect("F journaled with the intent");
-    wait_until("the old consumer delivers past the stale F", Duration::from_secs(20), || async {
-        e.js.consumer_info("ORDERS", "worker").await.unwrap().1.delivered.stream_seq > stale + 50
-    })
-    .await;
-    let resume = ["run", "--resume", "ORDERS.ORDERS_V2"];
-    let out = crate::run::retry_cli(&e, &resume, &["is held by runner"]).await;
-    assert_eq!(out.code, 0, "{out:?}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
-    let f = j.consumers[0].checkpoint.unwrap();
-    assert!(f > stale + 50, "gated again: F {f}, the stale one {stale}");
+    let needle = "\"phase\":\"creating\"";
+    crate::safety::lost_journal_then_resumed(&e, &tail, needle, ConsumerPhase::Creating).await;
     assert_exact(&finish_after(load, 200).await);
 }
 

@@ -969,11 +969,26 @@ async fn a_journal_that_stops_answering_in_a_drain_leaves_the_consumer_working()
 /// later one refused: the consumer given back, the stale `phase` not
 /// trusted on resume, the move exact.
 async fn journal_lost_at(needle: &str, phase: cutover_core::journal::ConsumerPhase) {
-    use cutover_nats::test_hooks::LOSE_WRITES_VAR;
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
     let load = live_load(&e, 300, 100).await;
-    let o = run_with_fault(&e, &["--lease-ttl", "1s"], (LOSE_WRITES_VAR, needle));
+    lost_journal_then_resumed(&e, &["--lease-ttl", "1s"], needle, phase).await;
+    exact_after(load, 200).await;
+}
+
+/// `run` (with `tail`) under a journal that applies the write containing
+/// `needle`, loses its answer and refuses every later one: it fails saying
+/// every consumer is as it was, the old consumer is not paused, and the
+/// journal keeps that consumer in `phase` with an F. Once the consumer
+/// delivered past that F, `run --resume` does not trust it but takes F again.
+pub(crate) async fn lost_journal_then_resumed(
+    e: &Env,
+    tail: &[&str],
+    needle: &str,
+    phase: cutover_core::journal::ConsumerPhase,
+) {
+    use cutover_nats::test_hooks::LOSE_WRITES_VAR;
+    let o = run_with_fault(e, tail, (LOSE_WRITES_VAR, needle));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cannot write the journal"), "{stderr}");
@@ -994,12 +1009,11 @@ async fn journal_lost_at(needle: &str, phase: cutover_core::journal::ConsumerPha
     )
     .await;
     let resume = ["run", "--resume", "ORDERS.ORDERS_V2"];
-    let out = crate::run::retry_cli(&e, &resume, &["is held by runner"]).await;
+    let out = crate::run::retry_cli(e, &resume, &["is held by runner"]).await;
     assert_eq!(out.code, 0, "{out:?}");
     let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     let f = j.consumers[0].checkpoint.unwrap();
-    assert!(f > stale + 50, "drained again: F {f}, the stale one {stale}");
-    exact_after(load, 200).await;
+    assert!(f > stale + 50, "taken again: F {f}, the stale one {stale}");
 }
 
 /// A journal write applied but whose answer is lost (test hook: the write
