@@ -14,7 +14,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use cutover_nats::engine::{self, run::translate_once};
+use cutover_nats::engine::{self, translate_once};
 use cutover_nats::Js;
 use cutover_testkit::{NatsServer, PINNED_VERSION};
 use serde_json::{json, Value};

@@ -174,6 +174,17 @@ impl Js {
         self.source.as_deref().map(|(_, js)| js)
     }
 
+    /// A move across systems needs the source side's connection too: run,
+    /// resume, rollback and verify refuse without it (a rollback that could not
+    /// reach A once resumed nothing there and left its durables paused for good).
+    pub fn both_sides(&self, plan: &cutover_core::plan::Plan) -> Result<()> {
+        if (plan.external.is_some() || plan.across) && self.source_side().is_none() {
+            let id = cutover_core::journal::migration_id(&plan.from, &plan.to);
+            return Err(Error::Input(format!("migration {id} moves {} across systems: give the source side's connection too (--from-server or --from-context)", plan.from)));
+        }
+        Ok(())
+    }
+
     /// The connection that holds `stream`: the source side for the old
     /// stream of a move across systems, else this one.
     pub fn side(&self, stream: &str) -> &Js {

@@ -854,6 +854,17 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "host".into())
 }
 
+/// The journal of migration `id` and its store, or why there is none.
+pub async fn load_migration(js: &Js, id: &str) -> Result<(JournalStore, Journal)> {
+    let store = JournalStore::open(js, IfMissing::ReturnNone)
+        .await?
+        .ok_or_else(|| Error::NoMigration("no migration journal on this server (KV bucket CUTOVER does not exist): no migration was started here; start one with `nats-cutover run`. A move across systems keeps its journal on the target side: --server names B's system, --from-server A's".into()))?;
+    let j = store.load(id).await?.ok_or_else(|| {
+        Error::NoMigration(format!("no migration {id:?}; list them with `nats-cutover status`"))
+    })?;
+    Ok((store, j))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@
 //! - [`engine`]: `run`, `status`, `rollback`: the cut-over, step by step.
 //! - [`verify`]: structural verification of a finished migration;
 //!   [`verify_dual`]: of a dual-write migration, by msg-id.
+//! - `read`: a stream read in order (verify, the dual-write proof).
 //! - [`observe`]: beside a run: the event recorder, the consumer sampler, and
 //!   what a run leaves for its report.
 //! - [`test_hooks`]: the crash hook, only with the `test-hooks` feature.
@@ -28,6 +29,7 @@ pub mod error;
 pub mod journal;
 pub mod monitor;
 pub mod observe;
+mod read;
 pub mod test_hooks;
 pub mod verify;
 pub mod verify_dual;

@@ -225,7 +225,7 @@ pub async fn run(
     // A failed run's report matters most: take the journal it left in KV.
     let journal = match &result {
         Ok(j) => Some(j.clone()),
-        Err(_) => engine::rollback::load(js, &migration_id(&plan.from, &plan.to))
+        Err(_) => crate::journal::load_migration(js, &migration_id(&plan.from, &plan.to))
             .await
             .ok()
             .map(|(_, j)| j),

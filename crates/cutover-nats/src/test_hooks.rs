@@ -4,7 +4,10 @@
 //! release builds do not: there [`crash_after_step`] is `None`, and neither the
 //! variable nor the exit is in the program.
 
-use crate::engine::run::StepHook;
+use std::sync::Arc;
+
+/// The engine's `after_step` hook (`crate::engine::StepHook`).
+type StepHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Names the step after which the runner dies (`subjects_released`,
 /// `consumer_created:<C>`, or a step's name).
@@ -20,7 +23,7 @@ pub const CRASH_EXIT_CODE: i32 = 86;
 #[cfg(feature = "test-hooks")]
 pub fn crash_after_step() -> Option<StepHook> {
     let at = std::env::var(CRASH_AFTER_VAR).ok()?;
-    Some(std::sync::Arc::new(move |step: &str| {
+    Some(Arc::new(move |step: &str| {
         if step == at {
             std::process::exit(CRASH_EXIT_CODE);
         }

@@ -19,10 +19,10 @@
 //! Nothing is written but the ephemeral ordered consumers, deleted at the end.
 
 use crate::api::{Action, Js, Lookup, StoredMsg, Via};
-use crate::engine::rollback::load;
 use crate::error::{Error, Result};
+use crate::journal::load_migration as load;
+use crate::read::{nuid, read};
 use async_nats::header::{HeaderName, NATS_MESSAGE_ID};
-use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::DeliverPolicy};
 use cutover_core::audit::AuditRecord;
 use cutover_core::checkpoint::TranslateSearch;
 use cutover_core::journal::{Journal, Phase};
@@ -33,7 +33,6 @@ use cutover_core::verify::{
     self, a_filters_of, ASide, AuditSide, BMsg, BSide, ConsumerSpec, Facts, Kind, Origin,
     ReadStats, Report, RoaringTreemap, SlipWindow,
 };
-use futures::StreamExt;
 use serde_json::json;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,7 +84,7 @@ pub async fn verify(
     progress: &(dyn Fn(VerifyProgress) + Sync),
 ) -> Result<Report> {
     let (_, j) = load(js, id).await?;
-    crate::engine::run::both_sides(js, &j.plan)?;
+    js.both_sides(&j.plan)?;
     verifiable(id, &j)?;
     let specs = consumer_specs(js, &j, &opts.consumers).await?;
     let a = stream_a(js, &j).await?;
@@ -580,110 +579,6 @@ async fn consumer_specs(js: &Js, j: &Journal, only: &[String]) -> Result<Vec<Con
     Ok(specs)
 }
 
-/// Reads `stream` from `first` to `last` in order with an ordered consumer,
-/// calling `each(message, stream sequence, timestamp ms)` until it returns false.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn read<F>(
-    js: &Js,
-    stream: &str,
-    first: u64,
-    last: u64,
-    filters: &[String],
-    headers_only: bool,
-    stall: Duration,
-    mut each: F,
-) -> Result<u64>
-where
-    F: FnMut(&jetstream::Message, u64, i64) -> bool,
-{
-    if last == 0 || first > last {
-        return Ok(0);
-    }
-    let what = format!("read stream {stream}");
-    let rerr =
-        |e: &dyn std::fmt::Display| Error::Request { what: what.clone(), reason: e.to_string() };
-    let ctx = jetstream::new(js.client_for(stream).clone());
-    let s = ctx.get_stream(stream).await.map_err(|e| rerr(&e))?;
-    let name = format!("nats-cutover-verify-{}", nuid());
-    let consumer = s
-        .create_consumer(OrderedConfig {
-            name: Some(name.clone()),
-            deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: first.max(1) },
-            filter_subject: if filters.len() == 1 { filters[0].clone() } else { String::new() },
-            filter_subjects: if filters.len() > 1 { filters.to_vec() } else { vec![] },
-            headers_only,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| rerr(&e))?;
-    let mut messages = consumer.messages().await.map_err(|e| rerr(&e))?;
-    let mut n = 0u64;
-    let result = loop {
-        let next = match tokio::time::timeout(stall, messages.next()).await {
-            Err(_) => {
-                break Err(Error::Timeout {
-                    what: format!("{what} (nothing delivered for {stall:?})"),
-                })
-            }
-            Ok(None) => break Ok(()),
-            Ok(Some(Err(e))) => break Err(rerr(&e)),
-            Ok(Some(Ok(m))) => m,
-        };
-        let (seq, pending, ts_ms) = match next.info() {
-            Ok(i) => (
-                i.stream_sequence,
-                i.pending,
-                (i.published.unix_timestamp_nanos() / 1_000_000) as i64,
-            ),
-            Err(e) => break Err(rerr(&e)),
-        };
-        // Messages stored after verification began are not judged.
-        if seq > last {
-            break Ok(());
-        }
-        n += 1;
-        if !each(&next, seq, ts_ms) || seq >= last {
-            break Ok(());
-        }
-        if pending == 0 {
-            match more_selected(js, stream, seq, last, filters).await {
-                Ok(true) => {}
-                done => break done.map(|_| ()),
-            }
-        }
-    };
-    drop(messages);
-    // The ordered consumer is ephemeral and would expire by itself; delete it now
-    // so verify leaves nothing behind.
-    let _ = js.consumer_delete(stream, &name).await;
-    result.map(|_| n)
-}
-
-/// Whether `stream`'s leader holds a message after `seq`, up to `last`, that
-/// `filters` select (all messages when there are none): asked when a read's
-/// ordered consumer has nothing pending. That consumer is R1 on any replica
-/// of the stream (server jetstream_cluster.go `createGroupForConsumer`
-/// shuffles the peers), and its pending count is what that replica holds:
-/// one back from a partition trails the leader. Seen before this check: the
-/// last message B stored was not read (one message fewer checked than were
-/// published). A read ends only when the leader holds nothing more (or this
-/// fails: it ends then too, deleting its consumer).
-async fn more_selected(
-    js: &Js,
-    stream: &str,
-    seq: u64,
-    last: u64,
-    filters: &[String],
-) -> Result<bool> {
-    let all = [">".to_string()];
-    for f in if filters.is_empty() { &all[..] } else { filters } {
-        if js.next_matching(stream, seq + 1, f, false).await?.is_some_and(|m| m.seq <= last) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
 /// How A is read: on a task of its own beside B, and again afterwards for
 /// the counted consumers whose counts differ.
 #[derive(Clone)]
@@ -773,18 +668,6 @@ async fn count_selected(js: &Js, stream: &str, filters: &[String]) -> Option<u64
     let v = js.consumer_create(stream, &name, &cfg, Action::Create).await;
     let _ = js.consumer_delete(stream, &name).await;
     v.ok()?["num_pending"].as_u64()
-}
-
-pub(crate) fn nuid() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    format!("{:016x}", h.finish())
 }
 
 fn is_direct(m: &StoredMsg) -> bool {

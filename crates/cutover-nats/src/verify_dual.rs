@@ -3,8 +3,8 @@
 //! (`cutover_core::dual::judge`).
 
 use crate::api::Js;
-use crate::engine::rollback::load;
 use crate::error::{Error, Result};
+use crate::journal::load_migration as load;
 use cutover_core::dual::{judge, DualReport, Handoff, Msg};
 use cutover_core::journal::ConsumerPhase;
 use cutover_core::plan::Strategy;
@@ -15,7 +15,7 @@ use std::time::Duration;
 /// together deliver every message it selects (`only`: these consumers).
 pub async fn verify_dual(js: &Js, id: &str, only: &[String], first_n: usize) -> Result<DualReport> {
     let (_, j) = load(js, id).await?;
-    crate::engine::run::both_sides(js, &j.plan)?;
+    js.both_sides(&j.plan)?;
     if j.plan.strategy != Strategy::DualWrite {
         return Err(Error::NotVerifiable(format!(
             "migration {id} used strategy {}: not dual-write",
@@ -56,7 +56,7 @@ async fn read_all(js: &Js, stream: &str) -> Result<Vec<Msg>> {
     let mut out = Vec::with_capacity(info.state.messages as usize);
     let (first, last) = (info.state.first_seq, info.state.last_seq);
     let stall = Duration::from_secs(10);
-    crate::verify::read(js, stream, first, last, &[], true, stall, |m, seq, _| {
+    crate::read::read(js, stream, first, last, &[], true, stall, |m, seq, _| {
         let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).map(|v| v.to_string());
         out.push(Msg { seq, subject: m.subject.to_string(), id });
         true

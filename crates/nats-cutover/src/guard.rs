@@ -15,7 +15,7 @@
 use crate::cli::{Cli, Command, ConnArgs};
 use crate::cmd;
 use crate::error::Result;
-use cutover_nats::engine::run::{Exposure, ExposureHook};
+use cutover_nats::engine::{Exposure, ExposureHook};
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{ChildStdin, Stdio};

@@ -224,7 +224,7 @@ async fn api_answers(js: &Js, from: &str, ext: &External) -> Result<bool> {
 /// passes: subscription interest crosses a leaf node or an import
 /// asynchronously.
 async fn crosses(from: &Js, to: &Js, prefix: &str) -> Result<bool> {
-    let subject = format!("{prefix}._cutover_probe.{}", crate::verify::nuid());
+    let subject = format!("{prefix}._cutover_probe.{}", crate::read::nuid());
     let err = |e: &dyn std::fmt::Display| Error::Request {
         what: format!("probe {subject}"),
         reason: e.to_string(),

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-pub(super) struct Bridge {
+pub(in crate::engine) struct Bridge {
     held: Arc<Mutex<Vec<Message>>>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -32,7 +32,7 @@ pub(super) struct Bridge {
 
 /// What the bridge did.
 #[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Answered {
+pub(in crate::engine) struct Answered {
     /// Publishes stored through the bridge and acknowledged.
     pub stored: u64,
     /// Of those, already stored by a stream (the overlaps): acked as
@@ -46,7 +46,7 @@ pub(super) struct Answered {
 impl Bridge {
     /// Listens on `subjects` (the publishers' subjects, A's); returns once
     /// the server has the subscriptions.
-    pub(super) async fn open(client: &Client, subjects: &[String]) -> Result<Bridge> {
+    pub(in crate::engine) async fn open(client: &Client, subjects: &[String]) -> Result<Bridge> {
         let held = Arc::new(Mutex::new(vec![]));
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = vec![];
@@ -68,7 +68,7 @@ impl Bridge {
     /// Stops listening (a stream holds the subjects now: every later
     /// publish reaches it), then stores what was taken, in arrival order,
     /// where the subjects are now, forwarding each acknowledgement.
-    pub(super) async fn flush(self, client: &Client, within: Duration) -> Answered {
+    pub(in crate::engine) async fn flush(self, client: &Client, within: Duration) -> Answered {
         let _ = self.stop.send(true);
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(2), t).await;

@@ -13,8 +13,9 @@
 //! says `b`: the commit), `sealed` (publishers acknowledged `b`, A sealed),
 //! `done`.
 
+use super::ctx::Ctx;
 use super::events::{EventKind, Progress, StepResult, Warning};
-use super::run::{create_durable, Ctx};
+use super::steps::durable::create_durable;
 use crate::api::Js;
 use crate::error::{Error, Result};
 use crate::journal::{now_ms, JournalStore};
@@ -262,20 +263,11 @@ async fn undo_dual(ctx: &Ctx<'_>, from: &str) -> Result<()> {
 /// Reads `(seq, msg-id)` of `stream` from `first` to `last` (headers only).
 async fn ids(js: &Js, stream: &str, first: u64, last: u64) -> Result<Vec<(u64, Option<String>)>> {
     let mut out = vec![];
-    crate::verify::read(
-        js,
-        stream,
-        first,
-        last,
-        &[],
-        true,
-        Duration::from_secs(10),
-        |m, seq, _| {
-            let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).map(|v| v.to_string());
-            out.push((seq, id));
-            true
-        },
-    )
+    crate::read::read(js, stream, first, last, &[], true, Duration::from_secs(10), |m, seq, _| {
+        let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).map(|v| v.to_string());
+        out.push((seq, id));
+        true
+    })
     .await?;
     Ok(out)
 }

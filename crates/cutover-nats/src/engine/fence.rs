@@ -10,23 +10,20 @@
 //! every live instance acknowledged the fence: a resumed consumer delivers
 //! above F too, and instances that follow the protocol nak those.
 
+use super::ctx::{can_pause, rfc3339_in, Ctx, FOREVER};
 use super::events::{EventKind, Progress, Warning};
-use super::run::{
-    can_pause, checkpoint_holds, position, retire_route_back, rfc3339_in, undo_consumer, Ctx,
-    FOREVER,
-};
+use super::steps::durable::{checkpoint_holds, position, settled_state};
+use super::steps::routes::{fenced_route, retire_route_back};
+use super::steps::undo::undo_consumer;
 use crate::error::{Error, Result};
-use crate::journal::now_ms;
-use cutover_core::journal::{
-    ConsumerPhase, ConsumerProgress, FenceAck, Route, RouteState, Settled, Step, ROUTE_VERSION,
-};
+use cutover_core::journal::{ConsumerPhase, ConsumerProgress, FenceAck, RouteState, Step};
 use cutover_core::model::{nanos, ConsumerInfo};
 use cutover_core::plan::{ConsumerPlan, Mode};
 use std::time::{Duration, Instant};
 
 /// Refuses, before any write, a fence-mode run of a consumer that no live
 /// application instance registered for: nobody would follow the fence.
-pub(super) async fn check_instances(ctx: &Ctx<'_>) -> Result<()> {
+pub(in crate::engine) async fn check_instances(ctx: &Ctx<'_>) -> Result<()> {
     let (from, waiting) = {
         let j = ctx.journal.lock().await;
         if !j.plan.mode.is_fenced() {
@@ -49,40 +46,6 @@ pub(super) async fn check_instances(ctx: &Ctx<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The route record of a fenced consumer in `state`.
-pub(super) async fn route(
-    ctx: &Ctx<'_>,
-    (from, to): (&str, &str),
-    name: &str,
-    (f, start): (u64, u64),
-    state: RouteState,
-) -> Route {
-    let (ordered, mode, new_version) = {
-        let j = ctx.journal.lock().await;
-        let ordered = j.plan.consumers.iter().find(|c| c.name == name);
-        let ordered = ordered.is_some_and(|c| c.b_config["max_ack_pending"].as_i64() == Some(1));
-        (ordered, j.plan.mode, j.plan.new_version.clone())
-    };
-    Route {
-        version: ROUTE_VERSION,
-        stream: to.into(),
-        consumer: name.into(),
-        migration: ctx.id.clone(),
-        checkpoint: f,
-        start_seq: start,
-        mode,
-        state,
-        old_stream: Some(from.into()),
-        old_consumer: Some(name.into()),
-        fence: Some(f),
-        ordered,
-        nak_delay_ms: ctx.opts.nak_delay.as_millis() as u64,
-        ack_deadline_ms: Some(now_ms() + ctx.opts.fence_ack_timeout.as_millis() as u64),
-        new_version,
-        updated_ms: now_ms(),
-    }
-}
-
 async fn publish(
     ctx: &Ctx<'_>,
     ends: (&str, &str),
@@ -90,14 +53,14 @@ async fn publish(
     pos: (u64, u64),
     state: RouteState,
 ) -> Result<()> {
-    let r = route(ctx, ends, name, pos, state).await;
+    let r = fenced_route(ctx, ends, name, pos, state).await;
     ctx.hold_lease().await?;
     ctx.store.put_route(ends.0, name, &r).await?;
     retire_route_back(ctx, ends.0, ends.1, name).await
 }
 
 /// One consumer's fence handoff, or what is left of it after a resume.
-pub(super) async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
+pub(in crate::engine) async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
     let (from, to, prior) = ctx.consumer_state(&cp.name).await;
     let name = cp.name.as_str();
     let ends = (from.as_str(), to.as_str());
@@ -238,16 +201,6 @@ async fn take_fence(
     p.evidence = Some(settled_state(&ci));
     p.b_filters = cp.b_filters.clone();
     Ok(f)
-}
-
-pub(super) fn settled_state(ci: &ConsumerInfo) -> Settled {
-    Settled {
-        delivered_stream_seq: ci.delivered.stream_seq,
-        ack_floor_stream_seq: ci.ack_floor.stream_seq,
-        num_ack_pending: ci.num_ack_pending,
-        num_pending: ci.num_pending,
-        paused: ci.paused,
-    }
 }
 
 /// Stops the old consumer delivering (acks go on): paused (for the drain

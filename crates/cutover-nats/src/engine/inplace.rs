@@ -17,9 +17,10 @@
 //! is planned when hop 1 is done (a failure there leaves the stream serving
 //! under the temporary name, and the same command continues).
 
+use super::ctx::RunOptions;
 use super::events::Sink;
 use super::prepare::prepare_plan;
-use super::run::{run, RunOptions};
+use super::run::run;
 use crate::api::Js;
 use crate::error::{Error, Result};
 use crate::journal::{IfMissing, JournalStore};

@@ -11,7 +11,7 @@
 use super::events::{Event, EventKind, Sink, StepResult, Warning};
 use crate::api::{Js, Lookup, Via};
 use crate::error::{Error, Result};
-use crate::journal::{now_ms, IfMissing, JournalStore, Lease};
+use crate::journal::{load_migration, now_ms, IfMissing, JournalStore, Lease};
 use cutover_core::checkpoint::assess;
 use cutover_core::journal::{ConsumerPhase, ConsumerProgress, Journal, Phase, Step};
 use cutover_core::model::{ConsumerInfo, StreamInfo};
@@ -21,26 +21,16 @@ use serde_json::json;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-pub async fn load(js: &Js, id: &str) -> Result<(JournalStore, Journal)> {
-    let store = JournalStore::open(js, IfMissing::ReturnNone)
-        .await?
-        .ok_or_else(|| Error::NoMigration("no migration journal on this server (KV bucket CUTOVER does not exist): no migration was started here; start one with `nats-cutover run`. A move across systems keeps its journal on the target side: --server names B's system, --from-server A's".into()))?;
-    let j = store.load(id).await?.ok_or_else(|| {
-        Error::NoMigration(format!("no migration {id:?}; list them with `nats-cutover status`"))
-    })?;
-    Ok((store, j))
-}
-
 /// How long a dual-write rollback waits for the publishers to acknowledge
 /// writing A only (the runner's `fence_ack_timeout` default).
 const DUAL_ACK_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -> Result<Journal> {
-    let (store, j) = load(js, id).await?;
+    let (store, j) = load_migration(js, id).await?;
     if j.phase == Phase::RolledBack {
         return Ok(j);
     }
-    super::run::both_sides(js, &j.plan)?;
+    js.both_sides(&j.plan)?;
     refuse_rollback(&j)?;
     let mut lease = Lease::acquire(&store, &j.from, id, lease_ttl).await?;
     // Read again under the lease: a runner that held it until now may have

@@ -15,9 +15,10 @@
 //! overlap check is per account (server stream.go `checkStreamCfgLocked`),
 //! and its source cycle check skips external sources.
 
+use super::ctx::Ctx;
 use super::events::{EventKind, Progress, StepResult, Warning};
 use super::progress::source_progress;
-use super::run::{released_subjects, Ctx};
+use super::steps::commit::released_subjects;
 use crate::api::Js;
 use crate::error::{Error, Result};
 use cutover_core::journal::{Phase, SharedAt, Step};
@@ -302,7 +303,7 @@ impl SourcedTail {
         }
         let mut max = self.origin;
         let stall = Duration::from_secs(10);
-        crate::verify::read(js, to, self.cursor + 1, last, &[], true, stall, |m, _, _| {
+        crate::read::read(js, to, self.cursor + 1, last, &[], true, stall, |m, _, _| {
             let h = m.headers.as_ref().and_then(|h| h.get(source_header::HEADER));
             if let Some(o) = h.and_then(|v| source_header::seq_from(v.as_str(), from).ok()) {
                 max = max.max(o.unwrap_or(0));

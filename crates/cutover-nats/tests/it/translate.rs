@@ -6,7 +6,7 @@ use cutover_core::checkpoint::assess;
 use cutover_core::journal::Phase;
 use cutover_core::plan::PlanRequest;
 use cutover_nats::api::{Lookup, Via};
-use cutover_nats::engine::{self, events::Collect, run::translate_once, RunOptions};
+use cutover_nats::engine::{self, events::Collect, translate_once, RunOptions};
 use futures::StreamExt;
 use serde_json::json;
 use std::time::Duration;

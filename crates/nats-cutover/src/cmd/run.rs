@@ -224,7 +224,7 @@ async fn already_complete(js: &Js, a: &RunArgs, json_out: bool) -> bool {
         return false;
     };
     let id = cutover_core::journal::migration_id(from, to);
-    let Ok((_, j)) = engine::rollback::load(js, &id).await else {
+    let Ok((_, j)) = cutover_nats::journal::load_migration(js, &id).await else {
         return false;
     };
     if j.phase != Phase::Done {
@@ -243,7 +243,7 @@ async fn already_complete(js: &Js, a: &RunArgs, json_out: bool) -> bool {
 /// prepared now from the flags.
 async fn load_plan(js: &Js, a: &RunArgs) -> Result<Plan> {
     Ok(if let Some(id) = &a.resume {
-        let (_, j) = engine::rollback::load(js, id).await?;
+        let (_, j) = cutover_nats::journal::load_migration(js, id).await?;
         if j.phase == Phase::RolledBack {
             // Resuming would start it all over, unasked and unconfirmed.
             return Err(CliError::NoMigration(format!(
@@ -261,7 +261,7 @@ async fn load_plan(js: &Js, a: &RunArgs) -> Result<Plan> {
         // not one judged against streams it already changed (past the commit
         // point B holds the subjects, which a new plan refuses).
         let id = cutover_core::journal::migration_id(&req.from, &req.to);
-        match engine::rollback::load(js, &id).await {
+        match cutover_nats::journal::load_migration(js, &id).await {
             Ok((_, j)) if !matches!(j.phase, Phase::Done | Phase::RolledBack) => j.plan,
             Err(e @ cutover_nats::Error::NewerJournal { .. }) => return Err(e.into()),
             _ => {
@@ -288,7 +288,7 @@ async fn split_flags(js: &Js, a: &RunArgs, plan: &Plan) -> Result<bool> {
         return Err(CliError::Flag(format!("--answer-publishes bridges a commit window, and with the publishers split between {} and {} there is none (A keeps its subjects until the go-ahead): drop it", plan.from, plan.to)));
     }
     let (Some(id), true) = (&a.resume, a.proceed) else { return Ok(false) };
-    let (store, j) = engine::rollback::load(js, id).await?;
+    let (store, j) = cutover_nats::journal::load_migration(js, id).await?;
     if !j.publishers_split() {
         return Ok(false);
     }

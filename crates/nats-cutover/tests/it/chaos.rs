@@ -235,7 +235,7 @@ pub fn run_args(resume: bool) -> Vec<&'static str> {
 
 /// The migration's journal, if a runner wrote one.
 pub async fn journal(js: &Js) -> Option<Journal> {
-    cutover_nats::engine::rollback::load(js, ID).await.ok().map(|(_, j)| j)
+    cutover_nats::journal::load_migration(js, ID).await.ok().map(|(_, j)| j)
 }
 
 /// Where a journal says the migration is: the step under way, else the phase.

@@ -323,7 +323,7 @@ async fn leaders_killed_during_the_cutover_lose_nothing() {
     }
     eprintln!("killed: {killed:?}; failed attempts before success: {attempts:#?}");
     assert_eq!(killed.len(), 2, "both leaders were killed: {killed:?}");
-    let (_, j) = cutover_nats::engine::rollback::load(&js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.phase, cutover_core::journal::Phase::Done, "{attempts:#?}");
     let r = finish_after(load, 300).await;
     eprintln!(
@@ -493,7 +493,7 @@ async fn a_node_partitioned_during_the_cutover_loses_nothing() {
     }
     let k = cut.expect("a node was cut off");
     eprintln!("n{k} cut off; failed attempts before success: {attempts:#?}");
-    let (_, j) = cutover_nats::engine::rollback::load(&js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.phase, cutover_core::journal::Phase::Done, "{attempts:#?}");
     partition(&cluster, k, true);
     for stream in ["ORDERS", "ORDERS_V2"] {

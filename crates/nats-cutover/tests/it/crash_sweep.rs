@@ -12,7 +12,6 @@ use crate::common::*;
 use crate::run::{assert_exact, finish, load_cfg, orders_stream, until_processed, until_published};
 use cutover_core::journal::Phase;
 use cutover_demo::load::Load;
-use cutover_nats::engine;
 use futures::StreamExt;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -120,7 +119,7 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str, mode: &str) -> Point 
         return Point::Finished;
     };
     let id = if strategy == IN_PLACE { HOP1 } else { ID };
-    let j = engine::rollback::load(&e.js, id).await.map(|(_, j)| j).ok();
+    let j = cutover_nats::journal::load_migration(&e.js, id).await.map(|(_, j)| j).ok();
     let mut resumed = !undo;
     if undo && j.as_ref().is_some_and(|j| j.phase != Phase::Done) {
         let out = retry_lease(&e, &["--json", "rollback", id]).await;
@@ -140,7 +139,7 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str, mode: &str) -> Point 
         let out = retry_lease(&e, &[&["--json"][..], &command(strategy, mode)].concat()).await;
         assert_eq!(out.code, 0, "resume after {key:?}: {out:?}");
         for id in [HOP1, HOP2] {
-            let (_, j) = engine::rollback::load(&e.js, id).await.unwrap();
+            let (_, j) = cutover_nats::journal::load_migration(&e.js, id).await.unwrap();
             assert_eq!(j.phase, Phase::Done, "{id} after {key:?}");
         }
         let (raw, _) = e.js.stream_info("ORDERS").await.unwrap();
@@ -153,7 +152,7 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str, mode: &str) -> Point 
             retry_lease(&e, &[&["--json"][..], &command(strategy, mode)].concat()).await
         };
         assert_eq!(out.code, 0, "resume after {key:?}: {out:?}");
-        let (_, j) = engine::rollback::load(&e.js, ID).await.unwrap();
+        let (_, j) = cutover_nats::journal::load_migration(&e.js, ID).await.unwrap();
         assert_eq!(j.phase, Phase::Done, "after {key:?}");
     } else {
         // Rolled back: A serves publishers and its old durable delivers.

@@ -9,7 +9,6 @@ use crate::run::{assert_exact, finish_after, load_cfg, until_processed, until_pu
 use cutover_core::journal::Phase;
 use cutover_demo::load::Load;
 use cutover_nats::api::Action;
-use cutover_nats::engine;
 use cutover_nats::Js;
 use cutover_testkit::{two_accounts_config, LeafSystem, NatsServer, ServerOptions};
 use serde_json::{json, Value};
@@ -263,7 +262,7 @@ async fn across_a_crashed_run_is_refused_without_its_source_side_and_rolled_back
     let out = cli(&["--server", &hub_urls, "rollback", "ORDERS.ORDERS_V2"]);
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("--from-server or --from-context"), "{out:?}");
-    let (_, j) = engine::rollback::load(&hub.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&hub.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_ne!(j.phase, Phase::RolledBack, "the refused rollback changed nothing");
     assert!(hub.js.consumer_info("ORDERS_V2", "worker").await.is_ok(), "B's durable kept");
     let out = cli(&["--server", &hub_urls, "verify", "--migration", "ORDERS.ORDERS_V2"]);

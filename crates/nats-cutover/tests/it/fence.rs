@@ -466,7 +466,7 @@ async fn fence_crash_then(rollback: bool) {
         move_args(&["--json", "run", "--mode", "fence"], "ORDERS", "ORDERS_V2", "worker", &tail);
     let out = run_cli(&e, &args, Some("consumer_fenced:worker"));
     assert_eq!(out.code, 86, "the runner dies once the fence is published: {out:?}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.consumers[0].phase, ConsumerPhase::Fenced);
     let held = ["is held by runner"];
     let id = "ORDERS.ORDERS_V2";
@@ -476,7 +476,7 @@ async fn fence_crash_then(rollback: bool) {
         retry_cli(&e, &["--json", "run", "--resume", id, "--lease-ttl", "1s"], &held).await
     };
     assert_eq!(out.code, 0, "{out:?}");
-    let (_, j) = engine::rollback::load(&e.js, id).await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, id).await.unwrap();
     if rollback {
         assert_eq!(j.phase, Phase::RolledBack);
         assert!(e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_none(), "B deleted");

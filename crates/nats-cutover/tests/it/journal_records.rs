@@ -74,7 +74,7 @@ async fn a_thousand_durables_move_in_one_run() {
     let head: serde_json::Value = serde_json::from_slice(&head).unwrap();
     assert_eq!(head["format"], 2);
     assert!(kv.get(consumer_key(&j.id, "c999")).await.unwrap().is_some());
-    let (_, back) = engine::rollback::load(&e.js, &j.id).await.unwrap();
+    let (_, back) = cutover_nats::journal::load_migration(&e.js, &j.id).await.unwrap();
     assert_eq!(back, j);
     // Not `verify`: its reader is one more consumer on B, and nats-server
     // 2.15.1 (default limits) refuses a stream's 1,001st consumer ("maximum
@@ -95,14 +95,14 @@ async fn a_journal_of_format_1_resumes() {
     );
     assert_eq!(out.code, 86, "{out:?}");
     let id = "ORDERS.ORDERS_V2";
-    let (store, j) = engine::rollback::load(&e.js, id).await.unwrap();
+    let (store, j) = cutover_nats::journal::load_migration(&e.js, id).await.unwrap();
     assert_eq!(j.consumers[0].phase, ConsumerPhase::Created);
     // What the previous version left: one value, no records.
     let old = cutover_core::journal::Journal { format: 1, ..j.clone() };
     let kv = store.kv();
     kv.purge(consumer_key(id, "worker")).await.unwrap();
     kv.put(journal_key(id), serde_json::to_vec(&old).unwrap().into()).await.unwrap();
-    assert_eq!(engine::rollback::load(&e.js, id).await.unwrap().1, old);
+    assert_eq!(cutover_nats::journal::load_migration(&e.js, id).await.unwrap().1, old);
     let out = crate::run::retry_cli(
         &e,
         &["--json", "run", "--resume", id, "--lease-ttl", "1s"],
@@ -110,7 +110,7 @@ async fn a_journal_of_format_1_resumes() {
     )
     .await;
     assert_eq!(out.code, 0, "{out:?}");
-    let (_, done) = engine::rollback::load(&e.js, id).await.unwrap();
+    let (_, done) = cutover_nats::journal::load_migration(&e.js, id).await.unwrap();
     assert_eq!(done.phase, Phase::Done);
     assert_eq!(done.consumers[0].b_start, j.consumers[0].b_start, "the journaled start kept");
     let head: serde_json::Value =
@@ -136,15 +136,15 @@ async fn a_runner_that_lost_the_journal_cannot_write_it_back() {
     let out = run_cli(&e, &move_args(&["run"], "A", "B", "C", &["--yes"]), Some("create_b"));
     assert_eq!(out.code, 86, "{out:?}");
     let id = "A.B";
-    let (stale, j) = engine::rollback::load(&e.js, id).await.unwrap();
-    let (taker, mut newer) = engine::rollback::load(&e.js, id).await.unwrap();
+    let (stale, j) = cutover_nats::journal::load_migration(&e.js, id).await.unwrap();
+    let (taker, mut newer) = cutover_nats::journal::load_migration(&e.js, id).await.unwrap();
     newer.error = Some("taken over".into());
     taker.save(&newer).await.unwrap();
     let mut old = j.clone();
     old.error = Some("stale".into());
     let err = stale.save(&old).await.unwrap_err();
     assert!(matches!(err, cutover_nats::Error::Leased { .. }), "{err}");
-    assert_eq!(engine::rollback::load(&e.js, id).await.unwrap().1, newer);
+    assert_eq!(cutover_nats::journal::load_migration(&e.js, id).await.unwrap().1, newer);
     // A consumer record too.
     let (key, value) = JournalStore::consumer_record(&old, "C");
     let mut moved = newer.clone();
@@ -152,11 +152,11 @@ async fn a_runner_that_lost_the_journal_cannot_write_it_back() {
     taker.save(&moved).await.unwrap();
     let err = stale.put_record(id, key, value).await.unwrap_err();
     assert!(matches!(err, cutover_nats::Error::Leased { .. }), "{err}");
-    assert_eq!(engine::rollback::load(&e.js, id).await.unwrap().1, moved);
+    assert_eq!(cutover_nats::journal::load_migration(&e.js, id).await.unwrap().1, moved);
     // The value already there: done, and the store writes on from its revision.
     stale.save(&moved).await.unwrap();
     let mut next = moved.clone();
     next.error = None;
     stale.save(&next).await.unwrap();
-    assert_eq!(engine::rollback::load(&e.js, id).await.unwrap().1, next);
+    assert_eq!(cutover_nats::journal::load_migration(&e.js, id).await.unwrap().1, next);
 }

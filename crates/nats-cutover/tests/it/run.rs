@@ -153,7 +153,7 @@ async fn live_cutover_loses_nothing_and_processes_nothing_twice() {
 pub async fn crashed_once_b_serves(e: &Env, past: u64) {
     let out = run_cli(e, &run_orders(&[], &["--lease-ttl", "1s"]), Some("consumer_created:worker"));
     assert_eq!(out.code, 86, "{out:?}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     let start = j.consumers[0].b_start.unwrap();
     wait_until("workers to process on ORDERS_V2", Duration::from_secs(20), || async {
         let (_, c) = e.js.consumer_info("ORDERS_V2", "worker").await.unwrap();
@@ -212,7 +212,7 @@ async fn crash_and_resume(crash_after: &str) {
     let load = orders_under_load(&e, 30_000, 500, 200).await;
     let out = run_cli(&e, &run_orders(&["--json"], &["--lease-ttl", "1s"]), Some(crash_after));
     assert_eq!(out.code, 86, "the runner should die after {crash_after}: {out:?}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_ne!(j.phase, Phase::Done);
     // Its guard saw it die and released its lease (a resume need not wait).
     let leases = engine::leases(&e.js).await.unwrap();
@@ -277,7 +277,7 @@ async fn a_runner_killed_in_the_commit_window_is_closed_by_its_guard() {
     assert!(out.stderr.contains("gave ORDERS its subjects back"), "{out:?}");
     let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
     assert_eq!(a.config.subjects, vec!["orders.>".to_string()]);
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.phase, Phase::ConsumersMoved);
     assert!(j.error.as_deref().is_some_and(|m| m.contains("guard")), "{:?}", j.error);
     let leases = engine::leases(&e.js).await.unwrap();
@@ -342,7 +342,7 @@ async fn a_runner_killed_in_a_drain_has_its_consumer_given_back_by_its_guard() {
     runner.stderr.take().unwrap().read_to_string(&mut said).unwrap();
     assert!(said.contains("nats-cutover guard: runner"), "{said}");
     assert!(said.contains("gave back consumer(s) worker"), "{said}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.consumers[0].phase, ConsumerPhase::Waiting);
     delivering_then_resumed(&e, load, held).await;
 }
@@ -410,7 +410,7 @@ async fn rollback_before_the_commit_point_restores_the_old_consumer_exactly() {
     );
     let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert!(!c.paused);
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.phase, Phase::RolledBack);
     assert_eq!(j.error, None, "a rolled-back migration keeps no advice to resume");
     // Resuming a rolled-back migration would start it over unasked: refused.
@@ -455,7 +455,7 @@ async fn second_runner_is_refused_and_ctrl_c_stops_safely() {
     wait_until("the first runner to pause and drain", Duration::from_secs(20), || async {
         let paused =
             e.js.consumer_info("ORDERS", "worker").await.map(|(_, c)| c.paused).unwrap_or(false);
-        let draining = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2")
+        let draining = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2")
             .await
             .map(|(_, j)| j.in_progress == Some(cutover_core::journal::Step::MoveConsumers))
             .unwrap_or(false);
@@ -745,7 +745,7 @@ async fn the_same_run_command_resumes_past_the_commit_point() {
     assert_eq!(out.code, 86, "{out:?}");
     let out = retry_cli(&e, &args, &["is held by runner"]).await;
     assert_eq!(out.code, 0, "{out:?}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.phase, Phase::Done);
     let r = finish_after(load, 200).await;
     assert_exact(&r);

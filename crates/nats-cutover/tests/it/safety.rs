@@ -238,7 +238,7 @@ async fn a_commit_that_fails_gives_a_its_subjects_back_at_once() {
     assert!(out.stderr.contains("ORDERS holds its subjects again"), "{out:?}");
     let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
     assert_eq!(a.config.subjects, vec!["orders.>".to_string()]);
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.phase, Phase::ConsumersMoved, "the commit is undone in the journal too");
     // Publishers keep publishing to A: the workload goes on without a failure.
     let after = load.published() + 100;
@@ -595,7 +595,7 @@ async fn rollback_of_an_old_journal_after_the_streams_moved_on() {
     )
     .await;
     assert_eq!(out.code, 0, "{out:?}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.phase, Phase::RolledBack);
     let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
     assert!(a.config.sealed, "A left as it was");
@@ -692,7 +692,7 @@ async fn a_b_falling_behind_stops_the_run_before_the_commit() {
     assert_eq!(a.config.subjects, vec!["orders.>".to_string()]);
     let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert!(!c.paused);
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.phase, cutover_core::journal::Phase::BReady, "stopped while catching up");
 }
 
@@ -750,7 +750,7 @@ async fn strategy_mirror_moves_live_and_keeps_sequences() {
     let load = live_load(&e, 500, 200).await;
     let out = e.cli(&run_orders(&[], &["--strategy", "mirror"]));
     assert_eq!(out.code, 0, "{out:?}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     let c = &j.consumers[0];
     assert_eq!(c.b_start, c.checkpoint.map(|f| f + 1), "no translation: {c:?}");
     assert_eq!(c.translate_gets, Some(0));
@@ -995,7 +995,7 @@ pub(crate) async fn lost_journal_then_resumed(
     assert!(stderr.contains("every consumer is as it was"), "{stderr}");
     let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert!(!c.paused, "the old consumer was given back: {c:?}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     let c0 = &j.consumers[0];
     assert_eq!(c0.phase, phase, "the lost write: {c0:?}");
     let stale = c0.checkpoint.expect("F journaled");
@@ -1011,7 +1011,7 @@ pub(crate) async fn lost_journal_then_resumed(
     let resume = ["run", "--resume", "ORDERS.ORDERS_V2"];
     let out = crate::run::retry_cli(e, &resume, &["is held by runner"]).await;
     assert_eq!(out.code, 0, "{out:?}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     let f = j.consumers[0].checkpoint.unwrap();
     assert!(f > stale + 50, "taken again: F {f}, the stale one {stale}");
 }
@@ -1029,7 +1029,7 @@ async fn a_journal_write_whose_answer_is_lost_is_sent_again() {
     let o = run_with_fault(&e, &[], (LOSE_ONE_VAR, "\"phase\":\"settled\""));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{stderr}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.phase, Phase::Done);
     exact_after(load, 200).await;
 }

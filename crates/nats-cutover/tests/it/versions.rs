@@ -94,7 +94,7 @@ async fn publishers_stated_stopped_but_running_are_caught_before_anything_moves(
         .await
         .unwrap_err();
     assert!(err.to_string().contains("publishers are not stopped"), "{err}");
-    let (_, j) = engine::rollback::load(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert!(j.can_roll_back(), "stopped before the commit point: {:?}", j.phase);
     assert_eq!(j.consumers[0].b_start, None, "no new durable");
     let (_, a) = e.js.stream_info("ORDERS").await.unwrap();

@@ -1,0 +1,177 @@
+//! Step `catch_up`: B holds everything A held when the step began, and has
+//! A's duplicate window (raised once B holds A's history older than it).
+//! [`Stall`] and [`Pace`] bound every wait for sourcing by progress.
+
+use crate::engine::ctx::Ctx;
+use crate::engine::events::{EventKind, Progress, StepResult};
+use crate::engine::progress::{source_progress, SourceProgress};
+use crate::error::{Error, Result};
+use cutover_core::journal::{Phase, Step};
+use cutover_core::model::nanos;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+pub(in crate::engine) async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
+    let t = ctx.begin(Step::CatchUp).await?;
+    let (from, to) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.to.clone())
+    };
+    raise_window(ctx, &from, &to).await?;
+    // The retry guarantee rests on B's duplicate window as the server applies it
+    // (2.14+ gives a sourcing stream none unless set): check what it reports.
+    let (_, b) = ctx.js.stream_info(&to).await?;
+    let wanted = ctx.journal.lock().await.plan.retry_horizon_ms as i64 * 1_000_000;
+    if b.config.duplicate_window < wanted {
+        return Err(Error::Unsafe(format!(
+            "{to} reports duplicate_window {} ns, less than the publishers' retry horizon {wanted} ns: retried publishes could land twice; set it on {to} (nats stream edit {to} --dupe-window) and run again",
+            b.config.duplicate_window
+        )));
+    }
+    // A moves on under load: catching up means sourcing what A held when this
+    // step began; the consumer step waits for exactly what it needs.
+    let (_, a) = ctx.js.stream_info(&from).await?;
+    let target = a.state.last_seq;
+    let mut last_emit = Instant::now();
+    let mut stall = Stall::new(ctx.opts.stall_timeout);
+    let mut pace = Pace::new(ctx.opts.catch_up_window);
+    loop {
+        let p = source_progress(ctx.js, &to, &from).await?;
+        if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= target) {
+            break;
+        }
+        stall.check(&p, &to, &from)?;
+        pace.check(&p, &to, &from)?;
+        if last_emit.elapsed() > Duration::from_millis(250) {
+            let remaining = target.saturating_sub(p.sourced_origin_seq.unwrap_or(0));
+            let progress = Progress::CatchUp { remaining, reported_lag: p.reported_lag };
+            ctx.emit(Step::CatchUp, EventKind::Progress(progress));
+            last_emit = Instant::now();
+        }
+        ctx.tick(true).await?;
+        tokio::time::sleep(ctx.opts.poll).await;
+    }
+    ctx.done(Step::CatchUp, t, Some(Phase::CaughtUp), StepResult::CatchUp { origin_seq: target })
+        .await
+}
+
+/// B must receive A's messages at least as fast as A stores them, or the
+/// commit could never close: judged over a window of reads
+/// (`cutover_core::catchup`).
+struct Pace {
+    watch: cutover_core::catchup::Watch,
+    started: Instant,
+}
+
+impl Pace {
+    fn new(window: Duration) -> Self {
+        Self {
+            watch: cutover_core::catchup::Watch::new(window.as_millis() as u64),
+            started: Instant::now(),
+        }
+    }
+
+    fn check(
+        &mut self,
+        p: &SourceProgress,
+        to: &str,
+        from: &str,
+    ) -> Result<()> {
+        let sample = cutover_core::catchup::Sample {
+            at_ms: self.started.elapsed().as_millis() as u64,
+            a_last: p.origin_last_seq,
+            b_origin: p.sourced_origin_seq.unwrap_or(0),
+        };
+        match self.watch.push(sample) {
+            None => Ok(()),
+            Some(f) => Err(Error::FallingBehind {
+                from: from.into(),
+                to: to.into(),
+                window_s: f.window_ms as f64 / 1000.0,
+                a_per_s: f.a_per_s,
+                b_per_s: f.b_per_s,
+                lag_from: f.lag_from,
+                lag_to: f.lag_to,
+            }),
+        }
+    }
+}
+
+/// Waits for sourcing are bounded by progress, not by time: B may take hours
+/// to catch up a large stream, but not `limit` without sourcing anything new
+/// while A has more (a source error, a duplicate msg-id that stalls sourcing
+/// on servers before 2.12.8, a full account).
+pub(in crate::engine) struct Stall {
+    limit: Duration,
+    last: Option<u64>,
+    since: Instant,
+}
+
+impl Stall {
+    pub(in crate::engine) fn new(limit: Duration) -> Self {
+        Self { limit, last: None, since: Instant::now() }
+    }
+
+    pub(in crate::engine) fn check(
+        &mut self,
+        p: &SourceProgress,
+        to: &str,
+        from: &str,
+    ) -> Result<()> {
+        if p.sourced_origin_seq != self.last || p.caught_up {
+            self.last = p.sourced_origin_seq;
+            self.since = Instant::now();
+            return Ok(());
+        }
+        if self.since.elapsed() > self.limit {
+            return Err(Error::Stuck(format!(
+                "{to} sourced nothing new from {from} for {:?} (it holds origin {} of {}'s {}): see the source's error with `nats stream info {to}` (a duplicate msg-id stalls sourcing on servers before 2.12.8; a full account stops it)",
+                self.limit,
+                p.sourced_origin_seq.map(|s| s.to_string()).unwrap_or_else(|| "none".into()),
+                from,
+                p.origin_last_seq
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// B's duplicate window must drop nothing A stored, yet catch A's publishers'
+/// retries after the commit. A publisher that reuses a msg-id once A's window
+/// has passed stores a new message in A; B sourcing A's history receives such
+/// repeats milliseconds apart and, with a window, would drop them. So B
+/// sources without dedup (created with window 0) until it holds everything A
+/// stored more than one window ago, then takes A's window: from there on, two
+/// messages with one id that A stored are a window apart in B too. The server
+/// keeps its id map on a window change and only records ids while a window is
+/// set (stream.go storeMsgIdLocked, updateWithAdvisory), so ids older than the
+/// window, which A would no longer deduplicate either, are never compared.
+async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
+    let want = ctx.journal.lock().await.plan.b_config["duplicate_window"].as_i64().unwrap_or(0);
+    let (raw, b) = ctx.js.stream_info(to).await?;
+    if b.config.duplicate_window >= want || want <= 0 {
+        return Ok(());
+    }
+    let (_, a) = ctx.js.stream_info(from).await?;
+    let since = time::OffsetDateTime::now_utc() - nanos(want);
+    let since = since.format(&time::format_description::well_known::Rfc3339).expect("format");
+    let first_recent = ctx.js.first_since(from, &since, a.config.exact_direct_gets()).await?;
+    // B must hold A's messages before `first_recent` (all of A's if none is recent).
+    let need = first_recent.map(|m| m.seq.saturating_sub(1)).unwrap_or(a.state.last_seq);
+    let mut stall = Stall::new(ctx.opts.stall_timeout);
+    loop {
+        let p = source_progress(ctx.js, to, from).await?;
+        if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= need) {
+            break;
+        }
+        stall.check(&p, to, from)?;
+        ctx.tick(true).await?;
+        tokio::time::sleep(ctx.opts.poll).await;
+    }
+    let mut cfg = raw["config"].clone();
+    cfg["duplicate_window"] = json!(want);
+    ctx.js.stream_update(&cfg).await?;
+    let progress = Progress::WindowRaised { duplicate_window_ns: want, from_origin_seq: need + 1 };
+    ctx.emit(Step::CatchUp, EventKind::Progress(progress));
+    Ok(())
+}

@@ -1,0 +1,291 @@
+//! Step `move_publishers`: the commit window. A releases its subjects, B
+//! holds A's tail, B takes the subjects; all or nothing (A takes them back
+//! if B cannot), reconciled with the server after a crash, and closed by a
+//! guard for a runner that died inside it.
+
+use crate::engine::bridge::Bridge;
+use crate::engine::ctx::{Ctx, Exposure};
+use crate::engine::events::{EventKind, Info, StepResult, Warning};
+use crate::engine::progress::source_progress;
+use crate::error::{Error, Result};
+use crate::journal::now_ms;
+use cutover_core::journal::{Phase, Step};
+use cutover_core::plan::InPlaceHop;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// The commit point: A releases its subjects, B sources A's tail, B takes the
+/// subjects. Publishers see "no responders" for this short window and retry
+/// with the same Nats-Msg-Id; because B takes the subjects only after it holds
+/// every message A accepted, a retry of a message A already stored meets its
+/// sourced copy in B's duplicate window, on every server version (2.10-2.12.5
+/// stall sourcing on a duplicate arriving by source; here none can).
+///
+/// All or nothing: the phase `subjects_released` is journaled before A
+/// releases anything; if B cannot take the subjects (or does not hold A's tail
+/// within the commit timeout), A takes them back before the error is reported.
+/// A runner that dies inside the window is reconciled by asking the server who
+/// holds the subjects.
+pub(in crate::engine) async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
+    let (from, to, final_subjects) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone())
+    };
+    let t = ctx.begin(Step::MovePublishers).await?;
+    let (_, b) = ctx.js.stream_info(&to).await?;
+    if !final_subjects.is_empty() && b.config.subjects == final_subjects {
+        // A runner died after B took the subjects: the commit happened.
+        let a_final = match ctx.journal.lock().await.a_final_seq {
+            Some(s) => s,
+            None => ctx.js.stream_info(&from).await?.1.state.last_seq,
+        };
+        ctx.journal.lock().await.a_final_seq = Some(a_final);
+        return ctx
+            .done(
+                Step::MovePublishers,
+                t,
+                Some(Phase::SubjectsMoved),
+                StepResult::MovePublishers {
+                    a_final_seq: a_final,
+                    no_stream_window_ms: None,
+                    reconciled: true,
+                },
+            )
+            .await;
+    }
+    // Intent before effect: from here a crash is reconciled with the server.
+    ctx.journal.lock().await.phase = Phase::SubjectsReleased;
+    ctx.save().await?;
+    ctx.exposed(Exposure::Commit, true);
+    let released = Instant::now();
+    let (committed, given_back) = commit_or_give_back(ctx, &from, &to, &final_subjects).await?;
+    let closed = match committed {
+        Ok(a_final) => {
+            let window_ms = released.elapsed().as_secs_f64() * 1000.0;
+            ctx.done(
+                Step::MovePublishers,
+                t,
+                Some(Phase::SubjectsMoved),
+                StepResult::MovePublishers {
+                    a_final_seq: a_final,
+                    no_stream_window_ms: Some(window_ms),
+                    reconciled: false,
+                },
+            )
+            .await
+        }
+        Err(e) => match given_back.expect("given back on error") {
+            // B held the subjects after all (its update answered late).
+            Ok(true) => reconciled(ctx, &from, t).await,
+            Ok(false) => {
+                {
+                    let mut j = ctx.journal.lock().await;
+                    j.phase = Phase::ConsumersMoved;
+                    j.a_final_seq = None;
+                }
+                ctx.save().await?;
+                let undone = Warning::CommitUndone { error: e.to_string() };
+                ctx.emit(Step::MovePublishers, EventKind::Warning(undone));
+                Err(Error::Stuck(format!("the commit did not complete ({e}); {from} holds its subjects again and publishers are served by it; the moved consumers read {from}'s messages through {to}; run again to retry the commit, or roll back")))
+            }
+            Err(e2) => {
+                return Err(Error::Stuck(format!("the commit did not complete ({e}) and giving {from} its subjects back failed too ({e2}): publishers may have no stream; run `nats-cutover run --resume {}` now", ctx.id)))
+            }
+        },
+    };
+    // Journaled as closed (or as undone: the error path saved it first).
+    ctx.exposed(Exposure::Commit, false);
+    closed
+}
+
+/// The commit happened though this run could not tell at first: B holds the
+/// subjects; A's final sequence is its last.
+async fn reconciled(ctx: &Ctx<'_>, from: &str, t: Instant) -> Result<()> {
+    let a_final = ctx.js.stream_info(from).await?.1.state.last_seq;
+    ctx.journal.lock().await.a_final_seq = Some(a_final);
+    let result = StepResult::MovePublishers {
+        a_final_seq: a_final,
+        no_stream_window_ms: None,
+        reconciled: true,
+    };
+    ctx.done(Step::MovePublishers, t, Some(Phase::SubjectsMoved), result).await
+}
+
+/// A guard's run: the runner died inside the commit window (A released its
+/// subjects, B had not taken them), so publishers have no stream and nothing
+/// else would act before its lease lapses and someone resumes. The guard, a
+/// process the CLI's `run` starts beside itself that notices its exit, gives
+/// A its subjects back, the compensating action a failed commit runs (or
+/// finds that B took them: the commit happened), and stops there: `run
+/// --resume` retries the commit, `rollback` undoes the move.
+pub(in crate::engine) async fn close_window(ctx: &Ctx<'_>) -> Result<()> {
+    let (phase, from, to, final_subjects) = {
+        let j = ctx.journal.lock().await;
+        (j.phase, j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone())
+    };
+    if phase != Phase::SubjectsReleased {
+        return Ok(());
+    }
+    let t = Instant::now();
+    if give_subjects_back(ctx, &from, &to, &final_subjects).await? {
+        reconciled(ctx, &from, t).await?;
+        return Err(Error::Stuck("its runner died just after the commit point".into()));
+    }
+    {
+        let mut j = ctx.journal.lock().await;
+        j.phase = Phase::ConsumersMoved;
+        j.a_final_seq = None;
+        j.end_step(now_ms());
+    }
+    ctx.save().await?;
+    Err(Error::Stuck(format!(
+        "its runner died inside the commit window; the guard gave {from} its subjects back"
+    )))
+}
+
+/// The commit window and, if it failed, A's subjects given back; with
+/// `--answer-publishes` the publishes of the window are answered beside it
+/// (`super::bridge`), once a stream holds the subjects again.
+async fn commit_or_give_back(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    final_subjects: &[String],
+) -> Result<(Result<u64>, Option<Result<bool>>)> {
+    let bridge = match ctx.opts.answer_publishes {
+        true => {
+            let subjects = ctx.journal.lock().await.a_subjects.clone();
+            Some(Bridge::open(&ctx.js.client, &subjects).await?)
+        }
+        false => None,
+    };
+    let committed = commit_window(ctx, from, to, final_subjects).await;
+    let given_back = match &committed {
+        Ok(_) => None,
+        Err(_) => Some(give_subjects_back(ctx, from, to, final_subjects).await),
+    };
+    if let Some(b) = bridge {
+        // A stream holds the subjects again (unless giving them back failed).
+        let a = b.flush(&ctx.js.client, ctx.opts.commit_timeout).await;
+        let (stored, duplicates, failed) = (a.stored, a.duplicates, a.failed);
+        let info = Info::Bridged { stored, duplicates, failed };
+        ctx.emit(Step::MovePublishers, EventKind::Info(info));
+    }
+    Ok((committed, given_back))
+}
+
+/// The window itself; returns A's final sequence. Bounded by the commit
+/// timeout and deaf to Ctrl-C (stopping halfway would leave publishers with no
+/// stream; the caller undoes a failure at once).
+async fn commit_window(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    final_subjects: &[String],
+) -> Result<u64> {
+    let (a_raw, a) = ctx.js.stream_info(from).await?;
+    let release = released_subjects(from, final_subjects);
+    // Hop 1 of an in-place migration: from here B answers A's direct gets
+    // (its mirror direct get, inherited from A's allow_direct, outlives the
+    // promotion: stream.go update unsubscribes it only when mirror_direct
+    // changes), so A, frozen now, stops answering them.
+    let out = ctx.journal.lock().await.plan.in_place == Some(InPlaceHop::Out);
+    if a.config.subjects != release || (out && a.config.allow_direct) {
+        let mut cfg = a_raw["config"].clone();
+        cfg["subjects"] = json!(release);
+        if out {
+            cfg["allow_direct"] = json!(false);
+        }
+        ctx.js.stream_update(&cfg).await?;
+    }
+    let (_, a) = ctx.js.stream_info(from).await?;
+    ctx.journal.lock().await.a_final_seq = Some(a.state.last_seq);
+    if let Some(h) = &ctx.opts.after_step {
+        // The worst moment to die: publishers have no stream until a resume.
+        h("subjects_released");
+    }
+    let deadline = Instant::now() + ctx.opts.commit_timeout;
+    // Caught up, and A's last sequence the same in two reads: removing its
+    // subjects only unsubscribes them, and a publish the server already
+    // queued for A is stored after that (stream.go processInboundJetStreamMsg
+    // → queueInbound, stored by internalLoop). A message stored after B's
+    // last check would never reach a promoted mirror, nor a source removed
+    // later. (A reviewer found this; the window is the inbound queue's.)
+    let mut seen: Option<u64> = None;
+    let a_final = loop {
+        let p = source_progress(ctx.js, to, from).await?;
+        if p.caught_up && seen == Some(p.origin_last_seq) {
+            break p.origin_last_seq;
+        }
+        seen = p.caught_up.then_some(p.origin_last_seq);
+        if Instant::now() > deadline {
+            return Err(Error::Stuck(format!(
+                "{to} did not source {from}'s last messages (up to {}) within the commit timeout of {:?}",
+                a.state.last_seq, ctx.opts.commit_timeout
+            )));
+        }
+        ctx.tick(false).await?;
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    };
+    ctx.journal.lock().await.a_final_seq = Some(a_final);
+    let (b_raw, b) = ctx.js.stream_info(to).await?;
+    if b.config.subjects != final_subjects {
+        let mut cfg = b_raw["config"].clone();
+        cfg["subjects"] = json!(final_subjects);
+        // A mirror is promoted in the same update: mirror removed, subjects
+        // added (2.12+: stream.go configUpdateCheckLocked allows dropping the
+        // mirror; updateWithAdvisory stops the mirror consumer).
+        // With what the plan keeps for the commit (republish, and what a
+        // mirror may not have).
+        if let Some(c) = cfg.as_object_mut() {
+            c.remove("mirror");
+            c.extend(ctx.journal.lock().await.plan.promote_with.clone());
+        }
+        ctx.js.stream_update(&cfg).await?;
+    }
+    Ok(a_final)
+}
+
+/// The subjects A keeps once it released the publishers' ones: none, unless
+/// the server would then give A its own name as subject (a stream without
+/// subjects gets one) and B's subjects match that name: then a subject no
+/// publisher uses.
+pub fn released_subjects(from: &str, final_subjects: &[String]) -> Vec<String> {
+    if final_subjects.iter().any(|s| cutover_core::subject::covers(s, from)) {
+        vec![format!("_cutover.released.{from}")]
+    } else {
+        vec![]
+    }
+}
+
+/// Undo of the commit window: A takes its subjects back, unless B holds them
+/// (then the commit happened: `Ok(true)`).
+async fn give_subjects_back(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    final_subjects: &[String],
+) -> Result<bool> {
+    let (_, b) = ctx.js.stream_info(to).await?;
+    if !final_subjects.is_empty() && b.config.subjects == final_subjects {
+        return Ok(true);
+    }
+    let (a_subjects, plan) = {
+        let j = ctx.journal.lock().await;
+        (j.a_subjects.clone(), j.plan.clone())
+    };
+    let (a_raw, a) = ctx.js.stream_info(from).await?;
+    // (An in-place hop 1 also turned A's direct get off: the mirror kept A's
+    // setting, so the plan knows it.)
+    let direct = match plan.in_place {
+        Some(InPlaceHop::Out) => plan.b_config["allow_direct"].as_bool().unwrap_or(false),
+        _ => a.config.allow_direct,
+    };
+    if a.config.subjects != a_subjects || a.config.allow_direct != direct {
+        let mut cfg = a_raw["config"].clone();
+        cfg["subjects"] = json!(a_subjects);
+        cfg["allow_direct"] = json!(direct);
+        ctx.js.stream_update(&cfg).await?;
+    }
+    Ok(false)
+}

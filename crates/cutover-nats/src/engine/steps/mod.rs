@@ -1,0 +1,34 @@
+//! The steps of a cut-over (strategies `source` and `mirror`), one module a
+//! step or step family, each over the run's context ([`super::ctx::Ctx`]).
+//! `super::run` orders them; fence mode (`super::fence`), dual-write
+//! (`super::dual`), split publishers (`super::split`), the guard's run
+//! (`super::compensate`) and rollback build on their public faces.
+//!
+//! # Layout
+//! - [`create`]: B, sourcing or mirroring A (`b_ready`).
+//! - [`catch_up`]: B holds what A held when the step began, its duplicate
+//!   window raised once it holds A's older history (`caught_up`); the
+//!   progress checks every wait for sourcing uses ([`catch_up::Stall`]).
+//! - [`consumers`]: every consumer moved, a bounded number at once
+//!   (`consumers_moved`); drain mode's move of one.
+//! - [`drain`]: drain mode's checkpoint F: paused, settled, read again.
+//! - [`translate`]: F in B's sequence space.
+//! - [`durable`]: the new durable created at its start (with the checkpoint
+//!   evidence a resumed run checks, [`durable::checkpoint_holds`]).
+//! - [`routes`]: the route records applications follow.
+//! - [`undo`]: a consumer given back its state (the compensating action).
+//! - [`commit`]: the commit window (A releases, B takes the subjects) and
+//!   its undo (`subjects_moved`).
+//! - [`retire`]: A sealed, B's source removed, the old durables retired
+//!   (`sealed`, `source_removed`, `done`).
+
+pub mod catch_up;
+pub mod commit;
+pub mod consumers;
+pub mod create;
+pub mod drain;
+pub mod durable;
+pub mod retire;
+pub mod routes;
+pub mod translate;
+pub mod undo;
