@@ -40,7 +40,13 @@ pub fn main() -> i32 {
     let result = rt.block_on(async move {
         match cli.command {
             Command::Inspect(a) => cmd::inspect::run(&cli.conn, json, a).await,
+            Command::Plan(a) if a.in_place.is_some() => {
+                cmd::inplace::plan(&cli.conn, json, &a).await
+            }
             Command::Plan(a) => cmd::plan::run(&cli.conn, json, a).await,
+            Command::Run(a) if a.plan.in_place.is_some() => {
+                cmd::inplace::run(&cli.conn, json, a).await
+            }
             Command::Run(a) => cmd::run::run(&cli.conn, json, a).await,
             Command::Kv(a) => cmd::inplace::bucket(&cli.conn, json, Kind::Kv, a).await,
             Command::Obj(a) => cmd::inplace::bucket(&cli.conn, json, Kind::Obj, a).await,

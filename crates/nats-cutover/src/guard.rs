@@ -138,7 +138,7 @@ pub fn main(pid: u32, cli: Cli) -> i32 {
 async fn close(pid: u32, conn: &ConnArgs, command: &Command, open: bool) -> Result<()> {
     let (js, ttl) = match command {
         Command::Run(a) => {
-            (cmd::connect_across(conn, cmd::run::run_from(a)?.as_deref()).await?, a.lease_ttl)
+            (cmd::connect_across(conn, cmd::plan_file::run_from(a)?.as_deref()).await?, a.lease_ttl)
         }
         Command::Kv(a) | Command::Obj(a) => (cmd::connect(conn).await?, a.lease_ttl),
         _ => return Ok(()),

@@ -7,8 +7,15 @@
 //! turns off both. A spinner also needs stdout to be a terminal: with stdout
 //! redirected, progress goes there as plain lines, with the rest of the output.
 
-use crate::cmd::progress::Mode;
 use std::io::IsTerminal;
+
+/// How progress is shown (`crate::cmd::progress::Render` draws it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Spinner,
+    Lines,
+    Json,
+}
 
 /// The facts the decision rests on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -2,24 +2,10 @@
 //! A selects, read from A, known from A's state, or counted.
 
 use super::bside::BSide;
+use super::report::AKnown;
 use super::ConsumerSpec;
 use crate::subject::selects;
 use roaring::RoaringTreemap;
-use serde::{Deserialize, Serialize};
-
-/// How a consumer's selected messages of A were known.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AKnown {
-    /// A was read (the filter's subjects).
-    #[default]
-    Read,
-    /// The consumer selects everything: A's state (first, last, deleted) says.
-    State,
-    /// A's selected messages were counted, not read, and B's origins matched
-    /// the count exactly ([`ASide::counted`]).
-    Counted,
-}
 
 /// A's side: which of A's sequences each consumer's filter selects.
 #[derive(Debug, Clone)]

@@ -39,13 +39,13 @@ mod slip;
 #[cfg(test)]
 mod test_support;
 
-pub use self::aside::{countable, AKnown, ASide};
+pub use self::aside::{countable, ASide};
 pub use self::audit::AuditSide;
 pub use self::bside::{BMsg, BSide, Origin};
 pub use self::legacy::a_filters_of;
 pub use self::report::{
-    AStats, Adjacency, AuditReport, BStats, ConsumerReport, Counts, Kind, Offender, Pos, ReadStats,
-    Report, SlipReport, StreamsReport, REPORT_FORMAT,
+    AKnown, AStats, Adjacency, AuditReport, BStats, ConsumerReport, Counts, Kind, Offender, Pos,
+    ReadStats, Report, SlipReport, StreamsReport, REPORT_FORMAT,
 };
 pub use self::slip::{id_hash, SlipCandidate, SlipWindow};
 pub use crate::subject::{matches, selects};

@@ -1,9 +1,22 @@
 //! The report's types: what can be wrong ([`Kind`]), exact [`Counts`], the
 //! first offenders of each kind, and the per-stream and per-consumer sections.
 
-use super::aside::AKnown;
 use crate::journal::Settled;
 use serde::{Deserialize, Serialize};
+
+/// How a consumer's selected messages of A were known.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AKnown {
+    /// A was read (the filter's subjects).
+    #[default]
+    Read,
+    /// The consumer selects everything: A's state (first, last, deleted) says.
+    State,
+    /// A's selected messages were counted, not read, and B's origins matched
+    /// the count exactly (`ASide::counted`).
+    Counted,
+}
 
 pub const REPORT_FORMAT: u32 = 1;
 

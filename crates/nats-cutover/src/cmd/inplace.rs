@@ -108,7 +108,18 @@ pub fn request(a: &PlanArgs) -> Result<InPlaceRequest> {
     })
 }
 
+/// `run --in-place`: both hops, planned and run (or resumed) one by one.
 pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode> {
+    if a.keep_old || a.keep_old_consumers {
+        return Err(CliError::Flag(
+            "--keep-old and --keep-old-consumers do not apply to --in-place: each hop deletes the stream it leaves (that frees the name)".into(),
+        ));
+    }
+    if a.plan_file.is_some() || a.resume.is_some() {
+        return Err(CliError::Flag(
+            "--in-place plans anew and resumes by itself: run the same --in-place command again, without --plan or --resume".into(),
+        ));
+    }
     let req = request(&a.plan)?;
     let opts = RunOptions {
         lease_ttl: a.lease_ttl,
@@ -213,11 +224,11 @@ async fn execute(
                 outline.hop1.unsafe_reasons()
             )));
         }
-        super::run::ask()?;
+        super::prompt::ask()?;
     }
     let render = Render::new(detect(json_out));
     let result =
-        engine::run_in_place(js, req, opts, &render, super::run::shutdown_on_ctrl_c()).await;
+        engine::run_in_place(js, req, opts, &render, super::prompt::shutdown_on_ctrl_c()).await;
     render.finish();
     let (j1, j2) = result?;
     if json_out {

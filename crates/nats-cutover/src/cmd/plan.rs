@@ -92,30 +92,6 @@ fn build_request(
 }
 
 /// TOML has no null: drop them before writing a plan file.
-fn strip_nulls(v: Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, strip_nulls(v))).collect(),
-        ),
-        Value::Array(a) => {
-            Value::Array(a.into_iter().filter(|v| !v.is_null()).map(strip_nulls).collect())
-        }
-        x => x,
-    }
-}
-
-pub fn write_plan_file(plan: &Plan, path: &std::path::Path) -> Result<()> {
-    let v = serde_json::to_value(plan)?;
-    let text = if path.extension().is_some_and(|e| e == "json") {
-        serde_json::to_string_pretty(&v)?
-    } else {
-        toml::to_string_pretty(&strip_nulls(v)).map_err(CliError::PlanToml)?
-    };
-    std::fs::write(path, text)
-        .map_err(|e| CliError::File(format!("cannot write plan file {}: {e}", path.display())))?;
-    Ok(())
-}
-
 pub fn print_plan(plan: &Plan) {
     let names: Vec<&str> = plan.consumers.iter().map(|c| c.name.as_str()).collect();
     outln!(
@@ -181,9 +157,6 @@ pub fn print_plan(plan: &Plan) {
 }
 
 pub async fn run(conn: &ConnArgs, json_out: bool, a: PlanArgs) -> Result<ExitCode> {
-    if a.in_place.is_some() {
-        return super::inplace::plan(conn, json_out, &a).await;
-    }
     let req = request(&a)?;
     // Names and the obvious refusals are checked before connecting.
     cutover_core::names::stream(&req.from)?;
@@ -192,7 +165,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: PlanArgs) -> Result<ExitCod
     let mut plan = cutover_nats::engine::prepare_plan(&js, &req).await?;
     judge_sync(&a, &mut plan).await?;
     if let Some(out) = &a.out {
-        write_plan_file(&plan, out)?;
+        super::plan_file::write_plan_file(&plan, out)?;
     }
     if json_out {
         outln!("{}", serde_json::to_string_pretty(&plan)?);

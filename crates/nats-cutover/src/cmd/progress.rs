@@ -3,16 +3,10 @@
 //! [`crate::term::display`].
 
 use crate::render;
+pub use crate::term::Mode;
 use cutover_nats::engine::{Event, EventKind, Sink};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::time::Duration;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Spinner,
-    Lines,
-    Json,
-}
 
 /// How progress is shown; decided by [`crate::term::display`].
 pub fn detect(json: bool) -> Mode {

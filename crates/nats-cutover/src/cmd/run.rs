@@ -1,5 +1,6 @@
 //! `nats-cutover run`, `status`, `rollback`.
 
+use super::plan_file::{read_plan_file, run_from};
 use super::progress::{detect, Render};
 use crate::cli::{ConnArgs, ForgetArgs, RollbackArgs, RunArgs, StatusArgs};
 use crate::error::{CliError, Result};
@@ -14,63 +15,11 @@ use cutover_nats::journal::{now_ms, Instance, LeaseInfo};
 use cutover_nats::observe::{self, ConsumerSample, Observe, OnSample, RunRecord};
 use cutover_nats::Js;
 use serde_json::json;
-use std::io::{BufRead, IsTerminal};
 use std::sync::Arc;
-
-fn read_plan_file(p: &std::path::Path) -> Result<Plan> {
-    let text = std::fs::read_to_string(p)
-        .map_err(|e| CliError::File(format!("cannot read plan file {}: {e}", p.display())))?;
-    let json = p.extension().is_some_and(|e| e == "json");
-    // The format first: a newer plan may not parse as this version's at all.
-    let format = if json {
-        serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["format"].as_u64())
-    } else {
-        toml::from_str::<toml::Table>(&text)
-            .ok()
-            .and_then(|t| t.get("format").and_then(|f| f.as_integer()))
-            .map(|f| f.max(0) as u64)
-    };
-    if let Some(f) = format.filter(|f| *f > u64::from(cutover_core::plan::PLAN_FORMAT)) {
-        return Err(CliError::File(format!(
-            "plan file {} was written by a newer nats-cutover (plan format {f}; this one reads up to {}); nothing was changed: run it with that version, or make a new plan with this one",
-            p.display(),
-            cutover_core::plan::PLAN_FORMAT
-        )));
-    }
-    let plan: Result<Plan, String> = if json {
-        serde_json::from_str(&text).map_err(|e| e.to_string())
-    } else {
-        toml::from_str(&text).map_err(|e| e.to_string())
-    };
-    plan.map_err(|e| {
-        CliError::File(format!(
-            "plan file {} is not a plan written by `nats-cutover plan --out`: {e}",
-            p.display()
-        ))
-    })
-}
 
 pub(super) fn confirm(plan: &Plan) -> Result<()> {
     super::plan::print_plan(plan);
-    ask()
-}
-
-/// Asks on the terminal whether to go on (the plan is printed already).
-pub(super) fn ask() -> Result<()> {
-    if !std::io::stdin().is_terminal() {
-        return Err(CliError::NotConfirmed(
-            "refusing to run without confirmation: stdin is not a terminal; pass --yes".into(),
-        ));
-    }
-    out!("\nRun this cut-over now? [y/N] ");
-    crate::out::flush();
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
-    if matches!(line.trim(), "y" | "Y" | "yes") {
-        Ok(())
-    } else {
-        Err(CliError::NotConfirmed("not confirmed; nothing was changed".into()))
-    }
+    super::prompt::ask()
 }
 
 /// `run --plan FILE` executes the file as it is: a flag that would change what
@@ -97,45 +46,7 @@ fn refuse_plan_contradictions(a: &RunArgs) -> Result<()> {
     Err(CliError::Flag(format!("--plan FILE fixes the streams, consumers and settings; {} would contradict it: remove {}, or plan anew without --plan", set.join(", "), if set.len() == 1 { "it" } else { "them" })))
 }
 
-/// Ctrl-C, or SIGTERM (what `timeout`, systemd and Kubernetes send), asks
-/// the engine to stop at the next safe point; a second one aborts at once
-/// (the guard process then compensates what the run held).
-pub(super) fn shutdown_on_ctrl_c() -> tokio::sync::watch::Receiver<bool> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        let Ok(mut term) = signal(SignalKind::terminate()) else { return };
-        let mut asked = async || {
-            tokio::select! {
-                r = tokio::signal::ctrl_c() => r.is_ok(),
-                r = term.recv() => r.is_some(),
-            }
-        };
-        if asked().await {
-            errln!("interrupt: stopping at the next safe point (Ctrl-C or SIGTERM again to abort at once)");
-            let _ = tx.send(true);
-            if asked().await {
-                std::process::exit(ExitCode::Interrupted.code());
-            }
-        }
-    });
-    rx
-}
-
 pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode> {
-    if a.plan.in_place.is_some() {
-        if a.keep_old || a.keep_old_consumers {
-            return Err(CliError::Flag(
-                "--keep-old and --keep-old-consumers do not apply to --in-place: each hop deletes the stream it leaves (that frees the name)".into(),
-            ));
-        }
-        if a.plan_file.is_some() || a.resume.is_some() {
-            return Err(CliError::Flag(
-                "--in-place plans anew and resumes by itself: run the same --in-place command again, without --plan or --resume".into(),
-            ));
-        }
-        return super::inplace::run(conn, json_out, a).await;
-    }
     check_report_path(&a)?;
     if a.plan_file.is_some() {
         refuse_plan_contradictions(&a)?;
@@ -162,7 +73,8 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
     };
     let observe = observe_options(&a, &reg, &plan);
     let (result, record) =
-        observe::run(&js, plan.clone(), &opts, sink, shutdown_on_ctrl_c(), observe).await;
+        observe::run(&js, plan.clone(), &opts, sink, super::prompt::shutdown_on_ctrl_c(), observe)
+            .await;
     render.finish();
     if let Some(reg) = &reg {
         record_outcome(reg, &result);
@@ -187,17 +99,6 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
     };
     print_result(&j, json_out);
     Ok(if j.phase == Phase::Done { ExitCode::Ok } else { ExitCode::Failed })
-}
-
-/// The old stream this run is about (--resume's id, --plan's file, --from).
-pub(crate) fn run_from(a: &RunArgs) -> Result<Option<String>> {
-    Ok(if let Some(id) = &a.resume {
-        super::from_of(id).map(String::from)
-    } else if let Some(p) = &a.plan_file {
-        Some(read_plan_file(p)?.from)
-    } else {
-        a.plan.from.clone()
-    })
 }
 
 /// Refuses an unwritable --report path before anything changes on the server.

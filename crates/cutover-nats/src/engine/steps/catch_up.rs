@@ -71,12 +71,7 @@ impl Pace {
         }
     }
 
-    fn check(
-        &mut self,
-        p: &SourceProgress,
-        to: &str,
-        from: &str,
-    ) -> Result<()> {
+    fn check(&mut self, p: &SourceProgress, to: &str, from: &str) -> Result<()> {
         let sample = cutover_core::catchup::Sample {
             at_ms: self.started.elapsed().as_millis() as u64,
             a_last: p.origin_last_seq,

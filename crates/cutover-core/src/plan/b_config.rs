@@ -1,0 +1,271 @@
+//! B's configuration derived from A's raw JSON (A's settings and metadata
+//! kept, the operator's changes applied, what the strategy needs set), and
+//! each new durable's configuration derived from the old one's.
+
+use super::request::{InPlaceHop, PlanError, PlanRequest, ServerFacts, Strategy};
+use serde_json::{json, Map, Value};
+use std::time::Duration;
+
+/// Every stream setting of the server's StreamConfig (json tags of
+/// server/stream.go, 2.15): a `--to-config` key outside this list is a typo the
+/// server would silently ignore.
+pub(super) const STREAM_SETTINGS: &[&str] = &[
+    "name",
+    "description",
+    "subjects",
+    "retention",
+    "max_consumers",
+    "max_msgs",
+    "max_bytes",
+    "max_age",
+    "max_msgs_per_subject",
+    "max_msg_size",
+    "discard",
+    "storage",
+    "num_replicas",
+    "no_ack",
+    "duplicate_window",
+    "placement",
+    "mirror",
+    "sources",
+    "compression",
+    "first_seq",
+    "subject_transform",
+    "republish",
+    "allow_direct",
+    "mirror_direct",
+    "discard_new_per_subject",
+    "sealed",
+    "deny_delete",
+    "deny_purge",
+    "allow_rollup_hdrs",
+    "consumer_limits",
+    "allow_msg_ttl",
+    "subject_delete_marker_ttl",
+    "allow_msg_counter",
+    "allow_atomic",
+    "allow_msg_schedules",
+    "persist_mode",
+    "allow_batched",
+    "metadata",
+    "template_owner",
+];
+
+/// Fields of B's configuration the cut-over sets itself.
+const OWNED: &[(&str, &str)] = &[
+    ("name", "it is --to"),
+    ("sources", "B sources exactly A"),
+    ("mirror", "strategy source never mirrors"),
+    ("sealed", "B must take messages"),
+];
+
+/// B's configuration while sourcing, from A's raw config and the overrides.
+/// Unknown fields of A's config are carried over untouched.
+pub fn b_config_from(
+    a_config: &Value,
+    to: &str,
+    overrides: Option<&Map<String, Value>>,
+    retry_horizon: Duration,
+    strategy: Strategy,
+) -> Result<(Value, Vec<String>), PlanError> {
+    let mut b = a_config.as_object().cloned().unwrap_or_default();
+    let a_name = b.get("name").and_then(|v| v.as_str()).unwrap_or_default().to_string();
+    let mut final_subjects: Vec<String> = b
+        .get("subjects")
+        .and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    // Sequence-bound or identity fields of A that must not be copied.
+    for k in [
+        "subjects",
+        "mirror",
+        "sources",
+        "sealed",
+        "first_seq",
+        "mirror_direct",
+        "created",
+        "metadata",
+    ] {
+        b.remove(k);
+    }
+    // A's own window: B must drop no repeat A stored (see compat); a stream
+    // without one (a sourcing A on 2.14+) gets the retry horizon.
+    let a_dw = b.get("duplicate_window").and_then(|v| v.as_i64()).unwrap_or(0);
+    let dw = if a_dw > 0 { a_dw } else { retry_horizon.as_nanos() as i64 };
+    b.insert("duplicate_window".into(), json!(dw));
+    if strategy != Strategy::Mirror {
+        // Translation reads B by direct get; a mirror needs none (sequences
+        // are kept) and keeps A's setting.
+        b.insert("allow_direct".into(), json!(true));
+    }
+    let metadata = carried_metadata(a_config, &a_name);
+    if let Some(o) = overrides {
+        for (k, v) in o {
+            if !STREAM_SETTINGS.contains(&k.as_str()) {
+                return Err(PlanError::UnknownSetting {
+                    field: k.clone(),
+                    known: STREAM_SETTINGS.join(", "),
+                });
+            }
+            if let Some((_, why)) = OWNED.iter().find(|(f, _)| f == k) {
+                return Err(PlanError::ForbiddenOverride { field: k.clone(), why });
+            }
+            if k == "subjects" {
+                final_subjects = v
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+                    .unwrap_or_default();
+                continue;
+            }
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    b.insert("name".into(), json!(to));
+    b.insert("subjects".into(), json!([]));
+    match strategy {
+        // A mirror keeps A's sequences. It records the msg-ids it stores (it
+        // does not check them: stream.go processJetStreamMsg "If we're mirroring
+        // we can't deduplicate on our own", then storeMsgIdLocked) when its
+        // window is set, so after promotion a retry of a message A stored meets
+        // its id.
+        Strategy::Mirror => b.insert("mirror".into(), json!({ "name": a_name })),
+        // B takes publishes of its own from the start: no copy of A.
+        Strategy::DualWrite => b.insert("subjects".into(), json!(final_subjects)),
+        Strategy::Source => b.insert("sources".into(), json!([{ "name": a_name }])),
+    };
+    b.insert("metadata".into(), Value::Object(metadata));
+    Ok((Value::Object(b), final_subjects))
+}
+
+/// What B takes only at the commit point, in the update that gives it the
+/// subjects (and promotes a mirror), and so leaves out while it copies A:
+/// - `republish` (any B the run creates): a stream republishes every message
+///   it stores, copied ones too, so the copy would republish A's history;
+/// - `subject_delete_marker_ttl` (a mirror): "subject delete markers forbidden
+///   on mirrors" (stream.go checkStreamCfg);
+/// - the last hop of an in-place change: the stream as it was plus the new
+///   settings, so no mirror direct get (inherited from the temporary stream)
+///   and no marker of ours; and its own direct get only then: while it
+///   catches up it would answer for the stream's name from a partial copy,
+///   and the temporary stream answers meanwhile (its mirror direct get, kept
+///   through its promotion).
+pub(super) fn commit_touches(
+    req: &PlanRequest,
+    mut b_config: Value,
+    b_exists: bool,
+) -> (Value, Map<String, Value>) {
+    let mirror = req.strategy == Strategy::Mirror;
+    let mut promote = Map::new();
+    let mut take = |b_config: &mut Value, key: &str| {
+        if let Some(v) = b_config.as_object_mut().and_then(|c| c.remove(key)) {
+            if !v.is_null() {
+                promote.insert(key.to_string(), v);
+            }
+        }
+    };
+    if !b_exists {
+        take(&mut b_config, "republish");
+    }
+    if mirror && !b_exists {
+        take(&mut b_config, "subject_delete_marker_ttl");
+    }
+    if mirror && req.in_place == Some(InPlaceHop::Back) {
+        let mut md =
+            b_config.get("metadata").and_then(|v| v.as_object()).cloned().unwrap_or_default();
+        md.remove(FROM_KEY);
+        promote.insert("metadata".into(), Value::Object(md));
+        promote.insert("mirror_direct".into(), json!(false));
+        let direct = b_config.get("allow_direct").cloned().unwrap_or(json!(false));
+        promote.insert("allow_direct".into(), direct);
+        b_config["allow_direct"] = json!(false);
+    }
+    (b_config, promote)
+}
+
+/// A's own metadata goes along (the server sets its `_nats.*` keys anew),
+/// with a note of where B comes from.
+fn carried_metadata(a_config: &Value, a_name: &str) -> Map<String, Value> {
+    let mut m: Map<String, Value> = a_config
+        .get("metadata")
+        .and_then(|m| m.as_object())
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| !k.starts_with("_nats."))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    m.insert(FROM_KEY.into(), json!(a_name));
+    m
+}
+
+/// The metadata key that tells which stream B was made from.
+pub const FROM_KEY: &str = "nats-cutover.from";
+
+/// The new durable on B: the old one's configuration, unknown fields included,
+/// positioned by `opt_start_seq` later and with filters as B stores them.
+///
+/// On a work-queue B a consumer must deliver all (consumer.go, error 10101):
+/// it starts after the checkpoint because B's copies below it are purged
+/// first (see the engine's move_consumer).
+pub fn b_consumer_config(old_raw_config: &Value, b_filters: &[String], work_queue: bool) -> Value {
+    let mut c = old_raw_config.as_object().cloned().unwrap_or_default();
+    for k in ["pause_until", "opt_start_time", "opt_start_seq", "filter_subject", "filter_subjects"]
+    {
+        c.remove(k);
+    }
+    let policy = if work_queue { "all" } else { "by_start_sequence" };
+    c.insert("deliver_policy".into(), json!(policy));
+    match b_filters.len() {
+        0 => {}
+        1 => {
+            c.insert("filter_subject".into(), json!(b_filters[0]));
+        }
+        _ => {
+            c.insert("filter_subjects".into(), json!(b_filters));
+        }
+    }
+    Value::Object(c)
+}
+
+/// B's configuration (as it exists, or as it will be created), the subjects it
+/// takes at the commit point, and whether it exists.
+pub(crate) fn planned_b(
+    req: &PlanRequest,
+    facts: &ServerFacts,
+    retry_horizon: Duration,
+) -> Result<(Value, Vec<String>, bool), PlanError> {
+    let a_cfg_raw = facts.a_raw.get("config").cloned().unwrap_or(Value::Null);
+    Ok(match &facts.b_raw {
+        Some(b) => {
+            let cfg = b.get("config").cloned().unwrap_or(Value::Null);
+            let subjects = b_config_from(
+                &a_cfg_raw,
+                &req.to,
+                req.to_config.as_ref(),
+                retry_horizon,
+                req.strategy,
+            )?
+            .1;
+            (cfg, subjects, true)
+        }
+        None => {
+            let (mut cfg, subjects) = b_config_from(
+                &a_cfg_raw,
+                &req.to,
+                req.to_config.as_ref(),
+                retry_horizon,
+                req.strategy,
+            )?;
+            if let Some(ext) = &req.external {
+                match req.strategy {
+                    Strategy::Mirror => cfg["mirror"]["external"] = ext.json(),
+                    Strategy::Source => cfg["sources"][0]["external"] = ext.json(),
+                    // No source to carry it: the dual-write plan refuses it.
+                    Strategy::DualWrite => {}
+                }
+            }
+            (cfg, subjects, false)
+        }
+    })
+}

@@ -1,0 +1,182 @@
+//! The plan document (`Plan`, versioned by [`PLAN_FORMAT`]; fields are only
+//! ever added): what `plan` prints and `run` executes, and the in-place
+//! outline of its two hops.
+
+use super::request::{External, InPlaceHop, Mode, Strategy};
+use crate::compat::{Finding, Verdict};
+use crate::quiescence::QuiescentBound;
+use crate::version::{Features, ServerVersion};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::time::Duration;
+
+pub const PLAN_FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsumerPlan {
+    pub name: String,
+    pub push: bool,
+    /// The old durable's filters on A; empty: all. `None` in plans written
+    /// before this field existed (verify then reads them from the findings).
+    #[serde(default)]
+    pub a_filters: Option<Vec<String>>,
+    /// Filters on B (A's filters mapped through B's source transforms); empty: all.
+    pub b_filters: Vec<String>,
+    /// The new durable's configuration on B without the start sequence, which is
+    /// only known at the checkpoint.
+    pub b_config: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub n: u32,
+    pub title: String,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub format: u32,
+    pub from: String,
+    pub to: String,
+    pub strategy: Strategy,
+    pub mode: Mode,
+    pub server_version: ServerVersion,
+    pub features: Features,
+    pub relies_on: Vec<String>,
+    pub b_exists: bool,
+    /// B's configuration while it sources A (no subjects).
+    pub b_config: Value,
+    /// The subjects B takes at the commit point.
+    pub b_final_subjects: Vec<String>,
+    pub consumers: Vec<ConsumerPlan>,
+    pub findings: Vec<Finding>,
+    pub checkpoint_rule: String,
+    /// Why no timer is needed (or, with `quiescence`, where one is).
+    #[serde(default)]
+    pub timer_note: String,
+    pub steps: Vec<Step>,
+    /// Only where a timer is unavoidable (no pause: publishers stopped).
+    pub quiescence: Vec<(String, QuiescentBound)>,
+    pub publishers_stopped: bool,
+    pub retry_horizon_ms: u64,
+    /// Settings the promotion of a mirror sets with the same update (those a
+    /// mirror may not have, and an in-place migration's final touches).
+    #[serde(default)]
+    pub promote_with: Map<String, Value>,
+    /// Which hop of an in-place migration this plan is, if it is one.
+    #[serde(default)]
+    pub in_place: Option<InPlaceHop>,
+    /// Mode rolling: the application version that reads the new durable.
+    #[serde(default)]
+    pub new_version: Option<String>,
+    /// A move across systems: how B reaches A (B's source carries it too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<External>,
+    /// A move across systems without `external` (strategy dual-write): A is
+    /// on the source side, B on the target side, and B never reads A.
+    /// `run`, `verify` and `rollback` need both sides' connections.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub across: bool,
+    /// A's ingest rate when planned (B must receive at least as fast).
+    #[serde(default)]
+    pub a_ingest: Option<crate::catchup::IngestRate>,
+    /// No unsafe finding.
+    pub safe: bool,
+}
+
+impl Plan {
+    pub fn unsafe_findings(&self) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(|f| f.verdict == Verdict::Unsafe)
+    }
+
+    /// Across systems, publishers repointed by the operator where publishes
+    /// cross in neither direction (the adapter's probes said so): B takes
+    /// A's subjects on the target side after the consumers moved, while it
+    /// still sources A, and A keeps its own (no conflict: they are on two
+    /// systems), so a publisher on either side is served and nothing it
+    /// publishes is lost; the run waits for the operator's go-ahead (or A
+    /// idle for `--seal-when-idle`) before it seals A. Refused (unsafe) where
+    /// that cannot be exact: a mirror takes no subjects while it mirrors;
+    /// without an explicit duplicate window B would not match a retry sent
+    /// once into A and once into B (a sourced and a direct copy share msg-id
+    /// dedup only then: server stream.go `processJetStreamMsg` checks the
+    /// msg-id of sourced messages too, and records ids only while a window
+    /// is set); on 2.10-2.12.5 such a sourced duplicate stalls sourcing.
+    pub fn split_publishers(&mut self) {
+        let Some(ext) = self.external.as_mut() else { return };
+        ext.split_publishers = true;
+        let mut refuse = |setting: &str, from: String, reason: &str| {
+            self.findings.push(Finding {
+                scope: "plan".into(),
+                setting: setting.into(),
+                from,
+                to: "publishers split".into(),
+                verdict: Verdict::Unsafe,
+                reason: reason.into(),
+            })
+        };
+        if self.strategy == Strategy::Mirror {
+            refuse("strategy", "mirror".into(), "publishers repointed across systems need B to take A's subjects while it still copies A, and a mirror takes no subjects: use --strategy source");
+        }
+        if self.b_config["duplicate_window"].as_i64().unwrap_or(0) <= 0 {
+            refuse("duplicate_window", "0".into(), "publishers repointed across systems need B's duplicate window set explicitly: a retry sent once into A and once into B lands once only then; drop duplicate_window 0 from --to-config");
+        }
+        if self.features.duplicate_sourced_msg_id_stalls_source {
+            refuse("server", self.server_version.to_string(), "publishers repointed across systems can send a msg-id into B that also reaches it from A, and on 2.10-2.12.5 such a duplicate stalls sourcing: upgrade the target side to 2.12.8+, or let publishes cross (export/import B's subjects)");
+        }
+        self.safe = self.safe && self.unsafe_findings().next().is_none();
+        let keep = self.steps.iter().take_while(|s| !s.title.starts_with("commit point")).count();
+        self.steps.truncate(keep);
+        let (a, b, subjects) = (&self.from, &self.to, &self.b_final_subjects);
+        let mut add = |title: &str, detail: String| {
+            let n = self.steps.len() as u32 + 1;
+            self.steps.push(Step { n, title: title.into(), detail });
+        };
+        add("B takes the subjects (publishers split)", format!("update {b}: subjects {subjects:?} on the target side while it still sources {a}; {a} keeps its subjects on its side. From here repoint the publishers to the target side, any time: those repointed publish into {b}, those not yet publish into {a} and reach {b} through the source, and a retry sent once into each lands once ({b}'s duplicate window). No rollback from here (publishers may be on either side): only going on"));
+        add("wait for the publishers", format!("the run waits, reporting every few seconds how many messages {a} stored meanwhile, until the operator confirms that every publisher was repointed: `nats-cutover run --resume {a}.{b} --proceed` (from any terminal; the waiting runner sees it), or with --seal-when-idle D until {a} stored nothing for D"));
+        add("seal A and finish sourcing", format!("update {a}: subjects [] (a publisher still on its side gets no responders from here), wait until {b} holds every message {a} stored ({a}'s last sequence the same in two reads), seal {a}, remove {b}'s source"));
+        add(
+            "retire",
+            format!("delete the old consumers on {a}; keep sealed {a} unless --delete-old"),
+        );
+    }
+
+    /// Why the plan is unsafe, in one line: `scope setting: reason; ...`.
+    pub fn unsafe_reasons(&self) -> String {
+        let reasons: Vec<String> = self
+            .unsafe_findings()
+            .map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason))
+            .collect();
+        reasons.join("; ")
+    }
+}
+
+/// An in-place migration as `plan` shows it: hop 1 in full (judged before
+/// anything is written), hop 2 in outline (planned when hop 1 is done), and
+/// what the rebuild copies.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InPlaceOutline {
+    pub stream: String,
+    pub via: String,
+    pub hop1: Plan,
+    /// Messages and bytes each hop copies (A's now; more arrive meanwhile).
+    pub copies_messages: u64,
+    pub copies_bytes: u64,
+    /// Both copies, from the mirror rate measured on this project's machine
+    /// kind ([`copy_estimate`]).
+    pub estimate_ms: u64,
+}
+
+/// How long one mirror copy of `messages` messages and `bytes` bytes takes,
+/// from the rates measured on this project's machine kind (2 cores,
+/// loopback, R1; docs/benchmarks.md): a per-message cost (1M messages of 128
+/// bytes: 2.1-2.2 s a hop) plus a per-byte cost (100k messages of 4 KiB:
+/// 1.2-1.9 s a hop). Replicated streams and busier servers take longer; the
+/// run shows the real progress.
+pub fn copy_estimate(messages: u64, bytes: u64) -> Duration {
+    const MSGS_PER_S: u64 = 450_000;
+    const BYTES_PER_S: u64 = 220_000_000;
+    let ms = messages.saturating_mul(1000) / MSGS_PER_S + bytes.saturating_mul(1000) / BYTES_PER_S;
+    Duration::from_millis(ms)
+}
