@@ -40,7 +40,7 @@ pub fn main() -> i32 {
     let result = rt.block_on(async move {
         match cli.command {
             Command::Inspect(a) => cmd::inspect::run(&cli.conn, json, a).await,
-            Command::Plan(a) if a.in_place.is_some() => {
+            Command::Plan(a) if a.plan.in_place.is_some() => {
                 cmd::inplace::plan(&cli.conn, json, &a).await
             }
             Command::Plan(a) => cmd::plan::run(&cli.conn, json, a).await,

@@ -13,7 +13,7 @@ pub struct Cli {
     #[command(flatten)]
     pub conn: ConnArgs,
     /// Machine-readable output (JSON; one event per line for `run`).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Output")]
     pub json: bool,
     #[command(subcommand)]
     pub command: Command,
@@ -24,56 +24,69 @@ pub struct Cli {
 pub struct ConnArgs {
     /// NATS server URL(s), comma separated (across systems: the target side,
     /// where B, its durables and the journal live).
-    #[arg(short = 's', long, visible_alias = "to-server", env = "NATS_URL", global = true)]
+    #[arg(
+        short = 's',
+        long,
+        visible_alias = "to-server",
+        env = "NATS_URL",
+        global = true,
+        help_heading = "Connection"
+    )]
     pub server: Option<String>,
     /// nats CLI context to use (default: the selected one, if any; across
     /// systems: the target side's).
-    #[arg(long, visible_alias = "to-context", env = "NATS_CONTEXT", global = true)]
+    #[arg(
+        long,
+        visible_alias = "to-context",
+        env = "NATS_CONTEXT",
+        global = true,
+        help_heading = "Connection"
+    )]
     pub context: Option<String>,
     /// User credentials file (JWT + seed).
-    #[arg(long, env = "NATS_CREDS", global = true)]
+    #[arg(long, env = "NATS_CREDS", global = true, help_heading = "Connection")]
     pub creds: Option<PathBuf>,
     /// NKey seed file.
-    #[arg(long, env = "NATS_NKEY", global = true)]
+    #[arg(long, env = "NATS_NKEY", global = true, help_heading = "Connection")]
     pub nkey: Option<PathBuf>,
     /// Username.
-    #[arg(long, env = "NATS_USER", global = true)]
+    #[arg(long, env = "NATS_USER", global = true, help_heading = "Connection")]
     pub user: Option<String>,
     /// Password.
-    #[arg(long, env = "NATS_PASSWORD", global = true)]
+    #[arg(long, env = "NATS_PASSWORD", global = true, help_heading = "Connection")]
     pub password: Option<String>,
     /// Authentication token.
-    #[arg(long, env = "NATS_TOKEN", global = true)]
+    #[arg(long, env = "NATS_TOKEN", global = true, help_heading = "Connection")]
     pub token: Option<String>,
     /// TLS client certificate.
-    #[arg(long, env = "NATS_CERT", global = true)]
+    #[arg(long, env = "NATS_CERT", global = true, help_heading = "Connection")]
     pub tlscert: Option<PathBuf>,
     /// TLS client key.
-    #[arg(long, env = "NATS_KEY", global = true)]
+    #[arg(long, env = "NATS_KEY", global = true, help_heading = "Connection")]
     pub tlskey: Option<PathBuf>,
     /// TLS CA certificate to verify the server.
-    #[arg(long, env = "NATS_CA", global = true)]
+    #[arg(long, env = "NATS_CA", global = true, help_heading = "Connection")]
     pub tlsca: Option<PathBuf>,
     /// Connection and request timeout (e.g. 5s, 500ms).
-    #[arg(long, env = "NATS_TIMEOUT", value_parser = parse_timeout, global = true)]
+    #[arg(long, env = "NATS_TIMEOUT", value_parser = parse_timeout, global = true, help_heading = "Connection")]
     pub timeout: Option<Duration>,
     /// Across systems (another account, JetStream domain, leaf node or
     /// cluster; docs/cross-system.md): the URL(s) of the source side, the
     /// system that holds the old stream. The other connection options are
     /// the target side's.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Across systems")]
     pub from_server: Option<String>,
     /// Across systems: the nats CLI context of the source side.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Across systems")]
     pub from_context: Option<String>,
     /// Across systems: the source side's credentials file.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Across systems")]
     pub from_creds: Option<PathBuf>,
     /// Across systems: the source side's username.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Across systems")]
     pub from_user: Option<String>,
     /// Across systems: the source side's password.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Across systems")]
     pub from_password: Option<String>,
 }
 
@@ -92,17 +105,21 @@ pub enum Command {
     /// Show a stream, its sources' real catch-up and its consumers' settled state.
     Inspect(InspectArgs),
     /// Explain, read-only, how consumers would move from one stream to another.
-    Plan(PlanArgs),
+    #[command(after_help = PLAN_EXAMPLES)]
+    Plan(PlanCmdArgs),
     /// Carry out the cut-over, live (resumes an interrupted one).
+    #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
     /// Give a KV bucket new settings under its own name, live: `nats kv add`'s
     /// option names (history, ttl, max-value-size, max-bucket-size, storage,
     /// replicas, compression, description, marker-ttl); revisions, watchers'
     /// positions and every durable kept. See docs/in-place.md.
+    #[command(after_help = KV_EXAMPLES)]
     Kv(BucketArgs),
     /// Give an object store new settings under its own name, live: `nats obj
     /// add`'s option names (ttl, max-bucket-size, storage, replicas,
     /// compression, description). See docs/in-place.md.
+    #[command(after_help = OBJ_EXAMPLES)]
     Obj(BucketArgs),
     /// Show running and finished migrations.
     Status(StatusArgs),
@@ -138,6 +155,33 @@ pub enum Command {
     /// failed run's pause, or someone else's). Read-only.
     Watch(WatchArgs),
 }
+
+const PLAN_EXAMPLES: &str = "\
+Examples:
+  nats-cutover plan --from ORDERS --to ORDERS_V2 --consumer worker
+  nats-cutover plan --from ORDERS --to ORDERS_V2 --all-consumers --to-config b.json --out plan.toml
+  nats-cutover plan --in-place ORDERS --all-consumers --set storage=memory
+  nats-cutover -s nats://hub:4222 --from-server nats://leaf:4222 plan --from ORDERS --to ORDERS_V2 --consumer worker";
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  nats-cutover run --from ORDERS --to ORDERS_V2 --consumer worker --yes
+  nats-cutover run --plan plan.toml --yes --report run.html
+  nats-cutover run --from ORDERS --to ORDERS_V2 --consumer worker --mode fence --yes
+  nats-cutover run --from ORDERS --to ORDERS_V2 --consumer worker --mode rolling --new-version 2 --yes
+  nats-cutover run --in-place ORDERS --all-consumers --set storage=memory --yes
+  nats-cutover run --resume ORDERS.ORDERS_V2          (after a crash or Ctrl-C; `rollback ORDERS.ORDERS_V2` undoes it)";
+
+const KV_EXAMPLES: &str = "\
+Examples:
+  nats-cutover kv config --set storage=memory --yes
+  nats-cutover kv sessions --set history=10 --set ttl=24h --yes
+  nats-cutover kv config --set replicas=3 --yes          (the server updates it in place: no migration)";
+
+const OBJ_EXAMPLES: &str = "\
+Examples:
+  nats-cutover obj files --set storage=file --yes
+  nats-cutover obj files --set replicas=3 --set compression=s2 --yes";
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -272,6 +316,64 @@ mod tests {
         assert_eq!(spell_rolling(other.clone()).unwrap(), other);
     }
 
+    /// `--help` of the commands a newcomer starts with: options grouped
+    /// under headings in a fixed order, the connection options once, and an
+    /// example block at the end.
+    #[test]
+    fn help_is_grouped_under_headings_with_examples() {
+        use clap::CommandFactory;
+        let want: &[(&str, &[&str])] = &[
+            (
+                "run",
+                &[
+                    "What moves",
+                    "Strategy and mode",
+                    "Publishers",
+                    "In place",
+                    "Limits and timeouts",
+                    "Connection",
+                    "Across systems",
+                    "Output",
+                ],
+            ),
+            (
+                "plan",
+                &[
+                    "What moves",
+                    "Strategy and mode",
+                    "Publishers",
+                    "In place",
+                    "Connection",
+                    "Across systems",
+                    "Output",
+                ],
+            ),
+            ("kv", &["In place", "Limits and timeouts", "Connection", "Across systems", "Output"]),
+        ];
+        for (name, headings) in want {
+            let mut cmd = Cli::command();
+            cmd.build();
+            let sub = cmd.find_subcommand_mut(name).expect(name);
+            let help = sub.render_long_help().to_string();
+            let seen: Vec<&str> = help
+                .lines()
+                .filter_map(|l| l.strip_suffix(':'))
+                .filter(|l| {
+                    !l.starts_with(' ')
+                        && !["Usage", "Options", "Arguments", "Examples"].contains(l)
+                })
+                .collect();
+            assert_eq!(&seen, headings, "{name} --help headings");
+            for flag in
+                ["--server <SERVER>", "--creds <CREDS>", "--from-server <FROM_SERVER>", "--json"]
+            {
+                assert_eq!(help.matches(flag).count(), 1, "{name} --help shows {flag} once");
+            }
+            let examples = help.split("Examples:\n").nth(1).expect("an example block");
+            assert!(examples.lines().all(|l| l.starts_with("  nats-cutover ")), "{examples}");
+        }
+    }
+
     #[test]
     fn durations_take_seconds_or_humantime() {
         assert_eq!(parse_secs_or_duration("10").unwrap(), Duration::from_secs(10));
@@ -319,45 +421,45 @@ pub struct RunArgs {
     #[command(flatten)]
     pub plan: PlanArgs,
     /// Execute a plan file written by `plan --out` instead of planning anew.
-    #[arg(long = "plan", value_name = "FILE")]
+    #[arg(long = "plan", value_name = "FILE", help_heading = "What moves")]
     pub plan_file: Option<PathBuf>,
     /// Resume the interrupted migration with this id (see `status`).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", help_heading = "What moves")]
     pub resume: Option<String>,
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,
     /// Keep the old stream, sealed (default).
-    #[arg(long, conflicts_with = "delete_old")]
+    #[arg(long, conflicts_with = "delete_old", help_heading = "What moves")]
     pub keep_old: bool,
     /// Delete the old stream once everything moved.
-    #[arg(long)]
+    #[arg(long, help_heading = "What moves")]
     pub delete_old: bool,
     /// Keep the old durables, paused for good, instead of deleting them: plain
     /// applications still bound to them wait without errors until redeployed.
-    #[arg(long, conflicts_with = "delete_old")]
+    #[arg(long, conflicts_with = "delete_old", help_heading = "What moves")]
     pub keep_old_consumers: bool,
     /// How long a runner's lease lasts without renewal (another runner may take
     /// over a crashed one's migration after this).
-    #[arg(long, value_parser = parse_lease_ttl, default_value = "30s")]
+    #[arg(long, value_parser = parse_lease_ttl, default_value = "30s", help_heading = "Limits and timeouts")]
     pub lease_ttl: Duration,
     /// Give up safely if a consumer has not settled after this long (default:
     /// 10 × its ack_wait, at least 1 minute).
-    #[arg(long, value_parser = parse_timeout)]
+    #[arg(long, value_parser = parse_timeout, help_heading = "Limits and timeouts")]
     pub settle_timeout: Option<Duration>,
     /// The longest the old consumer stays paused without ack progress (capped by
     /// its ack_wait); then it is resumed for as long and paused again, so a dead
     /// worker or a nak'd message cannot stall the applications.
-    #[arg(long, value_parser = parse_max_pause, default_value = "5s")]
+    #[arg(long, value_parser = parse_max_pause, default_value = "5s", help_heading = "Limits and timeouts")]
     pub max_pause: Duration,
     /// --mode fence: how long to wait, once the old consumer settled to the
     /// fence, for every live instance to acknowledge it (then the run goes on
     /// and names the missing ones; the old consumer stays paused for good).
-    #[arg(long, value_parser = parse_timeout, default_value = "10s")]
+    #[arg(long, value_parser = parse_timeout, default_value = "10s", help_heading = "Limits and timeouts")]
     pub fence_ack_timeout: Duration,
     /// --mode fence: the delay instances give the old consumer's messages above
     /// the fence when they nak them (at least 1s; docs/protocol.md).
-    #[arg(long, value_parser = parse_nak_delay, default_value = "30s")]
+    #[arg(long, value_parser = parse_nak_delay, default_value = "30s", help_heading = "Limits and timeouts")]
     pub nak_delay: Duration,
     /// --mode rolling: go on without waiting for the instances still bound to
     /// the old consumer (safe: it is settled to the fence, so they process
@@ -366,31 +468,33 @@ pub struct RunArgs {
     /// --resume after stopping a run that waits. Across systems with the
     /// publishers repointed: `run --resume ID --proceed` tells the run that
     /// waits for them (running or stopped) to seal the old stream.
-    #[arg(long)]
+    #[arg(long, help_heading = "Strategy and mode")]
     pub proceed: bool,
     /// For publishers that never retry: during the commit window the runner
     /// answers the JetStream publishes that carry a Nats-Msg-Id itself and
     /// stores each where the subjects are once a stream holds them again,
     /// returning that stream's ack (publishes without one are not answered:
     /// only with msg-ids is it exact).
-    #[arg(long)]
+    #[arg(long, help_heading = "Publishers")]
     pub answer_publishes: bool,
+    /// --strategy dual-write: how long old and new consumers run side by side
+    /// (publishers writing both streams) before writes to the old stream stop.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s", help_heading = "Strategy and mode")]
+    pub side_by_side: Duration,
+    #[command(flatten)]
+    pub more: PlanMoreArgs,
     /// Across systems with the publishers repointed (the plan says they are
     /// split): go on to seal the old stream, without the go-ahead of
     /// `run --resume ID --proceed`, once it stored nothing for this long.
-    #[arg(long, value_parser = parse_timeout)]
+    #[arg(long, value_parser = parse_timeout, help_heading = "Across systems")]
     pub seal_when_idle: Option<Duration>,
-    /// --strategy dual-write: how long old and new consumers run side by side
-    /// (publishers writing both streams) before writes to the old stream stop.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
-    pub side_by_side: Duration,
     /// Write a self-contained HTML report (timeline of the consumers' state with
     /// every step and checkpoint, the journal, the plan), also when the run fails.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
     pub report: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics while the run lasts
     /// (e.g. 127.0.0.1:9477); nothing is served without it.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", help_heading = "Output")]
     pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
@@ -400,20 +504,20 @@ pub struct BucketArgs {
     pub bucket: String,
     /// A new setting, OPTION=VALUE with the nats CLI's option names
     /// (--set history=10 --set storage=memory --set ttl=24h); repeatable.
-    #[arg(long, value_name = "OPTION=VALUE", required = true)]
+    #[arg(long, value_name = "OPTION=VALUE", required = true, help_heading = "In place")]
     pub set: Vec<String>,
     /// The temporary stream (default: <STREAM>_CUTOVER).
-    #[arg(long, value_name = "STREAM")]
+    #[arg(long, value_name = "STREAM", help_heading = "In place")]
     pub via: Option<String>,
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,
     /// How long a runner's lease lasts without renewal.
-    #[arg(long, value_parser = parse_lease_ttl, default_value = "30s")]
+    #[arg(long, value_parser = parse_lease_ttl, default_value = "30s", help_heading = "Limits and timeouts")]
     pub lease_ttl: Duration,
     /// The longest a durable of the bucket's stream stays paused without ack
     /// progress (see `run --max-pause`).
-    #[arg(long, value_parser = parse_max_pause, default_value = "5s")]
+    #[arg(long, value_parser = parse_max_pause, default_value = "5s", help_heading = "Limits and timeouts")]
     pub max_pause: Duration,
 }
 
@@ -522,8 +626,8 @@ impl Command {
     /// same way in every command (bad input, exit 2).
     pub fn check_available(&self) -> Result<(), String> {
         match self {
-            Command::Plan(a) => rolling_flags(a, None),
-            Command::Run(a) => rolling_flags(&a.plan, Some(a)),
+            Command::Plan(a) => rolling_flags(&a.plan, &a.more, None),
+            Command::Run(a) => rolling_flags(&a.plan, &a.more, Some(a)),
             // The demo's scenario and its proof are built for strategies
             // source and dual-write.
             Command::Demo(a) if a.strategy == StrategyArg::Mirror => Err(
@@ -542,7 +646,7 @@ impl Command {
 /// `--new-version` and `--proceed` belong to a rolling upgrade: given with
 /// another mode they would be ignored, and the run would do something else
 /// than asked.
-fn rolling_flags(p: &PlanArgs, run: Option<&RunArgs>) -> Result<(), String> {
+fn rolling_flags(p: &PlanArgs, more: &PlanMoreArgs, run: Option<&RunArgs>) -> Result<(), String> {
     let rolling = p.mode == ModeArg::Rolling;
     // A plan file or a journal says the mode: `run` itself refuses flags
     // that contradict it.
@@ -553,7 +657,7 @@ fn rolling_flags(p: &PlanArgs, run: Option<&RunArgs>) -> Result<(), String> {
                 .into(),
         );
     }
-    if run.is_some_and(|r| r.seal_when_idle.is_some() && !planned && !p.repoint_publishers) {
+    if run.is_some_and(|r| r.seal_when_idle.is_some() && !planned && !more.repoint_publishers) {
         return Err("--seal-when-idle is for a move across systems whose publishers are repointed: add --repoint-publishers (with --from-server or --from-context), or drop --seal-when-idle".into());
     }
     if run.is_some_and(|r| r.proceed && r.resume.is_none() && !rolling) {
@@ -562,43 +666,57 @@ fn rolling_flags(p: &PlanArgs, run: Option<&RunArgs>) -> Result<(), String> {
     Ok(())
 }
 
+/// `plan`'s options: what moves and how, then the rest.
+#[derive(Debug, Args)]
+pub struct PlanCmdArgs {
+    #[command(flatten)]
+    pub plan: PlanArgs,
+    #[command(flatten)]
+    pub more: PlanMoreArgs,
+}
+
 #[derive(Debug, Args, Clone)]
 pub struct PlanArgs {
     /// The stream consumers and publishers leave.
-    #[arg(long)]
+    #[arg(long, help_heading = "What moves")]
     pub from: Option<String>,
     /// The stream they move to (created by `run` if it does not exist).
-    #[arg(long)]
+    #[arg(long, help_heading = "What moves")]
     pub to: Option<String>,
     /// A durable consumer to move (repeatable).
-    #[arg(long)]
+    #[arg(long, help_heading = "What moves")]
     pub consumer: Vec<String>,
     /// Move every durable consumer of --from.
-    #[arg(long, conflicts_with = "consumer")]
+    #[arg(long, conflicts_with = "consumer", help_heading = "What moves")]
     pub all_consumers: bool,
     /// How B gets A's messages (`--strategy rolling` is read as `--mode
     /// rolling`).
-    #[arg(long, value_enum, default_value = "source")]
+    #[arg(long, value_enum, default_value = "source", help_heading = "Strategy and mode")]
     pub strategy: StrategyArg,
     /// How the consumers' position is handed over.
-    #[arg(long, value_enum, default_value = "drain")]
+    #[arg(long, value_enum, default_value = "drain", help_heading = "Strategy and mode")]
     pub mode: ModeArg,
     /// --mode rolling: the application version (the instances' registered
     /// app_version) that reads the new durable; other versions stay on the old
     /// consumer until they are replaced.
-    #[arg(long, value_name = "VERSION", required_if_eq("mode", "rolling"))]
+    #[arg(
+        long,
+        value_name = "VERSION",
+        required_if_eq("mode", "rolling"),
+        help_heading = "Strategy and mode"
+    )]
     pub new_version: Option<String>,
     /// JSON file with settings for the new stream, in the server's stream-config
     /// shape (e.g. {"storage":"memory","subjects":["orders.>"]}); durations in ns.
-    #[arg(long)]
+    #[arg(long, help_heading = "What moves")]
     pub to_config: Option<PathBuf>,
     /// State that publishers are stopped (needed on servers without consumer
     /// pause, before 2.11).
-    #[arg(long)]
+    #[arg(long, help_heading = "Publishers")]
     pub publishers_stopped: bool,
     /// How long publishers keep retrying a publish with the same Nats-Msg-Id
     /// (default: the old stream's duplicate window, which the new stream takes).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = humantime::parse_duration, help_heading = "Publishers")]
     pub retry_horizon: Option<Duration>,
     /// Give this stream new settings under its own name, live (`run`), or show
     /// how (`plan`): two mirror hops
@@ -606,39 +724,46 @@ pub struct PlanArgs {
     /// settings come from --set and/or --to-config; --consumer names the
     /// durables (or --all-consumers). Its hops are drain mode (--mode is
     /// refused with it).
-    #[arg(long, value_name = "STREAM", conflicts_with_all = ["from", "to", "strategy", "mode"])]
+    #[arg(long, value_name = "STREAM", conflicts_with_all = ["from", "to", "strategy", "mode"], help_heading = "In place")]
     pub in_place: Option<String>,
     /// A new setting for --in-place, KEY=VALUE with the server's stream-config
     /// names (storage=memory, retention=limits, max_age=3600000000000);
     /// repeatable.
-    #[arg(long, value_name = "KEY=VALUE", requires = "in_place")]
+    #[arg(long, value_name = "KEY=VALUE", requires = "in_place", help_heading = "In place")]
     pub set: Vec<String>,
     /// The temporary stream of --in-place (default: <STREAM>_CUTOVER).
-    #[arg(long, value_name = "STREAM", requires = "in_place")]
+    #[arg(long, value_name = "STREAM", requires = "in_place", help_heading = "In place")]
     pub via: Option<String>,
-    /// Also write the plan to this file (TOML, or JSON if it ends in .json) for
-    /// review; `run --plan FILE` executes it.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
+}
+
+/// The plan's options that are not about what moves: across-system
+/// specifics, the monitoring endpoint, the plan file. Flattened after the
+/// command's own options, so their headings come after those.
+#[derive(Debug, Args, Clone, Default)]
+pub struct PlanMoreArgs {
     /// The server's monitoring endpoint (its `http` setting, e.g.
     /// http://127.0.0.1:8222): plan reads its disk sync setting there (varz)
     /// and warns when acknowledged messages may be on no disk yet.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", help_heading = "Connection")]
     pub monitor: Option<String>,
     /// Across systems: the prefix under which B's side reaches A's
     /// `$JS.API.CONSUMER.>` (default `$JS.<A's domain>.API`; across accounts,
     /// the `to` of B's account's service import).
-    #[arg(long, value_name = "PREFIX")]
+    #[arg(long, value_name = "PREFIX", help_heading = "Across systems")]
     pub from_api: Option<String>,
     /// Across accounts: the deliver prefix A's account exports to B's (A's
     /// messages come back on `PREFIX.>`).
-    #[arg(long, value_name = "PREFIX", requires = "from_api")]
+    #[arg(long, value_name = "PREFIX", requires = "from_api", help_heading = "Across systems")]
     pub from_deliver: Option<String>,
     /// Across systems, where publishes do not cross the boundary: the
     /// operator repoints the publishers to the target side. B then takes
     /// the subjects there beside A once the consumers moved, and the run
     /// waits for the go-ahead (`run --resume ID --proceed`) before it seals
     /// A (docs/cross-system.md).
-    #[arg(long)]
+    #[arg(long, help_heading = "Across systems")]
     pub repoint_publishers: bool,
+    /// Also write the plan to this file (TOML, or JSON if it ends in .json) for
+    /// review; `run --plan FILE` executes it.
+    #[arg(long, help_heading = "Output")]
+    pub out: Option<PathBuf>,
 }

@@ -2,7 +2,7 @@
 //! the stream's own name (see `cutover_nats::engine::inplace`).
 
 use super::progress::{detect, Render};
-use crate::cli::{BucketArgs, ConnArgs, PlanArgs, RunArgs};
+use crate::cli::{BucketArgs, ConnArgs, PlanArgs, PlanCmdArgs, RunArgs};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use cutover_core::bucket::Kind;
@@ -134,13 +134,13 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
 }
 
 /// `plan --in-place`: both hops, the copy and its estimate; read-only.
-pub async fn plan(conn: &ConnArgs, json_out: bool, a: &PlanArgs) -> Result<ExitCode> {
-    if a.out.is_some() {
+pub async fn plan(conn: &ConnArgs, json_out: bool, a: &PlanCmdArgs) -> Result<ExitCode> {
+    if a.more.out.is_some() {
         return Err(CliError::Flag(
             "--out writes a plan for `run --plan`, which an in-place change does not take (it plans each hop when it gets there): print it with --json instead".into(),
         ));
     }
-    let req = request(a)?;
+    let req = request(&a.plan)?;
     let js = super::connect(conn).await?;
     if let Some(code) = update_is_enough(&js, &req, json_out).await? {
         return Ok(code);

@@ -1,6 +1,6 @@
 //! `nats-cutover plan`: read-only; prints the plan, refuses unsafe ones.
 
-use crate::cli::{ConnArgs, ModeArg, PlanArgs, StrategyArg};
+use crate::cli::{ConnArgs, ModeArg, PlanArgs, PlanCmdArgs, PlanMoreArgs, StrategyArg};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::render::{self, table};
@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 /// The server's disk sync setting judged into the plan: read from
 /// `--monitor` (varz) when given, else said to be unread.
-pub async fn judge_sync(a: &PlanArgs, plan: &mut Plan) -> Result<()> {
+pub async fn judge_sync(a: &PlanMoreArgs, plan: &mut Plan) -> Result<()> {
     let sync = match &a.monitor {
         Some(url) => {
             Some(cutover_nats::monitor::sync_setting(url, std::time::Duration::from_secs(5)).await?)
@@ -20,9 +20,9 @@ pub async fn judge_sync(a: &PlanArgs, plan: &mut Plan) -> Result<()> {
     Ok(())
 }
 
-pub fn request(a: &PlanArgs) -> Result<PlanRequest> {
+pub fn request(a: &PlanArgs, more: &PlanMoreArgs) -> Result<PlanRequest> {
     let to_config = request_to_config(a)?;
-    build_request(a, to_config)
+    build_request(a, more, to_config)
 }
 
 /// The `--to-config` file's settings, if given.
@@ -49,6 +49,7 @@ pub fn request_to_config(a: &PlanArgs) -> Result<Option<serde_json::Map<String, 
 
 fn build_request(
     a: &PlanArgs,
+    more: &PlanMoreArgs,
     to_config: Option<serde_json::Map<String, Value>>,
 ) -> Result<PlanRequest> {
     let need = |v: &Option<String>, flag: &str| {
@@ -79,19 +80,18 @@ fn build_request(
         publishers_stopped: a.publishers_stopped,
         retry_horizon: a.retry_horizon,
         in_place: None,
-        external: a.from_api.clone().map(|api| cutover_core::plan::External {
+        external: more.from_api.clone().map(|api| cutover_core::plan::External {
             api,
-            deliver: a.from_deliver.clone(),
-            repoint_publishers: a.repoint_publishers,
+            deliver: more.from_deliver.clone(),
+            repoint_publishers: more.repoint_publishers,
             split_publishers: false,
         }),
-        repoint_publishers: a.repoint_publishers,
+        repoint_publishers: more.repoint_publishers,
         // Set by the engine from the connections (`across::request`).
         across: false,
     })
 }
 
-/// TOML has no null: drop them before writing a plan file.
 pub fn print_plan(plan: &Plan) {
     let names: Vec<&str> = plan.consumers.iter().map(|c| c.name.as_str()).collect();
     outln!(
@@ -156,15 +156,15 @@ pub fn print_plan(plan: &Plan) {
     }
 }
 
-pub async fn run(conn: &ConnArgs, json_out: bool, a: PlanArgs) -> Result<ExitCode> {
-    let req = request(&a)?;
+pub async fn run(conn: &ConnArgs, json_out: bool, a: PlanCmdArgs) -> Result<ExitCode> {
+    let req = request(&a.plan, &a.more)?;
     // Names and the obvious refusals are checked before connecting.
     cutover_core::names::stream(&req.from)?;
     cutover_core::names::stream(&req.to)?;
     let js = super::connect_across(conn, Some(&req.from)).await?;
     let mut plan = cutover_nats::engine::prepare_plan(&js, &req).await?;
-    judge_sync(&a, &mut plan).await?;
-    if let Some(out) = &a.out {
+    judge_sync(&a.more, &mut plan).await?;
+    if let Some(out) = &a.more.out {
         super::plan_file::write_plan_file(&plan, out)?;
     }
     if json_out {

@@ -40,6 +40,7 @@ pub fn read_plan_file(p: &std::path::Path) -> Result<Plan> {
     })
 }
 
+/// TOML has no null: drop them before writing a plan file.
 fn strip_nulls(v: Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(

@@ -156,7 +156,7 @@ async fn load_plan(js: &Js, a: &RunArgs) -> Result<Plan> {
     } else if let Some(p) = &a.plan_file {
         read_plan_file(p)?
     } else {
-        let req = super::plan::request(&a.plan)?;
+        let req = super::plan::request(&a.plan, &a.more)?;
         // A migration of these streams under way is resumed whatever a new
         // plan would say (engine::run goes on with its journal): its plan,
         // not one judged against streams it already changed (past the commit
@@ -167,7 +167,7 @@ async fn load_plan(js: &Js, a: &RunArgs) -> Result<Plan> {
             Err(e @ cutover_nats::Error::NewerJournal { .. }) => return Err(e.into()),
             _ => {
                 let mut plan = engine::prepare_plan(js, &req).await?;
-                super::plan::judge_sync(&a.plan, &mut plan).await?;
+                super::plan::judge_sync(&a.more, &mut plan).await?;
                 plan
             }
         }
