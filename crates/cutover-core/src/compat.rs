@@ -519,7 +519,7 @@ pub(crate) fn check_consumer(
     c: &ConsumerInfo,
     b: &StreamConfig,
     version: ServerVersion,
-    publishers_stopped: bool,
+    (publishers_stopped, in_place): (bool, bool),
 ) -> Option<Vec<String>> {
     let scope = format!("consumer {}", c.name);
     let s = scope.as_str();
@@ -529,7 +529,7 @@ pub(crate) fn check_consumer(
     rule_redelivery(r, s, cc);
     rule_push_or_pull(r, s, cc);
     rule_start_and_replay(r, s, cc);
-    rule_inactive_threshold(r, s, cc);
+    rule_inactive_threshold(r, s, cc, in_place);
     rule_carried_flags(r, s, cc);
     rule_pause(r, s, c, version, publishers_stopped);
     rule_filters(r, s, cc, b)
@@ -616,9 +616,20 @@ fn rule_start_and_replay(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     }
 }
 
-fn rule_inactive_threshold(r: &mut Report, s: &str, cc: &ConsumerConfig) {
+fn rule_inactive_threshold(r: &mut Report, s: &str, cc: &ConsumerConfig, in_place: bool) {
     if cc.inactive_threshold > 0 {
-        r.add(s, "inactive_threshold", dur(cc.inactive_threshold), dur(cc.inactive_threshold), Verdict::ChangedOnPurpose, "the durable is deleted after this long without a pull; redeploy the instances to B within it or the new durable vanishes");
+        let why = match in_place {
+            true => "applications bound to it by name cannot reach it on the temporary stream, so it lives there without a threshold (kept in its metadata) and gets it back on the stream's own name: the server cannot delete it, with its position, during the change",
+            false => "the durable is deleted after this long without a pull; redeploy the instances to B within it or the new durable vanishes",
+        };
+        r.add(
+            s,
+            "inactive_threshold",
+            dur(cc.inactive_threshold),
+            dur(cc.inactive_threshold),
+            Verdict::ChangedOnPurpose,
+            why,
+        );
     }
 }
 

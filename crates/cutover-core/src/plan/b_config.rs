@@ -228,6 +228,47 @@ pub fn b_consumer_config(old_raw_config: &Value, b_filters: &[String], work_queu
     Value::Object(c)
 }
 
+/// Where an in-place hop 1's durable keeps its `inactive_threshold`, to be
+/// restored by hop 2.
+pub const INACTIVE_KEY: &str = "nats-cutover.inactive_threshold";
+
+/// In place, a durable with `inactive_threshold` lives on the temporary
+/// stream with none: applications bound to it by name cannot reach it there
+/// (a newcomer's trial: nobody pulled, the server deleted it during hop 2's
+/// copy with its position, and every resume failed). Hop 1 keeps the value
+/// in the durable's metadata ([`INACTIVE_KEY`]); hop 2 restores it and
+/// drops the key, so the durable on the stream's own name is as it was.
+pub fn keep_alive_in_place(mut cfg: Value, hop: Option<InPlaceHop>) -> Value {
+    let Some(c) = cfg.as_object_mut() else { return cfg };
+    match hop {
+        Some(InPlaceHop::Out) => {
+            let threshold = c.get("inactive_threshold").and_then(Value::as_i64).unwrap_or(0);
+            if threshold > 0 {
+                c.remove("inactive_threshold");
+                let meta = c.entry("metadata").or_insert_with(|| json!({}));
+                if let Some(m) = meta.as_object_mut() {
+                    m.insert(INACTIVE_KEY.into(), json!(threshold.to_string()));
+                }
+            }
+        }
+        Some(InPlaceHop::Back) => {
+            let kept = c
+                .get_mut("metadata")
+                .and_then(Value::as_object_mut)
+                .and_then(|m| m.remove(INACTIVE_KEY))
+                .and_then(|v| v.as_str().and_then(|s| s.parse::<i64>().ok()));
+            if c.get("metadata").and_then(Value::as_object).is_some_and(|m| m.is_empty()) {
+                c.remove("metadata");
+            }
+            if let Some(t) = kept {
+                c.insert("inactive_threshold".into(), json!(t));
+            }
+        }
+        None => {}
+    }
+    cfg
+}
+
 /// B's configuration (as it exists, or as it will be created), the subjects it
 /// takes at the commit point, and whether it exists.
 pub(crate) fn planned_b(
@@ -268,4 +309,25 @@ pub(crate) fn planned_b(
             (cfg, subjects, false)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inactive_threshold_is_kept_through_both_in_place_hops() {
+        let old = json!({"durable_name": "w", "inactive_threshold": 30_000_000_000i64, "metadata": {"team": "a"}});
+        let hop1 = keep_alive_in_place(old.clone(), Some(InPlaceHop::Out));
+        assert!(hop1.get("inactive_threshold").is_none(), "{hop1}");
+        assert_eq!(hop1["metadata"][INACTIVE_KEY], json!("30000000000"));
+        assert_eq!(hop1["metadata"]["team"], json!("a"));
+        let hop2 = keep_alive_in_place(hop1, Some(InPlaceHop::Back));
+        assert_eq!(hop2, old);
+        // Without a threshold nothing changes; a plain move keeps it.
+        let plain = json!({"durable_name": "w"});
+        let back = keep_alive_in_place(plain.clone(), Some(InPlaceHop::Out));
+        assert_eq!(keep_alive_in_place(back, Some(InPlaceHop::Back)), plain);
+        assert_eq!(keep_alive_in_place(old.clone(), None), old);
+    }
 }

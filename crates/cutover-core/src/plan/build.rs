@@ -3,7 +3,7 @@
 //! adds its findings (the order of the calls is the order of the report),
 //! the consumers' plans and the steps.
 
-use super::b_config::{b_consumer_config, commit_touches, planned_b};
+use super::b_config::{b_consumer_config, commit_touches, keep_alive_in_place, planned_b};
 use super::checks;
 use super::document::{ConsumerPlan, Plan, PLAN_FORMAT};
 use super::request::{
@@ -230,17 +230,24 @@ fn plan_consumers(
         if req.in_place == Some(InPlaceHop::Out) {
             in_place_consumer_note(r, &c, req);
         }
-        if let Some(b_filters) =
-            compat::check_consumer(r, &c, b_view, facts.version, req.publishers_stopped)
-        {
+        if let Some(b_filters) = compat::check_consumer(
+            r,
+            &c,
+            b_view,
+            facts.version,
+            (req.publishers_stopped, req.in_place.is_some()),
+        ) {
             let old_cfg = raw.get("config").cloned().unwrap_or(Value::Null);
             moved.plans.push(ConsumerPlan {
                 name: c.name.clone(),
                 push: c.config.is_push(),
-                b_config: b_consumer_config(
-                    &old_cfg,
-                    &b_filters,
-                    b_view.retention == RetentionPolicy::WorkQueue,
+                b_config: keep_alive_in_place(
+                    b_consumer_config(
+                        &old_cfg,
+                        &b_filters,
+                        b_view.retention == RetentionPolicy::WorkQueue,
+                    ),
+                    req.in_place,
                 ),
                 a_filters: Some(c.config.filters()),
                 b_filters: b_filters.clone(),

@@ -35,12 +35,25 @@ fn settings(a: &PlanArgs) -> Result<Option<Map<String, Value>>> {
     Ok(Some(m))
 }
 
+/// What to do with a change the server takes as a plain update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Update {
+    /// `plan`: show it, change nothing.
+    Show,
+    /// `run`/`kv`/`obj` without `--yes`: show it and ask first.
+    Ask,
+    /// With `--yes`: apply it.
+    Apply,
+}
+
 /// When the server takes every new setting as a plain update, no migration
-/// is needed: says so, with the update, and changes nothing.
+/// is needed: says so with the update and, for `run`, `kv` and `obj`,
+/// applies it (after asking, without `--yes`).
 async fn update_is_enough(
     js: &Js,
     req: &InPlaceRequest,
     json_out: bool,
+    how: Update,
 ) -> Result<Option<ExitCode>> {
     // Missing: a runner killed between the hops (the stream lives as the
     // temporary one); run_in_place resumes from the journal, or says so.
@@ -77,32 +90,50 @@ async fn update_is_enough(
             "a --set value does not have the server's type ({e}): give lists and objects as JSON (--set 'subjects=[\"orders.>\"]') and durations in nanoseconds (--set max_age=3600000000000)"
         )));
     }
-    let text = format!(
-        "no migration needed: the server updates these settings of {} in place ({}); apply them as an update (nats stream edit {}, or the JSON below as a STREAM.UPDATE request); nothing was changed",
-        req.stream,
-        settings.keys().cloned().collect::<Vec<_>>().join(", "),
-        req.stream
-    );
-    if json_out {
-        outln!("{}", json!({ "kind": "no_migration_needed", "message": text, "update": update }));
-    } else {
-        outln!("{text}\n{}", serde_json::to_string_pretty(&update)?);
+    let names = settings.keys().cloned().collect::<Vec<_>>().join(", ");
+    let stream = &req.stream;
+    let say = |text: String, applied: bool| -> Result<()> {
+        if json_out {
+            let kind = "no_migration_needed";
+            outln!(
+                "{}",
+                json!({ "kind": kind, "message": text, "update": update, "applied": applied })
+            );
+        } else {
+            outln!("{text}\n{}", serde_json::to_string_pretty(&update)?);
+        }
+        Ok(())
+    };
+    if how == Update::Show {
+        say(format!("no migration needed: the server updates these settings of {stream} in place ({names}); `run` (or `kv`/`obj`) applies them as this update; nothing was changed"), false)?;
+        return Ok(Some(ExitCode::Ok));
     }
+    if how == Update::Ask {
+        if !json_out {
+            outln!("No migration needed: the server updates these settings of {stream} in place ({names}):\n{}", serde_json::to_string_pretty(&update)?);
+        }
+        super::prompt::ask_to("Apply this update now?")?;
+    }
+    js.stream_update(&update).await?;
+    say(
+        format!(
+            "no migration needed: the server updated these settings of {stream} in place ({names})"
+        ),
+        true,
+    )?;
     Ok(Some(ExitCode::Ok))
 }
 
-/// The request of `run --in-place` / `plan --in-place`.
+/// The request of `run --in-place` / `plan --in-place`. Every durable of the
+/// stream moves unless `--consumer` names some: the stream and whatever it
+/// holds is deleted at the end of hop 1, so the plan refuses a list that
+/// leaves a durable behind (naming it).
 pub fn request(a: &PlanArgs) -> Result<InPlaceRequest> {
-    if a.consumer.is_empty() && !a.all_consumers {
-        return Err(CliError::Flag(
-            "no consumer to move: name one with --consumer NAME or pass --all-consumers".into(),
-        ));
-    }
     Ok(InPlaceRequest {
         stream: a.in_place.clone().expect("--in-place"),
         via: a.via.clone(),
         consumers: a.consumer.clone(),
-        all_consumers: a.all_consumers,
+        all_consumers: a.all_consumers || a.consumer.is_empty(),
         settings: settings(a)?,
         retry_horizon: a.retry_horizon,
     })
@@ -142,7 +173,7 @@ pub async fn plan(conn: &ConnArgs, json_out: bool, a: &PlanCmdArgs) -> Result<Ex
     }
     let req = request(&a.plan)?;
     let js = super::connect(conn).await?;
-    if let Some(code) = update_is_enough(&js, &req, json_out).await? {
+    if let Some(code) = update_is_enough(&js, &req, json_out, Update::Show).await? {
         return Ok(code);
     }
     let outline = engine::outline_in_place(&js, &req).await?;
@@ -209,7 +240,8 @@ async fn execute(
     // look like meanwhile (the new stream may have its settings already).
     let resuming = engine::in_place_under_way(js, req).await?;
     if !resuming {
-        if let Some(code) = update_is_enough(js, req, json_out).await? {
+        let how = if yes { Update::Apply } else { Update::Ask };
+        if let Some(code) = update_is_enough(js, req, json_out, how).await? {
             return Ok(code);
         }
     }

@@ -7,12 +7,17 @@ use std::io::{BufRead, IsTerminal};
 
 /// Asks on the terminal whether to go on (the plan is printed already).
 pub fn ask() -> Result<()> {
+    ask_to("Run this cut-over now?")
+}
+
+/// Asks `question` on the terminal (what it is about is printed already).
+pub fn ask_to(question: &str) -> Result<()> {
     if !std::io::stdin().is_terminal() {
         return Err(CliError::NotConfirmed(
             "refusing to run without confirmation: stdin is not a terminal; pass --yes".into(),
         ));
     }
-    out!("\nRun this cut-over now? [y/N] ");
+    out!("\n{question} [y/N] ");
     crate::out::flush();
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;

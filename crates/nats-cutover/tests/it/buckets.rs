@@ -238,7 +238,7 @@ async fn plan_in_place_shows_both_hops_and_the_copy() {
 
 /// Bad bucket options are refused before anything connects, naming the
 /// options there are; a setting the server updates in place needs no
-/// migration (the update is printed, nothing changes).
+/// migration: with --yes it is applied as an update.
 #[tokio::test]
 async fn kv_options_are_checked_and_plain_updates_are_not_migrations() {
     let e = env().await;
@@ -249,13 +249,15 @@ async fn kv_options_are_checked_and_plain_updates_are_not_migrations() {
     assert!(out.stderr.contains("history, ttl"), "{}", out.stderr);
     let out = e.cli(&["kv", "cfg", "--set", "history=0", "--yes"]);
     assert_eq!(out.code, 2, "{out:?}");
+    let out = e.cli(&["kv", "nobucket", "--set", "storage=memory", "--yes"]);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert_eq!(e.snapshot().await, before, "a refused request changed the server");
     let out = e.cli(&["kv", "cfg", "--set", "history=10", "--set", "ttl=1h", "--yes"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("no migration needed"), "{}", out.stdout);
     assert!(out.stdout.contains("\"max_msgs_per_subject\": 10"), "{}", out.stdout);
-    let out = e.cli(&["kv", "nobucket", "--set", "storage=memory", "--yes"]);
-    assert_ne!(out.code, 0, "{out:?}");
-    assert_eq!(e.snapshot().await, before, "a refused or plain request changed the server");
+    let (_, kv) = e.js.stream_info("KV_cfg").await.unwrap();
+    assert_eq!((kv.config.max_msgs_per_subject, kv.config.max_age), (10, 3_600_000_000_000));
 }
 
 /// What an in-place change cannot do is refused by `plan --in-place` (exit 3)

@@ -5,6 +5,7 @@ mod auth;
 mod bad_input;
 mod bridge;
 mod buckets;
+mod changing;
 mod chaos;
 mod cluster;
 mod common;

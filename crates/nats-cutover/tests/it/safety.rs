@@ -923,19 +923,26 @@ async fn run_in_place_from_the_cli() {
         assert!(out.stderr.contains(why), "{full:?}: {out:?}");
     }
     assert_eq!(e.snapshot().await, before, "bad input changed the server");
-    // Settings the server updates in place need no migration: said, not done.
-    let update = ["run", "--in-place", "ORDERS", "--consumer", "worker", "--yes"];
-    let out = e.cli(&[&update[..], &["--set", "max_age=3600000000000"]].concat());
+    // Settings the server updates in place need no migration: `plan` shows
+    // the update and changes nothing, `run --yes` applies it as an update.
+    let plan = ["plan", "--in-place", "ORDERS", "--set", "max_age=3600000000000"];
+    let out = e.cli(&plan);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("no migration needed"), "{out:?}");
     assert!(out.stdout.contains("\"max_age\": 3600000000000"), "{out:?}");
-    assert_eq!(e.snapshot().await, before, "an update-only request changed the server");
+    assert_eq!(e.snapshot().await, before, "plan of an update changed the server");
+    let update = ["run", "--in-place", "ORDERS", "--yes", "--set", "max_age=3600000000000"];
+    let out = e.cli(&update);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("updated these settings"), "{out:?}");
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(a.config.max_age, 3_600_000_000_000, "run --yes applied the update");
+    assert_eq!(e.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().map(|_| ()), None);
+    // Every durable moves without naming one.
     let out = e.cli(&[
         "run",
         "--in-place",
         "ORDERS",
-        "--consumer",
-        "worker",
         "--set",
         "storage=memory",
         "--set",

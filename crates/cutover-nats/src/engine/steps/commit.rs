@@ -3,6 +3,7 @@
 //! if B cannot), reconciled with the server after a crash, and closed by a
 //! guard for a runner that died inside it.
 
+use super::catch_up::Stall;
 use crate::engine::bridge::Bridge;
 use crate::engine::ctx::{Ctx, Exposure};
 use crate::engine::events::{EventKind, Info, StepResult, Warning};
@@ -53,6 +54,7 @@ pub(in crate::engine) async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
             )
             .await;
     }
+    b_keeps_up(ctx, &from, &to).await?;
     // Intent before effect: from here a crash is reconciled with the server.
     ctx.journal.lock().await.phase = Phase::SubjectsReleased;
     ctx.save().await?;
@@ -96,6 +98,29 @@ pub(in crate::engine) async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
     // Journaled as closed (or as undone: the error path saved it first).
     ctx.exposed(Exposure::Commit, false);
     closed
+}
+
+/// Right before A releases its subjects: B sources A now. The commit
+/// window lasts until B holds A's tail, so a B that stopped sourcing (a
+/// newcomer's cluster trial: ~20 s after a leader was killed) would leave
+/// publishers without a stream for the whole commit timeout and then undo
+/// it. B must hold what A held at this read (its in-flight tail aside),
+/// with progress bounded like every wait for sourcing; a stall fails here,
+/// before anything is released, with publishers on A.
+async fn b_keeps_up(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
+    let target = ctx.js.stream_info(from).await?.1.state.last_seq;
+    let mut stall = Stall::new(ctx.opts.stall_timeout);
+    loop {
+        let p = source_progress(ctx.js, to, from).await?;
+        if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= target) {
+            return Ok(());
+        }
+        stall.check(&p, to, from).map_err(|e| {
+            Error::Stuck(format!("{e}; nothing was released: {from} still serves the publishers"))
+        })?;
+        ctx.tick(true).await?;
+        tokio::time::sleep(ctx.opts.poll).await;
+    }
 }
 
 /// The commit happened though this run could not tell at first: B holds the
