@@ -145,6 +145,11 @@ fn parse_header_block(b: &[u8]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// How long after a resume a paused push consumer's pause ends (see
+/// [`Js::consumer_pause`]): long enough to outlast the request's way to the
+/// consumer's leader, short enough to go unnoticed.
+pub const RESUME_NUDGE: std::time::Duration = std::time::Duration::from_millis(150);
+
 impl Js {
     pub fn new(client: Client, timeout: Duration) -> Self {
         Self {
@@ -529,15 +534,33 @@ impl Js {
     /// Pauses until `until` (RFC 3339), or resumes with `None`
     /// (`$JS.API.CONSUMER.PAUSE`, 2.11+; server jetstream_api.go
     /// `jsConsumerPauseRequest`: an empty body resumes).
+    /// Pauses the consumer until `until` (RFC 3339), or resumes it (`None`).
+    ///
+    /// A push consumer is resumed by a pause that ends a moment later on
+    /// the server's clock ([`RESUME_NUDGE`]): resumed at once, it delivers
+    /// nothing until a message arrives on the stream. Its redelivery timer
+    /// runs during the pause and queues an expired message once, signalling
+    /// the delivery loop, which sees the pause and waits again; a resume
+    /// (an empty body, or a time in the past) only stops the unpause timer,
+    /// without a signal; the timer's own firing signals (consumer.go
+    /// `checkPending`, `loopAndGatherMsgs`, `updatePauseState`; the same on
+    /// 2.11 to 2.15). A newcomer's drain on an idle stream waited 121 s for
+    /// a message whose ack_wait was 30 s. Pull consumers are signalled by
+    /// their next pull request and are resumed at once.
     pub async fn consumer_pause(
         &self,
         stream: &str,
         name: &str,
         until: Option<&str>,
     ) -> Result<bool> {
-        let body = match until {
-            Some(t) => json!({ "pause_until": t }),
-            None => Value::Null,
+        let nudge = match until {
+            Some(_) => None,
+            None => self.resume_nudge(stream, name).await?,
+        };
+        let body = match (until, &nudge) {
+            (Some(t), _) => json!({ "pause_until": t }),
+            (None, Some(t)) => json!({ "pause_until": t }),
+            (None, None) => Value::Null,
         };
         let what = format!(
             "{} consumer {stream}/{name}",
@@ -551,7 +574,36 @@ impl Js {
                 _ => e,
             },
         )?;
-        Ok(v["paused"].as_bool().unwrap_or(false))
+        let paused = v["paused"].as_bool().unwrap_or(false);
+        if nudge.is_some() && !paused {
+            // The nudge's end had passed on the server already (a slow
+            // answer): it was a plain resume, which may deliver nothing.
+            tracing::debug!(stream, name, "push consumer resumed without its unpause timer");
+        }
+        Ok(paused && until.is_some())
+    }
+
+    /// For a paused push consumer: the time, on the server's clock (the
+    /// `ts` of its consumer info), [`RESUME_NUDGE`] from now. `None` for a
+    /// pull consumer, one that is not paused, or a server whose info has no
+    /// time.
+    async fn resume_nudge(&self, stream: &str, name: &str) -> Result<Option<String>> {
+        use time::format_description::well_known::Rfc3339;
+        let raw = match self.consumer_info_raw(stream, name).await {
+            Ok(raw) => raw,
+            Err(Error::ConsumerNotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let push = raw["config"]["deliver_subject"].as_str().is_some_and(|d| !d.is_empty());
+        if !push || raw["paused"].as_bool() != Some(true) {
+            return Ok(None);
+        }
+        let Some(now) =
+            raw["ts"].as_str().and_then(|t| time::OffsetDateTime::parse(t, &Rfc3339).ok())
+        else {
+            return Ok(None);
+        };
+        Ok((now + RESUME_NUDGE).format(&Rfc3339).ok())
     }
 
     /// The message at `seq` ([`Lookup::Exact`]) or the first one at or after it

@@ -4,6 +4,7 @@
 //! crates/nats-cutover/tests/it/.
 
 mod common;
+mod pause;
 mod translate;
 mod verify;
 mod verify_fixture;

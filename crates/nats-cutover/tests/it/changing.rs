@@ -36,3 +36,45 @@ async fn an_inactive_threshold_durable_keeps_its_position_through_an_in_place_ch
     // Nothing was delivered: it starts at the first message, as before.
     assert_eq!(c.num_pending, 40, "{raw}");
 }
+
+/// Issue 24, case 4: a push consumer's subscriber died holding a message on
+/// an idle stream. The drain's pause withholds its redelivery; a resume that
+/// came after its ack_wait ran out used to deliver nothing until a new
+/// message arrived (the run failed after its settle timeout saying "check
+/// its workers", a newcomer's came 121 s late). The drain's pause is cut
+/// often here (`--max-pause 200ms`), so the ack_wait runs out in a pause or
+/// between two; either way the live nats-py worker gets the message and the
+/// move finishes well inside the settle timeout, the message processed once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_consumer_drained_on_an_idle_stream_gets_a_dead_subscribers_message_back() {
+    use crate::pyapps::{lines, App};
+    use futures::StreamExt;
+    let e = env().await;
+    e.stream(
+        json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}),
+    )
+    .await;
+    let push = json!({"durable_name": "push", "ack_policy": "explicit", "ack_wait": 2_000_000_000i64, "deliver_subject": "deliver.push", "deliver_group": "g", "max_ack_pending": 100});
+    e.consumer("ORDERS", push).await;
+    let client = async_nats::connect(e.server.url()).await.unwrap();
+    let mut dead = client.queue_subscribe("deliver.push", "g".into()).await.unwrap();
+    e.publish("orders.eu", "a", 1).await;
+    dead.next().await.expect("the dead subscriber's message");
+    drop(dead);
+    client.flush().await.unwrap();
+    let dir = TempDir::new("push-idle");
+    let out = dir.0.join("worker.jsonl");
+    let args = ["--server", e.server.url(), "--stream", "ORDERS", "--consumer", "push"];
+    let worker = App::start(
+        "worker.py",
+        &[&args[..], &["--mode", "push", "--out", out.to_str().unwrap()]].concat(),
+    );
+    let run = ["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "push"];
+    let opts = ["--max-pause", "200ms", "--settle-timeout", "30s", "--yes"];
+    let ran = e.cli(&[&run[..], &opts[..]].concat());
+    assert_eq!(ran.code, 0, "{ran:?}");
+    worker.stop();
+    let handled = lines(&out);
+    assert_eq!(handled.len(), 1, "processed once: {handled:?}");
+    assert_eq!((handled[0]["seq"].as_u64(), handled[0]["acked"].as_bool()), (Some(1), Some(true)));
+}
