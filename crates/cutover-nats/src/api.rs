@@ -11,7 +11,7 @@ use async_nats::{Client, HeaderMap};
 use base64::Engine;
 use bytes::Bytes;
 use cutover_core::api_error::ApiErrorCode;
-use cutover_core::model::{ConsumerInfo, StreamInfo};
+use cutover_core::model::{ConsumerInfo, SequenceInfo, StreamInfo};
 use cutover_core::source_header;
 use cutover_core::version::ServerVersion;
 use futures::future::BoxFuture;
@@ -581,6 +581,34 @@ impl Js {
             tracing::debug!(stream, name, "push consumer resumed without its unpause timer");
         }
         Ok(paused && until.is_some())
+    }
+
+    /// Waits until everything consumer `name`'s leader proposed before now
+    /// is applied to its state: an ack, with a reply, of the message at its
+    /// ack floor. That message is not pending, so the ack changes nothing,
+    /// but on a replicated consumer it goes through the consumer's raft
+    /// group and is answered only once applied (consumer.go `processAck` →
+    /// `processAckMsgLocked` → `updateAcks`, answered by
+    /// `processReplicatedAck`), and raft applies in order. Consumer info
+    /// reads delivered from the applied state, while a delivery is proposed
+    /// before it is sent (`deliverMsg`): read right after a pause took effect,
+    /// it can be short of deliveries still in flight (a newcomer's fence was
+    /// one short, and a message processed twice). Nothing to wait for with
+    /// no ack floor yet (`floor` 0).
+    pub async fn consumer_barrier(
+        &self,
+        stream: &str,
+        name: &str,
+        floor: &SequenceInfo,
+    ) -> Result<()> {
+        if floor.stream_seq == 0 {
+            return Ok(());
+        }
+        let subject =
+            format!("$JS.ACK.{stream}.{name}.1.{}.{}.0.0", floor.stream_seq, floor.consumer_seq);
+        let what = format!("wait for consumer {stream}/{name}'s state to be applied");
+        let req = async_nats::Request::new().payload("+ACK".into()).timeout(Some(self.timeout));
+        self.side(stream).send(&what, subject, req).await.map(|_| ())
     }
 
     /// For a paused push consumer: the time, on the server's clock (the

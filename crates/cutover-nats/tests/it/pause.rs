@@ -47,3 +47,87 @@ async fn a_resumed_push_consumer_redelivers_what_expired_while_paused() {
     })
     .await;
 }
+
+/// The fence's read of a paused replicated consumer: deliveries the leader
+/// proposed before the pause took effect may not be applied yet, and
+/// consumer info reads delivered from the applied state, so the first read
+/// that says `paused` (even two agreeing reads, seen once in 200) can be
+/// short (a newcomer's fence was one message short and that message was
+/// processed twice). After `Js::consumer_barrier` it never is: a second
+/// barrier (everything proposed up to then applied, and a paused consumer
+/// proposes no delivery) finds the same delivered sequence. Under a live
+/// pull load on an R3 consumer, 60 pauses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_the_barrier_a_paused_replicated_consumer_reads_every_delivery() {
+    use async_nats::jetstream::{self, consumer::PullConsumer};
+    let cluster = cutover_testkit::Cluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+    let urls: Vec<String> = cluster.urls().split(',').map(String::from).collect();
+    let client = async_nats::connect(urls).await.unwrap();
+    let js = cutover_nats::Js::new(client.clone(), Duration::from_secs(5));
+    let ctx = jetstream::new(client.clone());
+    // The meta leader is elected shortly after the routes form.
+    wait_until("an R3 stream to be created", Duration::from_secs(30), || async {
+        js.stream_create(&json!({"name": "S", "subjects": ["s.>"], "num_replicas": 3}))
+            .await
+            .is_ok()
+    })
+    .await;
+    let c = json!({"durable_name": "C", "ack_policy": "explicit", "max_ack_pending": 10000, "num_replicas": 3});
+    js.consumer_create("S", "C", &c, cutover_nats::api::Action::Create).await.unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let publisher = {
+        let (ctx, stop) = (ctx.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let acks: Vec<_> =
+                    futures::future::join_all((0..50).map(|_| ctx.publish("s.x", "m".into())))
+                        .await;
+                for a in acks.into_iter().flatten() {
+                    let _ = a.await;
+                }
+            }
+        })
+    };
+    let worker = {
+        let stop = stop.clone();
+        let consumer: PullConsumer =
+            ctx.get_stream("S").await.unwrap().get_consumer("C").await.unwrap();
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok(mut batch) = consumer
+                    .fetch()
+                    .max_messages(200)
+                    .expires(Duration::from_millis(50))
+                    .messages()
+                    .await
+                else {
+                    continue;
+                };
+                while let Some(Ok(m)) = batch.next().await {
+                    let _ = m.ack().await;
+                }
+            }
+        })
+    };
+    let (mut short_first, mut short_after) = (0, 0);
+    for _ in 0..60 {
+        assert!(js.consumer_pause("S", "C", Some("9999-01-01T00:00:00Z")).await.unwrap());
+        let first = loop {
+            let (_, ci) = js.consumer_info("S", "C").await.unwrap();
+            if ci.paused {
+                break ci;
+            }
+        };
+        js.consumer_barrier("S", "C", &first.ack_floor).await.unwrap();
+        let (_, f) = js.consumer_info("S", "C").await.unwrap();
+        js.consumer_barrier("S", "C", &f.ack_floor).await.unwrap();
+        let (_, truth) = js.consumer_info("S", "C").await.unwrap();
+        short_first += usize::from(first.delivered.stream_seq < truth.delivered.stream_seq);
+        short_after += usize::from(f.delivered.stream_seq < truth.delivered.stream_seq);
+        js.consumer_pause("S", "C", None).await.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = tokio::join!(publisher, worker);
+    eprintln!("first paused read short {short_first} of 60 times; after the barrier {short_after}");
+    assert_eq!(short_after, 0, "a read after the barrier was short");
+}

@@ -152,6 +152,9 @@ impl Drain<'_, '_> {
         let f = a.checkpoint.expect("stable has a checkpoint");
         // From here on the old consumer stays paused whatever happens.
         self.ctx.js.consumer_pause(self.stream, self.name, Some(FOREVER)).await?;
+        // Every delivery proposed before the pause applied, then read (a
+        // replicated consumer's info reads the applied state).
+        self.ctx.js.consumer_barrier(self.stream, self.name, &ci.ack_floor).await?;
         let (_, again) = self.ctx.js.consumer_info(self.stream, self.name).await?;
         let b = assess(&again);
         if !(b.stable && b.checkpoint == Some(f)) {
