@@ -18,7 +18,7 @@ use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A stored message as a get returns it.
 #[derive(Debug, Clone)]
@@ -607,8 +607,18 @@ impl Js {
         let subject =
             format!("$JS.ACK.{stream}.{name}.1.{}.{}.0.0", floor.stream_seq, floor.consumer_seq);
         let what = format!("wait for consumer {stream}/{name}'s state to be applied");
-        let req = async_nats::Request::new().payload("+ACK".into()).timeout(Some(self.timeout));
-        self.side(stream).send(&what, subject, req).await.map(|_| ())
+        // Sent again while the consumer has no leader (an election: nobody
+        // answers acks then, or they are lost), within twice the timeout.
+        let deadline = Instant::now() + self.timeout * 2;
+        loop {
+            let req = async_nats::Request::new().payload("+ACK".into()).timeout(Some(self.timeout));
+            match self.side(stream).send(&what, subject.clone(), req).await {
+                Ok(_) => return Ok(()),
+                Err(e @ Error::PermissionDenied { .. }) => return Err(e),
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
     }
 
     /// For a paused push consumer: the time, on the server's clock (the

@@ -56,7 +56,8 @@ async fn a_resumed_push_consumer_redelivers_what_expired_while_paused() {
 /// processed twice). After `Js::consumer_barrier` it never is: a second
 /// barrier (everything proposed up to then applied, and a paused consumer
 /// proposes no delivery) finds the same delivered sequence. Under a live
-/// pull load on an R3 consumer, 60 pauses.
+/// pull load on an R3 consumer, 60 pauses, every third followed at once by
+/// a change of the consumer's leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn after_the_barrier_a_paused_replicated_consumer_reads_every_delivery() {
     use async_nats::jetstream::{self, consumer::PullConsumer};
@@ -110,7 +111,7 @@ async fn after_the_barrier_a_paused_replicated_consumer_reads_every_delivery() {
         })
     };
     let (mut short_first, mut short_after) = (0, 0);
-    for _ in 0..60 {
+    for i in 0..60 {
         assert!(js.consumer_pause("S", "C", Some("9999-01-01T00:00:00Z")).await.unwrap());
         let first = loop {
             let (_, ci) = js.consumer_info("S", "C").await.unwrap();
@@ -118,6 +119,13 @@ async fn after_the_barrier_a_paused_replicated_consumer_reads_every_delivery() {
                 break ci;
             }
         };
+        if i % 3 == 0 {
+            // The consumer's leader changes right after the pause (as G2's
+            // read came 35 ms after one).
+            let down =
+                js.api("step down", "CONSUMER.LEADER.STEPDOWN.S.C", &serde_json::Value::Null);
+            down.await.unwrap();
+        }
         js.consumer_barrier("S", "C", &first.ack_floor).await.unwrap();
         let (_, f) = js.consumer_info("S", "C").await.unwrap();
         js.consumer_barrier("S", "C", &f.ack_floor).await.unwrap();
