@@ -293,6 +293,29 @@ pub struct ConsumerProgress {
     pub b_filters: Vec<String>,
 }
 
+impl ConsumerProgress {
+    /// A consumer not moved yet, as the run found it (`paused_until`: the
+    /// operator's pause, kept).
+    pub fn waiting(name: &str, paused_until: Option<String>) -> Self {
+        ConsumerProgress {
+            name: name.into(),
+            phase: ConsumerPhase::Waiting,
+            was_paused: paused_until.is_some(),
+            paused_until,
+            checkpoint: None,
+            b_start: None,
+            translate_gets: None,
+            nudges: 0,
+            drain_ms: None,
+            longest_pause_ms: None,
+            evidence: None,
+            fence_settled: None,
+            retired_state: None,
+            b_filters: vec![],
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Settled {
     pub delivered_stream_seq: u64,
@@ -348,6 +371,11 @@ pub struct Journal {
     /// go-ahead for good).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seal_when_idle_ms: Option<u64>,
+    /// Durables that appeared on A after its commit (created by an
+    /// application meanwhile): left on A, which takes nothing new; named by
+    /// the run and by verify, which does not hold while any is there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stranded: Vec<String>,
 }
 
 /// B when it took A's subjects on the target side: every message up to
@@ -392,22 +420,7 @@ impl Journal {
             created_b: false,
             consumers: consumers_paused
                 .iter()
-                .map(|(n, p)| ConsumerProgress {
-                    name: n.clone(),
-                    phase: ConsumerPhase::Waiting,
-                    was_paused: p.is_some(),
-                    paused_until: p.clone(),
-                    checkpoint: None,
-                    b_start: None,
-                    translate_gets: None,
-                    nudges: 0,
-                    drain_ms: None,
-                    longest_pause_ms: None,
-                    evidence: None,
-                    fence_settled: None,
-                    retired_state: None,
-                    b_filters: vec![],
-                })
+                .map(|(n, p)| ConsumerProgress::waiting(n, p.clone()))
                 .collect(),
             a_subjects,
             a_final_seq: None,
@@ -420,6 +433,7 @@ impl Journal {
             dual: None,
             shared: None,
             seal_when_idle_ms: None,
+            stranded: vec![],
             plan,
         }
     }

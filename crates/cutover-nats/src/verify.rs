@@ -133,7 +133,32 @@ pub async fn verify(
     let mut report = verify::finish(aside, bside, audit, &facts, first_n);
     report.read = Some(read);
     enrich(js, &mut report, &a, &b, origins).await?;
+    report.stranded = stranded(js, &j).await?;
+    report.holds &= report.stranded.is_empty();
     Ok(report)
+}
+
+/// The durables on A now that the migration did not move: the ones the
+/// run found after its commit (`Journal::stranded`) and any created since.
+/// One deleted since is no longer stranded (its application moved on).
+/// Ephemeral consumers (verify's own readers among them) are not durables.
+async fn stranded(js: &Js, j: &Journal) -> Result<Vec<String>> {
+    let mut out = vec![];
+    if js.stream_info_opt(&j.from).await?.is_none() {
+        return Ok(out);
+    }
+    let moved: Vec<&str> = j.consumers.iter().map(|c| c.name.as_str()).collect();
+    for n in js.consumer_names(&j.from).await? {
+        if moved.contains(&n.as_str()) {
+            continue;
+        }
+        if let Some((raw, _)) = js.consumer_info_opt(&j.from, &n).await? {
+            if raw["config"]["durable_name"].as_str().is_some_and(|s| !s.is_empty()) {
+                out.push(n);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The facts about the streams as verification began, for the report.

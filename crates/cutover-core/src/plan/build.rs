@@ -10,7 +10,7 @@ use super::request::{
     parse, retry_horizon, External, InPlaceHop, Mode, PlanError, PlanRequest, ServerFacts, Strategy,
 };
 use super::steps::{checkpoint_rule, steps, TIMER_NOTE};
-use crate::compat::{self, Report, Verdict};
+use crate::compat::{self, Finding, Report, Verdict};
 use crate::model::{nanos, ConsumerInfo, RetentionPolicy, StorageType, StreamConfig, StreamInfo};
 use crate::quiescence::{self, QuiescentBound};
 use crate::version::{Features, ServerVersion, MINIMUM};
@@ -265,6 +265,43 @@ fn plan_consumers(
         }
     }
     Ok(moved)
+}
+
+/// The plan of a durable that appeared on A after `plan` read it (an
+/// application created it while the run moved the others): the same
+/// consumer rules against the B the plan made (`plan.b_config`, sources and
+/// mirror aside), with its findings. `Err` names what makes it unsafe to
+/// move (it is then left where it is, and the run stops before the
+/// commit). Its findings are the caller's to journal.
+pub fn appeared_consumer(plan: &Plan, raw: &Value) -> Result<(ConsumerPlan, Vec<Finding>), String> {
+    let c: ConsumerInfo = parse("consumer", raw).map_err(|e| e.to_string())?;
+    let b_view: StreamConfig =
+        parse("planned stream B", &plan.b_config).map_err(|e| e.to_string())?;
+    let mut req = PlanRequest::source(&plan.from, &plan.to, &[&c.name]);
+    (req.strategy, req.mode, req.in_place) = (plan.strategy, plan.mode, plan.in_place);
+    req.publishers_stopped = plan.publishers_stopped;
+    let facts = ServerFacts {
+        version: plan.server_version,
+        a_raw: Value::Null,
+        b_raw: None,
+        consumers_raw: vec![raw.clone()],
+        other_consumers: vec![],
+        downstream: vec![],
+        account: None,
+        checks: Default::default(),
+    };
+    let mut r = Report::new();
+    let moved = plan_consumers(&mut r, &req, &facts, &b_view).map_err(|e| e.to_string())?;
+    let unsafe_: Vec<String> = r
+        .findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::Unsafe)
+        .map(|f| format!("{} {}: {}", f.scope, f.setting, f.reason))
+        .collect();
+    match moved.plans.into_iter().next() {
+        Some(p) if unsafe_.is_empty() => Ok((p, r.findings)),
+        _ => Err(unsafe_.join("; ")),
+    }
 }
 
 /// B holds a copy of A while it sources it: the account must have room.

@@ -32,6 +32,7 @@ mod steps;
 mod tests;
 
 pub use b_config::{b_config_from, b_consumer_config, FROM_KEY};
+pub use build::appeared_consumer;
 pub use document::{copy_estimate, ConsumerPlan, InPlaceOutline, Plan, Step, PLAN_FORMAT};
 pub use request::{
     ConfigCheck, External, InPlaceHop, Mode, PlanError, PlanRequest, ServerChecks, ServerFacts,

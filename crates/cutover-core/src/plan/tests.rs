@@ -260,3 +260,19 @@ fn smaller_limits_than_held_are_unsafe() {
     let p = build(&r, &facts(a, vec![consumer(json!({"durable_name": "C"}))])).unwrap();
     assert!(p.unsafe_findings().any(|f| f.setting == "max_msgs"));
 }
+
+/// A durable created on A while the run moved the planned ones is planned
+/// on the spot against the same B; one the rules refuse says why.
+#[test]
+fn a_durable_that_appeared_mid_run_is_planned_against_the_same_b() {
+    let p = build(&req(), &facts(plain_a(), explicit_c())).unwrap();
+    let late = json!({"name": "late", "stream_name": "A", "config": {"durable_name": "late", "ack_policy": "explicit", "filter_subject": "orders.eu"}, "delivered": {"stream_seq": 3}, "ack_floor": {"stream_seq": 3}});
+    let (cp, findings) = appeared_consumer(&p, &late).unwrap();
+    assert_eq!(cp.name, "late");
+    assert_eq!(cp.b_filters, vec!["orders.eu".to_string()]);
+    assert_eq!(cp.b_config["deliver_policy"], json!("by_start_sequence"));
+    assert!(findings.iter().all(|f| f.verdict != Verdict::Unsafe));
+    let none = json!({"name": "none", "stream_name": "A", "config": {"durable_name": "none", "ack_policy": "none"}});
+    let why = appeared_consumer(&p, &none).unwrap_err();
+    assert!(why.contains("ack_policy"), "{why}");
+}

@@ -213,6 +213,7 @@ pub fn finish(
         audit: audit.map(|au| au.report(facts.audit_source.clone().unwrap_or_default())),
         offenders: in_report_order(b.offenders, offenders, audit_offenders),
         read: None,
+        stranded: vec![],
     }
 }
 

@@ -312,4 +312,9 @@ pub struct Report {
     pub offenders: Vec<Offender>,
     #[serde(default)]
     pub read: Option<ReadStats>,
+    /// Durables on A that the migration did not move (created by an
+    /// application after the plan): they receive nothing new on A, so the
+    /// migration does not hold while any is there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stranded: Vec<String>,
 }

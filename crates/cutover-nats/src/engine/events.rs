@@ -142,6 +142,11 @@ pub enum Info {
         duplicates: u64,
         failed: u64,
     },
+    /// Durables that appeared on A after the plan (an application created
+    /// them meanwhile): planned against the same B and moved like the others.
+    Appeared {
+        consumers: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -170,6 +175,10 @@ pub enum Warning {
     /// shows a delivery above F: F was read short; messages F+1 up to
     /// `delivered` may have been processed from both consumers.
     DeliveredAboveCheckpoint { checkpoint: u64, delivered: u64 },
+    /// Durables that appeared on A after the commit: left on A, which
+    /// takes nothing new; their applications must bind to B. `verify`
+    /// does not hold while they are there.
+    Stranded { stream: String, durables: Vec<String> },
 }
 
 /// The wire shape of an event.
@@ -213,6 +222,10 @@ impl EventKind {
                     "message": format!("publishes answered during the commit window: {stored} stored, {duplicates} already stored, {failed} failed"),
                     "stored": stored, "duplicates": duplicates, "failed": failed,
                 }),
+                Info::Appeared { consumers } => json!({
+                    "message": format!("durable(s) {} appeared on the old stream after the plan (created by an application meanwhile): moved like the others", consumers.join(", ")),
+                    "consumers": consumers,
+                }),
             },
             EventKind::Warning(w) => match w {
                 Warning::PauseCut { stall_ms, ack_pending } => json!({
@@ -237,6 +250,11 @@ impl EventKind {
                     "message": format!("the old consumer's ack floor reached {ack_floor}, above fence {fence}: messages {} to {ack_floor} were acknowledged on the old consumer and may be processed again from the new durable (the fence was read from a consumer leader that had not yet learned of their delivery, as after a leader change); `nats-cutover verify` names them", fence + 1),
                     "fence": fence,
                     "ack_floor": ack_floor,
+                }),
+                Warning::Stranded { stream, durables } => json!({
+                    "message": format!("durable(s) {} appeared on {stream} after the commit (created by an application meanwhile): {stream} takes nothing new, so their applications receive nothing there; bind them to the new stream (delete them once they do); `nats-cutover verify` does not hold while they are there", durables.join(", ")),
+                    "stream": stream,
+                    "durables": durables,
                 }),
                 Warning::DeliveredAboveCheckpoint { checkpoint, delivered } => json!({
                     "message": format!("the old consumer, paused since checkpoint {checkpoint} was taken, shows messages delivered up to {delivered}: messages {} to {delivered} may be processed again from the new durable (the checkpoint was read from a consumer leader that had not yet learned of their delivery, as after a leader change); `nats-cutover verify` names them", checkpoint + 1),

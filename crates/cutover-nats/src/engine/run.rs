@@ -11,7 +11,7 @@
 
 use super::ctx::{Ctx, RunOptions, FOREVER};
 use super::events::{Event, EventKind, Info, Sink};
-use super::steps::{catch_up, commit, consumers, create, retire, undo};
+use super::steps::{catch_up, commit, consumers, create, recheck, retire, undo};
 use crate::api::Js;
 use crate::error::{Error, Result};
 use crate::journal::{now_ms, JournalStore, Lease};
@@ -208,6 +208,10 @@ async fn drive(ctx: &Ctx<'_>) -> Result<()> {
         catch_up::catch_up(ctx).await?;
     }
     if phase().await < Phase::ConsumersMoved {
+        consumers::move_consumers(ctx).await?;
+    }
+    // Durables an application created on A meanwhile move too.
+    if phase().await == Phase::ConsumersMoved && recheck::carry_appeared(ctx).await? > 0 {
         consumers::move_consumers(ctx).await?;
     }
     let split = ctx.journal.lock().await.plan.external.as_ref().is_some_and(|e| e.split_publishers);

@@ -120,6 +120,14 @@ fn print_heading(r: &Report) {
         b.direct,
         b.other
     );
+    if !r.stranded.is_empty() {
+        outln!(
+            "stranded on {}: durable(s) {} were not moved (created by an application after the plan): they receive nothing new there; bind their applications to {} and delete them",
+            r.from,
+            r.stranded.join(", "),
+            r.to
+        );
+    }
 }
 
 /// Each consumer's counts, settled state, F and start (with the journal's

@@ -78,3 +78,91 @@ async fn a_push_consumer_drained_on_an_idle_stream_gets_a_dead_subscribers_messa
     assert_eq!(handled.len(), 1, "processed once: {handled:?}");
     assert_eq!((handled[0]["seq"].as_u64(), handled[0]["acked"].as_bool()), (Some(1), Some(true)));
 }
+
+/// Issue 24, case 1: a durable an application creates on A during a move
+/// (here once B caught up, before the consumers move). It is planned
+/// against the same B and moved like the others, at its position: it used
+/// to stay on the sealed A, its application received nothing published
+/// after the commit, and `verify` said the migration held.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_durable_created_during_the_move_is_moved_too() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 10).await;
+    let run = ["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"];
+    let out = run_cli(&e, &run, Some("catch_up"));
+    assert_eq!(out.code, 86, "{out:?}");
+    // The application creates its durable and processes 4 messages.
+    e.consumer("ORDERS", json!({"durable_name": "late", "ack_policy": "explicit"})).await;
+    let late = e.pull_consumer("ORDERS", "late").await;
+    let mut batch = late.fetch().max_messages(4).messages().await.unwrap();
+    while let Some(m) = futures::StreamExt::next(&mut batch).await {
+        m.unwrap().double_ack().await.unwrap();
+    }
+    let resume = ["run", "--resume", "ORDERS.ORDERS_V2", "--yes"];
+    let out = crate::run::retry_cli(&e, &resume, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("appeared on the old stream"), "{out:?}");
+    let (_, c) = e.js.consumer_info("ORDERS_V2", "late").await.unwrap();
+    assert_eq!(c.num_pending, 6, "it goes on after what it processed: {c:?}");
+    assert!(e.js.consumer_info_opt("ORDERS", "late").await.unwrap().is_none(), "retired");
+    // Published after the commit: it gets it.
+    e.publish("orders.eu", "b", 1).await;
+    let (_, c) = e.js.consumer_info("ORDERS_V2", "late").await.unwrap();
+    assert_eq!(c.num_pending, 7);
+    let out = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+/// Issue 24, case 1, after the commit: a durable created on the sealed A
+/// once the publishers moved cannot be moved (A takes nothing new: its
+/// position means nothing to B's new messages), so it is named: the run's
+/// warning, and `verify` does not hold while it is there (it used to say
+/// the migration held).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_durable_created_after_the_commit_is_named_and_verify_does_not_hold() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 10).await;
+    let run = ["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"];
+    let out = run_cli(&e, &run, Some("move_publishers"));
+    assert_eq!(out.code, 86, "{out:?}");
+    e.consumer("ORDERS", json!({"durable_name": "late", "ack_policy": "explicit"})).await;
+    let resume = ["run", "--resume", "ORDERS.ORDERS_V2", "--yes"];
+    let out = crate::run::retry_cli(&e, &resume, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("late") && out.stdout.contains("after the commit"), "{out:?}");
+    let out = e.cli(&["--json", "verify", "--migration", "ORDERS.ORDERS_V2"]);
+    assert_eq!(out.code, 6, "{out:?}");
+    assert_eq!(out.json()["stranded"], json!(["late"]), "{out:?}");
+    // Once its application moved on and it is deleted, the migration holds.
+    e.js.consumer_delete("ORDERS", "late").await.unwrap();
+    let out = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+/// In place, a durable created on the old stream after hop 1's commit: the
+/// stream is to be deleted (that frees its name), which would delete the
+/// durable with its position (its application then re-created it and
+/// processed everything again): the hop stops before the delete, keeps the
+/// stream and names the durable; once it is deleted the same command
+/// finishes.
+#[tokio::test(flavor = "multi_thread")]
+async fn in_place_keeps_the_old_stream_while_a_durable_created_after_the_commit_is_on_it() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 10).await;
+    let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
+    let out = run_cli(&e, &args, Some("move_publishers"));
+    assert_eq!(out.code, 86, "{out:?}");
+    e.consumer("ORDERS", json!({"durable_name": "late", "ack_policy": "explicit"})).await;
+    let out = crate::run::retry_cli(&e, &args, &["is held by runner"]).await;
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("late") && out.stderr.contains("is kept"), "{out:?}");
+    assert!(e.js.consumer_info_opt("ORDERS", "late").await.unwrap().is_some(), "kept");
+    e.js.consumer_delete("ORDERS", "late").await.unwrap();
+    let out = crate::run::retry_cli(&e, &args, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((s.config.storage.as_str(), s.state.last_seq), ("memory", 10));
+}

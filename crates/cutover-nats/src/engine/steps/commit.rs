@@ -54,6 +54,7 @@ pub(in crate::engine) async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
             )
             .await;
     }
+    super::recheck::none_appeared(ctx).await?;
     b_keeps_up(ctx, &from, &to).await?;
     // Intent before effect: from here a crash is reconciled with the server.
     ctx.journal.lock().await.phase = Phase::SubjectsReleased;

@@ -15,6 +15,8 @@
 //! - [`translate`]: F in B's sequence space.
 //! - [`durable`]: the new durable created at its start (with the checkpoint
 //!   evidence a resumed run checks, [`durable::checkpoint_holds`]).
+//! - [`recheck`]: what plan read, read again right before the step that
+//!   relies on it (durables that appeared on A).
 //! - [`routes`]: the route records applications follow.
 //! - [`undo`]: a consumer given back its state (the compensating action).
 //! - [`commit`]: the commit window (A releases, B takes the subjects) and
@@ -28,6 +30,7 @@ pub mod consumers;
 pub mod create;
 pub mod drain;
 pub mod durable;
+pub mod recheck;
 pub mod retire;
 pub mod routes;
 pub mod translate;

@@ -115,6 +115,7 @@ pub(in crate::engine) async fn retire(ctx: &Ctx<'_>) -> Result<()> {
     // it: its consumers went with it.
     let a_exists = ctx.js.stream_info_opt(&from).await?.is_some();
     if a_exists {
+        super::recheck::stranded(ctx, &from).await?;
         last_look(ctx, &from, &names).await?;
     }
     if !keep {

@@ -1,0 +1,139 @@
+//! Re-checks at the moment of effect: what `plan` read once and the world
+//! (applications, the server) may have changed since, read again right
+//! before the step that relies on it. A change is carried (a durable that
+//! appeared is moved too) or stops the run before the step, with everything
+//! served; after the commit, it is named (the run's warning, the journal,
+//! `verify`).
+
+use crate::engine::ctx::Ctx;
+use crate::engine::events::{EventKind, Info, Warning};
+use crate::error::{Error, Result};
+use cutover_core::journal::{ConsumerProgress, Phase, Step};
+use cutover_core::plan::{appeared_consumer, Mode};
+use serde_json::Value;
+
+/// The durables on `stream` the journal does not know (ephemeral consumers
+/// are their owners' business, as in `plan`), with their infos.
+pub(in crate::engine) async fn unplanned_durables(
+    ctx: &Ctx<'_>,
+    stream: &str,
+) -> Result<Vec<(String, Value)>> {
+    let known: Vec<String> =
+        ctx.journal.lock().await.consumers.iter().map(|c| c.name.clone()).collect();
+    let mut out = vec![];
+    for n in ctx.js.consumer_names(stream).await? {
+        if known.contains(&n) {
+            continue;
+        }
+        if let Some((raw, _)) = ctx.js.consumer_info_opt(stream, &n).await? {
+            if raw["config"]["durable_name"].as_str().is_some_and(|s| !s.is_empty()) {
+                out.push((n, raw));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Before the commit: durables an application created on A while the run
+/// moved the others would be left on A, which takes nothing new once it
+/// is sealed (a newcomer's app received none of the 3,412 messages
+/// published after the commit, and `verify` said it held; in place, A was
+/// deleted with it). In drain mode each is planned against the same B and
+/// added to the journal as waiting, the phase set back so that the
+/// consumer step moves it (in one save: a resumed run moves it too);
+/// returns how many. In fence mode (their instances never registered for a
+/// fence), or when one cannot move, the run stops here, before anything
+/// is released.
+pub(in crate::engine) async fn carry_appeared(ctx: &Ctx<'_>) -> Result<usize> {
+    let (from, mode, id) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.plan.mode, j.id.clone())
+    };
+    let appeared = unplanned_durables(ctx, &from).await?;
+    if appeared.is_empty() {
+        return Ok(0);
+    }
+    let names: Vec<String> = appeared.iter().map(|(n, _)| n.clone()).collect();
+    let stop = |why: String| {
+        Error::Unsafe(format!(
+            "durable(s) {} appeared on {from} after the plan (created by an application while this run moved the others): {why}; nothing was released: {from} still serves the publishers; delete them if they are not needed and run `nats-cutover run --resume {id}`, or undo with `nats-cutover rollback {id}` and plan again",
+            names.join(", ")
+        ))
+    };
+    if mode != Mode::Drain {
+        return Err(stop(format!("mode {} hands over only consumers whose instances registered for it, so they would stay on {from} and receive nothing after the commit", mode.as_str())));
+    }
+    let mut planned = vec![];
+    {
+        let j = ctx.journal.lock().await;
+        for (name, raw) in &appeared {
+            let plan = appeared_consumer(&j.plan, raw)
+                .map_err(|why| stop(format!("{name} cannot move: {why}")))?;
+            let paused = raw["paused"].as_bool() == Some(true);
+            let until = raw["config"]["pause_until"].as_str().map(String::from);
+            planned
+                .push((plan, paused.then(|| until.unwrap_or(crate::engine::ctx::FOREVER.into()))));
+        }
+    }
+    {
+        let mut j = ctx.journal.lock().await;
+        for ((cp, findings), paused) in planned {
+            j.consumers.push(ConsumerProgress::waiting(&cp.name, paused));
+            j.plan.findings.extend(findings);
+            j.plan.consumers.push(cp);
+        }
+        if j.phase >= Phase::ConsumersMoved {
+            j.phase = Phase::CaughtUp;
+        }
+    }
+    ctx.save().await?;
+    ctx.emit(Step::MoveConsumers, EventKind::Info(Info::Appeared { consumers: names.clone() }));
+    Ok(names.len())
+}
+
+/// Right before A releases its subjects: the last look for durables that
+/// appeared (the consumer step moved every one it found). One found here
+/// stops the run before anything is released; `run --resume` moves it.
+pub(in crate::engine) async fn none_appeared(ctx: &Ctx<'_>) -> Result<()> {
+    let (from, id) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.id.clone())
+    };
+    let appeared = unplanned_durables(ctx, &from).await?;
+    if appeared.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = appeared.iter().map(|(n, _)| n.as_str()).collect();
+    Err(Error::Stuck(format!(
+        "durable(s) {} appeared on {from} just before the commit (created by an application meanwhile); nothing was released: {from} still serves the publishers; `nats-cutover run --resume {id}` moves them too",
+        names.join(", ")
+    )))
+}
+
+/// After the commit (A sealed, before its durables are retired): durables
+/// that appeared on A since are named (the run's warning, the journal's
+/// `stranded`, `verify`). A that is to be deleted (in place, or
+/// `--delete-old`) is kept while any is there: deleting it would delete
+/// them with their positions.
+pub(in crate::engine) async fn stranded(ctx: &Ctx<'_>, from: &str) -> Result<()> {
+    let found: Vec<String> =
+        unplanned_durables(ctx, from).await?.into_iter().map(|(n, _)| n).collect();
+    let (delete_old, id) = {
+        let mut j = ctx.journal.lock().await;
+        j.stranded = found.clone();
+        (j.delete_old, j.id.clone())
+    };
+    if found.is_empty() {
+        return Ok(());
+    }
+    let w = Warning::Stranded { stream: from.into(), durables: found.clone() };
+    ctx.emit(Step::Retire, EventKind::Warning(w));
+    if delete_old {
+        ctx.save().await?;
+        return Err(Error::Stuck(format!(
+            "durable(s) {} appeared on {from} after the commit (created by an application meanwhile) and {from} is to be deleted, which would delete them with their positions: {from} is kept, sealed; bind their applications to the new stream and delete them, then run `nats-cutover run --resume {id}`",
+            found.join(", ")
+        )));
+    }
+    Ok(())
+}
