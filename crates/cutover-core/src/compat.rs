@@ -375,10 +375,35 @@ fn rule_discard(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
 
 fn rule_max_msg_size(r: &mut Report, ac: &StreamConfig, b: &StreamConfig) {
     let s = STREAM;
+    // A sourced copy carries the Nats-Stream-Source header, which counts
+    // against B's limit (a mirror's copy is the message as it is).
+    let growth = b.sources.iter().find(|x| x.name == ac.name).map(|src| {
+        let filter = src.filter_subject.as_deref().unwrap_or(">");
+        let dest = src.subject_transforms.first().map(|t| t.dest.as_str()).unwrap_or(">");
+        crate::source_header::growth(
+            &ac.name,
+            filter,
+            dest,
+            &"x".repeat(crate::source_header::longest_subject(&ac.subjects)),
+        )
+    });
     if limit(b.max_msg_size).is_some()
         && (limit(ac.max_msg_size).is_none() || b.max_msg_size < ac.max_msg_size)
     {
         r.add(s, "max_msg_size", ac.max_msg_size, b.max_msg_size, Verdict::Unsafe, "B refuses messages A accepts: sourcing would stall on the first large message; give B at least A's max_msg_size");
+    } else if let (Some(g), true) = (growth, limit(b.max_msg_size).is_some()) {
+        let need = ac.max_msg_size + g as i64;
+        if b.max_msg_size < need {
+            r.add(s, "max_msg_size", ac.max_msg_size, b.max_msg_size, Verdict::Unsafe, format!("B stores each message of A with a Nats-Stream-Source header of up to {g} bytes, which counts against its limit: a message A accepted at its limit would exceed B's and stall sourcing for good at that message; give B a max_msg_size of at least {need} (or none: -1)"));
+            return;
+        }
+        r.same_or_changed(
+            s,
+            "max_msg_size",
+            ac.max_msg_size,
+            b.max_msg_size,
+            "B accepts larger messages",
+        );
     } else {
         r.same_or_changed(
             s,

@@ -9,6 +9,43 @@ use thiserror::Error;
 
 pub const HEADER: &str = "Nats-Stream-Source";
 
+/// The most bytes the header adds to a message of `subject` sourced from
+/// `stream` (filter and transform destination as B's source names them,
+/// `>` for none): `Nats-Stream-Source: <value>\r\n` plus the header
+/// block's own `NATS/1.0\r\n` and closing `\r\n` when the original had
+/// no headers (34 + the value's length; 22 + it with headers), the origin
+/// sequence counted at its widest (20 digits) and the 2.15 identity field
+/// (8 characters) always. nats-server checks `max_msg_size` against the
+/// message with the header (stream.go `processInboundSourceMsg`,
+/// `genSourceHeader`, then `processJetStreamMsg`): one the origin took at
+/// its limit stalls the source for good if B's limit is no larger.
+pub fn growth(stream: &str, filter: &str, dest: &str, subject: &str) -> u64 {
+    let value =
+        stream.len() + 1 + 20 + 1 + filter.len() + 1 + dest.len() + 1 + subject.len() + 1 + 8;
+    (34 + value) as u64
+}
+
+/// The longest subject a stream with these subjects may store, for
+/// [`growth`]: a literal's own length; under wildcards a bound (64 bytes a
+/// `*` token, 128 a `>`), which is an estimate: subjects have no limit of
+/// their own below the server's maximum control line.
+pub fn longest_subject(subjects: &[String]) -> usize {
+    subjects
+        .iter()
+        .map(|s| {
+            s.split('.')
+                .map(|t| match t {
+                    "*" => 64,
+                    ">" => 128,
+                    t => t.len(),
+                })
+                .sum::<usize>()
+                + s.split('.').count().saturating_sub(1)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceRef {
     /// The origin stream's name (any `:<hash>` suffix removed).
@@ -98,5 +135,14 @@ mod tests {
         fn never_panics(s in ".*") {
             let _ = parse(&s);
         }
+    }
+
+    #[test]
+    fn growth_counts_the_header_as_the_server_writes_it() {
+        // Measured on 2.15.1: `A 1 > > a.x.1 F9VBClPa` added 56 bytes to a
+        // message without headers; the bound counts the sequence at 20 digits.
+        assert_eq!(growth("A", ">", ">", "a.x.1"), 56 + 19);
+        assert_eq!(longest_subject(&["orders.eu".into()]), 9);
+        assert_eq!(longest_subject(&["orders.*".into(), "a".into()]), 7 + 64);
     }
 }

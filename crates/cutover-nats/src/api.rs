@@ -145,6 +145,18 @@ fn parse_header_block(b: &[u8]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Whether a consumer (its info) is an application's durable: named, and
+/// not one of the server's own: a stream that mirrors or sources this one
+/// reads it through a `direct` consumer, which from 2.14 is a durable
+/// marked `sourcing` (reliable sourcing from work-queue and interest
+/// streams, ADR-60: `JS_MIRROR_…`, ack policy `flow_control`, metadata
+/// `_nats.mirror.stream`; seen on 2.15.1), no application's to move.
+pub fn is_application_durable(consumer_info: &Value) -> bool {
+    let c = &consumer_info["config"];
+    let servers = c["direct"].as_bool() == Some(true) || c["sourcing"].as_bool() == Some(true);
+    c["durable_name"].as_str().is_some_and(|s| !s.is_empty()) && !servers
+}
+
 /// How long after a resume a paused push consumer's pause ends (see
 /// [`Js::consumer_pause`]): long enough to outlast the request's way to the
 /// consumer's leader, short enough to go unnoticed.

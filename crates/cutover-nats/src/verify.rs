@@ -18,7 +18,7 @@
 //!
 //! Nothing is written but the ephemeral ordered consumers, deleted at the end.
 
-use crate::api::{Action, Js, Lookup, StoredMsg, Via};
+use crate::api::{is_application_durable, Action, Js, Lookup, StoredMsg, Via};
 use crate::error::{Error, Result};
 use crate::journal::load_migration as load;
 use crate::read::{nuid, read};
@@ -153,7 +153,7 @@ async fn stranded(js: &Js, j: &Journal) -> Result<Vec<String>> {
             continue;
         }
         if let Some((raw, _)) = js.consumer_info_opt(&j.from, &n).await? {
-            if raw["config"]["durable_name"].as_str().is_some_and(|s| !s.is_empty()) {
+            if is_application_durable(&raw) {
                 out.push(n);
             }
         }

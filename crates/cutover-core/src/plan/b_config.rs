@@ -143,6 +143,8 @@ pub fn b_config_from(
 ///   it stores, copied ones too, so the copy would republish A's history;
 /// - `subject_delete_marker_ttl` (a mirror): "subject delete markers forbidden
 ///   on mirrors" (stream.go checkStreamCfg);
+/// - `deny_purge`: B's work-queue copies are purged before each new
+///   durable is created, which it would refuse;
 /// - the last hop of an in-place change: the stream as it was plus the new
 ///   settings, so no mirror direct get (inherited from the temporary stream)
 ///   and no marker of ours; and its own direct get only then: while it
@@ -165,6 +167,12 @@ pub(super) fn commit_touches(
     };
     if !b_exists {
         take(&mut b_config, "republish");
+        // Set with the subjects: before it a work-queue B's copies below
+        // each new durable's start are purged, which deny_purge refuses
+        // (jsStreamPurgeRequest); it can be set by an update, never unset.
+        if b_config.get("deny_purge") == Some(&json!(true)) {
+            take(&mut b_config, "deny_purge");
+        }
     }
     if mirror && !b_exists {
         take(&mut b_config, "subject_delete_marker_ttl");

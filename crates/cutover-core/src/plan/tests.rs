@@ -276,3 +276,28 @@ fn a_durable_that_appeared_mid_run_is_planned_against_the_same_b() {
     let why = appeared_consumer(&p, &none).unwrap_err();
     assert!(why.contains("ack_policy"), "{why}");
 }
+
+/// A sourced copy carries the Nats-Stream-Source header, which counts
+/// against B's max_msg_size: a B no larger than A stalls on A's largest
+/// message (a newcomer's 2,048-byte message, both limits 2,048); a B with
+/// room for the header is fine; a mirror copies messages as they are.
+#[test]
+fn a_sourcing_b_needs_room_for_the_source_header() {
+    let a = json!({"name": "A", "subjects": ["orders.eu"], "duplicate_window": 120_000_000_000i64, "max_msg_size": 2048});
+    let p = build(&req(), &facts(a.clone(), explicit_c())).unwrap();
+    let why = p.unsafe_reasons();
+    assert!(
+        !p.safe && why.contains("Nats-Stream-Source") && why.contains("at least 2127"),
+        "{why}"
+    );
+    let mut roomy = req();
+    roomy.to_config = json!({"max_msg_size": 4096}).as_object().cloned();
+    assert!(build(&roomy, &facts(a.clone(), explicit_c())).unwrap().safe);
+    let mirror = PlanRequest { strategy: Strategy::Mirror, ..req() };
+    let p = build(&mirror, &facts(a, explicit_c())).unwrap();
+    assert!(
+        !p.findings.iter().any(|f| f.setting == "max_msg_size" && f.verdict == Verdict::Unsafe),
+        "{}",
+        p.unsafe_reasons()
+    );
+}

@@ -39,16 +39,12 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     }
     if req.all_consumers {
         // Ephemeral consumers are their owners' business; only durables move.
-        consumers_raw
-            .retain(|c| c["config"]["durable_name"].as_str().is_some_and(|s| !s.is_empty()));
+        consumers_raw.retain(crate::api::is_application_durable);
     }
     let mut other_consumers = vec![];
     for n in all.iter().filter(|n| !names.contains(n)) {
         if let Some((raw, _)) = js.consumer_info_opt(&req.from, n).await? {
-            other_consumers.push((
-                n.clone(),
-                raw["config"]["durable_name"].as_str().is_some_and(|s| !s.is_empty()),
-            ));
+            other_consumers.push((n.clone(), crate::api::is_application_durable(&raw)));
         }
     }
     if req.all_consumers {

@@ -166,3 +166,93 @@ async fn in_place_keeps_the_old_stream_while_a_durable_created_after_the_commit_
     let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
     assert_eq!((s.config.storage.as_str(), s.state.last_seq), ("memory", 10));
 }
+
+/// Issue 24, case 2, at run time: B's max_msg_size lowered after the plan
+/// (by someone else) below a message of A as B stores it, with its
+/// Nats-Stream-Source header. Sourcing stalls for good on it (the server
+/// reports no error and lag 0); the run used to say "not catching up ... run
+/// again when ingest is lower". It names the message and the limit it needs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_too_large_for_b_with_its_source_header_is_named() {
+    use cutover_nats::engine::{self, events::Collect, RunOptions};
+    let e = env().await;
+    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64, "max_msg_size": 2048})).await;
+    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit"})).await;
+    e.publish("orders.eu", "a", 3).await;
+    let cfg = dir_config(&e, json!({"max_msg_size": 4096}));
+    let run = [
+        "run",
+        "--from",
+        "ORDERS",
+        "--to",
+        "ORDERS_V2",
+        "--consumer",
+        "worker",
+        "--to-config",
+        &cfg.1,
+        "--yes",
+    ];
+    let out = run_cli(&e, &run, Some("create_b"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let (raw, _) = e.js.stream_info("ORDERS_V2").await.unwrap();
+    let mut b = raw["config"].clone();
+    b["max_msg_size"] = json!(2048);
+    e.js.stream_update(&b).await.unwrap();
+    e.ctx.publish("orders.eu", vec![b'x'; 2000].into()).await.unwrap().await.unwrap();
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let opts = RunOptions {
+        stall_timeout: std::time::Duration::from_secs(1),
+        lease_ttl: std::time::Duration::from_secs(1),
+        ..Default::default()
+    };
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let err = loop {
+        match engine::run(&e.js, j.plan.clone(), &opts, &Collect::default(), rx.clone()).await {
+            Err(cutover_nats::Error::Leased { .. }) => continue,
+            r => break r.unwrap_err().to_string(),
+        }
+    };
+    assert!(
+        err.contains("message 4") && err.contains("max_msg_size") && err.contains("2000 bytes"),
+        "{err}"
+    );
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(a.config.subjects, vec!["orders.>".to_string()], "A still serves");
+    drop(cfg);
+}
+
+/// `--to-config` written to a file of its own (kept while the handle lives).
+fn dir_config(_e: &Env, v: serde_json::Value) -> (TempDir, String) {
+    let d = TempDir::new(&format!(
+        "cfg-{}",
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    ));
+    let p = d.0.join("b.json");
+    std::fs::write(&p, v.to_string()).unwrap();
+    let s = p.to_str().unwrap().to_string();
+    (d, s)
+}
+
+/// Issue 24, case 3: a deny_purge stream changed from limits to a work
+/// queue in place. Each new durable on the work-queue copy starts after the
+/// copies below it are purged, which deny_purge refuses (the run failed,
+/// exit 4, after a SAFE plan): the copy gets deny_purge with its subjects,
+/// after the purges.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deny_purge_stream_becomes_a_work_queue_in_place() {
+    let e = env().await;
+    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64, "deny_purge": true})).await;
+    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit"})).await;
+    e.publish("orders.eu", "a", 20).await;
+    let w = e.pull_consumer("ORDERS", "worker").await;
+    let mut batch = w.fetch().max_messages(5).messages().await.unwrap();
+    while let Some(m) = futures::StreamExt::next(&mut batch).await {
+        m.unwrap().double_ack().await.unwrap();
+    }
+    let out = e.cli(&["run", "--in-place", "ORDERS", "--set", "retention=workqueue", "--yes"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((s.config.retention.as_str(), s.config.deny_purge), ("workqueue", true));
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert_eq!(c.num_pending, 15, "the 5 processed are gone, the rest still to do: {c:?}");
+}

@@ -40,7 +40,7 @@ pub(in crate::engine) async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
         if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= target) {
             break;
         }
-        stall.check(&p, &to, &from)?;
+        stall.check_why(ctx.js, &p, &to, &from).await?;
         pace.check(&p, &to, &from)?;
         if last_emit.elapsed() > Duration::from_millis(250) {
             let remaining = target.saturating_sub(p.sourced_origin_seq.unwrap_or(0));
@@ -107,6 +107,21 @@ impl Stall {
         Self { limit, last: None, since: Instant::now() }
     }
 
+    /// [`Stall::check`], and when sourcing stalled, the reason the server
+    /// does not report (a stalled source shows no error and lag 0): the
+    /// next message of A as B would store it, with its source header, above
+    /// B's `max_msg_size` (the source tries it again every 2 s, for good).
+    pub(in crate::engine) async fn check_why(
+        &mut self,
+        js: &crate::api::Js,
+        p: &SourceProgress,
+        to: &str,
+        from: &str,
+    ) -> Result<()> {
+        let Err(e) = self.check(p, to, from) else { return Ok(()) };
+        Err(too_large(js, p, to, from).await.unwrap_or(None).unwrap_or(e))
+    }
+
     pub(in crate::engine) fn check(
         &mut self,
         p: &SourceProgress,
@@ -159,7 +174,7 @@ async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
         if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= need) {
             break;
         }
-        stall.check(&p, to, from)?;
+        stall.check_why(ctx.js, &p, to, from).await?;
         ctx.tick(true).await?;
         tokio::time::sleep(ctx.opts.poll).await;
     }
@@ -169,4 +184,40 @@ async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     let progress = Progress::WindowRaised { duplicate_window_ns: want, from_origin_seq: need + 1 };
     ctx.emit(Step::CatchUp, EventKind::Progress(progress));
     Ok(())
+}
+
+/// The message B's source stalls on, if it is too large for B once its
+/// `Nats-Stream-Source` header is added (`cutover_core::source_header::growth`).
+async fn too_large(
+    js: &crate::api::Js,
+    p: &SourceProgress,
+    to: &str,
+    from: &str,
+) -> Result<Option<Error>> {
+    let (_, b) = js.stream_info(to).await?;
+    let Some(src) = b.config.sources.iter().find(|s| s.name == from) else { return Ok(None) };
+    if b.config.max_msg_size <= 0 {
+        return Ok(None);
+    }
+    let (_, a) = js.stream_info(from).await?;
+    let after = p.sourced_origin_seq.unwrap_or(0);
+    let Some(seq) = js.next_sourced(&a, Some(src), after).await? else { return Ok(None) };
+    let exact = a.config.exact_direct_gets();
+    let Some(m) =
+        js.get_msg(from, seq, crate::api::Lookup::Exact, crate::api::Via::direct_if(exact)).await?
+    else {
+        return Ok(None);
+    };
+    let headers: usize = m.headers.iter().map(|(k, v)| k.len() + 2 + v.len() + 2).sum();
+    let own = m.payload.len() + if headers > 0 { 10 + headers + 2 } else { 0 };
+    let filter = src.filter_subject.as_deref().unwrap_or(">");
+    let dest = src.subject_transforms.first().map(|t| t.dest.as_str()).unwrap_or(">");
+    let stored = own as u64 + cutover_core::source_header::growth(from, filter, dest, &m.subject);
+    if stored <= b.config.max_msg_size as u64 {
+        return Ok(None);
+    }
+    Ok(Some(Error::Unsafe(format!(
+        "{to} stopped sourcing {from} at message {seq}: it is {own} bytes, and {to} stores it with its Nats-Stream-Source header as up to {stored} bytes, above {to}'s max_msg_size of {}; the server tries it again for good and copies nothing after it; raise {to}'s max_msg_size to at least {stored} (nats stream edit {to} --max-msg-size {stored}), or -1, and run again",
+        b.config.max_msg_size
+    ))))
 }

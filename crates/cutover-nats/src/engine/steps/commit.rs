@@ -116,7 +116,7 @@ async fn b_keeps_up(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
         if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= target) {
             return Ok(());
         }
-        stall.check(&p, to, from).map_err(|e| {
+        stall.check_why(ctx.js, &p, to, from).await.map_err(|e| {
             Error::Stuck(format!("{e}; nothing was released: {from} still serves the publishers"))
         })?;
         ctx.tick(true).await?;

@@ -5,6 +5,7 @@
 //! served; after the commit, it is named (the run's warning, the journal,
 //! `verify`).
 
+use crate::api::is_application_durable;
 use crate::engine::ctx::Ctx;
 use crate::engine::events::{EventKind, Info, Warning};
 use crate::error::{Error, Result};
@@ -26,7 +27,7 @@ pub(in crate::engine) async fn unplanned_durables(
             continue;
         }
         if let Some((raw, _)) = ctx.js.consumer_info_opt(stream, &n).await? {
-            if raw["config"]["durable_name"].as_str().is_some_and(|s| !s.is_empty()) {
+            if is_application_durable(&raw) {
                 out.push((n, raw));
             }
         }

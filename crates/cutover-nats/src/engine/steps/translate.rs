@@ -26,7 +26,8 @@ pub(in crate::engine) async fn translate(
         // The stall check costs its own reads: a few a second are plenty for
         // a limit of seconds, not one per poll.
         if checked.elapsed() > Duration::from_millis(250) {
-            stall.check(&source_progress(ctx.js, to, from).await?, to, from)?;
+            let p = source_progress(ctx.js, to, from).await?;
+            stall.check_why(ctx.js, &p, to, from).await?;
             checked = Instant::now();
         }
         ctx.tick(true).await?;
