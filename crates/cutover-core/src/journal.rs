@@ -376,6 +376,12 @@ pub struct Journal {
     /// the run and by verify, which does not hold while any is there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stranded: Vec<String>,
+    /// When the run gave B its duplicate window again, right before the
+    /// commit, after a server restart had cleared it (a mirror's): B
+    /// records msg-ids only from then on, so the commit waits until a whole
+    /// retry horizon has passed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_since_ms: Option<u64>,
 }
 
 /// B when it took A's subjects on the target side: every message up to
@@ -434,6 +440,7 @@ impl Journal {
             shared: None,
             seal_when_idle_ms: None,
             stranded: vec![],
+            window_since_ms: None,
             plan,
         }
     }

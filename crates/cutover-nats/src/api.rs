@@ -477,6 +477,34 @@ impl Js {
         }
     }
 
+    /// Every consumer's info on `stream`, in one paged request
+    /// (`CONSUMER.LIST`), so that a look at durables nobody planned needs
+    /// no permission per consumer.
+    pub async fn consumer_infos(&self, stream: &str) -> Result<Vec<Value>> {
+        let mut infos = vec![];
+        loop {
+            let v = self
+                .api(
+                    &format!("list consumers of {stream}"),
+                    &format!("CONSUMER.LIST.{stream}"),
+                    &json!({ "offset": infos.len() }),
+                )
+                .await
+                .map_err(|e| match e.api_code() {
+                    Some(ApiErrorCode::STREAM_NOT_FOUND) => Error::StreamNotFound(stream.into()),
+                    _ => e,
+                })?;
+            let page = v["consumers"].as_array().cloned().unwrap_or_default();
+            let total = v["total"].as_u64().unwrap_or(0) as usize;
+            let n = page.len();
+            infos.extend(page);
+            if n == 0 || infos.len() >= total {
+                break;
+            }
+        }
+        Ok(infos)
+    }
+
     pub async fn consumer_names(&self, stream: &str) -> Result<Vec<String>> {
         let mut names = vec![];
         loop {

@@ -90,3 +90,21 @@ pub fn journal_write_fault(value: &[u8]) -> WriteFault {
         WriteFault::None
     }
 }
+
+/// Set (to anything): B's update that takes the subjects at the commit is
+/// refused, as a server refuses one (the failure the commit's undo is for:
+/// A takes its subjects back before the error is reported).
+pub const REFUSE_SUBJECTS_VAR: &str = "NATS_CUTOVER_TEST_REFUSE_SUBJECTS";
+
+/// Whether `$NATS_CUTOVER_TEST_REFUSE_SUBJECTS` asks B's take of the
+/// subjects to be refused (never without the `test-hooks` feature).
+pub fn refuse_subjects() -> bool {
+    #[cfg(feature = "test-hooks")]
+    {
+        std::env::var_os(REFUSE_SUBJECTS_VAR).is_some()
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    {
+        false
+    }
+}

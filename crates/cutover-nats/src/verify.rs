@@ -148,16 +148,13 @@ async fn stranded(js: &Js, j: &Journal) -> Result<Vec<String>> {
         return Ok(out);
     }
     let moved: Vec<&str> = j.consumers.iter().map(|c| c.name.as_str()).collect();
-    for n in js.consumer_names(&j.from).await? {
-        if moved.contains(&n.as_str()) {
-            continue;
-        }
-        if let Some((raw, _)) = js.consumer_info_opt(&j.from, &n).await? {
-            if is_application_durable(&raw) {
-                out.push(n);
-            }
+    for raw in js.consumer_infos(&j.from).await? {
+        let Some(n) = raw["name"].as_str() else { continue };
+        if !moved.contains(&n) && is_application_durable(&raw) {
+            out.push(n.to_string());
         }
     }
+    out.sort();
     Ok(out)
 }
 

@@ -310,6 +310,7 @@ pub fn record_event(reg: &Registry, from: &str, e: &Event) {
                 Progress::Moved { .. } => reg.add(&CONSUMERS_MOVED, &[("migration", m)], 1.0),
                 Progress::CatchUp { .. }
                 | Progress::WindowRaised { .. }
+                | Progress::WindowRestored { .. }
                 | Progress::Fenced { .. }
                 | Progress::FenceSettled { .. }
                 | Progress::Rollout { .. }

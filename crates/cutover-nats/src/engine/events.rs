@@ -90,6 +90,11 @@ pub enum Progress {
     CatchUp { remaining: u64, reported_lag: Option<u64> },
     /// B took A's duplicate window, from this origin sequence on.
     WindowRaised { duplicate_window_ns: i64, from_origin_seq: u64 },
+    /// Right before the commit: B's duplicate window had been cleared (a
+    /// server restart clears a mirror's) and was set again; the commit
+    /// waits `remaining_ms` more, until B recorded a whole retry horizon of
+    /// msg-ids.
+    WindowRestored { duplicate_window_ns: i64, remaining_ms: u64 },
     /// A paused consumer draining.
     Draining { ack_pending: u64, delivered: u64, ack_floor: u64 },
     /// A consumer draining without a pause (publishers stopped, before 2.11).
@@ -309,6 +314,11 @@ impl Progress {
             Progress::CatchUp { remaining, reported_lag } => {
                 json!({ "remaining": remaining, "reported_lag": reported_lag })
             }
+            Progress::WindowRestored { duplicate_window_ns, remaining_ms } => json!({
+                "message": format!("B's duplicate window had been cleared (a restarted server clears a mirror's: jetstream.go fixCfgMirrorWithDedupWindow) and is set again to {} s; B records msg-ids only from then on, so the commit waits {} s more, until a whole retry horizon has passed", duplicate_window_ns / 1_000_000_000, remaining_ms.div_ceil(1000)),
+                "duplicate_window_ns": duplicate_window_ns,
+                "remaining_ms": remaining_ms,
+            }),
             Progress::WindowRaised { duplicate_window_ns, from_origin_seq } => json!({
                 "duplicate_window_ns": duplicate_window_ns,
                 "from_origin_seq": from_origin_seq,

@@ -256,3 +256,63 @@ async fn a_deny_purge_stream_becomes_a_work_queue_in_place() {
     let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert_eq!(c.num_pending, 15, "the 5 processed are gone, the rest still to do: {c:?}");
 }
+
+/// Issue 23: a server restart after catch-up clears a mirror's duplicate
+/// window (jetstream.go `fixCfgMirrorWithDedupWindow` when it recovers its
+/// streams, standalone too) and does not rebuild the msg-id map: a
+/// newcomer's publishers, retrying lost answers with the same msg-id, had
+/// 26 to 38 messages stored twice and `run` ended 0. Right before the commit
+/// the run finds the window gone, sets it again and waits one retry horizon
+/// (2 s here), so a publish stored in A during that wait and retried after
+/// the commit meets its mirrored copy in B.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mirror_whose_window_a_restart_cleared_waits_a_retry_horizon_before_the_commit() {
+    let mut e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 10).await;
+    let run = [
+        "run",
+        "--strategy",
+        "mirror",
+        "--from",
+        "ORDERS",
+        "--to",
+        "ORDERS_V2",
+        "--consumer",
+        "worker",
+        "--retry-horizon",
+        "2s",
+        "--yes",
+    ];
+    let out = run_cli(&e, &run, Some("move_consumers"));
+    assert_eq!(out.code, 86, "{out:?}");
+    e.server.restart().unwrap();
+    let client = async_nats::connect(e.server.url()).await.unwrap();
+    let js = cutover_nats::Js::new(client.clone(), std::time::Duration::from_secs(5));
+    let ctx = async_nats::jetstream::new(client);
+    wait_until("the server to answer", std::time::Duration::from_secs(20), || async {
+        js.stream_info("ORDERS_V2").await.is_ok()
+    })
+    .await;
+    assert_eq!(js.stream_info("ORDERS_V2").await.unwrap().1.config.duplicate_window, 0, "cleared");
+    let dir = TempDir::new("window-restored");
+    let resume = ["run", "--resume", "ORDERS.ORDERS_V2", "--yes"];
+    let r = crate::chaos::Runner::spawn(e.server.url(), &resume, &dir.0, 0);
+    wait_until("the window to be set again", std::time::Duration::from_secs(30), || async {
+        cutover_nats::journal::load_migration(&js, "ORDERS.ORDERS_V2")
+            .await
+            .is_ok_and(|(_, j)| j.window_since_ms.is_some())
+    })
+    .await;
+    // Stored in A while the commit waits; its answer "lost", retried after.
+    let mut h = async_nats::HeaderMap::new();
+    h.insert("Nats-Msg-Id", "w-1");
+    let first =
+        ctx.publish_with_headers("orders.eu", h.clone(), "w".into()).await.unwrap().await.unwrap();
+    assert_eq!(first.stream, "ORDERS");
+    let (code, err) = r.exited().await;
+    assert_eq!(code, 0, "{err}");
+    let retry = ctx.publish_with_headers("orders.eu", h, "w".into()).await.unwrap().await.unwrap();
+    assert_eq!(retry.stream, "ORDERS_V2");
+    assert!(retry.duplicate, "the retry meets its mirrored copy: {retry:?}");
+}

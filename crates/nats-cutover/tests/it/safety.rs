@@ -212,10 +212,12 @@ async fn an_operator_paused_consumer_stays_paused_until_the_same_time() {
     );
 }
 
-/// Failure injection at the commit: B cannot take the subjects (it was sealed
-/// behind the runner's back). A takes them back before the error is reported:
-/// publishers are served by A, the moved consumer reads A's messages through B,
-/// and the message says what remains and what to run.
+/// Failure injection at the commit: B cannot take the subjects (the server
+/// refuses its update: test hook; a B sealed behind the runner's back stops
+/// sourcing, and the run now fails before it releases anything). A takes
+/// them back before the error is reported: publishers are served by A, the
+/// moved consumer reads A's messages through B, and the message says what
+/// remains and what to run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_commit_that_fails_gives_a_its_subjects_back_at_once() {
     let e = env().await;
@@ -224,16 +226,31 @@ async fn a_commit_that_fails_gives_a_its_subjects_back_at_once() {
     let args = run_orders(&[], &["--lease-ttl", "1s"]);
     let out = crate::run::run_cli(&e, &args, Some("move_consumers"));
     assert_eq!(out.code, 86, "{out:?}");
-    let (raw, _) = e.js.stream_info("ORDERS_V2").await.unwrap();
-    let mut cfg = raw["config"].clone();
-    cfg["sealed"] = json!(true);
-    e.js.stream_update(&cfg).await.unwrap();
-    let out = crate::run::retry_cli(
-        &e,
-        &["run", "--resume", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"],
-        &["is held by runner"],
-    )
-    .await;
+    let out = loop {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+            .args([
+                "--server",
+                e.server.url(),
+                "run",
+                "--resume",
+                "ORDERS.ORDERS_V2",
+                "--lease-ttl",
+                "1s",
+            ])
+            .env(cutover_nats::test_hooks::REFUSE_SUBJECTS_VAR, "1")
+            .env_remove(cutover_nats::test_hooks::CRASH_AFTER_VAR)
+            .output()
+            .unwrap();
+        let o = Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into(),
+            stderr: String::from_utf8_lossy(&o.stderr).into(),
+        };
+        if !o.stderr.contains("is held by runner") {
+            break o;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
     assert_ne!(out.code, 0, "{out:?}");
     assert!(out.stderr.contains("ORDERS holds its subjects again"), "{out:?}");
     let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
@@ -623,7 +640,7 @@ async fn a_work_queue_moves_to_a_limits_stream_live() {
 /// A wait for sourcing is bounded by progress: a B that stops sourcing (here a
 /// message larger than B's max_msg_size, set behind the plan's back) fails the
 /// run after the stall timeout, with the consumer untouched, instead of waiting
-/// forever.
+/// forever, and says why (issue 24: the server reports no source error).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stalled_source_is_reported_not_waited_for() {
     let e = env().await;
@@ -645,7 +662,9 @@ async fn a_stalled_source_is_reported_not_waited_for() {
         RunOptions { stall_timeout: std::time::Duration::from_secs(1), ..Default::default() };
     let err = engine::run(&e.js, plan, &opts, &Collect::default(), rx).await.unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("sourced nothing new from ORDERS"), "{text}");
+    // The cause is named: the message, and the limit B needs for it.
+    assert!(text.contains("stopped sourcing ORDERS at message 4"), "{text}");
+    assert!(text.contains("max_msg_size to at least"), "{text}");
     assert!(text.contains("every consumer is as it was"), "{text}");
     let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert!(!c.paused);

@@ -55,6 +55,7 @@ pub(in crate::engine) async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
             .await;
     }
     super::recheck::none_appeared(ctx).await?;
+    super::recheck::window_holds(ctx, &to).await?;
     b_keeps_up(ctx, &from, &to).await?;
     // Intent before effect: from here a crash is reconciled with the server.
     ctx.journal.lock().await.phase = Phase::SubjectsReleased;
@@ -266,6 +267,9 @@ async fn commit_window(
         if let Some(c) = cfg.as_object_mut() {
             c.remove("mirror");
             c.extend(ctx.journal.lock().await.plan.promote_with.clone());
+        }
+        if crate::test_hooks::refuse_subjects() {
+            return Err(Error::Stuck(format!("{to} refused the subjects (test hook)")));
         }
         ctx.js.stream_update(&cfg).await?;
     }

@@ -7,11 +7,14 @@
 
 use crate::api::is_application_durable;
 use crate::engine::ctx::Ctx;
-use crate::engine::events::{EventKind, Info, Warning};
+use crate::engine::events::{EventKind, Info, Progress, Warning};
 use crate::error::{Error, Result};
+use crate::journal::now_ms;
 use cutover_core::journal::{ConsumerProgress, Phase, Step};
 use cutover_core::plan::{appeared_consumer, Mode};
+use serde_json::json;
 use serde_json::Value;
+use std::time::Duration;
 
 /// The durables on `stream` the journal does not know (ephemeral consumers
 /// are their owners' business, as in `plan`), with their infos.
@@ -22,16 +25,13 @@ pub(in crate::engine) async fn unplanned_durables(
     let known: Vec<String> =
         ctx.journal.lock().await.consumers.iter().map(|c| c.name.clone()).collect();
     let mut out = vec![];
-    for n in ctx.js.consumer_names(stream).await? {
-        if known.contains(&n) {
-            continue;
-        }
-        if let Some((raw, _)) = ctx.js.consumer_info_opt(stream, &n).await? {
-            if is_application_durable(&raw) {
-                out.push((n, raw));
-            }
+    for raw in ctx.js.consumer_infos(stream).await? {
+        let Some(n) = raw["name"].as_str().map(String::from) else { continue };
+        if !known.contains(&n) && is_application_durable(&raw) {
+            out.push((n, raw));
         }
     }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
 
@@ -137,4 +137,57 @@ pub(in crate::engine) async fn stranded(ctx: &Ctx<'_>, from: &str) -> Result<()>
         )));
     }
     Ok(())
+}
+
+/// Right before A releases its subjects: B's duplicate window still covers
+/// the publishers' retry horizon. Catch-up checked it, but a server that
+/// restarts clears a mirror's window when it recovers its streams
+/// (jetstream.go `fixCfgMirrorWithDedupWindow`, standalone too) and does
+/// not rebuild the msg-id map: a newcomer's restart after catch-up stored
+/// 26 to 38 retried publishes twice, and the run ended 0. The window is set
+/// again where the server keeps it; B records msg-ids only from then on, so
+/// the commit waits until a whole retry horizon has passed since (the time
+/// journaled, a resumed run waits what is left). Where the server does not
+/// keep it (a clustered server never keeps a mirror's), the run stops here,
+/// before anything is released.
+pub(in crate::engine) async fn window_holds(ctx: &Ctx<'_>, to: &str) -> Result<()> {
+    let (wanted, planned, id) = {
+        let j = ctx.journal.lock().await;
+        let wanted = j.plan.retry_horizon_ms as i64 * 1_000_000;
+        let planned = j.plan.b_config["duplicate_window"].as_i64().filter(|w| *w >= wanted);
+        (wanted, planned.unwrap_or(wanted), j.id.clone())
+    };
+    loop {
+        let (raw, b) = ctx.js.stream_info(to).await?;
+        if b.config.duplicate_window < wanted {
+            let mut cfg = raw["config"].clone();
+            cfg["duplicate_window"] = json!(planned);
+            ctx.js.stream_update(&cfg).await?;
+            let kept = ctx.js.stream_info(to).await?.1.config.duplicate_window >= wanted;
+            if !kept {
+                return Err(Error::Unsafe(format!(
+                    "{to}'s duplicate window is {} ns, less than the publishers' retry horizon {wanted} ns, and the server does not keep one set on it (a mirror on a clustered server, or after a restart): publishes retried across the commit could be stored twice; nothing was released: the publishers are served as before; undo with `nats-cutover rollback {id}`",
+                    b.config.duplicate_window
+                )));
+            }
+            ctx.journal.lock().await.window_since_ms = Some(now_ms());
+            ctx.save().await?;
+        }
+        let Some(since) = ctx.journal.lock().await.window_since_ms else { return Ok(()) };
+        let horizon = wanted as u64 / 1_000_000;
+        let waited = now_ms().saturating_sub(since);
+        if waited >= horizon {
+            return Ok(());
+        }
+        let remaining_ms = horizon - waited;
+        let p = Progress::WindowRestored { duplicate_window_ns: wanted, remaining_ms };
+        ctx.emit(Step::MovePublishers, EventKind::Progress(p));
+        // Ctrl-C is honoured (nothing is released yet); the window is read
+        // again after the wait, in case the server cleared it meanwhile.
+        let until = std::time::Instant::now() + Duration::from_millis(remaining_ms.min(1_000));
+        while std::time::Instant::now() < until {
+            ctx.tick(true).await?;
+            tokio::time::sleep(ctx.opts.poll.max(Duration::from_millis(10))).await;
+        }
+    }
 }
