@@ -661,6 +661,26 @@ impl Js {
         }
     }
 
+    /// A paused consumer's state once nothing it delivered is in flight:
+    /// [`Js::consumer_barrier`] then a read, until two in a row agree on
+    /// what it delivered. One barrier is not enough: a delivery the
+    /// consumer's loop took before it saw the pause can be proposed after
+    /// the barrier (an R3 consumer under load, one read in 60 after a
+    /// barrier); a pause stops the loop, so the second finds it applied.
+    /// Bounded by twice the request timeout.
+    pub async fn settled_read(&self, stream: &str, name: &str) -> Result<(Value, ConsumerInfo)> {
+        let deadline = Instant::now() + self.timeout * 2;
+        let (_, mut last) = self.consumer_info(stream, name).await?;
+        loop {
+            self.consumer_barrier(stream, name, &last.ack_floor).await?;
+            let (raw, ci) = self.consumer_info(stream, name).await?;
+            if ci.delivered == last.delivered || Instant::now() > deadline {
+                return Ok((raw, ci));
+            }
+            last = ci;
+        }
+    }
+
     /// For a paused push consumer: the time, on the server's clock (the
     /// `ts` of its consumer info), [`RESUME_NUDGE`] from now. `None` for a
     /// pull consumer, one that is not paused, or a server whose info has no

@@ -211,29 +211,19 @@ async fn take_fence(
 async fn gate(ctx: &Ctx<'_>, from: &str, name: &str) -> Result<ConsumerInfo> {
     ctx.js.consumer_pause(from, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last: Option<ConsumerInfo> = None;
-    let mut applied = false;
     loop {
         let (_, ci) = ctx.js.consumer_info(from, name).await?;
-        if ci.paused && !applied {
+        if ci.paused {
             // Paused: what it delivered before is what it will ever have
             // delivered, once every delivery in flight is applied (two
             // agreeing reads were seen one short, by up to 20 messages).
-            ctx.js.consumer_barrier(from, name, &ci.ack_floor).await?;
-            applied = true;
-            continue;
-        }
-        if ci.paused && last.as_ref().is_some_and(|p| p.delivered == ci.delivered) {
-            return Ok(ci);
+            return Ok(ctx.js.settled_read(from, name).await?.1);
         }
         if Instant::now() > deadline {
-            return Err(Error::Stuck(format!("consumer {from}/{name} did not report a stable delivered sequence while paused for 30 s (its leader unreachable?); nothing moved")));
+            return Err(Error::Stuck(format!("consumer {from}/{name} did not report a paused state for 30 s (its leader unreachable?); nothing moved")));
         }
-        if last.is_some() {
-            ctx.tick(true).await?;
-            tokio::time::sleep(ctx.opts.poll).await;
-        }
-        last = Some(ci);
+        ctx.tick(true).await?;
+        tokio::time::sleep(ctx.opts.poll).await;
     }
 }
 

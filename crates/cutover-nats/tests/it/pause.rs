@@ -53,9 +53,10 @@ async fn a_resumed_push_consumer_redelivers_what_expired_while_paused() {
 /// consumer info reads delivered from the applied state, so the first read
 /// that says `paused` (even two agreeing reads, seen once in 200) can be
 /// short (a newcomer's fence was one message short and that message was
-/// processed twice). After `Js::consumer_barrier` it never is: a second
-/// barrier (everything proposed up to then applied, and a paused consumer
-/// proposes no delivery) finds the same delivered sequence. Under a live
+/// processed twice). The engine's read, `Js::settled_read` (barriers, each
+/// followed by a read, until two agree: one barrier was once not enough),
+/// never is: a later barrier (everything proposed up to then applied, and a
+/// paused consumer proposes no delivery) finds the same delivered sequence. Under a live
 /// pull load on an R3 consumer, 60 pauses, every third followed at once by
 /// a change of the consumer's leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -126,8 +127,8 @@ async fn after_the_barrier_a_paused_replicated_consumer_reads_every_delivery() {
                 js.api("step down", "CONSUMER.LEADER.STEPDOWN.S.C", &serde_json::Value::Null);
             down.await.unwrap();
         }
-        js.consumer_barrier("S", "C", &first.ack_floor).await.unwrap();
-        let (_, f) = js.consumer_info("S", "C").await.unwrap();
+        // The engine's read of F (fence's gate, the drain's last read).
+        let (_, f) = js.settled_read("S", "C").await.unwrap();
         js.consumer_barrier("S", "C", &f.ack_floor).await.unwrap();
         let (_, truth) = js.consumer_info("S", "C").await.unwrap();
         short_first += usize::from(first.delivered.stream_seq < truth.delivered.stream_seq);
@@ -136,6 +137,6 @@ async fn after_the_barrier_a_paused_replicated_consumer_reads_every_delivery() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = tokio::join!(publisher, worker);
-    eprintln!("first paused read short {short_first} of 60 times; after the barrier {short_after}");
-    assert_eq!(short_after, 0, "a read after the barrier was short");
+    eprintln!("first paused read short {short_first} of 60 times; the settled read {short_after}");
+    assert_eq!(short_after, 0, "a settled read was short");
 }

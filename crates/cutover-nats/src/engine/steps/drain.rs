@@ -154,8 +154,7 @@ impl Drain<'_, '_> {
         self.ctx.js.consumer_pause(self.stream, self.name, Some(FOREVER)).await?;
         // Every delivery proposed before the pause applied, then read (a
         // replicated consumer's info reads the applied state).
-        self.ctx.js.consumer_barrier(self.stream, self.name, &ci.ack_floor).await?;
-        let (_, again) = self.ctx.js.consumer_info(self.stream, self.name).await?;
+        let (_, again) = self.ctx.js.settled_read(self.stream, self.name).await?;
         let b = assess(&again);
         if !(b.stable && b.checkpoint == Some(f)) {
             return Ok(None);
