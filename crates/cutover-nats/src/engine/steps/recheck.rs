@@ -160,6 +160,10 @@ pub(in crate::engine) async fn window_holds(ctx: &Ctx<'_>, to: &str) -> Result<(
     loop {
         let (raw, b) = ctx.js.stream_info(to).await?;
         if b.config.duplicate_window < wanted {
+            // Intent first: a runner killed after the update but before
+            // this write would find the window there and commit at once.
+            ctx.journal.lock().await.window_since_ms = Some(now_ms());
+            ctx.save().await?;
             let mut cfg = raw["config"].clone();
             cfg["duplicate_window"] = json!(planned);
             ctx.js.stream_update(&cfg).await?;
@@ -170,11 +174,15 @@ pub(in crate::engine) async fn window_holds(ctx: &Ctx<'_>, to: &str) -> Result<(
                     b.config.duplicate_window
                 )));
             }
+            // From the update on: ids are recorded once the window is set.
             ctx.journal.lock().await.window_since_ms = Some(now_ms());
             ctx.save().await?;
         }
         let Some(since) = ctx.journal.lock().await.window_since_ms else { return Ok(()) };
-        let horizon = wanted as u64 / 1_000_000;
+        // A second more than the horizon: a runner killed between the
+        // update and its second write left the intent's time, taken before
+        // the update took effect.
+        let horizon = wanted as u64 / 1_000_000 + 1_000;
         let waited = now_ms().saturating_sub(since);
         if waited >= horizon {
             return Ok(());
