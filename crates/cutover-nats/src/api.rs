@@ -505,6 +505,25 @@ impl Js {
         Ok(infos)
     }
 
+    /// The application durables on `stream` not named in `known`, with
+    /// their infos, by name: what an application created beside the ones a
+    /// migration moves ([`is_application_durable`]).
+    pub async fn unknown_durables(
+        &self,
+        stream: &str,
+        known: &[&str],
+    ) -> Result<Vec<(String, Value)>> {
+        let mut out = vec![];
+        for raw in self.consumer_infos(stream).await? {
+            let Some(n) = raw["name"].as_str().map(String::from) else { continue };
+            if !known.contains(&n.as_str()) && is_application_durable(&raw) {
+                out.push((n, raw));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
     pub async fn consumer_names(&self, stream: &str) -> Result<Vec<String>> {
         let mut names = vec![];
         loop {

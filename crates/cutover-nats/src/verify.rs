@@ -18,7 +18,7 @@
 //!
 //! Nothing is written but the ephemeral ordered consumers, deleted at the end.
 
-use crate::api::{is_application_durable, Action, Js, Lookup, StoredMsg, Via};
+use crate::api::{Action, Js, Lookup, StoredMsg, Via};
 use crate::error::{Error, Result};
 use crate::journal::load_migration as load;
 use crate::read::{nuid, read};
@@ -143,19 +143,12 @@ pub async fn verify(
 /// One deleted since is no longer stranded (its application moved on).
 /// Ephemeral consumers (verify's own readers among them) are not durables.
 async fn stranded(js: &Js, j: &Journal) -> Result<Vec<String>> {
-    let mut out = vec![];
     if js.stream_info_opt(&j.from).await?.is_none() {
-        return Ok(out);
+        return Ok(vec![]);
     }
     let moved: Vec<&str> = j.consumers.iter().map(|c| c.name.as_str()).collect();
-    for raw in js.consumer_infos(&j.from).await? {
-        let Some(n) = raw["name"].as_str() else { continue };
-        if !moved.contains(&n) && is_application_durable(&raw) {
-            out.push(n.to_string());
-        }
-    }
-    out.sort();
-    Ok(out)
+    let unknown = js.unknown_durables(&j.from, &moved).await?;
+    Ok(unknown.into_iter().map(|(n, _)| n).collect())
 }
 
 /// The facts about the streams as verification began, for the report.

@@ -168,22 +168,35 @@ async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     let first_recent = ctx.js.first_since(from, &since, a.config.exact_direct_gets()).await?;
     // B must hold A's messages before `first_recent` (all of A's if none is recent).
     let need = first_recent.map(|m| m.seq.saturating_sub(1)).unwrap_or(a.state.last_seq);
-    let mut stall = Stall::new(ctx.opts.stall_timeout);
-    loop {
-        let p = source_progress(ctx.js, to, from).await?;
-        if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= need) {
-            break;
-        }
-        stall.check_why(ctx.js, &p, to, from).await?;
-        ctx.tick(true).await?;
-        tokio::time::sleep(ctx.opts.poll).await;
-    }
+    until_sourced(ctx, from, to, need, |e| e).await?;
     let mut cfg = raw["config"].clone();
     cfg["duplicate_window"] = json!(want);
     ctx.js.stream_update(&cfg).await?;
     let progress = Progress::WindowRaised { duplicate_window_ns: want, from_origin_seq: need + 1 };
     ctx.emit(Step::CatchUp, EventKind::Progress(progress));
     Ok(())
+}
+
+/// Waits until B holds A's messages up to origin sequence `need` (or all A
+/// has), bounded by progress ([`Stall`]); `stalled` words a stall's error
+/// for the caller's step.
+pub(in crate::engine) async fn until_sourced(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    need: u64,
+    stalled: impl Fn(Error) -> Error,
+) -> Result<()> {
+    let mut stall = Stall::new(ctx.opts.stall_timeout);
+    loop {
+        let p = source_progress(ctx.js, to, from).await?;
+        if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= need) {
+            return Ok(());
+        }
+        stall.check_why(ctx.js, &p, to, from).await.map_err(&stalled)?;
+        ctx.tick(true).await?;
+        tokio::time::sleep(ctx.opts.poll).await;
+    }
 }
 
 /// The message B's source stalls on, if it is too large for B once its

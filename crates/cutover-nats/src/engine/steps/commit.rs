@@ -3,7 +3,7 @@
 //! if B cannot), reconciled with the server after a crash, and closed by a
 //! guard for a runner that died inside it.
 
-use super::catch_up::Stall;
+use super::catch_up::until_sourced;
 use crate::engine::bridge::Bridge;
 use crate::engine::ctx::{Ctx, Exposure};
 use crate::engine::events::{EventKind, Info, StepResult, Warning};
@@ -111,18 +111,10 @@ pub(in crate::engine) async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
 /// before anything is released, with publishers on A.
 async fn b_keeps_up(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     let target = ctx.js.stream_info(from).await?.1.state.last_seq;
-    let mut stall = Stall::new(ctx.opts.stall_timeout);
-    loop {
-        let p = source_progress(ctx.js, to, from).await?;
-        if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= target) {
-            return Ok(());
-        }
-        stall.check_why(ctx.js, &p, to, from).await.map_err(|e| {
-            Error::Stuck(format!("{e}; nothing was released: {from} still serves the publishers"))
-        })?;
-        ctx.tick(true).await?;
-        tokio::time::sleep(ctx.opts.poll).await;
-    }
+    until_sourced(ctx, from, to, target, |e| {
+        Error::Stuck(format!("{e}; nothing was released: {from} still serves the publishers"))
+    })
+    .await
 }
 
 /// The commit happened though this run could not tell at first: B holds the

@@ -5,7 +5,6 @@
 //! served; after the commit, it is named (the run's warning, the journal,
 //! `verify`).
 
-use crate::api::is_application_durable;
 use crate::engine::ctx::Ctx;
 use crate::engine::events::{EventKind, Info, Progress, Warning};
 use crate::error::{Error, Result};
@@ -24,15 +23,8 @@ pub(in crate::engine) async fn unplanned_durables(
 ) -> Result<Vec<(String, Value)>> {
     let known: Vec<String> =
         ctx.journal.lock().await.consumers.iter().map(|c| c.name.clone()).collect();
-    let mut out = vec![];
-    for raw in ctx.js.consumer_infos(stream).await? {
-        let Some(n) = raw["name"].as_str().map(String::from) else { continue };
-        if !known.contains(&n) && is_application_durable(&raw) {
-            out.push((n, raw));
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
+    ctx.js.unknown_durables(stream, &known).await
 }
 
 /// Before the commit: durables an application created on A while the run
