@@ -58,6 +58,7 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="JSON lines output file")
     p.add_argument("--ack-timeout", type=float, default=0.5, help="seconds to wait for one publish ack")
     p.add_argument("--retry-horizon", type=float, default=120.0, help="seconds after the first attempt to give up")
+    p.add_argument("--size", type=int, default=0, help="pad each payload with spaces to this many bytes (0: str(i) as it is)")
     p.add_argument("--start-index", type=int, default=0, help="index of the first message (default 0)")
     return p.parse_args(argv)
 
@@ -139,7 +140,7 @@ async def run(args):
 
             subject = f"{args.subject}.{i % args.subjects_count}" if args.subjects_count > 1 else args.subject
             msg_id = f"{args.id_prefix}-{i}"
-            payload = str(i).encode()
+            payload = str(i).encode().ljust(args.size, b" ")
             first = time.monotonic()
             attempts = 0
             backoff = BACKOFF_START

@@ -70,6 +70,7 @@ def parse_args(argv=None):
     p.add_argument("--group", help="push: queue group (default: the consumer's deliver group)")
     p.add_argument("--follow-route", action="store_true", help=f"follow route.S.C in KV bucket {ROUTE_BUCKET}")
     p.add_argument("--ack-timeout", type=float, default=1.0, help="seconds to wait for the server's ack reply")
+    p.add_argument("--create", action="store_true", help="pull: create the durable (explicit ack, deliver all) at start if it does not exist, as an application that owns its consumer")
     p.add_argument("--guard", metavar="BUCKET", help="claim each Nats-Msg-Id in this KV bucket first (docs/protocol.md, idempotency guard)")
     return p.parse_args(argv)
 
@@ -89,7 +90,7 @@ class Binding:
         self.sub = None
 
     async def open(self):
-        # Raises NotFoundError when the durable does not exist (it is never created).
+        # Raises NotFoundError when the durable does not exist (created only by --create, at start).
         info = await self.js.consumer_info(self.stream, self.consumer)
         cfg = info.config
         if self.args.mode == "pull":
@@ -349,6 +350,24 @@ class Worker:
         rec["ack_error"] = ack_error
         self.out.write(json.dumps(rec) + "\n")
 
+    async def create_durable(self):
+        """--create: the durable, created once at start if it does not exist
+        (an application that owns its consumer; never again afterwards)."""
+        if self.args.mode != "pull":
+            raise RuntimeError("--create is for pull consumers")
+        try:
+            await self.js.consumer_info(self.args.stream, self.args.consumer)
+            return
+        except nats.js.errors.NotFoundError:
+            pass
+        cfg = api.ConsumerConfig(
+            durable_name=self.args.consumer,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            deliver_policy=api.DeliverPolicy.ALL,
+        )
+        await self.js.add_consumer(self.args.stream, cfg)
+        log(f"created durable {self.args.stream}/{self.args.consumer}")
+
     async def bind(self, stream, consumer):
         """Binds to (stream, consumer), retrying until it exists, the route moves, or stop."""
         while not self.stop.is_set():
@@ -383,6 +402,8 @@ class Worker:
             except nats.js.errors.BucketNotFoundError:
                 cfg = api.KeyValueConfig(bucket=self.args.guard, history=1, ttl=600)
                 self.guard = await self.js.create_key_value(cfg)
+        if self.args.create:
+            await self.create_durable()
         watch_task = None
         if self.args.follow_route:
             await self.read_route_once()

@@ -4,8 +4,10 @@
 //! server.
 
 use crate::common::*;
+use crate::pyapps::{lines, processed, App};
 use crate::run::run_cli;
 use serde_json::json;
+use std::time::Duration;
 
 /// Case 4: a durable with `inactive_threshold`. Applications bound to it by
 /// name cannot reach it on the temporary stream, so nobody pulls it there:
@@ -47,7 +49,6 @@ async fn an_inactive_threshold_durable_keeps_its_position_through_an_in_place_ch
 /// move finishes well inside the settle timeout, the message processed once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_push_consumer_drained_on_an_idle_stream_gets_a_dead_subscribers_message_back() {
-    use crate::pyapps::{lines, App};
     use futures::StreamExt;
     let e = env().await;
     e.stream(
@@ -79,46 +80,75 @@ async fn a_push_consumer_drained_on_an_idle_stream_gets_a_dead_subscribers_messa
     assert_eq!((handled[0]["seq"].as_u64(), handled[0]["acked"].as_bool()), (Some(1), Some(true)));
 }
 
-/// Issue 24, case 1: a durable an application creates on A during a move
-/// (here once B caught up, before the consumers move). It is planned
-/// against the same B and moved like the others, at its position: it used
-/// to stay on the sealed A, its application received nothing published
-/// after the commit, and `verify` said the migration held.
+/// Issue 24, case 1: a durable a nats-py application creates on A during a
+/// move (here once B caught up, before the consumers move), with deliver
+/// all, and consumes while publishers write. It is planned against the same
+/// B and moved like the others, at its position, with a route its
+/// application follows: it used to stay on the sealed A, its application
+/// received nothing published after the commit, and `verify` said the
+/// migration held. Every acknowledged publish is processed once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_durable_created_during_the_move_is_moved_too() {
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
-    e.publish("orders.eu", "a", 10).await;
+    let dir = TempDir::new("late-durable");
+    let (published, handled) = (dir.0.join("pub.jsonl"), dir.0.join("late.jsonl"));
+    let mut publisher = App::publisher(e.server.url(), 2000, 200, &published);
+    wait_until("publishes", Duration::from_secs(20), || async { lines(&published).len() >= 100 })
+        .await;
     let run = ["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"];
     let out = run_cli(&e, &run, Some("catch_up"));
     assert_eq!(out.code, 86, "{out:?}");
-    // The application creates its durable and processes 4 messages.
-    e.consumer("ORDERS", json!({"durable_name": "late", "ack_policy": "explicit"})).await;
-    let late = e.pull_consumer("ORDERS", "late").await;
-    let mut batch = late.fetch().max_messages(4).messages().await.unwrap();
-    while let Some(m) = futures::StreamExt::next(&mut batch).await {
-        m.unwrap().double_ack().await.unwrap();
-    }
+    let late = late_worker(&e, &handled, &["--follow-route"]);
+    wait_until("it processes", Duration::from_secs(20), || async {
+        processed(&[handled.clone()]).len() >= 50
+    })
+    .await;
     let resume = ["run", "--resume", "ORDERS.ORDERS_V2", "--yes"];
     let out = crate::run::retry_cli(&e, &resume, &["is held by runner"]).await;
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("appeared on the old stream"), "{out:?}");
-    let (_, c) = e.js.consumer_info("ORDERS_V2", "late").await.unwrap();
-    assert_eq!(c.num_pending, 6, "it goes on after what it processed: {c:?}");
+    assert!(publisher.0.wait().unwrap().success());
+    let acked = acked_ids(&published);
+    assert_eq!(acked.len(), 2000, "every publish acked");
+    wait_until("every message processed", Duration::from_secs(30), || async {
+        processed(&[handled.clone()]).len() >= acked.len()
+    })
+    .await;
+    late.stop();
+    let p = processed(&[handled.clone()]);
+    let twice: Vec<_> = p.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "processed twice: {twice:?}");
+    assert!(acked.iter().all(|id| p.contains_key(id)), "every acked publish processed");
+    let last = lines(&handled).last().cloned().unwrap();
+    assert_eq!(last["stream"], "ORDERS_V2", "it follows its durable: {last}");
     assert!(e.js.consumer_info_opt("ORDERS", "late").await.unwrap().is_none(), "retired");
-    // Published after the commit: it gets it.
-    e.publish("orders.eu", "b", 1).await;
-    let (_, c) = e.js.consumer_info("ORDERS_V2", "late").await.unwrap();
-    assert_eq!(c.num_pending, 7);
     let out = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);
     assert_eq!(out.code, 0, "{out:?}");
 }
 
-/// Issue 24, case 1, after the commit: a durable created on the sealed A
-/// once the publishers moved cannot be moved (A takes nothing new: its
-/// position means nothing to B's new messages), so it is named: the run's
-/// warning, and `verify` does not hold while it is there (it used to say
-/// the migration held).
+/// The msg-ids a publisher.py had acknowledged.
+fn acked_ids(published: &std::path::Path) -> Vec<String> {
+    lines(published)
+        .iter()
+        .filter(|l| l.get("failed").is_none())
+        .map(|l| l["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A nats-py application that creates its own pull durable `late` on ORDERS
+/// (deliver all) and processes it.
+fn late_worker(e: &Env, out: &std::path::Path, extra: &[&str]) -> App {
+    let args = ["--server", e.server.url(), "--stream", "ORDERS", "--consumer", "late"];
+    let own = ["--mode", "pull", "--create", "--out", out.to_str().unwrap()];
+    App::start("worker.py", &[&args[..], &own[..], extra].concat())
+}
+
+/// Issue 24, case 1, after the commit: a durable a nats-py application
+/// creates on the sealed A once the publishers moved cannot be moved (A
+/// takes nothing new: its position means nothing to B's new messages), so
+/// it is named: the run's warning, and `verify` does not hold while it is
+/// there (it used to say the migration held).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_durable_created_after_the_commit_is_named_and_verify_does_not_hold() {
     let e = env().await;
@@ -127,7 +157,13 @@ async fn a_durable_created_after_the_commit_is_named_and_verify_does_not_hold() 
     let run = ["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"];
     let out = run_cli(&e, &run, Some("move_publishers"));
     assert_eq!(out.code, 86, "{out:?}");
-    e.consumer("ORDERS", json!({"durable_name": "late", "ack_policy": "explicit"})).await;
+    let dir = TempDir::new("late-after");
+    let handled = dir.0.join("late.jsonl");
+    let late = late_worker(&e, &handled, &[]);
+    wait_until("it processes A's 10", Duration::from_secs(20), || async {
+        processed(&[handled.clone()]).len() >= 10
+    })
+    .await;
     let resume = ["run", "--resume", "ORDERS.ORDERS_V2", "--yes"];
     let out = crate::run::retry_cli(&e, &resume, &["is held by runner"]).await;
     assert_eq!(out.code, 0, "{out:?}");
@@ -136,17 +172,18 @@ async fn a_durable_created_after_the_commit_is_named_and_verify_does_not_hold() 
     assert_eq!(out.code, 6, "{out:?}");
     assert_eq!(out.json()["stranded"], json!(["late"]), "{out:?}");
     // Once its application moved on and it is deleted, the migration holds.
+    late.stop();
     e.js.consumer_delete("ORDERS", "late").await.unwrap();
     let out = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);
     assert_eq!(out.code, 0, "{out:?}");
 }
 
-/// In place, a durable created on the old stream after hop 1's commit: the
-/// stream is to be deleted (that frees its name), which would delete the
-/// durable with its position (its application then re-created it and
-/// processed everything again): the hop stops before the delete, keeps the
-/// stream and names the durable; once it is deleted the same command
-/// finishes.
+/// In place, a durable a nats-py application creates on the old stream
+/// after hop 1's commit: the stream is to be deleted (that frees its name),
+/// which would delete the durable with its position (its application then
+/// re-created it and processed everything again): the hop stops before the
+/// delete, keeps the stream and names the durable; once it is deleted the
+/// same command finishes.
 #[tokio::test(flavor = "multi_thread")]
 async fn in_place_keeps_the_old_stream_while_a_durable_created_after_the_commit_is_on_it() {
     let e = env().await;
@@ -155,16 +192,25 @@ async fn in_place_keeps_the_old_stream_while_a_durable_created_after_the_commit_
     let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
     let out = run_cli(&e, &args, Some("move_publishers"));
     assert_eq!(out.code, 86, "{out:?}");
-    e.consumer("ORDERS", json!({"durable_name": "late", "ack_policy": "explicit"})).await;
+    let dir = TempDir::new("late-in-place");
+    let handled = dir.0.join("late.jsonl");
+    let late = late_worker(&e, &handled, &[]);
     let out = crate::run::retry_cli(&e, &args, &["is held by runner"]).await;
     assert_ne!(out.code, 0, "{out:?}");
     assert!(out.stderr.contains("late") && out.stderr.contains("is kept"), "{out:?}");
     assert!(e.js.consumer_info_opt("ORDERS", "late").await.unwrap().is_some(), "kept");
+    wait_until("it processes the 10", Duration::from_secs(20), || async {
+        processed(&[handled.clone()]).len() >= 10
+    })
+    .await;
+    late.stop();
     e.js.consumer_delete("ORDERS", "late").await.unwrap();
     let out = crate::run::retry_cli(&e, &args, &["is held by runner"]).await;
     assert_eq!(out.code, 0, "{out:?}");
     let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
     assert_eq!((s.config.storage.as_str(), s.state.last_seq), ("memory", 10));
+    let p = processed(&[handled]);
+    assert!(p.len() == 10 && p.values().all(|n| *n == 1), "each once: {p:?}");
 }
 
 /// Issue 24, case 2, at run time: B's max_msg_size lowered after the plan
@@ -198,7 +244,17 @@ async fn a_message_too_large_for_b_with_its_source_header_is_named() {
     let mut b = raw["config"].clone();
     b["max_msg_size"] = json!(2048);
     e.js.stream_update(&b).await.unwrap();
-    e.ctx.publish("orders.eu", vec![b'x'; 2000].into()).await.unwrap().await.unwrap();
+    // A nats-py publisher's 2,000-byte message: it fits A, not B with its header.
+    let dir = TempDir::new("big");
+    let out = dir.0.join("pub.jsonl");
+    let big = ["--server", e.server.url(), "--subject", "orders.eu", "--count", "1", "--rate", "0"];
+    let rest = ["--id-prefix", "big", "--size", "2000", "--out", out.to_str().unwrap()];
+    assert!(App::start("publisher.py", &[&big[..], &rest[..]].concat())
+        .0
+        .wait()
+        .unwrap()
+        .success());
+    assert_eq!(lines(&out)[0]["seq"], 4, "{:?}", lines(&out));
     let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     let opts = RunOptions {
         stall_timeout: std::time::Duration::from_secs(1),
@@ -213,7 +269,10 @@ async fn a_message_too_large_for_b_with_its_source_header_is_named() {
         }
     };
     assert!(
-        err.contains("message 4") && err.contains("max_msg_size") && err.contains("2000 bytes"),
+        err.contains("message 4")
+            && err.contains("max_msg_size")
+            && err.contains("2032 bytes")
+            && err.contains("at least 2116"),
         "{err}"
     );
     let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
@@ -234,27 +293,18 @@ fn dir_config(_e: &Env, v: serde_json::Value) -> (TempDir, String) {
 }
 
 /// Issue 24, case 3: a deny_purge stream changed from limits to a work
-/// queue in place. Each new durable on the work-queue copy starts after the
-/// copies below it are purged, which deny_purge refuses (the run failed,
-/// exit 4, after a SAFE plan): the copy gets deny_purge with its subjects,
-/// after the purges.
-#[tokio::test(flavor = "multi_thread")]
+/// queue in place, under a nats-py publisher and pull workers bound by name.
+/// Each new durable on the work-queue copy starts after the copies below it
+/// are purged, which deny_purge refuses (the run failed, exit 4, after a SAFE
+/// plan): the copy gets deny_purge with its subjects, after the purges. None
+/// lost, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deny_purge_stream_becomes_a_work_queue_in_place() {
-    let e = env().await;
-    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64, "deny_purge": true})).await;
-    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit"})).await;
-    e.publish("orders.eu", "a", 20).await;
-    let w = e.pull_consumer("ORDERS", "worker").await;
-    let mut batch = w.fetch().max_messages(5).messages().await.unwrap();
-    while let Some(m) = futures::StreamExt::next(&mut batch).await {
-        m.unwrap().double_ack().await.unwrap();
-    }
-    let out = e.cli(&["run", "--in-place", "ORDERS", "--set", "retention=workqueue", "--yes"]);
-    assert_eq!(out.code, 0, "{out:?}");
+    let stream = json!({"name": "ORDERS", "subjects": ["orders.>"], "deny_purge": true});
+    let args = ["run", "--in-place", "ORDERS", "--set", "retention=workqueue"];
+    let e = crate::pyapps::nats_py_apps_on(stream, &args, "ORDERS", false, false).await;
     let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
     assert_eq!((s.config.retention.as_str(), s.config.deny_purge), ("workqueue", true));
-    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
-    assert_eq!(c.num_pending, 15, "the 5 processed are gone, the rest still to do: {c:?}");
 }
 
 /// Issue 23: a server restart after catch-up clears a mirror's duplicate

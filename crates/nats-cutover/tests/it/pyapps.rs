@@ -145,8 +145,21 @@ async fn nats_py_pull_workers_through_limits_to_work_queue_in_place() {
 /// on ORDERS while `move_args` (plus the two consumers and --yes) runs; the
 /// workers end reading `ends_on`; none lost, none twice.
 async fn nats_py_apps_through(move_args: &[&str], ends_on: &str, follow_route: bool, push: bool) {
+    let stream = json!({"name": "ORDERS", "subjects": ["orders.>"]});
+    nats_py_apps_on(stream, move_args, ends_on, follow_route, push).await;
+}
+
+/// [`nats_py_apps_through`] on a stream ORDERS of this configuration; the
+/// environment is returned for more checks.
+pub async fn nats_py_apps_on(
+    stream: Value,
+    move_args: &[&str],
+    ends_on: &str,
+    follow_route: bool,
+    push: bool,
+) -> Env {
     let e = env().await;
-    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"]})).await;
+    e.stream(stream).await;
     e.consumer(
         "ORDERS",
         json!({"durable_name": "pull", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64}),
@@ -235,4 +248,5 @@ async fn nats_py_apps_through(move_args: &[&str], ends_on: &str, follow_route: b
         assert!(lost.is_empty(), "{kind}: lost: {lost:?}");
         assert_eq!(p.len(), acked.len(), "{kind}: processed a message never published");
     }
+    e
 }
