@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Python test apps' dependencies (tests/apps/requirements.txt, nats-py)
-# into a venv at .venv-apps/ in the repo root (ignored by git), and prints the
-# venv's interpreter path as the last line of stdout. Idempotent: a venv whose
-# installed packages already match requirements.txt is kept as it is.
-# Needs python3 with the venv module (on Debian's own python3: apt-get install python3-venv).
+# Installs the test apps' dependencies: the nats.js apps' npm packages
+# (tests/apps/js/package-lock.json, pinned) into tests/apps/js/node_modules/ with
+# `npm ci`, and the Python apps' (tests/apps/requirements.txt, nats-py) into a venv
+# at .venv-apps/ in the repo root (both ignored by git), and prints the venv's
+# interpreter path as the last line of stdout. Idempotent: packages that already
+# match their lock or requirements file are kept as they are.
+# Needs node and npm, and python3 with the venv module (on Debian's own python3:
+# apt-get install python3-venv).
 # Usage: scripts/install-test-apps.sh   (PYTHON=/path/to/python3 to pick the interpreter)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -12,6 +15,16 @@ venv="$root/.venv-apps"
 py="$venv/bin/python"
 stamp="$venv/.requirements.txt"
 python="${PYTHON:-python3}"
+
+# nats.js apps: node_modules matching the lock file (copied there once installed).
+js="$root/tests/apps/js"
+command -v npm >/dev/null || { echo "node and npm are needed for the nats.js test apps (tests/apps/js)" >&2; exit 1; }
+if ! cmp -s "$js/package-lock.json" "$js/node_modules/.package-lock.stamp" 2>/dev/null; then
+  (cd "$js" && npm ci --no-audit --no-fund --loglevel=error >&2) \
+    || { echo "cannot install the nats.js test apps' packages (npm ci in $js; is the npm registry reachable?)" >&2; exit 1; }
+  cp "$js/package-lock.json" "$js/node_modules/.package-lock.stamp"
+  echo "installed the nats.js test apps' packages into $js/node_modules" >&2
+fi
 
 command -v "$python" >/dev/null || { echo "$python not found; python3 (3.8+) is needed for the test apps" >&2; exit 1; }
 

@@ -347,13 +347,18 @@ fn rule_ingest_rate(r: &mut Report, facts: &ServerFacts) {
 
 /// After the commit point A is sealed and takes nothing new: whatever else reads
 /// A would silently stop receiving. Durables must move too (or be deleted
-/// first); ephemeral ones are their owners' to recreate on B.
+/// first); ephemeral ones are their owners' to recreate on B (in place, the
+/// run creates push ones again on the stream's new copy).
 fn rule_consumers_left_behind(r: &mut Report, req: &PlanRequest, facts: &ServerFacts) {
     for (name, durable) in &facts.other_consumers {
         if *durable {
             r.add("stream", "consumers", name, "", Verdict::Unsafe, format!(
                 "durable {name} on {} is not being moved: after the cut-over it would receive no new message; move it too (--consumer {name} or --all-consumers) or delete it first if it is no longer needed", req.from
             ));
+        } else if req.in_place.is_some() {
+            // steps/watchers.rs in the engine: hop 1 keeps push ones, hop 2
+            // creates them again (their clients reset at the first message).
+            r.add("stream", "consumers", name, "", Verdict::ChangedOnPurpose, format!("ephemeral consumer {name} (an ordered consumer: a KV or object store watcher, an ordered subscription) goes with {} at the end of hop 1; a push one is created again on its new stream at the end, under its name and after what it had delivered, and its client resets onto the stream from its own position at the first message; a pull one's client is told at once and re-creates it", req.from));
         } else {
             r.add("stream", "consumers", name, "", Verdict::ChangedOnPurpose, format!("ephemeral consumer {name} on {} stops receiving new messages at the cut-over; its owner must subscribe to {} instead", req.from, req.to));
         }

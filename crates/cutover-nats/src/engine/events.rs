@@ -152,6 +152,21 @@ pub enum Info {
     Appeared {
         consumers: Vec<String>,
     },
+    /// In place, hop 1: the applications' ordered consumers (KV and object
+    /// store watchers, ordered subscriptions) read before the stream is
+    /// deleted, for hop 2 to create again (`steps::watchers`).
+    WatchersKept {
+        stream: String,
+        count: usize,
+    },
+    /// In place, hop 2: hop 1's ordered consumers created again on the new
+    /// stream; `reset`: how many their clients left within the wait (they
+    /// went on from their own cursors), the rest are still bound.
+    WatchersRestored {
+        stream: String,
+        created: usize,
+        reset: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -226,6 +241,14 @@ impl EventKind {
                 Info::Bridged { stored, duplicates, failed } => json!({
                     "message": format!("publishes answered during the commit window: {stored} stored, {duplicates} already stored, {failed} failed"),
                     "stored": stored, "duplicates": duplicates, "failed": failed,
+                }),
+                Info::WatchersKept { stream, count } => json!({
+                    "message": format!("{count} ordered consumer(s) on {stream} (KV or object store watchers, ordered subscriptions) kept before its deletion, to be created again on its new stream"),
+                    "stream": stream, "count": count,
+                }),
+                Info::WatchersRestored { stream, created, reset } => json!({
+                    "message": format!("{created} ordered consumer(s) created again on {stream}: {reset} client(s) reset onto it from their own position, {} still bound (they reset at the next message)", created - reset),
+                    "stream": stream, "created": created, "reset": reset,
                 }),
                 Info::Appeared { consumers } => json!({
                     "message": format!("durable(s) {} appeared on the old stream after the plan (created by an application meanwhile): moved like the others", consumers.join(", ")),

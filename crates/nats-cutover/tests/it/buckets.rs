@@ -21,7 +21,7 @@ async fn bucket(e: &Env, direct: bool) {
     preload(e).await;
 }
 
-async fn bucket_stream(e: &Env, direct: bool) {
+pub(crate) async fn bucket_stream(e: &Env, direct: bool) {
     e.stream(json!({
         "name": "KV_cfg", "subjects": ["$KV.cfg.>"], "max_msgs_per_subject": 20,
         "discard": "new", "allow_rollup_hdrs": true, "deny_delete": true,

@@ -101,7 +101,7 @@ async fn a_durable_created_during_the_move_is_moved_too() {
     assert_eq!(out.code, 86, "{out:?}");
     let late = late_worker(&e, &handled, &["--follow-route"]);
     wait_until("it processes", Duration::from_secs(20), || async {
-        processed(&[handled.clone()]).len() >= 50
+        processed(std::slice::from_ref(&handled)).len() >= 50
     })
     .await;
     let resume = ["run", "--resume", "ORDERS.ORDERS_V2", "--yes"];
@@ -112,11 +112,11 @@ async fn a_durable_created_during_the_move_is_moved_too() {
     let acked = acked_ids(&published);
     assert_eq!(acked.len(), 2000, "every publish acked");
     wait_until("every message processed", Duration::from_secs(30), || async {
-        processed(&[handled.clone()]).len() >= acked.len()
+        processed(std::slice::from_ref(&handled)).len() >= acked.len()
     })
     .await;
     late.stop();
-    let p = processed(&[handled.clone()]);
+    let p = processed(std::slice::from_ref(&handled));
     let twice: Vec<_> = p.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "processed twice: {twice:?}");
     assert!(acked.iter().all(|id| p.contains_key(id)), "every acked publish processed");
@@ -161,7 +161,7 @@ async fn a_durable_created_after_the_commit_is_named_and_verify_does_not_hold() 
     let handled = dir.0.join("late.jsonl");
     let late = late_worker(&e, &handled, &[]);
     wait_until("it processes A's 10", Duration::from_secs(20), || async {
-        processed(&[handled.clone()]).len() >= 10
+        processed(std::slice::from_ref(&handled)).len() >= 10
     })
     .await;
     let resume = ["run", "--resume", "ORDERS.ORDERS_V2", "--yes"];
@@ -200,7 +200,7 @@ async fn in_place_keeps_the_old_stream_while_a_durable_created_after_the_commit_
     assert!(out.stderr.contains("late") && out.stderr.contains("is kept"), "{out:?}");
     assert!(e.js.consumer_info_opt("ORDERS", "late").await.unwrap().is_some(), "kept");
     wait_until("it processes the 10", Duration::from_secs(20), || async {
-        processed(&[handled.clone()]).len() >= 10
+        processed(std::slice::from_ref(&handled)).len() >= 10
     })
     .await;
     late.stop();

@@ -7,6 +7,7 @@ mod bridge;
 mod buckets;
 mod changing;
 mod chaos;
+mod clients;
 mod cluster;
 mod common;
 mod crash_sweep;

@@ -57,6 +57,27 @@ impl App {
         App(child)
     }
 
+    /// A nats.js app, `tests/apps/js/<script>` run by node (its packages
+    /// installed by scripts/install-test-apps.sh); it says `ready` once set up.
+    pub fn node(script: &str, args: &[&str]) -> App {
+        let js = root().join("tests/apps/js");
+        assert!(
+            js.join("node_modules/@nats-io/kv").is_dir(),
+            "the nats.js test apps' packages are missing: run scripts/install-test-apps.sh"
+        );
+        let mut child = Command::new("node")
+            .arg(js.join(script))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node is needed for the nats.js test apps");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "{script} {args:?}");
+        App(child)
+    }
+
     /// tests/apps/publisher.py: `count` messages at about `rate` msg/s to
     /// orders.0 .. orders.3, msg-ids m-0, m-1, ..., its records in `out`.
     pub fn publisher(url: &str, count: u32, rate: u32, out: &Path) -> App {

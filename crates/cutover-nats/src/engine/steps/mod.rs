@@ -23,6 +23,8 @@
 //!   its undo (`subjects_moved`).
 //! - [`retire`]: A sealed, B's source removed, the old durables retired
 //!   (`sealed`, `source_removed`, `done`).
+//! - [`watchers`]: in place, the applications' ordered consumers (KV
+//!   watchers) read before hop 1 deletes A, created again by hop 2.
 
 pub mod catch_up;
 pub mod commit;
@@ -35,3 +37,4 @@ pub mod retire;
 pub mod routes;
 pub mod translate;
 pub mod undo;
+pub mod watchers;

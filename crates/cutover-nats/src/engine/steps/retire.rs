@@ -7,7 +7,7 @@ use crate::engine::ctx::{can_pause, Ctx};
 use crate::engine::events::{EventKind, StepResult, Warning};
 use crate::error::Result;
 use cutover_core::journal::{ConsumerPhase, Phase, Step};
-use cutover_core::plan::Mode;
+use cutover_core::plan::{InPlaceHop, Mode};
 use futures::{StreamExt, TryStreamExt};
 use serde_json::{json, Value};
 
@@ -98,13 +98,15 @@ async fn last_look(ctx: &Ctx<'_>, from: &str, names: &[String]) -> Result<()> {
 }
 
 pub(in crate::engine) async fn retire(ctx: &Ctx<'_>) -> Result<()> {
-    let (from, names, delete_old, keep) = {
+    let (from, to, names, delete_old, keep, in_place) = {
         let j = ctx.journal.lock().await;
         (
             j.from.clone(),
+            j.to.clone(),
             j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
             j.delete_old,
             j.keep_old_consumers,
+            j.plan.in_place,
         )
     };
     let t = ctx.begin(Step::Retire).await?;
@@ -134,7 +136,13 @@ pub(in crate::engine) async fn retire(ctx: &Ctx<'_>) -> Result<()> {
         }
     }
     if delete_old && a_exists {
+        if in_place == Some(InPlaceHop::Out) {
+            super::watchers::keep(ctx, &from).await?;
+        }
         ctx.js.stream_delete(&from).await?;
+    }
+    if in_place == Some(InPlaceHop::Back) {
+        super::watchers::restore(ctx, &to, &from).await?;
     }
     ctx.done(
         Step::Retire,
