@@ -143,6 +143,9 @@ pub enum Step {
     /// One consumer's drain, checkpoint and move (a sub-step of move_consumers).
     Consumer(String),
     MovePublishers,
+    /// Strategy mirror where the server drops a mirror's window: B handed
+    /// over from mirroring to sourcing A ([`Plan::handover`]).
+    Handover,
     /// Publishers split across systems: B takes A's subjects on its side.
     ShareSubjects,
     /// Publishers split across systems: the wait for the operator (or for
@@ -175,6 +178,7 @@ impl Step {
             Step::AwaitPublishers => Borrowed("await_publishers"),
             Step::SealA => Borrowed("seal_a"),
             Step::RemoveSource => Borrowed("remove_source"),
+            Step::Handover => Borrowed("handover"),
             Step::Retire => Borrowed("retire"),
             Step::RestoreSubjects => Borrowed("restore_subjects"),
             Step::DeleteB => Borrowed("delete_b"),
@@ -194,6 +198,7 @@ impl Step {
             "await_publishers" => Step::AwaitPublishers,
             "seal_a" => Step::SealA,
             "remove_source" => Step::RemoveSource,
+            "handover" => Step::Handover,
             "retire" => Step::Retire,
             "restore_subjects" => Step::RestoreSubjects,
             "delete_b" => Step::DeleteB,
@@ -389,6 +394,22 @@ pub struct Journal {
     /// A's new stream (see [`Watcher`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub watchers: Vec<Watcher>,
+    /// Strategy mirror on a server that drops a mirror's window
+    /// ([`Plan::handover`]): how far B's hand-over from mirroring to
+    /// sourcing A went (journaled before each of its writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<Handover>,
+}
+
+/// B's hand-over from mirroring A to sourcing A (see [`Plan::handover`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handover {
+    /// The first sequence B sources (A's last + 1 in the freeze), journaled
+    /// before B's update.
+    pub x: Option<u64>,
+    /// When A took its subjects back: from then on B records every msg-id
+    /// A stores, and the commit waits one retry horizon after it.
+    pub done_ms: Option<u64>,
 }
 
 /// An application's ephemeral push consumer, as hop 1 of an in-place change
@@ -510,6 +531,7 @@ impl Journal {
             stranded: vec![],
             window_since_ms: None,
             watchers: vec![],
+            handover: None,
             plan,
         }
     }
@@ -896,6 +918,7 @@ mod tests {
             Step::AwaitPublishers,
             Step::SealA,
             Step::RemoveSource,
+            Step::Handover,
             Step::Retire,
             Step::RestoreSubjects,
             Step::DeleteB,

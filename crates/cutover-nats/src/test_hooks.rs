@@ -91,6 +91,24 @@ pub fn journal_write_fault(value: &[u8]) -> WriteFault {
     }
 }
 
+/// Set (to anything): `plan` takes the server for one that drops a mirror's
+/// duplicate window (a clustered JetStream) and plans strategy mirror's
+/// hand-over to sourcing (`engine::steps::handover`) on one server too.
+pub const HANDOVER_VAR: &str = "NATS_CUTOVER_TEST_HANDOVER";
+
+/// Whether `$NATS_CUTOVER_TEST_HANDOVER` asks for the hand-over (never
+/// without the `test-hooks` feature).
+pub fn force_handover() -> bool {
+    #[cfg(feature = "test-hooks")]
+    {
+        std::env::var_os(HANDOVER_VAR).is_some()
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    {
+        false
+    }
+}
+
 /// Set (to anything): B's update that takes the subjects at the commit is
 /// refused, as a server refuses one (the failure the commit's undo is for:
 /// A takes its subjects back before the error is reported).

@@ -210,6 +210,11 @@ fn carried_metadata(a_config: &Value, a_name: &str) -> Map<String, Value> {
 /// The metadata key that tells which stream B was made from.
 pub const FROM_KEY: &str = "nats-cutover.from";
 
+/// The metadata key B carries from its hand-over ([`super::Plan::handover`])
+/// until its source of A is removed: the first sequence it sources (its
+/// sequences are A's, so its progress is read like a mirror's).
+pub const HANDOVER_KEY: &str = "nats-cutover.handover";
+
 /// The new durable on B: the old one's configuration, unknown fields included,
 /// positioned by `opt_start_seq` later and with filters as B stores them.
 ///

@@ -49,7 +49,21 @@ pub(super) fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, Plan
     rule_work_queue_overlaps(&mut r, &b_view, &moved.filters);
     let features = facts.version.features();
     let dw = nanos(b_view.duplicate_window);
-    let steps = steps(req, b_exists, dw, features, &moved.plans, &b_final_subjects);
+    let handover = req.strategy == Strategy::Mirror
+        && facts
+            .checks
+            .b_config_check
+            .as_ref()
+            .is_some_and(|c| c.result.is_ok() && c.dropped_duplicate_window);
+    let steps = steps(
+        req,
+        b_exists,
+        dw,
+        features,
+        &moved.plans,
+        &b_final_subjects,
+        handover.then_some(retry_horizon),
+    );
     if !b_exists && b_config.get("republish").is_some_and(|v| !v.is_null()) {
         r.add("stream", "republish", "set", "at the commit point", Verdict::ChangedOnPurpose, "B takes A's republish at the commit point, not while it copies A (a stream republishes every message it stores, copied ones too): subscribers of the republished subjects get each message once");
     }
@@ -79,6 +93,7 @@ pub(super) fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, Plan
         in_place: req.in_place,
         new_version: req.new_version.clone(),
         external: req.external.clone(),
+        handover,
         across: false,
         a_ingest: facts.checks.a_ingest,
         safe,

@@ -91,8 +91,8 @@ pub(super) fn check_against_server(
     }
     if let Some(c) = &checks.b_config_check {
         match &c.result {
-            Ok(()) if c.dropped_duplicate_window => r.add(s, "duplicate_window", "", &c.scratch, Verdict::Unsafe, format!(
-                "the server accepted B's configuration but did not keep its duplicate_window (scratch stream {}, deleted): a clustered JetStream drops it from every mirror (nats-server jetstream_cluster.go decodeStreamAssignmentConfig, fixCfgMirrorWithDedupWindow), and B needs it so that publishes retried across the commit are stored once; strategy mirror and in-place are not exact on this server: use --strategy source (B renumbers; every consumer is positioned by translation), or in place on a single server; nothing was changed",
+            Ok(()) if c.dropped_duplicate_window => r.add(s, "duplicate_window", "", "handed over", Verdict::ChangedOnPurpose, format!(
+                "the server accepted B's configuration but did not keep its duplicate_window (scratch stream {}, deleted): a clustered JetStream drops it from every mirror (nats-server jetstream_cluster.go decodeStreamAssignmentConfig, fixCfgMirrorWithDedupWindow) and a mirror records no msg-ids, while a sourcing stream keeps an explicit window on a cluster, through leader changes and restarts. So B mirrors A until it caught up and the consumers moved, and is then handed over to sourcing A with the window, in a freeze of about 0.2 s (A releases its subjects until B holds exactly A's last message and its source is set up; publishes in between get no responders and are retried); the commit waits one retry horizon after it, so a retry of a publish A stored meets its id in B; B keeps A's sequences (checked at the commit)",
                 c.scratch
             )),
             Ok(()) => r.add(s, "server check", "", &c.scratch, Verdict::Ok, format!(

@@ -73,6 +73,14 @@ pub struct Plan {
     /// A move across systems: how B reaches A (B's source carries it too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<External>,
+    /// Strategy mirror where the server drops a mirror's duplicate window
+    /// (a clustered JetStream): once B caught up and the consumers moved, B
+    /// is handed over from mirroring A to sourcing A with the window, in a
+    /// short freeze (A releases its subjects until B holds exactly A's last
+    /// message and its source is set up), and the commit waits one retry
+    /// horizon after it (docs/in-place.md, "On a cluster").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub handover: bool,
     /// A move across systems without `external` (strategy dual-write): A is
     /// on the source side, B on the target side, and B never reads A.
     /// `run`, `verify` and `rollback` need both sides' connections.

@@ -57,6 +57,7 @@ pub(crate) fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, Plan
         in_place: None,
         new_version: req.new_version.clone(),
         external: None,
+        handover: false,
         across: req.across,
         a_ingest: facts.checks.a_ingest,
         safe,

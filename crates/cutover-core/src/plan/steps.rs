@@ -82,6 +82,7 @@ pub(super) fn steps(
     features: Features,
     consumers: &[ConsumerPlan],
     b_final_subjects: &[String],
+    handover: Option<Duration>,
 ) -> Vec<Step> {
     let mirror = req.strategy == Strategy::Mirror;
     let mut steps = vec![];
@@ -106,6 +107,12 @@ pub(super) fn steps(
     for c in consumers {
         let (title, detail) = consumer_step(req, c);
         add(&title, detail);
+    }
+    if let Some(h) = handover.filter(|_| mirror) {
+        add("hand over", format!(
+            "this server drops a mirror's duplicate window, so {b} becomes a sourcing stream with it before the commit: update {a}: subjects released (a freeze of about 0.2 s: publishes get no responders and are retried); wait until {b} holds exactly {a}'s last message X-1; one update of {b}: mirror removed, source {a} from X with duplicate_window {dw:?}; wait until its source is set up; {a} takes its subjects back. Then one retry horizon ({h:?}) passes before the commit, so a retry of a publish {a} stored meets its id in {b}'s window. Every message {b} sources from X must carry origin sequence = its own sequence (checked at the commit: a message {a} removed during a source restart would shift {b}, and the commit is then refused)",
+            a = req.from, b = req.to
+        ));
     }
     if mirror {
         add("commit point: move publishers", format!(

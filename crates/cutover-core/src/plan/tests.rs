@@ -301,3 +301,33 @@ fn a_sourcing_b_needs_room_for_the_source_header() {
         p.unsafe_reasons()
     );
 }
+
+#[test]
+fn a_mirror_whose_window_the_server_drops_is_handed_over_not_refused() {
+    let mirror = PlanRequest { strategy: Strategy::Mirror, ..req() };
+    let mut f = facts(plain_a(), explicit_c());
+    f.checks.b_config_check = Some(ConfigCheck {
+        scratch: "CUTOVER_CHECK_B".into(),
+        result: Ok(()),
+        dropped_duplicate_window: true,
+    });
+    let p = build(&mirror, &f).unwrap();
+    assert!(p.safe, "{}", p.unsafe_reasons());
+    assert!(p.handover);
+    let titles: Vec<&str> = p.steps.iter().map(|s| s.title.as_str()).collect();
+    let at = titles.iter().position(|t| *t == "hand over").expect("a hand-over step");
+    assert_eq!(titles[at + 1], "commit point: move publishers", "{titles:?}");
+    let kept =
+        ConfigCheck { dropped_duplicate_window: false, ..f.checks.b_config_check.clone().unwrap() };
+    f.checks.b_config_check = Some(kept);
+    let p = build(&mirror, &f).unwrap();
+    assert!(!p.handover && p.steps.iter().all(|s| s.title != "hand over"));
+    // Strategy source keeps its window: never handed over.
+    let mut f = facts(plain_a(), explicit_c());
+    f.checks.b_config_check = Some(ConfigCheck {
+        scratch: "CUTOVER_CHECK_B".into(),
+        result: Ok(()),
+        dropped_duplicate_window: true,
+    });
+    assert!(!build(&req(), &f).unwrap().handover);
+}

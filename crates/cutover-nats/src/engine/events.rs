@@ -62,6 +62,12 @@ pub enum StepResult {
         waited_ms: f64,
         a_last_seq: u64,
     },
+    /// B handed over from mirroring to sourcing A (`steps::handover`): it
+    /// sources from `x`; A's subjects were released for `freeze_ms`.
+    HandedOver {
+        x: u64,
+        freeze_ms: f64,
+    },
     Sealed,
     SourceRemoved,
     Retired {
@@ -318,6 +324,7 @@ impl StepResult {
             StepResult::PublishersConfirmed { by, waited_ms, a_last_seq } => json!({
                 "by": by, "waited_ms": waited_ms, "a_last_seq": a_last_seq,
             }),
+            StepResult::HandedOver { x, freeze_ms } => json!({ "x": x, "freeze_ms": freeze_ms }),
             StepResult::Sealed | StepResult::SourceRemoved => json!({}),
             StepResult::Retired { deleted_old_stream, kept_old_consumers } => json!({
                 "deleted_old_stream": deleted_old_stream,

@@ -357,7 +357,9 @@ async fn check_b_config(js: &Js, draft: &Plan) -> Result<ConfigCheck> {
         let held = js.stream_info(&scratch).await;
         js.stream_delete(&scratch).await?;
         let window = |c: &serde_json::Value| c["duplicate_window"].as_i64().unwrap_or(0);
-        dropped_duplicate_window = window(&cfg) > 0 && window(&held?.0["config"]) != window(&cfg);
+        dropped_duplicate_window = window(&cfg) > 0 && window(&held?.0["config"]) != window(&cfg)
+            || (crate::test_hooks::force_handover()
+                && cfg.get("mirror").is_some_and(|m| !m.is_null()));
     }
     Ok(ConfigCheck { scratch, result, dropped_duplicate_window })
 }

@@ -22,10 +22,16 @@ pub struct SourceProgress {
     pub reported_lag: Option<u64>,
 }
 
+use cutover_core::plan::HANDOVER_KEY;
+
 pub async fn source_progress(js: &Js, b: &str, origin: &str) -> Result<SourceProgress> {
     let (_, b_info) = js.stream_info(b).await?;
     let (_, a_info) = js.stream_info(origin).await?;
-    if b_info.config.mirror.as_ref().is_some_and(|m| m.name == origin) {
+    // A mirror, or a stream handed over from mirroring to sourcing A
+    // (steps::handover): A's sequences, read alike.
+    let handed_over = b_info.config.metadata.as_ref().is_some_and(|m| m.contains_key(HANDOVER_KEY))
+        && b_info.config.sources.iter().any(|s| s.name == origin);
+    if handed_over || b_info.config.mirror.as_ref().is_some_and(|m| m.name == origin) {
         return mirror_progress(js, &b_info, &a_info).await;
     }
     let reported_lag = b_info.sources.iter().find(|s| s.name == origin).map(|s| s.lag);

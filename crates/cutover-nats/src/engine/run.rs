@@ -11,7 +11,7 @@
 
 use super::ctx::{Ctx, RunOptions, FOREVER};
 use super::events::{Event, EventKind, Info, Sink};
-use super::steps::{catch_up, commit, consumers, create, recheck, retire, undo};
+use super::steps::{catch_up, commit, consumers, create, handover, recheck, retire, undo};
 use crate::api::Js;
 use crate::error::{Error, Result};
 use crate::journal::{now_ms, JournalStore, Lease};
@@ -213,6 +213,15 @@ async fn drive(ctx: &Ctx<'_>) -> Result<()> {
     // Durables an application created on A meanwhile move too.
     if phase().await == Phase::ConsumersMoved && recheck::carry_appeared(ctx).await? > 0 {
         consumers::move_consumers(ctx).await?;
+    }
+    // Where the server drops a mirror's window: B turned into a stream
+    // sourcing A with it, before the commit.
+    let handover = {
+        let j = ctx.journal.lock().await;
+        j.plan.handover && j.handover.and_then(|h| h.done_ms).is_none()
+    };
+    if handover && phase().await < Phase::SubjectsMoved {
+        handover::hand_over(ctx).await?;
     }
     let split = ctx.journal.lock().await.plan.external.as_ref().is_some_and(|e| e.split_publishers);
     if split && phase().await < Phase::SubjectsMoved {

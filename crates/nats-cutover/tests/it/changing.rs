@@ -366,3 +366,87 @@ async fn a_mirror_whose_window_a_restart_cleared_waits_a_retry_horizon_before_th
     assert_eq!(retry.stream, "ORDERS_V2");
     assert!(retry.duplicate, "the retry meets its mirrored copy: {retry:?}");
 }
+
+/// Issue 23: the hand-over a cluster needs (strategy mirror there: B turned
+/// from mirroring into sourcing A with the window, in a freeze where A's
+/// subjects are released; planned on one server here by the test hook
+/// NATS_CUTOVER_TEST_HANDOVER), with the runner killed inside the freeze
+/// of hop 1: its guard gives A its subjects back (publishers served again),
+/// and the same command hands over again and finishes. Under a nats-py
+/// publisher and pull workers bound by name: every acknowledged publish
+/// stored once and processed once, A's sequences kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runner_killed_in_the_hand_over_freeze_is_given_back_and_resumed_exactly() {
+    let e = env().await;
+    e.stream(
+        json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 2_000_000_000i64}),
+    )
+    .await;
+    let worker = json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000});
+    e.consumer("ORDERS", worker).await;
+    let dir = TempDir::new("handover-crash");
+    let mut files = vec![];
+    let mut workers = vec![];
+    for i in 0..2 {
+        let out = dir.0.join(format!("worker{i}.jsonl"));
+        let args = ["--server", e.server.url(), "--stream", "ORDERS", "--consumer", "worker"];
+        let rest = ["--mode", "pull", "--out", out.to_str().unwrap()];
+        workers.push(App::start("worker.py", &[&args[..], &rest[..]].concat()));
+        files.push(out);
+    }
+    let published = dir.0.join("pub.jsonl");
+    let mut publisher = App::publisher(e.server.url(), 3000, 300, &published);
+    wait_until("workers process", Duration::from_secs(30), || async {
+        processed(&files).len() >= 100
+    })
+    .await;
+    let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
+    let handover = |crash: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
+        cmd.args(["--server", e.server.url()]).args(args).env("NATS_CUTOVER_TEST_HANDOVER", "1");
+        if let Some(at) = crash {
+            cmd.env("NATS_CUTOVER_TEST_CRASH_AFTER", at);
+        }
+        cmd.output().unwrap()
+    };
+    let out = handover(Some("handover_released"));
+    assert_eq!(out.status.code(), Some(86), "{out:?}");
+    wait_until("the guard gives ORDERS its subjects back", Duration::from_secs(30), || async {
+        e.js.stream_info("ORDERS").await.unwrap().1.config.subjects == ["orders.>"]
+    })
+    .await;
+    // Until the dead runner's lease lapses, the command says so.
+    let out = loop {
+        let o = handover(None);
+        if o.status.code() != Some(0)
+            && String::from_utf8_lossy(&o.stderr).contains("is held by runner")
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        break crate::common::Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into(),
+            stderr: String::from_utf8_lossy(&o.stderr).into(),
+        };
+    };
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout.matches("handover done").count(), 2, "both hops: {}", out.stdout);
+    assert!(publisher.0.wait().unwrap().success());
+    let acked = acked_ids(&published);
+    assert_eq!(acked.len(), 3000, "every publish acked");
+    wait_until("every message processed", Duration::from_secs(60), || async {
+        processed(&files).len() >= acked.len()
+    })
+    .await;
+    for w in workers {
+        w.stop();
+    }
+    let p = processed(&files);
+    let twice: Vec<_> = p.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "processed twice: {twice:?}");
+    assert!(acked.iter().all(|id| p.contains_key(id)), "every acked publish processed");
+    let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(s.config.storage.as_str(), "memory");
+    assert_eq!((s.state.messages, s.state.last_seq), (3000, 3000), "stored once, A's sequences");
+}

@@ -33,49 +33,129 @@ async fn three_node_cluster_serves_a_replicated_stream() {
     assert_eq!(out.json()["stream"]["state"]["messages"], 1);
 }
 
-/// A clustered JetStream keeps no duplicate_window on a mirror (it drops it
-/// from every stream assignment: nats-server jetstream_cluster.go
-/// `decodeStreamAssignmentConfig` → `fixCfgMirrorWithDedupWindow`), which
-/// strategy mirror and in-place need across the commit. `plan` finds it
-/// with its scratch stream and refuses both (exit 3), naming it and strategy
-/// source; nothing is left behind. A newcomer's trial found `plan` saying
-/// SAFE and `run` failing after creating B.
-#[tokio::test(flavor = "multi_thread")]
-async fn mirror_and_in_place_are_refused_where_a_mirror_keeps_no_dedup_window() {
+/// Issue 23, on an R3 cluster: a clustered JetStream keeps no
+/// duplicate_window on a mirror (it drops it from every stream assignment:
+/// nats-server jetstream_cluster.go `decodeStreamAssignmentConfig` →
+/// `fixCfgMirrorWithDedupWindow`), which strategy mirror and in place need
+/// across the commit, so both were refused (exit 3). `plan` now finds it
+/// with its scratch stream and plans the hand-over (engine/steps/handover.rs):
+/// B mirrors A until the consumers moved, then in a short freeze becomes a
+/// stream sourcing A with the window, and the commit waits one retry horizon
+/// (A's window, 3 s here). Under a nats-py publisher retrying lost answers
+/// with the same msg-id and nats-py pull workers bound by name, the storage
+/// of an R3 stream changes in place: every acknowledged publish stored once
+/// and processed once, A's sequences kept. Nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_place_on_a_three_node_cluster_hands_the_copy_over_and_is_exact() {
+    use crate::pyapps::{lines, processed, App};
     let cluster = Cluster::start(3).unwrap_or_else(|e| panic!("{e}"));
     let urls: Vec<String> = cluster.urls().split(',').map(String::from).collect();
     let client = async_nats::connect(urls).await.unwrap();
     let js = Js::new(client, Duration::from_secs(5));
     wait_until("an R3 stream to be created", Duration::from_secs(30), || async {
-        js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "duplicate_window": 120_000_000_000i64})).await.is_ok()
+        js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "duplicate_window": 3_000_000_000i64})).await.is_ok()
     })
     .await;
-    js.consumer_create(
-        "ORDERS",
-        "worker",
-        &json!({"durable_name": "worker", "ack_policy": "explicit"}),
-        Action::Create,
-    )
-    .await
-    .unwrap();
+    let worker = json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000});
+    js.consumer_create("ORDERS", "worker", &worker, Action::Create).await.unwrap();
     let urls = cluster.urls();
-    let mirror = ["plan", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
-    let in_place =
-        ["plan", "--in-place", "ORDERS", "--consumer", "worker", "--set", "storage=memory"];
-    for args in [&[&mirror[..], &["--strategy", "mirror"]].concat(), &in_place.to_vec()] {
-        let out = crate::common::cli(&[&["--server", &urls][..], args].concat());
-        assert_eq!(out.code, 3, "{args:?}: {out:?}");
-        assert!(out.stdout.contains("did not keep its duplicate_window"), "{args:?}: {out:?}");
-        assert!(out.stdout.contains("--strategy source"), "{args:?}: {out:?}");
+    let url = cluster.nodes[0].url();
+    let dir = crate::common::TempDir::new("r3-in-place");
+    let file = |n: &str| dir.0.join(n);
+    let mut files = vec![];
+    let mut workers = vec![];
+    for i in 0..2 {
+        let out = file(&format!("worker{i}.jsonl"));
+        let args =
+            ["--server", url, "--stream", "ORDERS", "--consumer", "worker", "--mode", "pull"];
+        workers.push(App::start(
+            "worker.py",
+            &[&args[..], &["--out", out.to_str().unwrap()]].concat(),
+        ));
+        files.push(out);
     }
-    for gone in
-        ["ORDERS_V2", "ORDERS_CUTOVER", "CUTOVER_CHECK_ORDERS_V2", "CUTOVER_CHECK_ORDERS_CUTOVER"]
-    {
+    let published = file("pub.jsonl");
+    let mut publisher = App::publisher(url, 6000, 300, &published);
+    wait_until("workers process", Duration::from_secs(30), || async {
+        processed(&files).len() >= 200
+    })
+    .await;
+    let change = ["--in-place", "ORDERS", "--set", "storage=memory"];
+    let out = crate::common::cli(&[&["--server", &urls, "plan"][..], &change[..]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("hand over"), "{out:?}");
+    let out =
+        crate::common::cli(&[&["--server", &urls, "run"][..], &change[..], &["--yes"]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(publisher.0.wait().unwrap().success());
+    let acked: Vec<String> = lines(&published)
+        .iter()
+        .filter(|l| l.get("failed").is_none())
+        .map(|l| l["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(acked.len(), 6000, "every publish acked");
+    wait_until("every message processed", Duration::from_secs(60), || async {
+        processed(&files).len() >= acked.len()
+    })
+    .await;
+    for w in workers {
+        w.stop();
+    }
+    let p = processed(&files);
+    let twice: Vec<_> = p.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "processed twice: {twice:?}");
+    assert!(acked.iter().all(|id| p.contains_key(id)), "every acked publish processed");
+    let (_, s) = js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((s.config.storage.as_str(), s.config.num_replicas), ("memory", 3));
+    assert_eq!(s.state.messages, 6000, "each publish stored once");
+    assert_eq!(s.state.last_seq, 6000, "A's sequences kept");
+    assert!(s.config.sources.is_empty() && s.config.mirror.is_none(), "{:?}", s.config);
+    let meta = s.config.metadata.clone().unwrap_or_default();
+    assert!(!meta.contains_key(cutover_core::plan::HANDOVER_KEY), "{meta:?}");
+    let stalls: Vec<f64> =
+        lines(&published).iter().filter_map(|l| l["stall_ms"].as_f64()).collect();
+    eprintln!(
+        "publisher: longest stall {:.0} ms; {}",
+        stalls.iter().cloned().fold(0.0, f64::max),
+        out.stdout
+            .lines()
+            .filter(|l| l.contains("handover") || l.contains("hand"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    for gone in ["ORDERS_CUTOVER", "CUTOVER_CHECK_ORDERS_CUTOVER"] {
         assert!(js.stream_info_opt(gone).await.unwrap().is_none(), "{gone} left behind");
     }
-    // Strategy source keeps the window (sourcing is not mirroring): SAFE.
-    let out = crate::common::cli(&[&["--server", &urls][..], &mirror[..]].concat());
+    // Strategy mirror is planned the same way; an R3 KV bucket changes in
+    // place with its revisions.
+    let mirror = ["plan", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let out = crate::common::cli(
+        &[&["--server", &urls][..], &mirror[..], &["--strategy", "mirror"]].concat(),
+    );
     assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("hand over"), "{out:?}");
+    js.stream_create(&json!({
+        "name": "KV_cfg", "subjects": ["$KV.cfg.>"], "max_msgs_per_subject": 5, "num_replicas": 3,
+        "discard": "new", "allow_rollup_hdrs": true, "deny_delete": true, "allow_direct": true,
+        "duplicate_window": 2_000_000_000i64
+    }))
+    .await
+    .unwrap();
+    let nc = async_nats::connect(url).await.unwrap();
+    let kv = async_nats::jetstream::new(nc);
+    for i in 0..50 {
+        kv.publish(format!("$KV.cfg.k{}", i % 10), i.to_string().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let out =
+        crate::common::cli(&["--server", &urls, "kv", "cfg", "--set", "storage=memory", "--yes"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, s) = js.stream_info("KV_cfg").await.unwrap();
+    assert_eq!((s.config.storage.as_str(), s.config.num_replicas), ("memory", 3));
+    assert_eq!((s.state.messages, s.state.last_seq), (50, 50), "every revision kept");
 }
 
 /// The whole live cut-over on a 3-node cluster with replicated (R3) streams and

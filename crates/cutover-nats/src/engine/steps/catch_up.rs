@@ -17,12 +17,17 @@ pub(in crate::engine) async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
         let j = ctx.journal.lock().await;
         (j.from.clone(), j.to.clone())
     };
-    raise_window(ctx, &from, &to).await?;
+    // A mirror the server keeps no window on gets it at its hand-over to
+    // sourcing (super::handover), checked there.
+    let handover = ctx.journal.lock().await.plan.handover;
+    if !handover {
+        raise_window(ctx, &from, &to).await?;
+    }
     // The retry guarantee rests on B's duplicate window as the server applies it
     // (2.14+ gives a sourcing stream none unless set): check what it reports.
     let (_, b) = ctx.js.stream_info(&to).await?;
     let wanted = ctx.journal.lock().await.plan.retry_horizon_ms as i64 * 1_000_000;
-    if b.config.duplicate_window < wanted {
+    if b.config.duplicate_window < wanted && !handover {
         return Err(Error::Unsafe(format!(
             "{to} reports duplicate_window {} ns, less than the publishers' retry horizon {wanted} ns: retried publishes could land twice; set it on {to} (nats stream edit {to} --dupe-window) and run again",
             b.config.duplicate_window

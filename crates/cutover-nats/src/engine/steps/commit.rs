@@ -247,6 +247,11 @@ async fn commit_window(
         tokio::time::sleep(Duration::from_micros(500)).await;
     };
     ctx.journal.lock().await.a_final_seq = Some(a_final);
+    let handed_over = ctx.journal.lock().await.handover.and_then(|h| h.x);
+    if let Some(x) = handed_over {
+        // B keeps A's sequences since its hand-over, or the commit is refused.
+        super::handover::tail_exact(ctx, from, to, x).await?;
+    }
     let (b_raw, b) = ctx.js.stream_info(to).await?;
     if b.config.subjects != final_subjects {
         let mut cfg = b_raw["config"].clone();
@@ -282,7 +287,7 @@ pub fn released_subjects(from: &str, final_subjects: &[String]) -> Vec<String> {
 
 /// Undo of the commit window: A takes its subjects back, unless B holds them
 /// (then the commit happened: `Ok(true)`).
-async fn give_subjects_back(
+pub(in crate::engine) async fn give_subjects_back(
     ctx: &Ctx<'_>,
     from: &str,
     to: &str,

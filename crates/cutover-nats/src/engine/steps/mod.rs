@@ -19,6 +19,9 @@
 //!   relies on it (durables that appeared on A).
 //! - [`routes`]: the route records applications follow.
 //! - [`undo`]: a consumer given back its state (the compensating action).
+//! - [`handover`]: where the server drops a mirror's window (a cluster), B
+//!   turned from mirroring into sourcing A with it, in a short freeze, before
+//!   the commit (which checks B kept A's sequences).
 //! - [`commit`]: the commit window (A releases, B takes the subjects) and
 //!   its undo (`subjects_moved`).
 //! - [`retire`]: A sealed, B's source removed, the old durables retired
@@ -32,6 +35,7 @@ pub mod consumers;
 pub mod create;
 pub mod drain;
 pub mod durable;
+pub mod handover;
 pub mod recheck;
 pub mod retire;
 pub mod routes;

@@ -57,6 +57,10 @@ pub(in crate::engine) async fn remove_source(ctx: &Ctx<'_>) -> Result<()> {
         } else {
             cfg["sources"] = json!(rest);
         }
+        // The hand-over's mark goes with the source it describes.
+        if let Some(m) = cfg["metadata"].as_object_mut() {
+            m.remove(cutover_core::plan::HANDOVER_KEY);
+        }
         ctx.js.stream_update(&cfg).await?;
     }
     ctx.done(Step::RemoveSource, t, Some(Phase::SourceRemoved), StepResult::SourceRemoved).await
