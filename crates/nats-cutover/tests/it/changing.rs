@@ -450,3 +450,44 @@ async fn a_runner_killed_in_the_hand_over_freeze_is_given_back_and_resumed_exact
     assert_eq!(s.config.storage.as_str(), "memory");
     assert_eq!((s.state.messages, s.state.last_seq), (3000, 3000), "stored once, A's sequences");
 }
+
+/// Issue 23, case 1: a stream whose messages are all gone (purged here; all
+/// expired or a drained work queue alike) but whose last sequence is N,
+/// changed in place under a nats-py publisher and a pull worker bound by
+/// name. The copy numbered new messages from 1 (a mirror of an empty stream
+/// is aligned to N only by its consumer's setup, on its leader) and the
+/// moved durable, at N + 1, skipped the first N of them (200 of 300 in a
+/// newcomer's run; verify said it held). B is moved on to N before it
+/// takes the subjects (commit::same_last): every publish processed once, at
+/// A's next sequences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_purged_stream_changed_in_place_goes_on_after_its_last_sequence() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 100).await;
+    e.js.stream_purge_below("ORDERS", None, 101).await.unwrap();
+    let dir = TempDir::new("purged");
+    let handled = dir.0.join("worker.jsonl");
+    let args = ["--server", e.server.url(), "--stream", "ORDERS", "--consumer", "worker"];
+    let rest = ["--mode", "pull", "--out", handled.to_str().unwrap()];
+    let worker = App::start("worker.py", &[&args[..], &rest[..]].concat());
+    let published = dir.0.join("pub.jsonl");
+    let mut publisher = App::publisher(e.server.url(), 300, 100, &published);
+    let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
+    let out = run_cli(&e, &args, None);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(publisher.0.wait().unwrap().success());
+    let acked = acked_ids(&published);
+    assert_eq!(acked.len(), 300);
+    wait_until("every message processed", Duration::from_secs(30), || async {
+        processed(std::slice::from_ref(&handled)).len() >= acked.len()
+    })
+    .await;
+    worker.stop();
+    let p = processed(std::slice::from_ref(&handled));
+    assert!(p.values().all(|n| *n == 1) && acked.iter().all(|id| p.contains_key(id)), "{p:?}");
+    let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((s.state.first_seq, s.state.last_seq), (101, 400), "A's next sequences");
+    let seqs: Vec<u64> = lines(&handled).iter().filter_map(|l| l["seq"].as_u64()).collect();
+    assert!(seqs.iter().all(|s| *s > 100), "{seqs:?}");
+}

@@ -156,6 +156,18 @@ async fn in_place_on_a_three_node_cluster_hands_the_copy_over_and_is_exact() {
     let (_, s) = js.stream_info("KV_cfg").await.unwrap();
     assert_eq!((s.config.storage.as_str(), s.config.num_replicas), ("memory", 3));
     assert_eq!((s.state.messages, s.state.last_seq), (50, 50), "every revision kept");
+    // Emptied (purged: its last sequence stays 6,000), back to file: the
+    // next message is 6,001 and the durable gets it (a mirror of an empty
+    // stream is aligned on its leader only; commit::same_last).
+    js.stream_purge_below("ORDERS", None, 6001).await.unwrap();
+    let back = ["--server", &urls, "run", "--in-place", "ORDERS", "--set", "storage=file", "--yes"];
+    let out = crate::common::cli(&back);
+    assert_eq!(out.code, 0, "{out:?}");
+    let orders = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+    let ack = orders.publish("orders.eu", "next".into()).await.unwrap().await.unwrap();
+    assert_eq!(ack.sequence, 6001, "A's next sequence");
+    let (_, c) = js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert_eq!(c.num_pending, 1, "the durable gets it: {c:?}");
 }
 
 /// The whole live cut-over on a 3-node cluster with replicated (R3) streams and

@@ -11,7 +11,7 @@ use crate::engine::progress::source_progress;
 use crate::error::{Error, Result};
 use crate::journal::now_ms;
 use cutover_core::journal::{Phase, Step};
-use cutover_core::plan::InPlaceHop;
+use cutover_core::plan::{InPlaceHop, Strategy};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -247,6 +247,11 @@ async fn commit_window(
         tokio::time::sleep(Duration::from_micros(500)).await;
     };
     ctx.journal.lock().await.a_final_seq = Some(a_final);
+    let mirror = ctx.journal.lock().await.plan.strategy == Strategy::Mirror;
+    if mirror {
+        // A's sequences, exactly: B's next message must be A's next.
+        same_last(ctx, from, to).await?;
+    }
     let handed_over = ctx.journal.lock().await.handover.and_then(|h| h.x);
     if let Some(x) = handed_over {
         // B keeps A's sequences since its hand-over, or the commit is refused.
@@ -271,6 +276,42 @@ async fn commit_window(
         ctx.js.stream_update(&cfg).await?;
     }
     Ok(a_final)
+}
+
+/// Strategy mirror keeps A's sequences, so B's last must be A's before B
+/// takes the subjects: the next publish gets A's next sequence there, where
+/// the moved durables (at F + 1) and the clients' own cursors (an ordered
+/// consumer's, a KV revision) expect it.
+///
+/// A stream whose messages are all gone (purged, expired, a drained work
+/// queue) still has a last sequence N; a mirror of it holds nothing and is
+/// aligned to N only by the mirror consumer's setup, on its leader alone
+/// (stream.go `setupMirrorConsumer`: `PurgeEx(Delivered.Stream+1)` when the
+/// mirror is empty; not proposed to the replicas): promoted before that, or
+/// led by another replica, it numbered new messages from 1 and a moved
+/// durable at N + 1 skipped the first N of them. An empty B is purged up to
+/// N + 1 (a replicated request; on an empty stream it sets first N + 1 and
+/// last N). A B that holds messages but ends before A's last (A's newest
+/// messages removed) cannot be moved on without a new message of A: the
+/// commit is refused, A keeps its subjects.
+pub(in crate::engine) async fn same_last(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
+    let (_, a) = ctx.js.stream_info(from).await?;
+    let (_, b) = ctx.js.stream_info(to).await?;
+    let n = a.state.last_seq;
+    if b.state.last_seq == n {
+        return Ok(());
+    }
+    if b.state.last_seq < n && b.state.messages == 0 && a.state.messages == 0 {
+        ctx.js.stream_purge_below(to, None, n + 1).await?;
+        let (_, b) = ctx.js.stream_info(to).await?;
+        if b.state.last_seq == n {
+            return Ok(());
+        }
+    }
+    Err(Error::Stuck(format!(
+        "{to} ends at sequence {}, {from} at {n} ({} messages: its newest were removed after {to} copied it); {to} keeps {from}'s sequences, so its next message must be {from}'s next: run again once {from} has stored a new message",
+        b.state.last_seq, a.state.messages
+    )))
 }
 
 /// The subjects A keeps once it released the publishers' ones: none, unless

@@ -126,6 +126,10 @@ async fn freeze(ctx: &Ctx<'_>, from: &str, to: &str, final_subjects: &[String]) 
         if b_last == a_last && seen == Some(a_last) {
             break a_last;
         }
+        if b_last < a_last && seen.is_none() {
+            // An empty A with last N: B is moved on to N (commit::same_last).
+            let _ = super::commit::same_last(ctx, from, to).await;
+        }
         seen = (b_last == a_last).then_some(a_last);
         if Instant::now() > deadline {
             return Err(Error::Stuck(format!(
