@@ -94,6 +94,7 @@ pub(super) fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, Plan
         new_version: req.new_version.clone(),
         external: req.external.clone(),
         handover,
+        in_place_then: Default::default(),
         across: false,
         a_ingest: facts.checks.a_ingest,
         safe,

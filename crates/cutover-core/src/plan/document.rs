@@ -81,6 +81,11 @@ pub struct Plan {
     /// horizon after it (docs/in-place.md, "On a cluster").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub handover: bool,
+    /// In place, hop 1: the settings hop 2 gives the stream itself rather
+    /// than the temporary stream copying them (memory storage: the
+    /// temporary stream is the only copy between the hops).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub in_place_then: Map<String, Value>,
     /// A move across systems without `external` (strategy dual-write): A is
     /// on the source side, B on the target side, and B never reads A.
     /// `run`, `verify` and `rollback` need both sides' connections.

@@ -58,6 +58,7 @@ pub(crate) fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, Plan
         new_version: req.new_version.clone(),
         external: None,
         handover: false,
+        in_place_then: Default::default(),
         across: req.across,
         a_ingest: facts.checks.a_ingest,
         safe,

@@ -48,6 +48,26 @@ impl InPlaceRequest {
         self.via.clone().unwrap_or_else(|| format!("{}_CUTOVER", self.stream))
     }
 
+    /// The settings of each hop. The temporary stream gets the new ones, and
+    /// hop 2 copies them, but for memory storage: the temporary stream is
+    /// the only copy from hop 1's end (the old stream deleted) to hop 2's
+    /// commit, and a memory stream does not survive a server restart (a
+    /// newcomer's restart in hop 1 lost it, and every resume failed), so it
+    /// keeps the old stream's storage and hop 2 makes the stream memory.
+    fn hop_settings(&self) -> (Option<Map<String, Value>>, Option<Map<String, Value>>) {
+        let mut first = self.settings.clone();
+        let memory =
+            first.as_ref().and_then(|s| s.get("storage")).and_then(Value::as_str) == Some("memory");
+        if !memory {
+            return (first, None);
+        }
+        let storage = first.as_mut().and_then(|s| s.remove("storage"));
+        let first = first.filter(|s| !s.is_empty());
+        let mut second = Map::new();
+        second.insert("storage".into(), storage.unwrap_or_default());
+        (first, Some(second))
+    }
+
     fn hop(
         &self,
         from: &str,
@@ -68,7 +88,10 @@ impl InPlaceRequest {
 
 /// Hop 1's plan: A to the temporary stream, which gets the new settings.
 pub async fn plan_in_place(js: &Js, req: &InPlaceRequest) -> Result<Plan> {
-    prepare_plan(js, &req.hop(&req.stream, &req.via(), req.settings.clone(), InPlaceHop::Out)).await
+    let (first, then) = req.hop_settings();
+    let mut p = prepare_plan(js, &req.hop(&req.stream, &req.via(), first, InPlaceHop::Out)).await?;
+    p.in_place_then = then.unwrap_or_default();
+    Ok(p)
 }
 
 /// What `plan` shows: hop 1's plan, hop 2 in outline, the copy and its
@@ -163,7 +186,9 @@ pub async fn run_in_place(
         Some(j) if j.phase != Phase::RolledBack => run(js, j.plan, &opts, sink, shutdown).await?,
         _ => {
             // The temporary stream holds the new settings: hop 2 copies them.
-            let p2 = prepare_plan(js, &req.hop(&via, &a, None, InPlaceHop::Back)).await?;
+            let then = j1.plan.in_place_then.clone();
+            let second = (!then.is_empty()).then_some(then);
+            let p2 = prepare_plan(js, &req.hop(&via, &a, second, InPlaceHop::Back)).await?;
             refuse_unsafe(&p2, 2).map_err(|e| {
                 Error::Stuck(format!(
                     "{e}; hop 1 is done: {a} now lives as {via}, serving publishers and consumers; fix the cause and run the same command again"
@@ -178,7 +203,12 @@ pub async fn run_in_place(
 /// A change under way is resumed with the settings it was started with: a
 /// request for other settings is refused, not silently given the old ones.
 fn same_settings(req: &InPlaceRequest, hop1: &Plan) -> Result<()> {
-    let planned = |k: &str| hop1.b_config.get(k).or_else(|| hop1.promote_with.get(k));
+    let planned = |k: &str| {
+        hop1.in_place_then
+            .get(k)
+            .or_else(|| hop1.b_config.get(k))
+            .or_else(|| hop1.promote_with.get(k))
+    };
     let differ: Vec<String> = req
         .settings
         .iter()

@@ -111,6 +111,7 @@ impl Undo<'_> {
         } else {
             refuse_if_committed(&j, b_now.as_ref().map(|(_, b)| b))?;
             self.refuse_without_reset(&j).await?;
+            self.refuse_losing_the_only_copy(&j, b_now.as_ref()).await?;
         }
         let a_now = self.a_still_serving(&j).await?;
         if let Some((a_raw, a)) = &a_now {
@@ -190,6 +191,44 @@ impl Undo<'_> {
     /// A, if it can still take publishes. A stream that is gone or sealed moved
     /// on since (another migration, or by hand): nothing of it is restored; the
     /// rollback only removes what this migration left elsewhere.
+    /// A rollback deletes the B it created: never while B holds messages A
+    /// no longer has (A gone, or back empty: a memory stream after a server
+    /// restart), which would delete their only copy.
+    async fn refuse_losing_the_only_copy(
+        &self,
+        j: &Journal,
+        b_now: Option<&(Value, StreamInfo)>,
+    ) -> Result<()> {
+        let Some((_, b)) = b_now else { return Ok(()) };
+        if !j.created_b || b.state.messages == 0 {
+            return Ok(());
+        }
+        // The newest of A's sequences B holds: its own where it keeps A's
+        // (mirror), else its last message's origin.
+        let b_holds = match j.plan.strategy {
+            Strategy::Mirror => b.state.last_seq,
+            _ => match self.js.last_msg(&j.to, false).await? {
+                Some(m) => m.origin_seq(&j.from)?.unwrap_or(0),
+                None => 0,
+            },
+        };
+        let a_last = self.js.stream_info_opt(&j.from).await?.map(|(_, a)| a.state.last_seq);
+        if a_last.is_some_and(|last| last >= b_holds) {
+            return Ok(());
+        }
+        Err(Error::Unsafe(format!(
+            "{from} {} (a memory stream does not survive a server restart), and {to} holds {n} of its messages, up to its sequence {b_holds}: their only copy; a rollback deletes {to}, so it is refused and nothing was changed; finish instead: `nats-cutover run --resume {id}` ({to} takes {from}'s subjects once every durable moved)",
+            match a_last {
+                None => "is gone".to_string(),
+                Some(l) => format!("holds only up to sequence {l}"),
+            },
+            from = j.from,
+            to = j.to,
+            n = b.state.messages,
+            id = j.id
+        )))
+    }
+
     async fn a_still_serving(&self, j: &Journal) -> Result<Option<(Value, StreamInfo)>> {
         let a_now = self.js.stream_info_opt(&j.from).await?.filter(|(_, a)| !a.config.sealed);
         if a_now.is_none() {

@@ -72,6 +72,7 @@ pub async fn run(
         return result.map(|_| j);
     }
     let held = if result.is_err() { undo::still_held(&ctx).await } else { vec![] };
+    let a_gone = result.is_err() && matches!(js.stream_info_opt(&j.from).await, Ok(None));
     if let Err(e) = &result {
         j.error = Some(e.to_string());
         if j.phase == Phase::Planned && matches!(js.stream_info_opt(&j.to).await, Ok(None)) {
@@ -85,7 +86,7 @@ pub async fn run(
         }
     }
     let _ = ctx.release_lease().await;
-    result.map(|_| j.clone()).map_err(|e| stopped(e, &j, &held))
+    result.map(|_| j.clone()).map_err(|e| stopped(e, &j, &held, a_gone))
 }
 
 /// A run's failure, unless its lease was lost meanwhile: a request sent by a
@@ -138,7 +139,7 @@ async fn new_journal(js: &Js, plan: Plan, opts: &RunOptions) -> Result<Journal> 
 /// Says, with a run's error, what state the migration is left in (after the
 /// compensating actions ran; `held`: consumers this run could not give back
 /// their state) and the one command that continues or undoes it.
-fn stopped(e: Error, j: &Journal, held: &[String]) -> Error {
+fn stopped(e: Error, j: &Journal, held: &[String], a_gone: bool) -> Error {
     if matches!(e, Error::Interrupted { .. } | Error::Leased { .. }) {
         return e; // they say it themselves
     }
@@ -159,6 +160,11 @@ fn stopped(e: Error, j: &Journal, held: &[String]) -> Error {
         (
             format!("nothing was changed (migration {id} ended rolled back)"),
             "fix the cause and run again".to_string(),
+        )
+    } else if a_gone && !j.phase.committed() && j.phase != Phase::Planned {
+        (
+            format!("{} is gone (a memory stream does not survive a server restart): {} holds its messages and is their only copy", j.from, j.to),
+            format!("`nats-cutover run --resume {id}` makes {} take {}'s subjects once every durable moved; do not roll back (it would delete {})", j.to, j.from, j.to),
         )
     } else if j.phase.committed() {
         (
@@ -198,6 +204,14 @@ async fn drive(ctx: &Ctx<'_>) -> Result<()> {
         return super::compensate::drive(ctx).await;
     }
     let phase = || async { ctx.journal.lock().await.phase };
+    // A lost before the commit (a memory stream after a restart): B, its
+    // only copy, takes the subjects if it can (commit::a_lost).
+    let from = ctx.journal.lock().await.from.clone();
+    let lost = (Phase::BReady..Phase::SubjectsMoved).contains(&phase().await)
+        && ctx.js.stream_info_opt(&from).await?.is_none();
+    if lost {
+        commit::a_lost(ctx).await?;
+    }
     if phase().await < Phase::ConsumersMoved {
         super::fence::check_instances(ctx).await?;
     }

@@ -491,3 +491,85 @@ async fn a_purged_stream_changed_in_place_goes_on_after_its_last_sequence() {
     let seqs: Vec<u64> = lines(&handled).iter().filter_map(|l| l["seq"].as_u64()).collect();
     assert!(seqs.iter().all(|s| *s > 100), "{seqs:?}");
 }
+
+/// Issue 23, case 3: `--set storage=memory` made the temporary stream
+/// memory, and it is the only copy from hop 1's end (the old stream
+/// deleted) to hop 2's commit: a server restart there lost it and every
+/// resume failed. It keeps the old stream's storage (file) and hop 2 makes
+/// the stream memory: after a restart at that moment the same command
+/// finishes with every message and the durable's position.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_between_the_hops_of_a_change_to_memory_keeps_the_only_copy() {
+    let mut e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 50).await;
+    let w = e.pull_consumer("ORDERS", "worker").await;
+    let mut batch = w.fetch().max_messages(10).messages().await.unwrap();
+    while let Some(m) = futures::StreamExt::next(&mut batch).await {
+        m.unwrap().double_ack().await.unwrap();
+    }
+    let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
+    let out = run_cli(&e, &args, Some("retire"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let (_, via) = e.js.stream_info("ORDERS_CUTOVER").await.unwrap();
+    assert_eq!(via.config.storage.as_str(), "file", "the only copy survives a restart");
+    e.server.restart().unwrap();
+    let client = async_nats::connect(e.server.url()).await.unwrap();
+    let js = cutover_nats::Js::new(client, Duration::from_secs(5));
+    wait_until("the server to answer", Duration::from_secs(20), || async {
+        js.stream_info("ORDERS_CUTOVER").await.is_ok()
+    })
+    .await;
+    let out = crate::run::retry_cli(&e, &args, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, s) = js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((s.config.storage.as_str(), s.state.messages, s.state.last_seq), ("memory", 50, 50));
+    let (_, c) = js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert_eq!(c.num_pending, 40, "its position: {c:?}");
+}
+
+/// Issue 23, case 2: a memory stream changed to file in place, the server
+/// restarted before hop 1's commit: the memory stream is gone with its
+/// durables, and the file copy is the only copy of its messages. The run
+/// said the old stream still served the publishers, every resume failed,
+/// and the suggested rollback would have deleted the only copy. Now the
+/// rollback is refused, naming it, and the same command finishes: the copy
+/// (every durable had moved) takes the subjects, then hop 2 gives the
+/// stream its name back, with every message and the durable's position.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_memory_stream_lost_in_a_restart_before_the_commit_is_finished_from_its_copy() {
+    let mut e = env().await;
+    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "storage": "memory", "duplicate_window": 120_000_000_000i64})).await;
+    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit"})).await;
+    e.publish("orders.eu", "a", 30).await;
+    let w = e.pull_consumer("ORDERS", "worker").await;
+    let mut batch = w.fetch().max_messages(10).messages().await.unwrap();
+    while let Some(m) = futures::StreamExt::next(&mut batch).await {
+        m.unwrap().double_ack().await.unwrap();
+    }
+    let args = ["run", "--in-place", "ORDERS", "--set", "storage=file", "--yes"];
+    let out = run_cli(&e, &args, Some("move_consumers"));
+    assert_eq!(out.code, 86, "{out:?}");
+    e.server.restart().unwrap();
+    let client = async_nats::connect(e.server.url()).await.unwrap();
+    let js = cutover_nats::Js::new(client, Duration::from_secs(5));
+    wait_until("the server to answer", Duration::from_secs(20), || async {
+        js.stream_info("ORDERS_CUTOVER").await.is_ok()
+    })
+    .await;
+    assert!(js.stream_info_opt("ORDERS").await.unwrap().is_none(), "a memory stream is gone");
+    let rb =
+        crate::run::retry_cli(&e, &["rollback", "ORDERS.ORDERS_CUTOVER"], &["is held by runner"])
+            .await;
+    assert_ne!(rb.code, 0, "{rb:?}");
+    assert!(rb.stderr.contains("only copy") && rb.stderr.contains("run --resume"), "{rb:?}");
+    assert_eq!(js.stream_info("ORDERS_CUTOVER").await.unwrap().1.state.messages, 30, "kept");
+    let out = crate::run::retry_cli(&e, &args, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("was gone"), "{out:?}");
+    let (_, s) = js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((s.config.storage.as_str(), s.state.messages, s.state.last_seq), ("file", 30, 30));
+    assert_eq!(s.config.subjects, vec!["orders.>".to_string()]);
+    let (_, c) = js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert_eq!(c.num_pending, 20, "its position: {c:?}");
+}

@@ -278,6 +278,47 @@ async fn commit_window(
     Ok(a_final)
 }
 
+/// A is gone before the commit: a memory stream is lost when its server
+/// restarts (on a cluster, when all its replicas do), with its durables. B
+/// holds A's messages up to where it had copied them, and is then the only
+/// copy: once every durable moved, B takes A's subjects (the commit without
+/// A, so publishers are served again), and the run goes on; before that,
+/// the durables' positions are gone with A and nothing can be exact, so the
+/// run stops, saying so (and `rollback` refuses to delete B).
+pub(in crate::engine) async fn a_lost(ctx: &Ctx<'_>) -> Result<()> {
+    let (from, to, final_subjects, phase, id) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone(), j.phase, j.id.clone())
+    };
+    let (b_raw, b) = ctx.js.stream_info(&to).await?;
+    if phase < Phase::ConsumersMoved {
+        return Err(Error::Unsafe(format!(
+            "{from} is gone (a memory stream does not survive a server restart), and its durables with it before they moved: their positions are lost; {to} holds {from}'s messages up to sequence {} ({} messages) and is their only copy, so it is kept (rollback refuses to delete it); nothing can finish this exactly: recreate {from}'s durables on {to} where their applications left off, then `nats-cutover forget {id}`",
+            b.state.last_seq, b.state.messages
+        )));
+    }
+    let t = ctx.begin(Step::MovePublishers).await?;
+    ctx.journal.lock().await.phase = Phase::SubjectsReleased;
+    ctx.save().await?;
+    let mut cfg = b_raw["config"].clone();
+    cfg["subjects"] = json!(final_subjects);
+    if let Some(c) = cfg.as_object_mut() {
+        c.remove("mirror");
+        c.extend(ctx.journal.lock().await.plan.promote_with.clone());
+    }
+    ctx.js.stream_update(&cfg).await?;
+    let a_final = b.state.last_seq;
+    ctx.journal.lock().await.a_final_seq = Some(a_final);
+    let what = format!("{from} was gone (a memory stream lost in a server restart): {to}, which held its messages up to sequence {a_final}, took its subjects; messages {from} accepted after {to} copied them, if any, were lost with it");
+    ctx.emit(Step::MovePublishers, EventKind::Warning(Warning::Skipped { what }));
+    let result = StepResult::MovePublishers {
+        a_final_seq: a_final,
+        no_stream_window_ms: None,
+        reconciled: true,
+    };
+    ctx.done(Step::MovePublishers, t, Some(Phase::SubjectsMoved), result).await
+}
+
 /// Strategy mirror keeps A's sequences, so B's last must be A's before B
 /// takes the subjects: the next publish gets A's next sequence there, where
 /// the moved durables (at F + 1) and the clients' own cursors (an ordered

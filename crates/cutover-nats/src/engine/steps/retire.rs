@@ -14,7 +14,11 @@ use serde_json::{json, Value};
 pub(in crate::engine) async fn seal_a(ctx: &Ctx<'_>) -> Result<()> {
     let from = ctx.journal.lock().await.from.clone();
     let t = ctx.begin(Step::SealA).await?;
-    let (raw, a) = ctx.js.stream_info(&from).await?;
+    // A gone (a memory stream lost in a restart: commit::a_lost) has
+    // nothing left to seal.
+    let Some((raw, a)) = ctx.js.stream_info_opt(&from).await? else {
+        return ctx.done(Step::SealA, t, Some(Phase::Sealed), StepResult::Sealed).await;
+    };
     if !a.config.sealed {
         let mut cfg = raw["config"].clone();
         cfg["sealed"] = json!(true);
