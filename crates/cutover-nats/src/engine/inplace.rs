@@ -30,6 +30,9 @@ use serde_json::{Map, Value};
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// Stream settings in the server's stream-config shape.
+type Settings = Map<String, Value>;
+
 /// What the operator asks for.
 #[derive(Debug, Clone)]
 pub struct InPlaceRequest {
@@ -54,7 +57,7 @@ impl InPlaceRequest {
     /// commit, and a memory stream does not survive a server restart (a
     /// newcomer's restart in hop 1 lost it, and every resume failed), so it
     /// keeps the old stream's storage and hop 2 makes the stream memory.
-    fn hop_settings(&self) -> (Option<Map<String, Value>>, Option<Map<String, Value>>) {
+    fn hop_settings(&self) -> (Option<Settings>, Option<Settings>) {
         let mut first = self.settings.clone();
         let memory =
             first.as_ref().and_then(|s| s.get("storage")).and_then(Value::as_str) == Some("memory");
