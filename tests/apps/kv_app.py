@@ -21,7 +21,8 @@ watcher  Watches w.> (updates only) and writes one line per entry it sees:
            {"key", "rev", "value", "t"}  ... {"done": true}   (on SIGTERM)
 
 obj-put    Puts --objects objects o{k} of --size bytes into the object store
-           --bucket (content: a repeating pattern seeded by k), creating it.
+           --bucket (content: a repeating pattern seeded by k), creating it
+           (with --replicas, default 1).
 obj-check  Reads them back: {"name", "size", "intact"} per object, then
            {"done": true}.
 
@@ -42,6 +43,7 @@ import time
 import nats
 import nats.errors
 import nats.js.errors
+from nats.js import api
 
 
 def parse_args():
@@ -57,6 +59,7 @@ def parse_args():
     p.add_argument("--held", type=int, default=0)
     p.add_argument("--first", type=int, default=0, help="reader: first key index")
     p.add_argument("--until", help="stop when this file exists (writer, reader)")
+    p.add_argument("--replicas", type=int, default=1, help="obj-put: the object store's replicas")
     return p.parse_args()
 
 
@@ -178,7 +181,7 @@ def content(k, size):
 
 
 async def obj_put(a, js, out, stop):
-    os_ = await js.create_object_store(a.bucket)
+    os_ = await js.create_object_store(a.bucket, config=api.ObjectStoreConfig(bucket=a.bucket, replicas=a.replicas))
     for k in range(a.objects):
         await os_.put(f"o{k}", content(k, a.size))
         emit(out, {"put": f"o{k}", "size": a.size})

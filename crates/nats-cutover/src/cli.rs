@@ -509,6 +509,13 @@ pub struct BucketArgs {
     /// The temporary stream (default: <STREAM>_CUTOVER).
     #[arg(long, value_name = "STREAM", help_heading = "In place")]
     pub via: Option<String>,
+    /// How long writers keep retrying a write with the same Nats-Msg-Id
+    /// (default: the bucket's duplicate window). On a cluster each hop waits
+    /// this long before its commit; KV and object-store clients write
+    /// without msg-ids unless the application sets one, so `0s` is exact
+    /// for them.
+    #[arg(long, value_parser = humantime::parse_duration, help_heading = "Publishers")]
+    pub retry_horizon: Option<Duration>,
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,

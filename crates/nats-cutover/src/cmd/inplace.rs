@@ -216,7 +216,7 @@ pub async fn bucket(
         consumers: vec![],
         all_consumers: true,
         settings: Some(settings),
-        retry_horizon: None,
+        retry_horizon: a.retry_horizon,
     };
     let opts = RunOptions {
         lease_ttl: a.lease_ttl,

@@ -6,6 +6,7 @@ use cutover_nats::api::Action;
 use cutover_nats::Js;
 use cutover_testkit::Cluster;
 use serde_json::json;
+use std::path::Path;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -645,4 +646,134 @@ async fn a_node_partitioned_during_the_cutover_loses_nothing() {
     assert!(v.holds, "{:?} {:#?}; could not read before: {failed:#?}", v.summary, v.offenders);
     let checked = v.consumers[0].counts.checked;
     assert_eq!(checked, r.published, "verify checked {checked} of {}", r.published);
+}
+
+/// Issue 23, on an R3 cluster under nats-py applications: a KV bucket with a
+/// writer (put, create, revision-checked update) and a watcher, an object
+/// store, and a stream changed from limits to a work queue (2.14+) under a
+/// publisher and pull workers bound by name, each in place. Revisions and
+/// sequences kept, every write seen once and in order by the watcher, every
+/// object intact, every publish processed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn r3_kv_bucket_object_store_and_work_queue_change_in_place_under_nats_py_apps() {
+    use crate::pyapps::{lines, processed, App};
+    let cluster = Cluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+    let urls_list: Vec<String> = cluster.urls().split(',').map(String::from).collect();
+    let js = Js::new(async_nats::connect(urls_list).await.unwrap(), Duration::from_secs(5));
+    wait_until("an R3 bucket to be created", Duration::from_secs(30), || async {
+        js.stream_create(&json!({
+            "name": "KV_cfg", "subjects": ["$KV.cfg.>"], "max_msgs_per_subject": 20, "num_replicas": 3,
+            "discard": "new", "allow_rollup_hdrs": true, "deny_delete": true, "allow_direct": true,
+            "duplicate_window": 2_000_000_000i64
+        }))
+        .await
+        .is_ok()
+    })
+    .await;
+    let urls = cluster.urls();
+    let url = cluster.nodes[0].url();
+    let dir = crate::common::TempDir::new("r3-apps");
+    let f = |n: &str| dir.0.join(n).to_str().unwrap().to_string();
+    // The KV bucket: writer and watcher through the change.
+    let (wf, wa, until) = (f("writer.jsonl"), f("watcher.jsonl"), f("stop"));
+    let common = ["--server", url, "--bucket", "cfg"];
+    let watcher = App::start("kv_app.py", &[&["watcher"], &common[..], &["--out", &wa]].concat());
+    let wargs = ["--out", &wf, "--keys", "50", "--rate", "100", "--until", &until];
+    let mut writer = App::start("kv_app.py", &[&["writer"], &common[..], &wargs[..]].concat());
+    let writes = || lines(Path::new(&wf)).into_iter().filter(|l| l.get("rev").is_some()).count();
+    wait_until("the writer writes", Duration::from_secs(30), || async { writes() >= 100 }).await;
+    let out =
+        crate::common::cli(&["--server", &urls, "kv", "cfg", "--set", "storage=memory", "--yes"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let after = writes();
+    wait_until("the writer writes after", Duration::from_secs(30), || async {
+        writes() >= after + 50
+    })
+    .await;
+    std::fs::write(&until, "").unwrap();
+    assert!(writer.0.wait().unwrap().success());
+    let written: Vec<serde_json::Value> =
+        lines(Path::new(&wf)).into_iter().filter(|l| l.get("i").is_some()).collect();
+    assert!(written.iter().all(|l| l.get("error").is_none()), "writes failed");
+    let revs: Vec<u64> = written.iter().filter_map(|l| l["rev"].as_u64()).collect();
+    let last = *revs.iter().max().unwrap();
+    let seen =
+        || lines(Path::new(&wa)).iter().filter_map(|l| l["rev"].as_u64()).collect::<Vec<u64>>();
+    wait_until("the watcher sees the last write", Duration::from_secs(30), || async {
+        seen().last() >= Some(&last)
+    })
+    .await;
+    watcher.stop();
+    let got = seen();
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "each revision once, in order");
+    assert!(revs.iter().all(|r| got.contains(r)), "the watcher saw every write");
+    let (_, s) = js.stream_info("KV_cfg").await.unwrap();
+    assert_eq!((s.config.storage.as_str(), s.config.num_replicas), ("memory", 3));
+    assert_eq!(s.state.last_seq, last, "revisions kept");
+    // The object store.
+    let run = |role: &str, out: &str, extra: &[&str]| {
+        let args = ["--server", url, "--bucket", "files", "--out", out, "--size", "1048576"];
+        let mut app = App::start("kv_app.py", &[&[role][..], &args[..], extra].concat());
+        assert!(app.0.wait().unwrap().success(), "{role}");
+    };
+    run("obj-put", &f("put.jsonl"), &["--replicas", "3"]);
+    let before = js.stream_info("OBJ_files").await.unwrap().1.state;
+    // nats-py's object store has the default window (2 min) and writes
+    // without msg-ids: no retry horizon to wait for.
+    let obj =
+        ["--server", &urls, "obj", "files", "--set", "storage=memory", "--retry-horizon", "0s"];
+    let out = crate::common::cli(&[&obj[..], &["--yes"]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, o) = js.stream_info("OBJ_files").await.unwrap();
+    assert_eq!((o.config.storage.as_str(), o.config.num_replicas), ("memory", 3));
+    assert_eq!((o.state.messages, o.state.last_seq), (before.messages, before.last_seq));
+    run("obj-check", &f("check.jsonl"), &[]);
+    let objects = lines(Path::new(&f("check.jsonl")));
+    assert!(objects.len() == 3 && objects.iter().all(|o| o["intact"] == true), "{objects:?}");
+    // Limits to work queue.
+    js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "duplicate_window": 2_000_000_000i64})).await.unwrap();
+    let worker = json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000});
+    js.consumer_create("ORDERS", "worker", &worker, Action::Create).await.unwrap();
+    let mut files = vec![];
+    let mut workers = vec![];
+    for i in 0..2 {
+        let out = dir.0.join(format!("worker{i}.jsonl"));
+        let args =
+            ["--server", url, "--stream", "ORDERS", "--consumer", "worker", "--mode", "pull"];
+        workers.push(App::start(
+            "worker.py",
+            &[&args[..], &["--out", out.to_str().unwrap()]].concat(),
+        ));
+        files.push(out);
+    }
+    let published = dir.0.join("pub.jsonl");
+    let mut publisher = App::publisher(url, 3000, 300, &published);
+    wait_until("workers process", Duration::from_secs(30), || async {
+        processed(&files).len() >= 200
+    })
+    .await;
+    let wq =
+        ["--server", &urls, "run", "--in-place", "ORDERS", "--set", "retention=workqueue", "--yes"];
+    let out = crate::common::cli(&wq);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(publisher.0.wait().unwrap().success());
+    let acked: Vec<String> = lines(&published)
+        .iter()
+        .filter(|l| l.get("failed").is_none())
+        .map(|l| l["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(acked.len(), 3000);
+    wait_until("every message processed", Duration::from_secs(60), || async {
+        processed(&files).len() >= acked.len()
+    })
+    .await;
+    for w in workers {
+        w.stop();
+    }
+    let p = processed(&files);
+    assert!(p.values().all(|n| *n == 1), "processed twice");
+    assert!(acked.iter().all(|id| p.contains_key(id)), "every acked publish processed");
+    let (_, s) = js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((s.config.retention.as_str(), s.config.num_replicas), ("workqueue", 3));
+    assert_eq!(s.state.last_seq, 3000, "sequences kept");
 }
