@@ -23,9 +23,9 @@
 // `ackack-retry` retries the double ack with m.ackAck() (which sends nothing
 // the second time), `parse-deleted` parses a deleted route entry as JSON.
 //
-// Lines (--out), one per processed message, written once its ack attempts are
-// over: {"id", "stream", "seq", "delivered", "instance", "acked", "t_ms"};
-// last {"done": true, "processed", "acked", "fenced_off"}. stdout: `ready`.
+// Lines (--out), per processed message: {"begin", "stream", "seq"} before its
+// ack, {"id", "stream", "seq", "delivered", "instance", "acked", "t_ms"} once
+// its ack attempts are over; last {"done": true, "processed", "acked", "fenced_off"}. stdout: `ready`.
 // Logs go to stderr.
 import { connect } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
@@ -305,11 +305,15 @@ class App {
       return;
     }
     if (args.workMs > 0) await sleep(args.workMs);
+    const id = m.headers?.get("Nats-Msg-Id") || null;
+    // Processed; its ack under way (an instance killed now may or may not
+    // have acknowledged it: the check counts this line for a killed one).
+    this.line({ begin: id, stream: m.info.stream, seq });
     const acked = await this.doubleAck(m);
     this.processed++;
     if (acked) this.acked++;
     this.line({
-      id: m.headers?.get("Nats-Msg-Id") || null,
+      id,
       stream: m.info.stream,
       seq,
       delivered: m.info.deliveryCount,
