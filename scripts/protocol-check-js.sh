@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The conformance check of docs/protocol.md (*Conformance*) against the nats.js
-# fence instance, tests/apps/js/fence_worker.mjs: fence (with 25 lost double
-# acks), fence with an instance killed holding messages, rolling
+# fence instance, tests/apps/js/fence_worker.mjs: fence (every 40th double ack of
+# one instance lost once), fence with an instance killed holding messages, rolling
 # (--new-version 2) and a rollback, on a nats-server of its own.
 #
 #   scripts/protocol-check-js.sh [protocol-check.py flags, e.g. --rounds 3]
@@ -27,7 +27,7 @@ fi
 exec "$PY" scripts/protocol-check.py \
   --instance-cmd 'node tests/apps/js/fence_worker.mjs' \
   --instance-args '--work-ms 2' \
-  --fault-args '--lose-acks 25' \
+  --fault-args '--lose-acks 40' \
   --kill-args '--work-ms 20' \
   --cli "${NATS_CUTOVER:-nats-cutover}" \
   --nats-server "${NATS_SERVER:-nats-server}" \

@@ -17,7 +17,7 @@
 //
 // Extra flags for the conformance check: --work-ms, time spent "processing"
 // each message (an instance killed then holds messages up to the fence);
-// --lose-acks N, the first attempt of the first N double acks is not sent (a
+// --lose-acks N, the first attempt of every N-th double ack is not sent (a
 // lost ack or a lost reply: the retry must send it again).
 // --break RULE makes it break one rule on purpose, to see the check fail:
 // `ackack-retry` retries the double ack with m.ackAck() (which sends nothing
@@ -152,7 +152,7 @@ class App {
     this.writes = Promise.resolve(); // registration writes, one at a time
     this.applies = Promise.resolve(); // route entries, one at a time
     this.processed = this.acked = this.fencedOff = 0;
-    this.losing = args.loseAcks;
+    this.acks = 0; // double acks begun
   }
 
   // Every write of the registration goes through here, in order, each from the
@@ -329,11 +329,11 @@ class App {
   // second call resolves false without sending anything.
   async doubleAck(m) {
     const started = Date.now();
+    const lose = args.loseAcks > 0 && ++this.acks % args.loseAcks === 0;
     let backoff = 20;
     for (let attempt = 1; ; attempt++) {
       try {
-        if (this.losing > 0 && attempt === 1) {
-          this.losing--;
+        if (lose && attempt === 1) {
           // As ackAck() leaves a message whose +ACK was lost: marked acked.
           if (args.break === "ackack-retry") m.didAck = true;
           throw Object.assign(new Error("simulated lost ack"), { name: "TimeoutError" });
