@@ -253,7 +253,9 @@ class Scenario:
             if acked <= seen:
                 break
             await asyncio.sleep(0.2)
-        await asyncio.sleep(1.0)  # late duplicates, if any
+        # Late duplicates: a message whose ack was lost comes back after the
+        # durable's ack_wait (5 s).
+        await asyncio.sleep(self.args.settle_after)
         for i in self.instances:
             if i.killed:
                 continue
@@ -483,7 +485,10 @@ def main():
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--count", type=int, default=3000)
     p.add_argument("--rate", type=float, default=300)
-    p.add_argument("--drain-timeout", type=float, default=60)
+    p.add_argument("--drain-timeout", type=float, default=60,
+                   help="seconds to wait for every acked publish to be processed")
+    p.add_argument("--settle-after", type=float, default=6.0,
+                   help="seconds to wait after that for late redeliveries (ack_wait is 5 s)")
     p.add_argument("--cli", default=os.environ.get("NATS_CUTOVER", "nats-cutover"))
     p.add_argument("--nats-server", default=os.environ.get("NATS_SERVER", "nats-server"))
     p.add_argument("--python", default=sys.executable, help="python with nats-py, for the publisher")
