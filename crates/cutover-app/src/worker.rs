@@ -226,11 +226,21 @@ const ACK_RETRY_FOR: Duration = Duration::from_secs(5);
 /// `processAckMsgLocked` falls through to `updateAcks`, which replies). It
 /// does not answer an ack above its next sequence (a delivery a killed
 /// server forgot, which it delivers again anyway): hence the bound.
+///
+/// Sent as a request, not with `Message::double_ack`: async-nats 0.51 takes
+/// any reply as the confirmation (jetstream/message.rs `double_ack_with`:
+/// `Some(_) => Ok(())`), the server's `503` "no responders" included (a
+/// consumer leader being elected, or the consumer deleted), so an ack that
+/// reached nobody counted as confirmed and was not sent again
+/// (docs/protocol.md R3). `Client::request` returns that status as an error.
 pub(crate) async fn double_ack(m: &jetstream::Message) -> bool {
+    let Some(reply) = m.message.reply.clone() else { return false };
+    let client = m.context.client();
     let started = std::time::Instant::now();
     let mut backoff = Duration::from_millis(20);
     loop {
-        if m.double_ack().await.is_ok() {
+        let ask = client.request(reply.clone(), "+ACK".into());
+        if matches!(tokio::time::timeout(Duration::from_secs(2), ask).await, Ok(Ok(_))) {
             return true;
         }
         if started.elapsed() >= ACK_RETRY_FOR {
