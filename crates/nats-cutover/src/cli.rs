@@ -348,7 +348,17 @@ mod tests {
                     "Output",
                 ],
             ),
-            ("kv", &["In place", "Limits and timeouts", "Connection", "Across systems", "Output"]),
+            (
+                "kv",
+                &[
+                    "Publishers",
+                    "In place",
+                    "Limits and timeouts",
+                    "Connection",
+                    "Across systems",
+                    "Output",
+                ],
+            ),
         ];
         for (name, headings) in want {
             let mut cmd = Cli::command();
@@ -502,13 +512,6 @@ pub struct RunArgs {
 pub struct BucketArgs {
     /// The bucket's name (its stream is KV_<BUCKET> or OBJ_<BUCKET>).
     pub bucket: String,
-    /// A new setting, OPTION=VALUE with the nats CLI's option names
-    /// (--set history=10 --set storage=memory --set ttl=24h); repeatable.
-    #[arg(long, value_name = "OPTION=VALUE", required = true, help_heading = "In place")]
-    pub set: Vec<String>,
-    /// The temporary stream (default: <STREAM>_CUTOVER).
-    #[arg(long, value_name = "STREAM", help_heading = "In place")]
-    pub via: Option<String>,
     /// How long writers keep retrying a write with the same Nats-Msg-Id
     /// (default: the bucket's duplicate window). On a cluster each hop waits
     /// this long before its commit; KV and object-store clients write
@@ -516,6 +519,13 @@ pub struct BucketArgs {
     /// for them.
     #[arg(long, value_parser = humantime::parse_duration, help_heading = "Publishers")]
     pub retry_horizon: Option<Duration>,
+    /// A new setting, OPTION=VALUE with the nats CLI's option names
+    /// (--set history=10 --set storage=memory --set ttl=24h); repeatable.
+    #[arg(long, value_name = "OPTION=VALUE", required = true, help_heading = "In place")]
+    pub set: Vec<String>,
+    /// The temporary stream (default: <STREAM>_CUTOVER).
+    #[arg(long, value_name = "STREAM", help_heading = "In place")]
+    pub via: Option<String>,
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,
