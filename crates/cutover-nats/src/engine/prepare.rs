@@ -35,7 +35,15 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     let names = if req.all_consumers { all.clone() } else { req.consumers.clone() };
     let mut consumers_raw = vec![];
     for n in &names {
-        consumers_raw.push(js.consumer_info_raw(&req.from, n).await?);
+        match js.consumer_info_opt(&req.from, n).await? {
+            Some((raw, _)) => consumers_raw.push(raw),
+            // Listed, then gone: an application's ephemeral consumer (nats.go
+            // makes one per object-store read; a client matrix saw `obj`
+            // refused, "consumer does not exist", 3 runs in 10). A durable
+            // asked for by name must exist.
+            None if req.all_consumers => {}
+            None => consumers_raw.push(js.consumer_info_raw(&req.from, n).await?),
+        }
     }
     if req.all_consumers {
         // Ephemeral consumers are their owners' business; only durables move.

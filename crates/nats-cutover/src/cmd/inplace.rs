@@ -156,6 +156,9 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         lease_ttl: a.lease_ttl,
         settle_timeout: a.settle_timeout,
         max_pause: a.max_pause,
+        // Both hops' commit windows (it was left out: a client matrix found
+        // non-retrying publishers' errors unchanged with the flag).
+        answer_publishes: a.answer_publishes,
         after_step: cutover_nats::test_hooks::crash_after_step(),
         on_exposed: crate::guard::exposure_hook(),
         ..Default::default()

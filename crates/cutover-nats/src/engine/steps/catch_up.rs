@@ -2,6 +2,7 @@
 //! A's duplicate window (raised once B holds A's history older than it).
 //! [`Stall`] and [`Pace`] bound every wait for sourcing by progress.
 
+use crate::api::{Lookup, Via};
 use crate::engine::ctx::Ctx;
 use crate::engine::events::{EventKind, Progress, StepResult};
 use crate::engine::progress::{source_progress, SourceProgress};
@@ -174,9 +175,36 @@ async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     // B must hold A's messages before `first_recent` (all of A's if none is recent).
     let need = first_recent.map(|m| m.seq.saturating_sub(1)).unwrap_or(a.state.last_seq);
     until_sourced(ctx, from, to, need, |e| e).await?;
+    // B goes on copying meanwhile: what it copied before the update takes
+    // effect is not recorded in its window, and a retry of it after the
+    // commit would be stored again (the model checker's finding: B copied a
+    // recent message before the window). Intent first: the commit waits one
+    // retry horizon from here (recheck::window_holds) unless every such
+    // message is older than the window.
+    ctx.journal.lock().await.window_since_ms = Some(crate::journal::now_ms());
+    ctx.save().await?;
     let mut cfg = raw["config"].clone();
     cfg["duplicate_window"] = json!(want);
     ctx.js.stream_update(&cfg).await?;
+    let copied = source_progress(ctx.js, to, from).await?.sourced_origin_seq;
+    let recent = match copied {
+        Some(seq) => match ctx.js.get_msg(from, seq, Lookup::Exact, Via::Leader).await? {
+            Some(m) => m
+                .time
+                .as_deref()
+                .and_then(|t| {
+                    time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+                        .ok()
+                })
+                .is_none_or(|t| t > time::OffsetDateTime::now_utc() - nanos(want)),
+            None => false, // gone from A since: not retried into B
+        },
+        None => false,
+    };
+    if !recent {
+        ctx.journal.lock().await.window_since_ms = None;
+        ctx.save().await?;
+    }
     let progress = Progress::WindowRaised { duplicate_window_ns: want, from_origin_seq: need + 1 };
     ctx.emit(Step::CatchUp, EventKind::Progress(progress));
     Ok(())

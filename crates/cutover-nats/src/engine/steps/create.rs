@@ -30,9 +30,16 @@ pub(in crate::engine) async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
             ctx.save().await?;
             let mut cfg = b_config.clone();
             // (A mirror checks no msg-id, so it needs no such start.)
-            if cfg.get("mirror").is_none() && dedup_off_while_sourcing(ctx.js) {
+            let window = cfg["duplicate_window"].as_i64().unwrap_or(0);
+            if cfg.get("mirror").is_none()
+                && dedup_off_while_sourcing(ctx.js)
+                && history_older_than(ctx.js, &from, window).await?
+            {
                 // See raise_window: B starts without dedup and gets A's window
-                // once it holds A's history older than that window.
+                // once it holds A's history older than that window. Without
+                // such history B has the window from the start: set later,
+                // what B copied before it would not be recorded (the model
+                // checker found a retry after the commit stored twice).
                 cfg["duplicate_window"] = json!(0);
             }
             ctx.js.stream_create(&cfg).await?;
@@ -40,6 +47,19 @@ pub(in crate::engine) async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
         }
     };
     ctx.done(Step::CreateB, t, Some(Phase::BReady), StepResult::CreateB { created }).await
+}
+
+/// Whether A holds messages stored more than `window_ns` ago (msg-ids it
+/// may have stored again since, which B must not drop while it copies).
+async fn history_older_than(js: &Js, from: &str, window_ns: i64) -> Result<bool> {
+    let (_, a) = js.stream_info(from).await?;
+    if a.state.messages == 0 || window_ns <= 0 {
+        return Ok(false);
+    }
+    let since = time::OffsetDateTime::now_utc() - cutover_core::model::nanos(window_ns);
+    let since = since.format(&time::format_description::well_known::Rfc3339).expect("format");
+    let first_recent = js.first_since(from, &since, a.config.exact_direct_gets()).await?;
+    Ok(first_recent.is_none_or(|m| m.seq > a.state.first_seq))
 }
 
 /// From 2.14 a sourcing stream may have no duplicate window (dedup off:
