@@ -1,0 +1,55 @@
+//! The bounds of one check: how many messages, faults and operator actions
+//! the model allows, which server version's rules apply, and the BFS depth.
+
+use cutover_core::version::ServerVersion;
+
+/// What one check explores. Every count is an upper bound on how often the
+/// fault or action may happen on one path (0 turns it off).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Messages the one publisher publishes, in order, each with its own msg-id.
+    pub msgs: u8,
+    /// Publish answers lost on the way back (the message may have been stored;
+    /// the publisher retries with the same msg-id).
+    pub lost_answers: u8,
+    /// Runner crashes (SIGKILL at any step boundary).
+    pub crashes: u8,
+    /// Worker deaths while it holds a message (before or after processing it,
+    /// always before its ack).
+    pub worker_deaths: u8,
+    /// The consumer's `max_deliver` (1 or 2): a message whose worker died this
+    /// many times leaves ack-pending without an ack (exhausted).
+    pub max_deliver: u8,
+    /// How often a drain may cut its pause (resume, let held messages be
+    /// redelivered, pause again) before its settle timeout.
+    pub pause_cuts: u8,
+    /// Operator commands after a run stopped: `run --resume` or `rollback`.
+    pub operator_acts: u8,
+    /// The server whose rules apply (B's window at its create, consumer reset).
+    pub server: ServerVersion,
+    /// BFS depth bound (actions on one path).
+    pub depth: usize,
+}
+
+impl Config {
+    /// The configuration `scripts/model-check.sh --ci` checks, the real rules
+    /// and every mutant.
+    pub fn ci() -> Self {
+        Config {
+            msgs: 2,
+            lost_answers: 1,
+            crashes: 1,
+            worker_deaths: 2,
+            max_deliver: 2,
+            pause_cuts: 1,
+            operator_acts: 1,
+            server: ServerVersion::new(2, 13, 0),
+            depth: 60,
+        }
+    }
+
+    /// The unit tests' configuration (debug build): smaller, same shape.
+    pub fn small() -> Self {
+        Config { msgs: 2, worker_deaths: 1, max_deliver: 1, ..Config::ci() }
+    }
+}

@@ -1,0 +1,154 @@
+//! A model of nats-cutover's protocol (strategy source, mode drain),
+//! checked exhaustively to a bounded depth with stateright. The runner's
+//! decisions are cutover-core's own functions (`decide`); the streams,
+//! durables, publisher and worker are modelled after the server's rules.
+//! docs/model.md says what is modelled, what is not, and the properties.
+//!
+//! - `config`: the bounds of a check; `world`: the state;
+//! - `env`: the publisher, B's source, the worker; `runner`: the run's steps;
+//! - `ops`: crashes, the guard, resume and rollback;
+//! - `decide`: the calls into cutover-core; `properties`; `mutants`;
+//! - `trace`: a counterexample as one line per action.
+
+pub mod config;
+pub mod decide;
+pub mod env;
+pub mod mutants;
+mod ops;
+pub mod properties;
+mod runner;
+#[cfg(test)]
+mod tests;
+pub mod trace;
+pub mod world;
+
+use config::Config;
+use cutover_core::journal::{ConsumerPhase, Phase};
+use decide::Rules;
+use env::Action;
+use mutants::Mutant;
+use stateright::{Checker, Model, Property};
+use std::time::{Duration, Instant};
+use world::{Cons, Cph, Jrnl, Local, Pc, Ph, Run, State, Stream, MAX_MSGS};
+
+pub struct CutoverModel {
+    pub cfg: Config,
+    pub mutant: Option<Mutant>,
+    pub rules: Rules,
+}
+
+impl CutoverModel {
+    pub fn new(cfg: Config, mutant: Option<Mutant>) -> Self {
+        assert!((1..=MAX_MSGS as u8).contains(&cfg.msgs), "1 to {MAX_MSGS} messages");
+        assert!((1..=2).contains(&cfg.max_deliver), "max_deliver 1 or 2");
+        let rules = Rules::new(&cfg);
+        CutoverModel { cfg, mutant, rules }
+    }
+
+    /// A's subjects held by A, its durable running, a journal just saved
+    /// (phase planned) and the runner about to take its first step.
+    pub fn init(&self) -> State {
+        let mut s = State {
+            next_pub: 0,
+            a: Stream::new(true, true),
+            b: None,
+            old: Cons::new(1),
+            new: Cons::gone(),
+            route: false,
+            held: None,
+            proc_old: [0; MAX_MSGS],
+            proc_new: [0; MAX_MSGS],
+            journal: Jrnl {
+                phase: Ph(Phase::Planned),
+                created_b: false,
+                c: Cph(ConsumerPhase::Waiting),
+                checkpoint: None,
+                b_start: None,
+                evidence: None,
+            },
+            run: Run::Running,
+            pc: Pc::Idle,
+            local: Local::default(),
+            caught_up_at: None,
+            b_ours: false,
+            gave_up: 0,
+            lost_left: self.cfg.lost_answers,
+            crashes_left: self.cfg.crashes,
+            deaths_left: self.cfg.worker_deaths,
+            cuts_left: self.cfg.pause_cuts,
+            ops_left: self.cfg.operator_acts,
+        };
+        self.drive(&mut s);
+        s
+    }
+}
+
+impl Model for CutoverModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.init()]
+    }
+
+    fn actions(&self, s: &State, out: &mut Vec<Action>) {
+        self.env_actions(s, out);
+        self.runner_actions(s, out);
+        self.ops_actions(s, out);
+    }
+
+    fn next_state(&self, s: &State, a: Action) -> Option<State> {
+        let mut n = s.clone();
+        match a {
+            Action::Publish { .. }
+            | Action::Source
+            | Action::Fetch
+            | Action::Process
+            | Action::Ack
+            | Action::Die => self.env_apply(&mut n, a),
+            Action::Step | Action::CutPause | Action::SettleTimeout | Action::RollbackTimeout => {
+                self.runner_apply(&mut n, a)
+            }
+            Action::Crash | Action::Guard | Action::Resume | Action::Rollback => {
+                self.ops_apply(&mut n, a)
+            }
+        }
+        Some(n)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        properties::all()
+    }
+}
+
+/// What one check found.
+pub struct Outcome {
+    pub states: usize,
+    pub unique: usize,
+    pub depth: usize,
+    pub elapsed: Duration,
+    /// Each violated property with its counterexample, rendered.
+    pub violations: Vec<(&'static str, String)>,
+}
+
+/// Checks the model (BFS to the configured depth, every property).
+pub fn check(cfg: Config, mutant: Option<Mutant>) -> Outcome {
+    let depth = cfg.depth;
+    let model = CutoverModel::new(cfg, mutant);
+    let started = Instant::now();
+    let checker = model.checker().target_max_depth(depth).spawn_bfs().join();
+    let elapsed = started.elapsed();
+    let mut violations: Vec<(&'static str, String)> = checker
+        .discoveries()
+        .into_iter()
+        .map(|(name, path)| (name, trace::render(checker.model(), &path)))
+        .collect();
+    violations.sort_by_key(|(n, _)| *n);
+    Outcome {
+        states: checker.state_count(),
+        unique: checker.unique_state_count(),
+        depth: checker.max_depth(),
+        elapsed,
+        violations,
+    }
+}

@@ -1,0 +1,90 @@
+//! `cutover-model`: checks the protocol's model (see docs/model.md).
+//!
+//! ```text
+//! cutover-model [--mutant NAME|list] [--depth N] [--msgs N] [--small] [--server X.Y.Z]
+//! ```
+//! Exit 0 when the expected outcome happens: no counterexample for the
+//! real rules, at least one for a mutant; 1 otherwise; 2 on bad input.
+
+use cutover_core::version::ServerVersion;
+use cutover_model::config::Config;
+use cutover_model::mutants::Mutant;
+use std::process::ExitCode;
+
+fn usage() -> ExitCode {
+    eprintln!("usage: cutover-model [--mutant NAME|list] [--depth N] [--msgs N] [--small] [--server X.Y.Z]");
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let mut cfg = Config::ci();
+    let mut mutant = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next();
+        match a.as_str() {
+            "--mutant" => match value().as_deref() {
+                Some("list") => {
+                    for m in Mutant::ALL {
+                        println!("{:<24} {}", m.name(), m.describe());
+                    }
+                    return ExitCode::SUCCESS;
+                }
+                Some(name) => match Mutant::parse(name) {
+                    Some(m) => mutant = Some(m),
+                    None => {
+                        eprintln!("no mutant {name:?}; `--mutant list` lists them");
+                        return ExitCode::from(2);
+                    }
+                },
+                None => return usage(),
+            },
+            "--depth" => match value().and_then(|v| v.parse().ok()) {
+                Some(d) => cfg.depth = d,
+                None => return usage(),
+            },
+            "--msgs" => match value().and_then(|v| v.parse().ok()) {
+                Some(n) => cfg.msgs = n,
+                None => return usage(),
+            },
+            "--small" => cfg = Config { depth: cfg.depth, ..Config::small() },
+            "--server" => match value().and_then(|v| ServerVersion::parse(&v)) {
+                Some(v) => cfg.server = v,
+                None => return usage(),
+            },
+            _ => return usage(),
+        }
+    }
+    let what = mutant.map(|m| format!("mutant {}", m.name())).unwrap_or("the real rules".into());
+    println!("checking {what}: {cfg:?}");
+    let out = cutover_model::check(cfg, mutant);
+    println!(
+        "states explored: {}, unique states: {}, depth reached: {}, time: {:.2} s",
+        out.states,
+        out.unique,
+        out.depth,
+        out.elapsed.as_secs_f64()
+    );
+    for (name, trace) in &out.violations {
+        println!("\nCOUNTEREXAMPLE: {name}\n{trace}");
+    }
+    let expected = match mutant {
+        None => out.violations.is_empty(),
+        Some(_) => !out.violations.is_empty(),
+    };
+    match (mutant, expected) {
+        (None, true) => println!("OK: no counterexample"),
+        (None, false) => println!("FAILED: the real rules have a counterexample"),
+        (Some(m), true) => println!(
+            "OK: mutant {} caught ({} propert(ies) violated)",
+            m.name(),
+            out.violations.len()
+        ),
+        (Some(m), false) => println!("FAILED: mutant {} was not caught", m.name()),
+    }
+    if expected {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

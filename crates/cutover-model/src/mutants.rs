@@ -1,0 +1,49 @@
+//! Mutants: each breaks one rule of the protocol on purpose; the checker
+//! must find a counterexample for every one.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mutant {
+    /// F is the ack floor instead of the settled rule's delivered sequence.
+    AckFloor,
+    /// Each server write is made before the journal records its intent:
+    /// B before `created_b`, the new durable before `creating`, A's release
+    /// before `subjects_released`.
+    EffectBeforeJournal,
+    /// B never gets A's duplicate window (created without one, never
+    /// raised, and the runner's window checks skipped).
+    NoDedupWindow,
+    /// B takes the subjects without waiting until it holds A's tail (the
+    /// commit's waits skipped).
+    CommitBeforeCaughtUp,
+}
+
+impl Mutant {
+    pub const ALL: [Mutant; 4] = [
+        Mutant::AckFloor,
+        Mutant::EffectBeforeJournal,
+        Mutant::NoDedupWindow,
+        Mutant::CommitBeforeCaughtUp,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::AckFloor => "ack-floor",
+            Mutant::EffectBeforeJournal => "effect-before-journal",
+            Mutant::NoDedupWindow => "no-dedup-window",
+            Mutant::CommitBeforeCaughtUp => "commit-before-caught-up",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mutant::AckFloor => "the checkpoint F is the old durable's ack floor, not the delivered sequence the settled rule (checkpoint::assess) gives",
+            Mutant::EffectBeforeJournal => "every server write comes before its journaled intent (B before created_b, the new durable before creating, A's release before subjects_released)",
+            Mutant::NoDedupWindow => "B never gets A's duplicate window (created without one, never raised; the runner's window checks skipped)",
+            Mutant::CommitBeforeCaughtUp => "B takes the subjects without waiting until it holds A's tail (b_keeps_up and the commit window's wait skipped)",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mutant> {
+        Mutant::ALL.into_iter().find(|m| m.name() == s)
+    }
+}

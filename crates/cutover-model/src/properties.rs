@@ -1,0 +1,148 @@
+//! The properties checked, each an `always` over every state within the
+//! depth bound. "At the end" means a terminal state: no action of anyone is
+//! enabled (every message published, sourced, delivered as far as it can
+//! be, the runner finished or stopped with no operator command left).
+//! docs/model.md states each one in words.
+
+use crate::world::{bit, Run, State};
+use crate::CutoverModel;
+use cutover_core::journal::{ConsumerPhase as C, Phase as P};
+use stateright::{Model, Property};
+
+pub const LOST: &str = "no acknowledged publish is lost";
+pub const TWICE: &str = "no message is processed twice";
+pub const ACCEPTED: &str = "every publish is eventually accepted";
+pub const PAUSED: &str = "no consumer stays paused once the run ended or failed";
+pub const ROLLBACK: &str = "a rollback leaves A serving";
+pub const JOURNAL: &str = "the journal never claims what the server does not show";
+
+pub fn all() -> Vec<Property<CutoverModel>> {
+    vec![
+        Property::always(LOST, |m: &CutoverModel, s: &State| !m.terminal(s) || lost(s).is_none()),
+        Property::always(TWICE, |_, s: &State| twice(s).is_none()),
+        Property::always(ACCEPTED, |m: &CutoverModel, s: &State| {
+            !m.terminal(s) || s.next_pub as usize == m.cfg.msgs as usize
+        }),
+        Property::always(PAUSED, |_, s: &State| paused(s).is_none()),
+        Property::always(ROLLBACK, |_, s: &State| rollback(s).is_none()),
+        Property::always(JOURNAL, |_, s: &State| journal(s).is_none()),
+    ]
+}
+
+impl CutoverModel {
+    pub fn terminal(&self, s: &State) -> bool {
+        let mut out = vec![];
+        self.actions(s, &mut out);
+        out.is_empty()
+    }
+}
+
+/// An acknowledged msg-id (every one before the publisher's current
+/// message) that no worker processed, that the serving durable will not
+/// deliver (not in its stream at or after its position, not pending), and
+/// that did not exhaust its deliveries (the application's `max_deliver`).
+pub fn lost(s: &State) -> Option<u8> {
+    let c = s.serving();
+    let will_deliver = |id: u8| {
+        c.exists
+            && s.stream_of(s.route).is_some_and(|st| {
+                st.msgs.iter().enumerate().any(|(i, m)| {
+                    let seq = i as u8 + 1;
+                    m.id == id && (seq >= c.next || c.pending & bit(seq) != 0)
+                })
+            })
+    };
+    let exhausted = |id: u8| s.gave_up & (1 << id) != 0;
+    (0..s.next_pub).find(|&id| !s.processed(id) && !will_deliver(id) && !exhausted(id))
+}
+
+/// A msg-id processed by two different deliveries: two durables, or two
+/// sequences (a copy stored twice). A redelivery of the same sequence to
+/// the same durable after its worker died is the application's normal
+/// at-least-once, not "twice" (docs/reliability.md counts only the
+/// server's forgetting apart, which the model does not have).
+pub fn twice(s: &State) -> Option<u8> {
+    (0..crate::world::MAX_MSGS as u8).find(|&id| s.processings(id) > 1)
+}
+
+/// Once nobody acts (the run ended, or failed and its guard finished), the
+/// durable the route names exists and is not paused.
+pub fn paused(s: &State) -> Option<&'static str> {
+    if !matches!(s.run, Run::Stopped | Run::Finished) {
+        return None;
+    }
+    let c = s.serving();
+    if !c.exists {
+        return Some("the durable the route names does not exist");
+    }
+    c.paused().then_some("the durable the route names is paused")
+}
+
+/// After a rollback: A holds the subjects, its durable runs, no route
+/// points away from it, and B is gone if the migration created it.
+pub fn rollback(s: &State) -> Option<&'static str> {
+    if s.journal.phase.0 != P::RolledBack || s.run != Run::Finished {
+        return None;
+    }
+    if !s.a.owns || s.b_owns() {
+        return Some("A does not hold the subjects");
+    }
+    if !s.old.exists || s.old.paused() {
+        return Some("A's durable is not running");
+    }
+    if s.route {
+        return Some("the route still names the new durable");
+    }
+    (s.b.is_some() && s.b_ours).then_some("B, created by the migration, is still there")
+}
+
+/// What a journal state claims, against the streams and durables. Not
+/// checked while a rollback runs (it saves the journal once, at its end).
+pub fn journal(s: &State) -> Option<&'static str> {
+    if s.run == Run::RollingBack {
+        return None;
+    }
+    let p = s.journal.phase.0;
+    if p == P::RolledBack {
+        return None;
+    }
+    if p >= P::BReady && s.b.is_none() {
+        return Some("phase b_ready or later, and B does not exist");
+    }
+    if p >= P::CaughtUp {
+        let at = s.caught_up_at.unwrap_or(u8::MAX);
+        if s.b.as_ref().is_none_or(|b| b.sourced < at) {
+            return Some("phase caught_up or later, and B lacks what A held when catch-up began");
+        }
+    }
+    if p >= P::ConsumersMoved && !(s.journal.c.0 >= C::Created && s.route) {
+        return Some("phase consumers_moved or later, and the consumer has no route to B");
+    }
+    if p >= P::SubjectsMoved && !(s.b_owns() && !s.a.owns && s.b_holds_a()) {
+        return Some(
+            "phase subjects_moved or later, and B does not hold the subjects and all of A",
+        );
+    }
+    if p >= P::Sealed && !s.a.sealed {
+        return Some("phase sealed or later, and A is not sealed");
+    }
+    if p >= P::SourceRemoved && s.b.as_ref().is_some_and(|b| b.sourcing) {
+        return Some("phase source_removed or later, and B still sources A");
+    }
+    let c = s.journal.c.0;
+    if matches!(c, C::Settled | C::Creating | C::Created) && s.old.exists {
+        let f = s.journal.checkpoint.unwrap_or(u8::MAX);
+        if s.old.delivered() != f || !s.old.paused() {
+            return Some(
+                "a checkpoint F journaled, and the old durable is not paused at delivered = F",
+            );
+        }
+    }
+    if c == C::Created {
+        let start = s.journal.b_start.unwrap_or(u8::MAX);
+        if !(s.new.exists && s.new.start == start) {
+            return Some("consumer created, and no durable on B at the journaled start");
+        }
+    }
+    None
+}

@@ -1,0 +1,358 @@
+//! The runner's program (strategy source, mode drain, one consumer), step
+//! by step as `cutover-nats`'s engine performs it: one action is one server
+//! write or one journal write (reads are folded into the step that relies
+//! on them), so a crash can fall between any two. Its order and its resume
+//! decisions are modelled from the engine's code (file references in
+//! docs/model.md); every decision the core makes is the core's (`decide`).
+
+use crate::decide::{checkpoint, consumer_info, sourced_enough, translate};
+use crate::env::Action;
+use crate::mutants::Mutant;
+use crate::world::{BStream, Cons, Cph, Pause, Pc, Ph, Run, State, Stream};
+use crate::CutoverModel;
+use cutover_core::journal::{ConsumerPhase as C, Phase as P};
+
+impl CutoverModel {
+    fn mutant(&self, m: Mutant) -> bool {
+        self.mutant == Some(m)
+    }
+
+    /// The step `drive` (engine/run.rs) runs next from the journal's phase.
+    pub(crate) fn drive(&self, s: &mut State) {
+        let p = s.journal.phase.0;
+        s.pc = if p < P::BReady {
+            Pc::CreateB
+        } else if p < P::CaughtUp {
+            Pc::CatchUp
+        } else if p < P::ConsumersMoved {
+            Pc::MoveBegin
+        } else if p < P::SubjectsMoved {
+            Pc::Commit
+        } else if p < P::Sealed {
+            Pc::Seal
+        } else if p < P::SourceRemoved {
+            Pc::RemoveSource
+        } else if p < P::Done {
+            Pc::Retire
+        } else {
+            // Done: "already complete".
+            s.run = Run::Finished;
+            Pc::Idle
+        };
+    }
+
+    fn old_info(&self, s: &State) -> cutover_core::model::ConsumerInfo {
+        consumer_info(&s.old, &s.a, self.cfg.max_deliver)
+    }
+
+    fn new_info(&self, s: &State) -> Option<cutover_core::model::ConsumerInfo> {
+        let b = s.b.as_ref()?;
+        s.new.exists.then(|| consumer_info(&s.new, &b.s, self.cfg.max_deliver))
+    }
+
+    /// The runner's (or rollback's) enabled actions: its next step when what
+    /// it waits for holds, and the choices a wait has (cut the pause, time out).
+    pub(crate) fn runner_actions(&self, s: &State, out: &mut Vec<Action>) {
+        if !matches!(s.run, Run::Running | Run::RollingBack) {
+            return;
+        }
+        let ready = match s.pc {
+            Pc::CatchUpWait | Pc::CommitKeepUp => {
+                s.b.as_ref().is_some_and(|b| b.sourced >= s.local.target)
+            }
+            Pc::CommitWait => self.mutant(Mutant::CommitBeforeCaughtUp) || s.b_holds_a(),
+            Pc::Translate => {
+                s.b.as_ref().is_some_and(|b| sourced_enough(b, s.a.last_seq(), s.local.f))
+            }
+            Pc::DrainRead => {
+                let settled = checkpoint(&self.old_info(s), false).is_some();
+                if !settled {
+                    out.push(if s.cuts_left > 0 {
+                        Action::CutPause
+                    } else {
+                        Action::SettleTimeout
+                    });
+                }
+                settled
+            }
+            Pc::RbSettleNew => {
+                let stable = self.new_info(s).is_some_and(|ci| checkpoint(&ci, false).is_some());
+                if !stable {
+                    out.push(Action::RollbackTimeout);
+                }
+                stable
+            }
+            _ => true,
+        };
+        if ready {
+            out.push(Action::Step);
+        }
+    }
+
+    /// The run fails: `run` gives back a waiting consumer it still holds
+    /// (`undo::still_held`) and ends a migration that changed nothing.
+    fn fail(&self, s: &mut State) {
+        if s.journal.c.0 == C::Waiting && s.old.exists && s.old.paused() {
+            s.old.paused = Pause::No;
+        }
+        if s.journal.phase.0 == P::Planned && s.b.is_none() {
+            s.journal.phase = Ph(P::RolledBack);
+        }
+        s.run = Run::Stopped;
+        s.pc = Pc::Idle;
+        s.local.exposed = false;
+    }
+
+    /// `undo::undo_consumer`: journaled waiting, then the old durable resumed.
+    fn undo_consumer(&self, s: &mut State) {
+        s.journal.c = Cph(C::Waiting);
+        s.journal.checkpoint = None;
+        s.journal.b_start = None;
+        s.old.paused = Pause::No;
+    }
+
+    fn create_b(&self, s: &mut State) {
+        let window = self.rules.b_created_with_window() && !self.mutant(Mutant::NoDedupWindow);
+        s.b = Some(BStream { s: Stream::new(false, window), sourcing: true, sourced: 0 });
+        s.b_ours = true;
+    }
+
+    pub(crate) fn runner_apply(&self, s: &mut State, a: Action) {
+        match a {
+            Action::CutPause => {
+                s.old.paused = Pause::No;
+                s.cuts_left -= 1;
+                s.pc = Pc::CutWait;
+            }
+            Action::SettleTimeout => {
+                self.undo_consumer(s);
+                self.fail(s);
+            }
+            Action::RollbackTimeout => {
+                // settle_new_durable's deadline: the new durable serves on.
+                s.new.paused = Pause::No;
+                s.run = Run::Stopped;
+                s.pc = Pc::Idle;
+            }
+            Action::Step => self.step(s),
+            _ => unreachable!("not a runner action: {a:?}"),
+        }
+    }
+
+    fn step(&self, s: &mut State) {
+        let ebj = self.mutant(Mutant::EffectBeforeJournal);
+        match s.pc {
+            Pc::Idle => unreachable!("an idle runner has no step"),
+            // engine/steps/create.rs
+            Pc::CreateB => {
+                s.pc = if s.b.is_some() {
+                    Pc::CreateBDone
+                } else if ebj {
+                    self.create_b(s);
+                    Pc::CreateBJournal
+                } else {
+                    s.journal.created_b = true;
+                    Pc::CreateBCreate
+                }
+            }
+            Pc::CreateBCreate => {
+                self.create_b(s);
+                s.pc = Pc::CreateBDone;
+            }
+            Pc::CreateBJournal => {
+                s.journal.created_b = true;
+                s.pc = Pc::CreateBDone;
+            }
+            Pc::CreateBDone => {
+                s.journal.phase = Ph(P::BReady);
+                self.drive(s);
+            }
+            // engine/steps/catch_up.rs: raise_window (every message of A is
+            // younger than one window, so B needs none of them first), the
+            // window check, then the wait for what A held.
+            Pc::CatchUp => {
+                let nodedup = self.mutant(Mutant::NoDedupWindow);
+                let b = s.b.as_mut().expect("B exists from b_ready");
+                if !b.s.dedup && self.rules.plan_window_ns > 0 && !nodedup {
+                    b.s.dedup = true;
+                }
+                let window = if b.s.dedup { self.rules.plan_window_ns } else { 0 };
+                if !nodedup && !self.rules.window_covers_horizon(window) {
+                    return self.fail(s);
+                }
+                s.local.target = s.a.last_seq();
+                s.pc = Pc::CatchUpWait;
+            }
+            Pc::CatchUpWait => {
+                s.journal.phase = Ph(P::CaughtUp);
+                s.caught_up_at = Some(s.local.target);
+                self.drive(s);
+            }
+            // engine/steps/consumers.rs move_consumer, drain.rs checkpoint.
+            Pc::MoveBegin => {
+                s.local.exposed = true;
+                let j = &s.journal;
+                s.pc = if j.c.0 >= C::Created {
+                    Pc::MoveDone
+                } else if matches!(j.c.0, C::Settled | C::Creating) && j.checkpoint.is_some() {
+                    Pc::HoldsPause
+                } else {
+                    Pc::DrainPause
+                };
+            }
+            Pc::HoldsPause => {
+                // durable.rs checkpoint_holds: paused for good, and it
+                // delivered nothing since the evidence was taken.
+                s.old.paused = Pause::Forever;
+                let holds = self.old_info(s).delivered.stream_seq as u8
+                    == s.journal.evidence.unwrap_or(u8::MAX);
+                if holds {
+                    s.local.f = s.journal.checkpoint.expect("checkpoint");
+                    s.pc = Pc::Translate;
+                } else {
+                    s.pc = Pc::DrainPause;
+                }
+            }
+            Pc::DrainPause => {
+                s.old.paused = Pause::Drain;
+                s.pc = Pc::DrainRead;
+            }
+            Pc::DrainRead => {
+                let f = checkpoint(&self.old_info(s), self.mutant(Mutant::AckFloor));
+                s.local.f = f.expect("settled");
+                s.pc = Pc::PauseForever;
+            }
+            Pc::CutWait => {
+                s.old.paused = Pause::Drain;
+                s.pc = Pc::DrainRead;
+            }
+            Pc::PauseForever => {
+                // try_settle: paused for good, then the settled read agrees.
+                s.old.paused = Pause::Forever;
+                let again = checkpoint(&self.old_info(s), self.mutant(Mutant::AckFloor));
+                s.pc = if again == Some(s.local.f) { Pc::JournalSettled } else { Pc::DrainRead };
+            }
+            Pc::JournalSettled => {
+                s.journal.c = Cph(C::Settled);
+                s.journal.checkpoint = Some(s.local.f);
+                s.journal.evidence = Some(s.old.delivered());
+                s.pc = Pc::Translate;
+            }
+            Pc::Translate => {
+                s.local.start = translate(s.b.as_ref().expect("B"), s.local.f);
+                s.pc = if ebj { Pc::CreateDurable } else { Pc::JournalCreating };
+            }
+            Pc::JournalCreating => {
+                s.journal.c = Cph(C::Creating);
+                s.journal.b_start = Some(s.local.start);
+                s.pc = if ebj { Pc::JournalCreated } else { Pc::CreateDurable };
+            }
+            Pc::CreateDurable => {
+                // durable.rs create_durable: an existing durable is accepted
+                // only at the journaled start.
+                if s.new.exists {
+                    if s.new.start != s.local.start {
+                        self.undo_consumer(s);
+                        return self.fail(s);
+                    }
+                } else {
+                    s.new = Cons::new(s.local.start);
+                }
+                s.pc = if ebj { Pc::JournalCreating } else { Pc::JournalCreated };
+            }
+            Pc::JournalCreated => {
+                s.journal.c = Cph(C::Created);
+                s.journal.b_start = Some(s.local.start);
+                s.pc = Pc::WriteRoute;
+            }
+            Pc::WriteRoute => {
+                s.route = true;
+                s.pc = Pc::MoveDone;
+            }
+            Pc::MoveDone => {
+                // Every moved consumer's route written again, then the phase.
+                s.route = true;
+                s.journal.phase = Ph(P::ConsumersMoved);
+                s.local.exposed = false;
+                self.drive(s);
+            }
+            // engine/steps/commit.rs move_publishers.
+            Pc::Commit => {
+                if s.b_owns() {
+                    s.journal.phase = Ph(P::SubjectsMoved);
+                    return self.drive(s);
+                }
+                // recheck::window_holds (its wait of a retry horizon is not
+                // modelled: the model's windows outlast every retry).
+                let b = s.b.as_mut().expect("B");
+                if !b.s.dedup && !self.mutant(Mutant::NoDedupWindow) {
+                    b.s.dedup = true;
+                }
+                s.local.target = s.a.last_seq();
+                s.pc = if self.mutant(Mutant::CommitBeforeCaughtUp) {
+                    self.release_first()
+                } else {
+                    Pc::CommitKeepUp
+                };
+            }
+            Pc::CommitKeepUp => s.pc = self.release_first(),
+            Pc::JournalReleased => {
+                s.journal.phase = Ph(P::SubjectsReleased);
+                s.local.exposed = true;
+                s.pc = if ebj { Pc::CommitWait } else { Pc::ReleaseA };
+            }
+            Pc::ReleaseA => {
+                s.a.owns = false;
+                s.pc = if ebj { Pc::JournalReleased } else { Pc::CommitWait };
+            }
+            Pc::CommitWait => s.pc = Pc::TakeSubjects,
+            Pc::TakeSubjects => {
+                s.b.as_mut().expect("B").s.owns = true;
+                s.pc = Pc::JournalMoved;
+            }
+            Pc::JournalMoved => {
+                s.journal.phase = Ph(P::SubjectsMoved);
+                s.local.exposed = false;
+                self.drive(s);
+            }
+            // engine/steps/retire.rs
+            Pc::Seal => {
+                s.a.sealed = true;
+                s.pc = Pc::JournalSealed;
+            }
+            Pc::JournalSealed => {
+                s.journal.phase = Ph(P::Sealed);
+                self.drive(s);
+            }
+            Pc::RemoveSource => {
+                s.b.as_mut().expect("B").sourcing = false;
+                s.pc = Pc::JournalSourceRemoved;
+            }
+            Pc::JournalSourceRemoved => {
+                s.journal.phase = Ph(P::SourceRemoved);
+                self.drive(s);
+            }
+            Pc::Retire => {
+                s.old = Cons::gone();
+                s.pc = Pc::JournalDone;
+            }
+            Pc::JournalDone => {
+                s.journal.phase = Ph(P::Done);
+                s.journal.c = Cph(C::Retired);
+                s.run = Run::Finished;
+                s.pc = Pc::Idle;
+            }
+            rb => self.rollback_step(s, rb),
+        }
+    }
+
+    /// The commit's intent and A's release, in the engine's order (the
+    /// intent first) or, mutated, the other way round.
+    fn release_first(&self) -> Pc {
+        if self.mutant(Mutant::EffectBeforeJournal) {
+            Pc::ReleaseA
+        } else {
+            Pc::JournalReleased
+        }
+    }
+}
