@@ -1,6 +1,7 @@
 //! The bounds of one check: how many messages, faults and operator actions
 //! the model allows, which server version's rules apply, and the BFS depth.
 
+use cutover_core::plan::Strategy;
 use cutover_core::version::ServerVersion;
 
 /// What one check explores. Every count is an upper bound on how often the
@@ -25,6 +26,12 @@ pub struct Config {
     pub pause_cuts: u8,
     /// Operator commands after a run stopped: `run --resume` or `rollback`.
     pub operator_acts: u8,
+    /// Commits that fail inside the window (B refuses the subjects, or does
+    /// not hold A's tail within the commit timeout): A takes them back.
+    pub commit_failures: u8,
+    /// `source` (B sources A, translation) or `mirror` (B mirrors A, same
+    /// sequences, promoted at the commit).
+    pub strategy: Strategy,
     /// The server whose rules apply (B's window at its create, consumer reset).
     pub server: ServerVersion,
     /// BFS depth bound (actions on one path).
@@ -38,18 +45,20 @@ impl Config {
         Config {
             msgs: 2,
             lost_answers: 1,
-            crashes: 1,
+            crashes: 2,
             worker_deaths: 2,
             max_deliver: 2,
             pause_cuts: 1,
-            operator_acts: 1,
+            operator_acts: 2,
+            commit_failures: 1,
+            strategy: Strategy::Source,
             server: ServerVersion::new(2, 13, 0),
-            depth: 60,
+            depth: 80,
         }
     }
 
     /// The unit tests' configuration (debug build): smaller, same shape.
     pub fn small() -> Self {
-        Config { msgs: 2, worker_deaths: 1, max_deliver: 1, ..Config::ci() }
+        Config { crashes: 1, operator_acts: 1, worker_deaths: 1, max_deliver: 1, ..Config::ci() }
     }
 }

@@ -49,7 +49,8 @@ impl Rules {
             account: None,
             checks: Default::default(),
         };
-        let plan = build(&PlanRequest::source("A", "B", &["c"]), &facts).expect("the model's plan");
+        let req = PlanRequest { strategy: cfg.strategy, ..PlanRequest::source("A", "B", &["c"]) };
+        let plan = build(&req, &facts).expect("the model's plan");
         assert!(plan.safe, "the model's plan is unsafe: {}", plan.unsafe_reasons());
         let plan_window_ns = plan.b_config["duplicate_window"].as_i64().unwrap_or(0);
         let horizon_ns = plan.retry_horizon_ms as i64 * 1_000_000;
@@ -58,11 +59,18 @@ impl Rules {
         Rules { features: cfg.server.features(), plan, journal, plan_window_ns, horizon_ns }
     }
 
+    /// B mirrors A (the plan's B configuration has a `mirror`).
+    pub fn mirror(&self) -> bool {
+        self.plan.b_config.get("mirror").is_some_and(|m| !m.is_null())
+    }
+
     /// Whether B gets a duplicate window when it is created: the plan's,
-    /// unless the server gives a sourcing stream none (2.14+,
-    /// `engine/steps/create.rs` `dedup_off_while_sourcing`).
+    /// unless it sources A on a server that gives a sourcing stream none
+    /// (2.14+, `engine/steps/create.rs` `dedup_off_while_sourcing`; a mirror
+    /// checks no msg-id, so it keeps the plan's).
     pub fn b_created_with_window(&self) -> bool {
-        self.plan_window_ns > 0 && !self.features.sourcing_streams_get_no_default_dedup_window
+        self.plan_window_ns > 0
+            && (self.mirror() || !self.features.sourcing_streams_get_no_default_dedup_window)
     }
 
     /// Whether a window of the plan's length covers the retry horizon
@@ -111,6 +119,16 @@ pub fn checkpoint(ci: &ConsumerInfo, from_floor: bool) -> Option<u8> {
     }
     let f = if from_floor { ci.ack_floor.stream_seq } else { a.checkpoint? };
     Some(f as u8)
+}
+
+/// A mirror's translation (`translate_once`): F + 1 once the mirror holds
+/// F, or A has nothing between what it holds and F.
+pub fn mirror_start(b: &BStream, a_last: u8, f: u8) -> Option<u8> {
+    let last = b.s.last_seq();
+    // next_matching(A, from last + 1): last + 1 if A has it.
+    let next = (last < a_last).then_some(last + 1);
+    let held = last >= f || next.is_none_or(|seq| seq > f);
+    held.then_some(f + 1)
 }
 
 /// Whether B has sourced enough to translate F (`translate_once`: its

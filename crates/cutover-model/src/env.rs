@@ -26,6 +26,9 @@ pub enum Action {
     SettleTimeout,
     /// The rollback's settle of the new durable times out.
     RollbackTimeout,
+    /// The commit fails inside its window (B refuses the subjects, or does
+    /// not hold A's tail within the commit timeout).
+    CommitFails,
     /// The runner is killed (SIGKILL) between two steps.
     Crash,
     /// The guard of a dead runner compensates what it held.
@@ -43,9 +46,11 @@ impl Action {
             Action::Publish { .. } => "publisher",
             Action::Source => "B's source",
             Action::Fetch | Action::Process | Action::Ack | Action::Die => "worker",
-            Action::Step | Action::CutPause | Action::SettleTimeout | Action::RollbackTimeout => {
-                "runner"
-            }
+            Action::Step
+            | Action::CutPause
+            | Action::SettleTimeout
+            | Action::RollbackTimeout
+            | Action::CommitFails => "runner",
             Action::Crash => "fault",
             Action::Guard => "guard",
             Action::Resume | Action::Rollback => "operator",
@@ -62,7 +67,7 @@ impl CutoverModel {
             }
         }
         if let Some(b) = &s.b {
-            if b.sourcing && b.sourced < s.a.last_seq() {
+            if b.sourcing && b.sourced < s.a.last_seq() && !self.source_stalls(s, b) {
                 out.push(Action::Source);
             }
         }
@@ -83,6 +88,16 @@ impl CutoverModel {
                 }
             }
         }
+    }
+
+    /// Before 2.12.6 a msg-id B already recorded, arriving again by source,
+    /// stalls the source for good (`Features::duplicate_sourced_msg_id_stalls_source`).
+    fn source_stalls(&self, s: &State, b: &crate::world::BStream) -> bool {
+        let next = s.a.msgs[b.sourced as usize];
+        !b.mirror
+            && self.rules.features.duplicate_sourced_msg_id_stalls_source
+            && b.s.dedup
+            && b.s.ids & (1 << next.id) != 0
     }
 
     /// What the serving durable delivers next: a due redelivery first,
@@ -107,7 +122,7 @@ impl CutoverModel {
                 if s.a.owns {
                     s.a.store(m);
                 } else if let Some(b) = s.b.as_mut().filter(|b| b.s.owns) {
-                    b.s.store(m);
+                    s.dup_in_b |= !b.s.store(m);
                 }
                 if lose {
                     s.lost_left -= 1;
@@ -119,7 +134,15 @@ impl CutoverModel {
                 let b = s.b.as_mut().expect("B sources");
                 let m = s.a.msgs[b.sourced as usize];
                 b.sourced += 1;
-                b.s.store(Msg { id: m.id, origin: b.sourced });
+                if b.mirror {
+                    // A mirror checks no msg-id; with a window it records them.
+                    if b.s.dedup {
+                        b.s.ids |= 1 << m.id;
+                    }
+                    b.s.msgs.push(Msg { id: m.id, origin: b.sourced });
+                } else {
+                    b.s.store(Msg { id: m.id, origin: b.sourced });
+                }
             }
             Action::Fetch => {
                 let (new, seq) = self.deliverable(s).expect("deliverable");

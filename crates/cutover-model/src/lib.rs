@@ -72,6 +72,8 @@ impl CutoverModel {
             caught_up_at: None,
             b_ours: false,
             gave_up: 0,
+            dup_in_b: false,
+            commit_failures_left: self.cfg.commit_failures,
             lost_left: self.cfg.lost_answers,
             crashes_left: self.cfg.crashes,
             deaths_left: self.cfg.worker_deaths,
@@ -106,9 +108,11 @@ impl Model for CutoverModel {
             | Action::Process
             | Action::Ack
             | Action::Die => self.env_apply(&mut n, a),
-            Action::Step | Action::CutPause | Action::SettleTimeout | Action::RollbackTimeout => {
-                self.runner_apply(&mut n, a)
-            }
+            Action::Step
+            | Action::CutPause
+            | Action::SettleTimeout
+            | Action::RollbackTimeout
+            | Action::CommitFails => self.runner_apply(&mut n, a),
             Action::Crash | Action::Guard | Action::Resume | Action::Rollback => {
                 self.ops_apply(&mut n, a)
             }
@@ -129,6 +133,9 @@ pub struct Outcome {
     pub elapsed: Duration,
     /// Each violated property with its counterexample, rendered.
     pub violations: Vec<(&'static str, String)>,
+    /// The `sometimes` properties (moments the check must reach, so that
+    /// it is not vacuous) that were reached.
+    pub reached: Vec<&'static str>,
 }
 
 /// Checks the model (BFS to the configured depth, every property).
@@ -138,17 +145,22 @@ pub fn check(cfg: Config, mutant: Option<Mutant>) -> Outcome {
     let started = Instant::now();
     let checker = model.checker().target_max_depth(depth).spawn_bfs().join();
     let elapsed = started.elapsed();
-    let mut violations: Vec<(&'static str, String)> = checker
-        .discoveries()
-        .into_iter()
-        .map(|(name, path)| (name, trace::render(checker.model(), &path)))
-        .collect();
+    let mut violations = vec![];
+    let mut reached = vec![];
+    for (name, path) in checker.discoveries() {
+        match properties::REACHED.contains(&name) {
+            true => reached.push(name),
+            false => violations.push((name, trace::render(checker.model(), &path))),
+        }
+    }
     violations.sort_by_key(|(n, _)| *n);
+    reached.sort();
     Outcome {
         states: checker.state_count(),
         unique: checker.unique_state_count(),
         depth: checker.max_depth(),
         elapsed,
         violations,
+        reached,
     }
 }

@@ -1,24 +1,28 @@
 //! `cutover-model`: checks the protocol's model (see docs/model.md).
 //!
 //! ```text
-//! cutover-model [--mutant NAME|list] [--depth N] [--msgs N] [--small] [--server X.Y.Z]
+//! cutover-model [--mutant NAME|list] [--brief] [--small] [--depth N] [--strategy source|mirror]
+//!               [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N]
+//!               [--ops N] [--commit-failures N]
 //! ```
 //! Exit 0 when the expected outcome happens: no counterexample for the
 //! real rules, at least one for a mutant; 1 otherwise; 2 on bad input.
 
+use cutover_core::plan::Strategy;
 use cutover_core::version::ServerVersion;
 use cutover_model::config::Config;
 use cutover_model::mutants::Mutant;
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
-    eprintln!("usage: cutover-model [--mutant NAME|list] [--depth N] [--msgs N] [--small] [--server X.Y.Z]");
+    eprintln!("usage: cutover-model [--mutant NAME|list] [--brief] [--small] [--depth N] [--strategy source|mirror] [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N] [--ops N] [--commit-failures N]");
     ExitCode::from(2)
 }
 
 fn main() -> ExitCode {
     let mut cfg = Config::ci();
     let mut mutant = None;
+    let mut brief = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next();
@@ -43,10 +47,23 @@ fn main() -> ExitCode {
                 Some(d) => cfg.depth = d,
                 None => return usage(),
             },
-            "--msgs" => match value().and_then(|v| v.parse().ok()) {
-                Some(n) => cfg.msgs = n,
-                None => return usage(),
+            "--msgs" | "--lost" | "--crashes" | "--deaths" | "--ops" | "--commit-failures" => {
+                let Some(n) = value().and_then(|v| v.parse::<u8>().ok()) else { return usage() };
+                *match a.as_str() {
+                    "--msgs" => &mut cfg.msgs,
+                    "--lost" => &mut cfg.lost_answers,
+                    "--crashes" => &mut cfg.crashes,
+                    "--deaths" => &mut cfg.worker_deaths,
+                    "--ops" => &mut cfg.operator_acts,
+                    _ => &mut cfg.commit_failures,
+                } = n;
+            }
+            "--strategy" => match value().as_deref() {
+                Some("source") => cfg.strategy = Strategy::Source,
+                Some("mirror") => cfg.strategy = Strategy::Mirror,
+                _ => return usage(),
             },
+            "--brief" => brief = true,
             "--small" => cfg = Config { depth: cfg.depth, ..Config::small() },
             "--server" => match value().and_then(|v| ServerVersion::parse(&v)) {
                 Some(v) => cfg.server = v,
@@ -65,8 +82,12 @@ fn main() -> ExitCode {
         out.depth,
         out.elapsed.as_secs_f64()
     );
+    println!("reached: {}", out.reached.join(", "));
     for (name, trace) in &out.violations {
-        println!("\nCOUNTEREXAMPLE: {name}\n{trace}");
+        match brief {
+            true => println!("counterexample: {name} ({} actions)", trace.lines().count() - 1),
+            false => println!("\nCOUNTEREXAMPLE: {name}\n{trace}"),
+        }
     }
     let expected = match mutant {
         None => out.violations.is_empty(),

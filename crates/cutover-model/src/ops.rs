@@ -127,7 +127,11 @@ impl CutoverModel {
                 let f_b = s.new.delivered();
                 let b_start = s.journal.b_start.unwrap_or(u8::MAX);
                 if f_b >= b_start && a_serving {
-                    let origin = s.b.as_ref().and_then(|b| b.s.at(f_b)).map(|m| m.origin);
+                    // A mirror has A's sequences; a source's copy names its origin.
+                    let origin = match self.rules.mirror() {
+                        true => Some(f_b),
+                        false => s.b.as_ref().and_then(|b| b.s.at(f_b)).map(|m| m.origin),
+                    };
                     if let Some(o) = origin.filter(|o| Some(*o) > s.journal.checkpoint) {
                         if !self.rules.features.consumer_reset {
                             // reset_old_past refuses: the new durable serves on.

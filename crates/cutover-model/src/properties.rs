@@ -16,8 +16,36 @@ pub const PAUSED: &str = "no consumer stays paused once the run ended or failed"
 pub const ROLLBACK: &str = "a rollback leaves A serving";
 pub const JOURNAL: &str = "the journal never claims what the server does not show";
 
+/// Moments a check must reach (`sometimes`), or it proves little.
+pub const REACHED: [&str; 7] = [
+    "a run ends done",
+    "a rollback ends",
+    "a retry after the commit meets its id in B's window",
+    "a guard finds the commit window open",
+    "the commit fails and A takes its subjects back",
+    "a drain cuts its pause",
+    "a message exhausts its deliveries",
+];
+
 pub fn all() -> Vec<Property<CutoverModel>> {
     vec![
+        Property::sometimes(REACHED[0], |_, s: &State| {
+            s.run == Run::Finished && s.journal.phase.0 == P::Done
+        }),
+        Property::sometimes(REACHED[1], |_, s: &State| {
+            s.run == Run::Finished && s.journal.phase.0 == P::RolledBack
+        }),
+        Property::sometimes(REACHED[2], |_, s: &State| s.dup_in_b),
+        Property::sometimes(REACHED[3], |_, s: &State| {
+            s.run == Run::Dead && s.journal.phase.0 == P::SubjectsReleased
+        }),
+        Property::sometimes(REACHED[4], |m: &CutoverModel, s: &State| {
+            s.commit_failures_left < m.cfg.commit_failures
+        }),
+        Property::sometimes(REACHED[5], |m: &CutoverModel, s: &State| {
+            s.cuts_left < m.cfg.pause_cuts
+        }),
+        Property::sometimes(REACHED[6], |_, s: &State| s.gave_up != 0),
         Property::always(LOST, |m: &CutoverModel, s: &State| !m.terminal(s) || lost(s).is_none()),
         Property::always(TWICE, |_, s: &State| twice(s).is_none()),
         Property::always(ACCEPTED, |m: &CutoverModel, s: &State| {

@@ -5,7 +5,7 @@
 //! decisions are modelled from the engine's code (file references in
 //! docs/model.md); every decision the core makes is the core's (`decide`).
 
-use crate::decide::{checkpoint, consumer_info, sourced_enough, translate};
+use crate::decide::{checkpoint, consumer_info, mirror_start, sourced_enough, translate};
 use crate::env::Action;
 use crate::mutants::Mutant;
 use crate::world::{BStream, Cons, Cph, Pause, Pc, Ph, Run, State, Stream};
@@ -60,10 +60,17 @@ impl CutoverModel {
             Pc::CatchUpWait | Pc::CommitKeepUp => {
                 s.b.as_ref().is_some_and(|b| b.sourced >= s.local.target)
             }
-            Pc::CommitWait => self.mutant(Mutant::CommitBeforeCaughtUp) || s.b_holds_a(),
-            Pc::Translate => {
-                s.b.as_ref().is_some_and(|b| sourced_enough(b, s.a.last_seq(), s.local.f))
+            Pc::CommitWait | Pc::TakeSubjects if s.commit_failures_left > 0 => {
+                out.push(Action::CommitFails);
+                s.pc == Pc::TakeSubjects
+                    || self.mutant(Mutant::CommitBeforeCaughtUp)
+                    || s.b_holds_a()
             }
+            Pc::CommitWait => self.mutant(Mutant::CommitBeforeCaughtUp) || s.b_holds_a(),
+            Pc::Translate => s.b.as_ref().is_some_and(|b| match b.mirror {
+                true => mirror_start(b, s.a.last_seq(), s.local.f).is_some(),
+                false => sourced_enough(b, s.a.last_seq(), s.local.f),
+            }),
             Pc::DrainRead => {
                 let settled = checkpoint(&self.old_info(s), false).is_some();
                 if !settled {
@@ -113,7 +120,8 @@ impl CutoverModel {
 
     fn create_b(&self, s: &mut State) {
         let window = self.rules.b_created_with_window() && !self.mutant(Mutant::NoDedupWindow);
-        s.b = Some(BStream { s: Stream::new(false, window), sourcing: true, sourced: 0 });
+        let mirror = self.rules.mirror();
+        s.b = Some(BStream { s: Stream::new(false, window), sourcing: true, sourced: 0, mirror });
         s.b_ours = true;
     }
 
@@ -133,6 +141,12 @@ impl CutoverModel {
                 s.new.paused = Pause::No;
                 s.run = Run::Stopped;
                 s.pc = Pc::Idle;
+            }
+            Action::CommitFails => {
+                // give_subjects_back: A takes its subjects back (B holds none).
+                s.commit_failures_left -= 1;
+                s.a.owns = true;
+                s.pc = Pc::CommitUndone;
             }
             Action::Step => self.step(s),
             _ => unreachable!("not a runner action: {a:?}"),
@@ -239,7 +253,11 @@ impl CutoverModel {
                 s.pc = Pc::Translate;
             }
             Pc::Translate => {
-                s.local.start = translate(s.b.as_ref().expect("B"), s.local.f);
+                let b = s.b.as_ref().expect("B");
+                s.local.start = match b.mirror {
+                    true => mirror_start(b, s.a.last_seq(), s.local.f).expect("held"),
+                    false => translate(b, s.local.f),
+                };
                 s.pc = if ebj { Pc::CreateDurable } else { Pc::JournalCreating };
             }
             Pc::JournalCreating => {
@@ -306,8 +324,20 @@ impl CutoverModel {
                 s.pc = if ebj { Pc::JournalReleased } else { Pc::CommitWait };
             }
             Pc::CommitWait => s.pc = Pc::TakeSubjects,
+            Pc::CommitUndone => {
+                // The journal back to consumers_moved; the run fails.
+                s.journal.phase = Ph(P::ConsumersMoved);
+                s.local.exposed = false;
+                self.fail(s);
+            }
             Pc::TakeSubjects => {
-                s.b.as_mut().expect("B").s.owns = true;
+                let b = s.b.as_mut().expect("B");
+                b.s.owns = true;
+                if b.mirror {
+                    // Promoted in the same update: the mirror removed.
+                    b.mirror = false;
+                    b.sourcing = false;
+                }
                 s.pc = Pc::JournalMoved;
             }
             Pc::JournalMoved => {

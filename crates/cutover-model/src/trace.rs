@@ -41,6 +41,7 @@ fn what(s: &State, a: Action) -> String {
         Action::CutPause => "cuts the drain's pause".into(),
         Action::SettleTimeout => "drain settle timeout".into(),
         Action::RollbackTimeout => "rollback settle timeout".into(),
+        Action::CommitFails => "the commit fails in its window".into(),
         Action::Crash => format!("runner killed (before {:?})", s.pc),
         Action::Guard => "compensates the dead runner".into(),
         Action::Resume => "run --resume".into(),
@@ -118,6 +119,9 @@ fn cons(name: &str, a: &Cons, b: &Cons, out: &mut Vec<String>) {
     }
     if a.ack_floor() != b.ack_floor() {
         out.push(format!("{name} ack floor {}", b.ack_floor()));
+    }
+    if a.due != b.due {
+        out.push(format!("{name} due for redelivery {}", seqs(b.due)));
     }
     if a.exhausted != b.exhausted {
         out.push(format!("{name} exhausted {}", seqs(b.exhausted)));

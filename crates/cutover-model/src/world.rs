@@ -73,6 +73,9 @@ pub struct BStream {
     /// A's sequences B's source has processed (copied, or dropped as a
     /// duplicate): the next one it copies is `sourced + 1`.
     pub sourced: u8,
+    /// A mirror (stores every message it copies, recording ids without
+    /// checking them), until its promotion.
+    pub mirror: bool,
 }
 
 impl BStream {
@@ -237,6 +240,7 @@ pub enum Pc {
     JournalReleased,
     ReleaseA,
     CommitWait,
+    CommitUndone,
     TakeSubjects,
     JournalMoved,
     Seal,
@@ -291,6 +295,9 @@ pub struct State {
     pub caught_up_at: Option<u8>,
     /// Ghost: B was created by this migration's runner.
     pub b_ours: bool,
+    pub commit_failures_left: u8,
+    /// Ghost: a publish to B was answered as a duplicate (B's window knew its id).
+    pub dup_in_b: bool,
     /// Ghost: msg-ids some durable gave up on (`max_deliver` exhausted):
     /// the application's own setting, not the migration's loss.
     pub gave_up: u8,
