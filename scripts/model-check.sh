@@ -8,8 +8,9 @@
 #   scripts/model-check.sh --mutant NAME        one rule broken on purpose
 #   scripts/model-check.sh --mutant list        the mutants
 #   scripts/model-check.sh --depth N --msgs N --crashes N --strategy mirror ...
-#   scripts/model-check.sh --ci                 the real rules and every mutant,
-#                                               strategies source and mirror
+#   scripts/model-check.sh --ci                 the real rules (with and without a
+#                                               guard) and every mutant, strategies
+#                                               source and mirror
 #
 # Exit 0 when the expected outcome happens (no counterexample for the real
 # rules, one for a mutant), non-zero otherwise.
@@ -26,9 +27,13 @@ shift
 started=$(date +%s.%N)
 failed=0
 for strategy in source mirror; do
-  for mutant in none $("$bin" --mutant list | awk '{print $1}'); do
+  for mutant in none no-guard $("$bin" --mutant list | awk '{print $1}'); do
     args=(--strategy "$strategy" "$@")
-    [ "$mutant" = none ] || args+=(--mutant "$mutant")
+    case "$mutant" in
+      none) ;;
+      no-guard) args+=(--no-guard) ;;   # the real rules, no guard beside the runner
+      *) args+=(--mutant "$mutant") ;;
+    esac
     if ! "$bin" --brief "${args[@]}"; then
       failed=1
       "$bin" "${args[@]}" || true   # again, with the traces

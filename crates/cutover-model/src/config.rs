@@ -29,6 +29,10 @@ pub struct Config {
     /// Commits that fail inside the window (B refuses the subjects, or does
     /// not hold A's tail within the commit timeout): A takes them back.
     pub commit_failures: u8,
+    /// A guard runs beside the runner (the CLI starts one; an application
+    /// embedding the engine, or `NATS_CUTOVER_GUARD=off`, has none: what a
+    /// dead runner held stays held until the operator resumes or rolls back).
+    pub guard: bool,
     /// `source` (B sources A, translation) or `mirror` (B mirrors A, same
     /// sequences, promoted at the commit).
     pub strategy: Strategy,
@@ -51,6 +55,7 @@ impl Config {
             pause_cuts: 1,
             operator_acts: 2,
             commit_failures: 1,
+            guard: true,
             strategy: Strategy::Source,
             server: ServerVersion::new(2, 13, 0),
             depth: 80,

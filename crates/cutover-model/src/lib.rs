@@ -27,7 +27,7 @@ use cutover_core::journal::{ConsumerPhase, Phase};
 use decide::Rules;
 use env::Action;
 use mutants::Mutant;
-use stateright::{Checker, Model, Property};
+use stateright::{Checker, HasDiscoveries, Model, Property};
 use std::time::{Duration, Instant};
 use world::{Cons, Cph, Jrnl, Local, Pc, Ph, Run, State, Stream, MAX_MSGS};
 
@@ -73,6 +73,7 @@ impl CutoverModel {
             b_ours: false,
             gave_up: 0,
             dup_in_b: false,
+            unguarded: false,
             commit_failures_left: self.cfg.commit_failures,
             lost_left: self.cfg.lost_answers,
             crashes_left: self.cfg.crashes,
@@ -140,10 +141,19 @@ pub struct Outcome {
 
 /// Checks the model (BFS to the configured depth, every property).
 pub fn check(cfg: Config, mutant: Option<Mutant>) -> Outcome {
+    check_until(cfg, mutant, false)
+}
+
+/// [`check`], stopping at the first counterexample with `first`.
+pub fn check_until(cfg: Config, mutant: Option<Mutant>, first: bool) -> Outcome {
     let depth = cfg.depth;
     let model = CutoverModel::new(cfg, mutant);
     let started = Instant::now();
-    let checker = model.checker().target_max_depth(depth).spawn_bfs().join();
+    let mut checker = model.checker().target_max_depth(depth);
+    if first {
+        checker = checker.finish_when(HasDiscoveries::AnyFailures);
+    }
+    let checker = checker.spawn_bfs().join();
     let elapsed = started.elapsed();
     let mut violations = vec![];
     let mut reached = vec![];

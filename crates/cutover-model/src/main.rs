@@ -1,7 +1,7 @@
 //! `cutover-model`: checks the protocol's model (see docs/model.md).
 //!
 //! ```text
-//! cutover-model [--mutant NAME|list] [--brief] [--small] [--depth N] [--strategy source|mirror]
+//! cutover-model [--mutant NAME|list] [--brief] [--small] [--no-guard] [--depth N] [--strategy source|mirror]
 //!               [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N]
 //!               [--ops N] [--commit-failures N]
 //! ```
@@ -15,7 +15,7 @@ use cutover_model::mutants::Mutant;
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
-    eprintln!("usage: cutover-model [--mutant NAME|list] [--brief] [--small] [--depth N] [--strategy source|mirror] [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N] [--ops N] [--commit-failures N]");
+    eprintln!("usage: cutover-model [--mutant NAME|list] [--brief] [--small] [--no-guard] [--depth N] [--strategy source|mirror] [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N] [--ops N] [--commit-failures N]");
     ExitCode::from(2)
 }
 
@@ -64,6 +64,7 @@ fn main() -> ExitCode {
                 _ => return usage(),
             },
             "--brief" => brief = true,
+            "--no-guard" => cfg.guard = false,
             "--small" => cfg = Config { depth: cfg.depth, ..Config::small() },
             "--server" => match value().and_then(|v| ServerVersion::parse(&v)) {
                 Some(v) => cfg.server = v,

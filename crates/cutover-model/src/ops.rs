@@ -43,7 +43,10 @@ impl CutoverModel {
         match a {
             Action::Crash => {
                 s.crashes_left -= 1;
-                s.run = if s.local.exposed { Run::Dead } else { Run::Stopped };
+                s.run = if s.local.exposed && self.cfg.guard { Run::Dead } else { Run::Stopped };
+                // Without a guard, what it held stays held until a later
+                // run or rollback gives it back.
+                s.unguarded |= s.local.exposed && !self.cfg.guard;
                 s.pc = Pc::Idle;
                 s.local = Default::default();
             }
@@ -170,6 +173,7 @@ impl CutoverModel {
                 s.journal.b_start = None;
                 s.run = Run::Finished;
                 s.pc = Pc::Idle;
+                s.unguarded = false;
             }
             other => unreachable!("not a rollback step: {other:?}"),
         }

@@ -108,6 +108,7 @@ impl CutoverModel {
         s.run = Run::Stopped;
         s.pc = Pc::Idle;
         s.local.exposed = false;
+        s.unguarded = false;
     }
 
     /// `undo::undo_consumer`: journaled waiting, then the old durable resumed.
@@ -370,6 +371,7 @@ impl CutoverModel {
                 s.journal.phase = Ph(P::Done);
                 s.journal.c = Cph(C::Retired);
                 s.run = Run::Finished;
+                s.unguarded = false;
                 s.pc = Pc::Idle;
             }
             rb => self.rollback_step(s, rb),

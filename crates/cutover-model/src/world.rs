@@ -296,6 +296,9 @@ pub struct State {
     /// Ghost: B was created by this migration's runner.
     pub b_ours: bool,
     pub commit_failures_left: u8,
+    /// Ghost: the runner died holding something and no guard ran: the
+    /// operator's resume or rollback gives it back.
+    pub unguarded: bool,
     /// Ghost: a publish to B was answered as a duplicate (B's window knew its id).
     pub dup_in_b: bool,
     /// Ghost: msg-ids some durable gave up on (`max_deliver` exhausted):
