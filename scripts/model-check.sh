@@ -8,9 +8,10 @@
 #   scripts/model-check.sh --mutant NAME        one rule broken on purpose
 #   scripts/model-check.sh --mutant list        the mutants
 #   scripts/model-check.sh --depth N --msgs N --crashes N --strategy mirror ...
-#   scripts/model-check.sh --ci                 the real rules (with and without a
-#                                               guard) and every mutant, strategies
-#                                               source and mirror
+#   scripts/model-check.sh --ci                 the real rules and every mutant:
+#                                               drain mode with source (also without
+#                                               a guard) and mirror, fence mode with
+#                                               source (2 threads)
 #
 # Exit 0 when the expected outcome happens (no counterexample for the real
 # rules, one for a mutant), non-zero otherwise.
@@ -23,16 +24,21 @@ bin="$target/release/cutover-model"
 if [ "${1:-}" != "--ci" ]; then
   exec "$bin" "$@"
 fi
-shift
 started=$(date +%s.%N)
 failed=0
-for strategy in source mirror; do
-  for mutant in none no-guard $("$bin" --mutant list | awk '{print $1}'); do
-    args=(--strategy "$strategy" "$@")
-    case "$mutant" in
+mutants=$("$bin" --mutant list | awk '{print $1}')
+# Drain mode with either strategy (the real rules also without a guard),
+# fence mode with strategy source; each: the real rules and every mutant.
+for run in "source drain" "mirror drain" "source fence"; do
+  set -- $run
+  variants="none $mutants"
+  [ "$2" = drain ] && [ "$1" = source ] && variants="none no-guard $mutants"
+  for v in $variants; do
+    args=(--strategy "$1" --mode "$2" --threads 2)
+    case "$v" in
       none) ;;
       no-guard) args+=(--no-guard) ;;   # the real rules, no guard beside the runner
-      *) args+=(--mutant "$mutant") ;;
+      *) args+=(--mutant "$v") ;;
     esac
     if ! "$bin" --brief "${args[@]}"; then
       failed=1

@@ -1,7 +1,7 @@
 //! The bounds of one check: how many messages, faults and operator actions
 //! the model allows, which server version's rules apply, and the BFS depth.
 
-use cutover_core::plan::Strategy;
+use cutover_core::plan::{Mode, Strategy};
 use cutover_core::version::ServerVersion;
 
 /// What one check explores. Every count is an upper bound on how often the
@@ -18,8 +18,9 @@ pub struct Config {
     /// Worker deaths while it holds a message (before or after processing it,
     /// always before its ack).
     pub worker_deaths: u8,
-    /// The consumer's `max_deliver` (1 or 2): a message whose worker died this
-    /// many times leaves ack-pending without an ack (exhausted).
+    /// The consumer's `max_deliver` (1 or 2; 0: unlimited): a message
+    /// delivered this many times and not acknowledged leaves ack-pending
+    /// without an ack (exhausted).
     pub max_deliver: u8,
     /// How often a drain may cut its pause (resume, let held messages be
     /// redelivered, pause again) before its settle timeout.
@@ -36,6 +37,9 @@ pub struct Config {
     /// `source` (B sources A, translation) or `mirror` (B mirrors A, same
     /// sequences, promoted at the commit).
     pub strategy: Strategy,
+    /// `drain` (pause, settle, move) or `fence` (the old durable a gate;
+    /// the worker a protocol instance: docs/protocol.md).
+    pub mode: Mode,
     /// The server whose rules apply (B's window at its create, consumer reset).
     pub server: ServerVersion,
     /// BFS depth bound (actions on one path).
@@ -57,8 +61,23 @@ impl Config {
             commit_failures: 1,
             guard: true,
             strategy: Strategy::Source,
+            mode: Mode::Drain,
             server: ServerVersion::new(2, 13, 0),
             depth: 80,
+        }
+    }
+
+    /// Fence mode's configuration in `--ci` (its instance doubles the
+    /// interleavings): one crash, one death, one operator command, and
+    /// `max_deliver` unlimited (see docs/model.md, *Found*, for 2).
+    pub fn fence() -> Self {
+        Config {
+            mode: Mode::Fence,
+            crashes: 1,
+            worker_deaths: 1,
+            max_deliver: 0,
+            operator_acts: 1,
+            ..Config::ci()
         }
     }
 

@@ -10,7 +10,7 @@ use crate::world::{BStream, Cons, Jrnl, Stream};
 use cutover_core::checkpoint::{assess, TranslateSearch};
 use cutover_core::journal::Journal;
 use cutover_core::model::{AckPolicy, ConsumerConfig, ConsumerInfo, SequenceInfo};
-use cutover_core::plan::{build, Plan, PlanRequest, ServerFacts};
+use cutover_core::plan::{build, Plan, PlanRequest, ServerChecks, ServerFacts};
 use cutover_core::version::Features;
 use serde_json::json;
 
@@ -33,7 +33,8 @@ impl Rules {
     pub fn new(cfg: &Config) -> Rules {
         let consumer = json!({
             "name": "c", "stream_name": "A",
-            "config": {"durable_name": "c", "ack_policy": "explicit", "max_deliver": cfg.max_deliver},
+            "config": {"durable_name": "c", "ack_policy": "explicit",
+                "max_deliver": if cfg.max_deliver == 0 { -1 } else { cfg.max_deliver as i64 }},
             "delivered": {"stream_seq": 0}, "ack_floor": {"stream_seq": 0},
         });
         let facts = ServerFacts {
@@ -47,9 +48,16 @@ impl Rules {
             other_consumers: vec![],
             downstream: vec![],
             account: None,
-            checks: Default::default(),
+            checks: ServerChecks {
+                live_instances: Some(vec![("c".into(), 1)]),
+                ..Default::default()
+            },
         };
-        let req = PlanRequest { strategy: cfg.strategy, ..PlanRequest::source("A", "B", &["c"]) };
+        let req = PlanRequest {
+            strategy: cfg.strategy,
+            mode: cfg.mode,
+            ..PlanRequest::source("A", "B", &["c"])
+        };
         let plan = build(&req, &facts).expect("the model's plan");
         assert!(plan.safe, "the model's plan is unsafe: {}", plan.unsafe_reasons());
         let plan_window_ns = plan.b_config["duplicate_window"].as_i64().unwrap_or(0);
@@ -96,7 +104,7 @@ pub fn consumer_info(c: &Cons, stream: &Stream, max_deliver: u8) -> ConsumerInfo
         name: "c".into(),
         config: ConsumerConfig {
             ack_policy: AckPolicy::Explicit,
-            max_deliver: max_deliver as i64,
+            max_deliver: if max_deliver == 0 { -1 } else { max_deliver as i64 },
             opt_start_seq: Some(c.start as u64),
             ..Default::default()
         },

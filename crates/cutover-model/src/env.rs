@@ -1,7 +1,7 @@
 //! The actions of everything beside the runner: the publisher, B's source,
 //! the worker, runner crashes, the guard and the operator.
 
-use crate::world::{bit, Held, Msg, State};
+use crate::world::{bit, Held, Msg, Pause, Rs, Run, State};
 use crate::CutoverModel;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -10,20 +10,31 @@ pub enum Action {
     Publish { lose: bool },
     /// B's source copies A's next message.
     Source,
-    /// The worker fetches from the durable the route names.
-    Fetch,
+    /// The worker fetches from the old or the new durable (drain mode: the
+    /// one the route names; fence mode: as its view of the route allows).
+    Fetch { new: bool },
     /// The worker processes the message it holds (the application's effect).
     Process,
     /// The worker acknowledges it (a double ack: the server applied it).
     Ack,
+    /// Fence mode: the worker naks (with a delay) an old message above F.
+    Nak,
     /// The worker dies holding its message (before its ack).
     Die,
+    /// Fence mode: the worker's watch delivers the route as it is now.
+    Follow,
+    /// Fence mode: the worker's registration acknowledges the fence.
+    AckFence,
+    /// The drain's (or the gate's) pause lapses: nobody renews it.
+    PauseLapses,
     /// The runner (or the rollback) performs its next step.
     Step,
     /// The drain cuts its pause (no ack progress: a worker holds or died).
     CutPause,
     /// The drain's settle timeout: the consumer is given back, the run fails.
     SettleTimeout,
+    /// Fence mode: the wait for the instances' acknowledgements times out.
+    FenceAckTimeout,
     /// The rollback's settle of the new durable times out.
     RollbackTimeout,
     /// The commit fails inside its window (B refuses the subjects, or does
@@ -45,11 +56,19 @@ impl Action {
         match self {
             Action::Publish { .. } => "publisher",
             Action::Source => "B's source",
-            Action::Fetch | Action::Process | Action::Ack | Action::Die => "worker",
+            Action::Fetch { .. }
+            | Action::Process
+            | Action::Ack
+            | Action::Nak
+            | Action::Die
+            | Action::Follow
+            | Action::AckFence => "worker",
+            Action::PauseLapses => "server",
             Action::Step
             | Action::CutPause
             | Action::SettleTimeout
             | Action::RollbackTimeout
+            | Action::FenceAckTimeout
             | Action::CommitFails => "runner",
             Action::Crash => "fault",
             Action::Guard => "guard",
@@ -73,13 +92,17 @@ impl CutoverModel {
         }
         match s.held {
             None => {
-                if self.deliverable(s).is_some() {
-                    out.push(Action::Fetch);
+                for &new in self.fetch_from(s) {
+                    if self.deliverable(s, new).is_some() {
+                        out.push(Action::Fetch { new });
+                    }
                 }
             }
             Some(h) => {
                 if h.processed {
                     out.push(Action::Ack);
+                } else if self.above_fence(s, h) {
+                    out.push(Action::Nak);
                 } else {
                     out.push(Action::Process);
                 }
@@ -88,6 +111,43 @@ impl CutoverModel {
                 }
             }
         }
+        if self.fence() {
+            let now = if s.route { s.rstate } else { Rs::None };
+            if s.knows != now {
+                out.push(Action::Follow);
+            }
+            if s.knows >= Rs::Fenced && !s.fence_acked {
+                out.push(Action::AckFence);
+            }
+        }
+        if s.old.paused == Pause::Drain && s.run != Run::Running {
+            out.push(Action::PauseLapses);
+        }
+    }
+
+    /// The durables the worker fetches from: the one the route names (drain
+    /// mode); in fence mode per its view: none yet, the old one; `fenced`,
+    /// both; `settled` or `moved`, the new one.
+    fn fetch_from(&self, s: &State) -> &'static [bool] {
+        let view = if self.fence() {
+            s.knows
+        } else if s.route {
+            Rs::Moved
+        } else {
+            Rs::None
+        };
+        match view {
+            Rs::None => &[false],
+            Rs::Fenced => &[false, true],
+            Rs::Settled | Rs::Moved => &[true],
+        }
+    }
+
+    /// Fence mode: an old message above the fence the worker knows: never
+    /// processed, nak'd (docs/protocol.md; the rule is checked just before
+    /// processing).
+    fn above_fence(&self, s: &State, h: Held) -> bool {
+        self.fence() && !h.new && s.knows >= Rs::Fenced && h.seq > s.route_f
     }
 
     /// Before 2.12.6 a msg-id B already recorded, arriving again by source,
@@ -100,17 +160,21 @@ impl CutoverModel {
             && b.s.ids & (1 << next.id) != 0
     }
 
-    /// What the serving durable delivers next: a due redelivery first,
-    /// else its next sequence. (durable is new, sequence)
-    fn deliverable(&self, s: &State) -> Option<(bool, u8)> {
-        let new = s.route;
+    /// What a durable delivers next: a due redelivery first, else its next
+    /// sequence. (durable is new, sequence)
+    fn deliverable(&self, s: &State, new: bool) -> Option<(bool, u8)> {
         let c = s.cons(new);
         let stream = s.stream_of(new)?;
         if !c.exists || c.paused() {
             return None;
         }
-        if c.due != 0 {
-            return Some((new, c.due.trailing_zeros() as u8));
+        // A nak'd message comes back after the nak's delay (30 s by
+        // default), which outlasts the instance's route watch: by then the
+        // worker's view of the route is current.
+        let current = !self.fence() || s.knows == if s.route { s.rstate } else { Rs::None };
+        let due = if current { c.due } else { c.due & !c.nakd };
+        if due != 0 {
+            return Some((new, due.trailing_zeros() as u8));
         }
         (c.next <= stream.last_seq()).then_some((new, c.next))
     }
@@ -144,12 +208,13 @@ impl CutoverModel {
                     b.s.store(Msg { id: m.id, origin: b.sourced });
                 }
             }
-            Action::Fetch => {
-                let (new, seq) = self.deliverable(s).expect("deliverable");
+            Action::Fetch { new } => {
+                let (new, seq) = self.deliverable(s, new).expect("deliverable");
                 let id = s.stream_of(new).and_then(|st| st.at(seq)).expect("message").id;
                 let c = s.cons_mut(new);
                 if c.due & bit(seq) != 0 {
                     c.due &= !bit(seq);
+                    c.nakd &= !bit(seq);
                     c.again |= bit(seq);
                 } else {
                     c.next += 1;
@@ -171,22 +236,44 @@ impl CutoverModel {
                     c.acked |= bit(h.seq);
                 }
             }
-            Action::Die => {
+            Action::Die | Action::Nak => {
+                // Left unacknowledged: redelivered once ack_wait (or the
+                // nak's delay) expired, unless that was its last delivery.
                 let h = s.held.take().expect("held");
-                s.deaths_left -= 1;
+                if a == Action::Die {
+                    s.deaths_left -= 1;
+                    // Its replacement reads the route as it starts and
+                    // acknowledges the fence only once it follows it.
+                    s.knows = if s.route { s.rstate } else { Rs::None };
+                    s.fence_acked = false;
+                }
                 let max_deliver = self.cfg.max_deliver;
                 let c = s.cons_mut(h.new);
                 if c.exists && c.pending & bit(h.seq) != 0 {
                     let deliveries = if c.again & bit(h.seq) != 0 { 2 } else { 1 };
-                    if deliveries >= max_deliver {
+                    if max_deliver > 0 && deliveries >= max_deliver {
                         c.pending &= !bit(h.seq);
                         c.exhausted |= bit(h.seq);
-                        s.gave_up |= 1 << h.id;
+                        if a == Action::Die {
+                            s.gave_up |= 1 << h.id;
+                        }
                     } else {
                         c.due |= bit(h.seq);
+                        if a == Action::Nak {
+                            c.nakd |= bit(h.seq);
+                        }
                     }
                 }
             }
+            Action::Follow => {
+                s.knows = if s.route { s.rstate } else { Rs::None };
+                if s.knows == Rs::None {
+                    // A deleted route after a fence is a rollback: drop the fence.
+                    s.fence_acked = false;
+                }
+            }
+            Action::AckFence => s.fence_acked = true,
+            Action::PauseLapses => s.old.paused = Pause::No,
             _ => unreachable!("not an environment action: {a:?}"),
         }
     }

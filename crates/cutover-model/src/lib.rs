@@ -38,9 +38,13 @@ pub struct CutoverModel {
 }
 
 impl CutoverModel {
+    pub fn fence(&self) -> bool {
+        self.cfg.mode == cutover_core::plan::Mode::Fence
+    }
+
     pub fn new(cfg: Config, mutant: Option<Mutant>) -> Self {
         assert!((1..=MAX_MSGS as u8).contains(&cfg.msgs), "1 to {MAX_MSGS} messages");
-        assert!((1..=2).contains(&cfg.max_deliver), "max_deliver 1 or 2");
+        assert!(cfg.max_deliver <= 2, "max_deliver 0 (unlimited), 1 or 2");
         let rules = Rules::new(&cfg);
         CutoverModel { cfg, mutant, rules }
     }
@@ -55,6 +59,10 @@ impl CutoverModel {
             old: Cons::new(1),
             new: Cons::gone(),
             route: false,
+            rstate: world::Rs::None,
+            route_f: 0,
+            knows: world::Rs::None,
+            fence_acked: false,
             held: None,
             proc_old: [0; MAX_MSGS],
             proc_new: [0; MAX_MSGS],
@@ -105,14 +113,19 @@ impl Model for CutoverModel {
         match a {
             Action::Publish { .. }
             | Action::Source
-            | Action::Fetch
+            | Action::Fetch { .. }
             | Action::Process
             | Action::Ack
-            | Action::Die => self.env_apply(&mut n, a),
+            | Action::Nak
+            | Action::Die
+            | Action::Follow
+            | Action::AckFence
+            | Action::PauseLapses => self.env_apply(&mut n, a),
             Action::Step
             | Action::CutPause
             | Action::SettleTimeout
             | Action::RollbackTimeout
+            | Action::FenceAckTimeout
             | Action::CommitFails => self.runner_apply(&mut n, a),
             Action::Crash | Action::Guard | Action::Resume | Action::Rollback => {
                 self.ops_apply(&mut n, a)
@@ -146,10 +159,15 @@ pub fn check(cfg: Config, mutant: Option<Mutant>) -> Outcome {
 
 /// [`check`], stopping at the first counterexample with `first`.
 pub fn check_until(cfg: Config, mutant: Option<Mutant>, first: bool) -> Outcome {
+    check_with(cfg, mutant, first, 1)
+}
+
+/// [`check_until`] on `threads` threads.
+pub fn check_with(cfg: Config, mutant: Option<Mutant>, first: bool, threads: usize) -> Outcome {
     let depth = cfg.depth;
     let model = CutoverModel::new(cfg, mutant);
     let started = Instant::now();
-    let mut checker = model.checker().target_max_depth(depth);
+    let mut checker = model.checker().target_max_depth(depth).threads(threads.max(1));
     if first {
         checker = checker.finish_when(HasDiscoveries::AnyFailures);
     }

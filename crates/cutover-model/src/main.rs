@@ -1,21 +1,21 @@
 //! `cutover-model`: checks the protocol's model (see docs/model.md).
 //!
 //! ```text
-//! cutover-model [--mutant NAME|list] [--brief] [--small] [--no-guard] [--depth N] [--strategy source|mirror]
+//! cutover-model [--mutant NAME|list] [--brief] [--threads N] [--small] [--no-guard] [--depth N] [--strategy source|mirror] [--mode drain|fence] [--max-deliver 0|1|2]
 //!               [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N]
 //!               [--ops N] [--commit-failures N]
 //! ```
 //! Exit 0 when the expected outcome happens: no counterexample for the
 //! real rules, at least one for a mutant; 1 otherwise; 2 on bad input.
 
-use cutover_core::plan::Strategy;
+use cutover_core::plan::{Mode, Strategy};
 use cutover_core::version::ServerVersion;
 use cutover_model::config::Config;
 use cutover_model::mutants::Mutant;
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
-    eprintln!("usage: cutover-model [--mutant NAME|list] [--brief] [--small] [--no-guard] [--depth N] [--strategy source|mirror] [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N] [--ops N] [--commit-failures N]");
+    eprintln!("usage: cutover-model [--mutant NAME|list] [--brief] [--threads N] [--small] [--no-guard] [--depth N] [--strategy source|mirror] [--mode drain|fence] [--max-deliver 0|1|2] [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N] [--ops N] [--commit-failures N]");
     ExitCode::from(2)
 }
 
@@ -23,6 +23,7 @@ fn main() -> ExitCode {
     let mut cfg = Config::ci();
     let mut mutant = None;
     let mut brief = false;
+    let mut threads = 1;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next();
@@ -58,12 +59,25 @@ fn main() -> ExitCode {
                     _ => &mut cfg.commit_failures,
                 } = n;
             }
+            "--mode" => match value().as_deref() {
+                Some("drain") => cfg.mode = Mode::Drain,
+                Some("fence") => cfg = Config { depth: cfg.depth, ..Config::fence() },
+                _ => return usage(),
+            },
+            "--max-deliver" => match value().and_then(|v| v.parse().ok()) {
+                Some(n) => cfg.max_deliver = n,
+                None => return usage(),
+            },
             "--strategy" => match value().as_deref() {
                 Some("source") => cfg.strategy = Strategy::Source,
                 Some("mirror") => cfg.strategy = Strategy::Mirror,
                 _ => return usage(),
             },
             "--brief" => brief = true,
+            "--threads" => match value().and_then(|v| v.parse().ok()) {
+                Some(n) => threads = n,
+                None => return usage(),
+            },
             "--no-guard" => cfg.guard = false,
             "--small" => cfg = Config { depth: cfg.depth, ..Config::small() },
             "--server" => match value().and_then(|v| ServerVersion::parse(&v)) {
@@ -75,7 +89,7 @@ fn main() -> ExitCode {
     }
     let what = mutant.map(|m| format!("mutant {}", m.name())).unwrap_or("the real rules".into());
     println!("checking {what}: {cfg:?}");
-    let out = cutover_model::check(cfg, mutant);
+    let out = cutover_model::check_with(cfg, mutant, false, threads);
     println!(
         "states explored: {}, unique states: {}, depth reached: {}, time: {:.2} s",
         out.states,

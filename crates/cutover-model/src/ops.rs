@@ -44,9 +44,10 @@ impl CutoverModel {
             Action::Crash => {
                 s.crashes_left -= 1;
                 s.run = if s.local.exposed && self.cfg.guard { Run::Dead } else { Run::Stopped };
-                // Without a guard, what it held stays held until a later
-                // run or rollback gives it back.
-                s.unguarded |= s.local.exposed && !self.cfg.guard;
+                // Without a guard (or in fence mode before the route is
+                // out), what it held stays held until a later run or
+                // rollback gives it back.
+                s.unguarded |= (s.local.exposed && !self.cfg.guard) || s.local.held;
                 s.pc = Pc::Idle;
                 s.local = Default::default();
             }
@@ -81,7 +82,7 @@ impl CutoverModel {
             }
             return;
         }
-        if p >= P::ConsumersMoved {
+        if p >= P::ConsumersMoved || self.fence() {
             return;
         }
         let c = s.journal.c.0;

@@ -53,7 +53,7 @@ pub fn all() -> Vec<Property<CutoverModel>> {
         }),
         Property::always(PAUSED, |_, s: &State| paused(s).is_none()),
         Property::always(ROLLBACK, |_, s: &State| rollback(s).is_none()),
-        Property::always(JOURNAL, |_, s: &State| journal(s).is_none()),
+        Property::always(JOURNAL, |m: &CutoverModel, s: &State| journal(m, s).is_none()),
     ]
 }
 
@@ -71,14 +71,18 @@ impl CutoverModel {
 /// that did not exhaust its deliveries (the application's `max_deliver`).
 pub fn lost(s: &State) -> Option<u8> {
     let c = s.serving();
+    let in_stream = |new: bool, id: u8, yet: &dyn Fn(u8) -> bool| {
+        s.stream_of(new).is_some_and(|st| {
+            st.msgs.iter().enumerate().any(|(i, m)| m.id == id && yet(i as u8 + 1))
+        })
+    };
     let will_deliver = |id: u8| {
-        c.exists
-            && s.stream_of(s.route).is_some_and(|st| {
-                st.msgs.iter().enumerate().any(|(i, m)| {
-                    let seq = i as u8 + 1;
-                    m.id == id && (seq >= c.next || c.pending & bit(seq) != 0)
-                })
-            })
+        let ahead = c.exists && in_stream(s.route, id, &|seq| seq >= c.next);
+        let pending = [false, true].into_iter().any(|new| {
+            let d = s.cons(new);
+            d.exists && in_stream(new, id, &|seq| d.pending & bit(seq) != 0)
+        });
+        ahead || pending
     };
     let exhausted = |id: u8| s.gave_up & (1 << id) != 0;
     (0..s.next_pub).find(|&id| !s.processed(id) && !will_deliver(id) && !exhausted(id))
@@ -128,7 +132,7 @@ pub fn rollback(s: &State) -> Option<&'static str> {
 
 /// What a journal state claims, against the streams and durables. Not
 /// checked while a rollback runs (it saves the journal once, at its end).
-pub fn journal(s: &State) -> Option<&'static str> {
+pub fn journal(m: &CutoverModel, s: &State) -> Option<&'static str> {
     if s.run == Run::RollingBack {
         return None;
     }
@@ -160,7 +164,13 @@ pub fn journal(s: &State) -> Option<&'static str> {
         return Some("phase source_removed or later, and B still sources A");
     }
     let c = s.journal.c.0;
-    if matches!(c, C::Settled | C::Creating | C::Created) && s.old.exists {
+    // (Fence mode: from `fenced` on the old durable is resumed to redeliver
+    // a dead instance's messages, and delivers above F, which are nak'd.)
+    let held_at_f = match m.fence() {
+        true => matches!(c, C::Settled | C::Creating),
+        false => matches!(c, C::Settled | C::Creating | C::Created),
+    };
+    if held_at_f && s.old.exists {
         let f = s.journal.checkpoint.unwrap_or(u8::MAX);
         if s.old.delivered() != f || !s.old.paused() {
             return Some(
@@ -168,7 +178,7 @@ pub fn journal(s: &State) -> Option<&'static str> {
             );
         }
     }
-    if c == C::Created {
+    if matches!(c, C::Fenced | C::Created) {
         let start = s.journal.b_start.unwrap_or(u8::MAX);
         if !(s.new.exists && s.new.start == start) {
             return Some("consumer created, and no durable on B at the journaled start");

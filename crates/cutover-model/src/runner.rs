@@ -8,7 +8,7 @@
 use crate::decide::{checkpoint, consumer_info, mirror_start, sourced_enough, translate};
 use crate::env::Action;
 use crate::mutants::Mutant;
-use crate::world::{BStream, Cons, Cph, Pause, Pc, Ph, Run, State, Stream};
+use crate::world::{BStream, Cons, Cph, Pause, Pc, Ph, Rs, Run, State, Stream};
 use crate::CutoverModel;
 use cutover_core::journal::{ConsumerPhase as C, Phase as P};
 
@@ -82,8 +82,32 @@ impl CutoverModel {
                 }
                 settled
             }
+            Pc::FSettle => {
+                let done = self.settled_to_fence(s);
+                if !done {
+                    // No ack progress: resume it for a dead instance's
+                    // messages, only once the fence is acknowledged.
+                    if s.cuts_left > 0 && s.fence_acked {
+                        out.push(Action::CutPause);
+                    } else if s.cuts_left == 0 {
+                        out.push(Action::SettleTimeout);
+                    }
+                }
+                done
+            }
+            Pc::FAwaitAcks => {
+                if !s.fence_acked {
+                    // await_acks' deadline: goes on, naming it.
+                    out.push(Action::FenceAckTimeout);
+                }
+                s.fence_acked
+            }
             Pc::RbSettleNew => {
-                let stable = self.new_info(s).is_some_and(|ci| checkpoint(&ci, false).is_some());
+                // Fence mode: a reset forgets what is pending, so the old
+                // durable settles to F first (settle_old_to_fence).
+                let start = s.journal.b_start.unwrap_or(u8::MAX);
+                let stable = self.new_info(s).is_some_and(|ci| checkpoint(&ci, false).is_some())
+                    && (!self.fence() || s.new.delivered() < start || self.settled_to_fence(s));
                 if !stable {
                     out.push(Action::RollbackTimeout);
                 }
@@ -94,6 +118,13 @@ impl CutoverModel {
         if ready {
             out.push(Action::Step);
         }
+    }
+
+    /// fence.rs settle_to_fence: nothing up to F unacknowledged on the old
+    /// durable (its ack floor reached F, or nothing ack-pending).
+    fn settled_to_fence(&self, s: &State) -> bool {
+        let f = s.journal.checkpoint.unwrap_or(0);
+        s.old.ack_floor() >= f || s.old.pending == 0
     }
 
     /// The run fails: `run` gives back a waiting consumer it still holds
@@ -131,12 +162,19 @@ impl CutoverModel {
             Action::CutPause => {
                 s.old.paused = Pause::No;
                 s.cuts_left -= 1;
-                s.pc = Pc::CutWait;
+                s.pc = if self.fence() { Pc::FRedeliverWait } else { Pc::CutWait };
+            }
+            Action::SettleTimeout if self.fence() => {
+                // The new durable serves; the old one stays paused for good
+                // until `run --resume` (or a rollback).
+                self.fail(s);
+                s.unguarded = true;
             }
             Action::SettleTimeout => {
                 self.undo_consumer(s);
                 self.fail(s);
             }
+            Action::FenceAckTimeout => s.pc = Pc::FPublishMoved,
             Action::RollbackTimeout => {
                 // settle_new_durable's deadline: the new durable serves on.
                 s.new.paused = Pause::No;
@@ -205,15 +243,75 @@ impl CutoverModel {
             }
             // engine/steps/consumers.rs move_consumer, drain.rs checkpoint.
             Pc::MoveBegin => {
-                s.local.exposed = true;
+                // Drain mode holds consumers while it moves them (a guard's
+                // exposure); fence mode's are its known limit (`held`).
+                s.local.exposed = !self.fence();
                 let j = &s.journal;
                 s.pc = if j.c.0 >= C::Created {
                     Pc::MoveDone
+                } else if j.c.0 == C::Fenced && j.checkpoint.is_some() && j.b_start.is_some() {
+                    s.local.f = j.checkpoint.unwrap_or(0);
+                    s.local.start = j.b_start.unwrap_or(0);
+                    Pc::FPublishFenced
                 } else if matches!(j.c.0, C::Settled | C::Creating) && j.checkpoint.is_some() {
                     Pc::HoldsPause
+                } else if self.fence() {
+                    Pc::FGate
                 } else {
                     Pc::DrainPause
                 };
+            }
+            // engine/fence.rs: the gate, F, paused for good while F is
+            // translated, the route `fenced`, settle to F, `settled`, the
+            // instances' acknowledgements, `moved`.
+            Pc::FGate => {
+                s.old.paused = Pause::Drain;
+                s.local.held = true;
+                s.pc = Pc::FRead;
+            }
+            Pc::FRead => {
+                let ci = self.old_info(s);
+                let f = match self.mutant(Mutant::AckFloor) {
+                    true => ci.ack_floor.stream_seq,
+                    false => ci.delivered.stream_seq,
+                };
+                s.local.f = f as u8;
+                s.pc = Pc::FForever;
+            }
+            Pc::FForever => {
+                s.old.paused = Pause::Forever;
+                s.pc = Pc::Translate;
+            }
+            Pc::FPublishFenced => {
+                // A resumed run publishes it again unless it is past `fenced`.
+                if !(s.route && s.route_f == s.local.f) {
+                    s.route = true;
+                    s.rstate = Rs::Fenced;
+                    s.route_f = s.local.f;
+                }
+                s.local.held = false;
+                s.pc = if s.journal.c.0 == C::Fenced { Pc::FSettle } else { Pc::JournalFenced };
+            }
+            Pc::JournalFenced => {
+                s.journal.c = Cph(C::Fenced);
+                s.journal.b_start = Some(s.local.start);
+                s.pc = Pc::FSettle;
+            }
+            Pc::FSettle => s.pc = Pc::FPublishSettled,
+            Pc::FRedeliverWait => {
+                s.old.paused = Pause::Forever;
+                s.pc = Pc::FSettle;
+            }
+            Pc::FPublishSettled => {
+                if s.rstate < Rs::Settled {
+                    s.rstate = Rs::Settled;
+                }
+                s.pc = if s.rstate < Rs::Moved { Pc::FAwaitAcks } else { Pc::JournalCreated };
+            }
+            Pc::FAwaitAcks => s.pc = Pc::FPublishMoved,
+            Pc::FPublishMoved => {
+                s.rstate = Rs::Moved;
+                s.pc = Pc::JournalCreated;
             }
             Pc::HoldsPause => {
                 // durable.rs checkpoint_holds: paused for good, and it
@@ -223,9 +321,10 @@ impl CutoverModel {
                     == s.journal.evidence.unwrap_or(u8::MAX);
                 if holds {
                     s.local.f = s.journal.checkpoint.expect("checkpoint");
+                    s.local.held = self.fence();
                     s.pc = Pc::Translate;
                 } else {
-                    s.pc = Pc::DrainPause;
+                    s.pc = if self.fence() { Pc::FGate } else { Pc::DrainPause };
                 }
             }
             Pc::DrainPause => {
@@ -264,7 +363,16 @@ impl CutoverModel {
             Pc::JournalCreating => {
                 s.journal.c = Cph(C::Creating);
                 s.journal.b_start = Some(s.local.start);
-                s.pc = if ebj { Pc::JournalCreated } else { Pc::CreateDurable };
+                if self.fence() {
+                    // take_fence's F and evidence, saved with the intent.
+                    s.journal.checkpoint = Some(s.local.f);
+                    s.journal.evidence = Some(s.old.delivered());
+                }
+                s.pc = match (ebj, self.fence()) {
+                    (false, _) => Pc::CreateDurable,
+                    (true, true) => Pc::FPublishFenced,
+                    (true, false) => Pc::JournalCreated,
+                };
             }
             Pc::CreateDurable => {
                 // durable.rs create_durable: an existing durable is accepted
@@ -277,20 +385,27 @@ impl CutoverModel {
                 } else {
                     s.new = Cons::new(s.local.start);
                 }
-                s.pc = if ebj { Pc::JournalCreating } else { Pc::JournalCreated };
+                s.pc = match (ebj, self.fence()) {
+                    (true, _) => Pc::JournalCreating,
+                    (false, true) => Pc::FPublishFenced,
+                    (false, false) => Pc::JournalCreated,
+                };
             }
             Pc::JournalCreated => {
                 s.journal.c = Cph(C::Created);
                 s.journal.b_start = Some(s.local.start);
-                s.pc = Pc::WriteRoute;
+                s.pc = if self.fence() { Pc::MoveDone } else { Pc::WriteRoute };
             }
             Pc::WriteRoute => {
                 s.route = true;
+                s.rstate = Rs::Moved;
+                s.route_f = s.local.f;
                 s.pc = Pc::MoveDone;
             }
             Pc::MoveDone => {
                 // Every moved consumer's route written again, then the phase.
                 s.route = true;
+                s.rstate = Rs::Moved;
                 s.journal.phase = Ph(P::ConsumersMoved);
                 s.local.exposed = false;
                 self.drive(s);

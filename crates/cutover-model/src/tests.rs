@@ -31,6 +31,16 @@ fn nor_with_a_mirror_or_without_a_guard() {
     clean(Config { guard: false, ..Config::small() });
 }
 
+/// Fence mode, the small bound: one crash, one death, one operator command.
+fn fence_small() -> Config {
+    Config { commit_failures: 0, lost_answers: 1, ..Config::fence() }
+}
+
+#[test]
+fn nor_in_fence_mode() {
+    clean(fence_small());
+}
+
 #[test]
 fn every_mutant_has_a_counterexample() {
     for m in Mutant::ALL {
@@ -39,6 +49,8 @@ fn every_mutant_has_a_counterexample() {
             let out = crate::check_until(cfg, Some(m), true);
             assert!(!out.violations.is_empty(), "mutant {} not caught ({strategy:?})", m.name());
         }
+        let out = crate::check_until(fence_small(), Some(m), true);
+        assert!(!out.violations.is_empty(), "mutant {} not caught in fence mode", m.name());
     }
 }
 

@@ -31,9 +31,14 @@ fn what(s: &State, a: Action) -> String {
             format!("publishes m{} to {to}{lost}", s.next_pub + 1)
         }
         Action::Source => "copies A's next message".into(),
-        Action::Fetch => {
-            format!("fetches from the {} durable", if s.route { "new" } else { "old" })
+        Action::Fetch { new } => {
+            format!("fetches from the {} durable", if new { "new" } else { "old" })
         }
+        Action::Nak => held(s.held, "naks (above F)"),
+        Action::Follow => "reads the route".into(),
+        Action::AckFence => "acknowledges the fence".into(),
+        Action::PauseLapses => "the old durable's pause lapses".into(),
+        Action::FenceAckTimeout => "fence acknowledgement timeout".into(),
         Action::Process => held(s.held, "processes"),
         Action::Ack => held(s.held, "acks"),
         Action::Die => held(s.held, "dies holding"),
@@ -153,8 +158,14 @@ fn changes(a: &State, b: &State) -> Vec<String> {
     }
     cons("old", &a.old, &b.old, &mut out);
     cons("new", &a.new, &b.new, &mut out);
-    if a.route != b.route {
-        out.push(format!("route {}", if b.route { "-> new durable" } else { "deleted" }));
+    if (a.route, a.rstate, a.route_f) != (b.route, b.rstate, b.route_f) {
+        out.push(match b.route {
+            true => format!("route {:?} (F={})", b.rstate, b.route_f),
+            false => "route deleted".into(),
+        });
+    }
+    if (a.knows, a.fence_acked) != (b.knows, b.fence_acked) {
+        out.push(format!("worker sees {:?}, fence acked {}", b.knows, b.fence_acked));
     }
     for id in 0..crate::world::MAX_MSGS {
         if (a.proc_old[id], a.proc_new[id]) != (b.proc_old[id], b.proc_new[id]) {
@@ -193,7 +204,7 @@ fn summary(m: &CutoverModel, s: &State) -> String {
     for p in [
         crate::properties::paused(s),
         crate::properties::rollback(s),
-        crate::properties::journal(s),
+        crate::properties::journal(m, s),
     ]
     .into_iter()
     .flatten()

@@ -108,6 +108,8 @@ pub struct Cons {
     pub due: u16,
     /// Delivered a second time (for `max_deliver` 2).
     pub again: u16,
+    /// Due because an instance nak'd it (with the protocol's delay).
+    pub nakd: u16,
     pub acked: u16,
     /// Left pending for good without an ack: `max_deliver` reached.
     pub exhausted: u16,
@@ -123,6 +125,7 @@ impl Cons {
             pending: 0,
             due: 0,
             again: 0,
+            nakd: 0,
             acked: 0,
             exhausted: 0,
             paused: Pause::No,
@@ -160,6 +163,16 @@ pub struct Held {
     pub seq: u8,
     pub id: u8,
     pub processed: bool,
+}
+
+/// The route record's state (docs/protocol.md): drain mode writes it
+/// `moved` at once; fence mode `fenced`, `settled`, then `moved`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rs {
+    None,
+    Fenced,
+    Settled,
+    Moved,
 }
 
 /// A phase of `cutover_core::journal` as state (hashed by variant).
@@ -249,6 +262,16 @@ pub enum Pc {
     JournalSourceRemoved,
     Retire,
     JournalDone,
+    FGate,
+    FRead,
+    FForever,
+    FPublishFenced,
+    JournalFenced,
+    FSettle,
+    FRedeliverWait,
+    FPublishSettled,
+    FAwaitAcks,
+    FPublishMoved,
     RbRestore,
     RbPauseNew,
     RbSettleNew,
@@ -269,6 +292,9 @@ pub struct Local {
     /// The run holds something a guard must give back if it dies
     /// (`Exposure`: the consumer moves, the commit window).
     pub exposed: bool,
+    /// Fence mode: the old durable is paused for good and no route names
+    /// the new one yet (no guard covers it: docs/safety.md's known limit).
+    pub held: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -280,8 +306,15 @@ pub struct State {
     /// The old durable on A and the new one on B.
     pub old: Cons,
     pub new: Cons,
-    /// The route record `route.A.c`: the worker follows it to the new durable.
+    /// The route record `route.A.c` exists: the worker follows it to the new durable.
     pub route: bool,
+    /// Its state, and the fence F it carries.
+    pub rstate: Rs,
+    pub route_f: u8,
+    /// Fence mode: the route as the worker (a protocol instance) last read
+    /// it, and whether its registration acknowledged the fence.
+    pub knows: Rs,
+    pub fence_acked: bool,
     pub held: Option<Held>,
     /// Per msg-id: the sequences each durable's worker processed it at
     /// (a redelivery of the same sequence sets the same bit).
