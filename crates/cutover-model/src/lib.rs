@@ -1,4 +1,5 @@
-//! A model of nats-cutover's protocol (strategy source, mode drain),
+//! A model of nats-cutover's protocol (strategies source and mirror, modes
+//! drain and fence),
 //! checked exhaustively to a bounded depth with stateright. The runner's
 //! decisions are cutover-core's own functions (`decide`); the streams,
 //! durables, publisher and worker are modelled after the server's rules.

@@ -152,7 +152,8 @@ pub fn journal(m: &CutoverModel, s: &State) -> Option<&'static str> {
     if p >= P::ConsumersMoved && !(s.journal.c.0 >= C::Created && s.route) {
         return Some("phase consumers_moved or later, and the consumer has no route to B");
     }
-    if p >= P::SubjectsMoved && !(s.b_owns() && !s.a.owns && s.b_holds_a()) {
+    // Phase::committed: the point of no return.
+    if p.committed() && !(s.b_owns() && !s.a.owns && s.b_holds_a()) {
         return Some(
             "phase subjects_moved or later, and B does not hold the subjects and all of A",
         );

@@ -1,7 +1,8 @@
-//! The runner's program (strategy source, mode drain, one consumer), step
-//! by step as `cutover-nats`'s engine performs it: one action is one server
-//! write or one journal write (reads are folded into the step that relies
-//! on them), so a crash can fall between any two. Its order and its resume
+//! The runner's program (strategies source and mirror, modes drain and
+//! fence, one consumer), step by step as `cutover-nats`'s engine performs
+//! it: one action is one server write or one journal write (reads are
+//! folded into the step that relies on them), so a crash can fall between
+//! any two. Its order and its resume
 //! decisions are modelled from the engine's code (file references in
 //! docs/model.md); every decision the core makes is the core's (`decide`).
 
