@@ -26,11 +26,11 @@ if [ "${1:-}" != "--ci" ]; then
 fi
 started=$(date +%s.%N)
 failed=0
-mutants=$("$bin" --mutant list | awk '{print $1}')
 # Drain mode with either strategy (the real rules also without a guard),
 # fence mode with strategy source; each: the real rules and every mutant.
 for run in "source drain" "mirror drain" "source fence"; do
   set -- $run
+  mutants=$("$bin" --mode "$2" --mutant list | awk '{print $1}')
   variants="none $mutants"
   [ "$2" = drain ] && [ "$1" = source ] && variants="none no-guard $mutants"
   for v in $variants; do

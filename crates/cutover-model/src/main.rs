@@ -23,18 +23,14 @@ fn main() -> ExitCode {
     let mut cfg = Config::ci();
     let mut mutant = None;
     let mut brief = false;
+    let mut list = false;
     let mut threads = 1;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next();
         match a.as_str() {
             "--mutant" => match value().as_deref() {
-                Some("list") => {
-                    for m in Mutant::ALL {
-                        println!("{:<24} {}", m.name(), m.describe());
-                    }
-                    return ExitCode::SUCCESS;
-                }
+                Some("list") => list = true,
                 Some(name) => match Mutant::parse(name) {
                     Some(m) => mutant = Some(m),
                     None => {
@@ -86,6 +82,17 @@ fn main() -> ExitCode {
             },
             _ => return usage(),
         }
+    }
+    if list {
+        // With --mode drain, only the mutants that apply to it.
+        for m in Mutant::ALL.into_iter().filter(|m| cfg.mode == Mode::Fence || !m.fence_only()) {
+            println!("{:<24} {}", m.name(), m.describe());
+        }
+        return ExitCode::SUCCESS;
+    }
+    if mutant.is_some_and(|m| m.fence_only()) && cfg.mode != Mode::Fence {
+        eprintln!("that mutant breaks a rule of fence mode: add --mode fence");
+        return ExitCode::from(2);
     }
     let what = mutant.map(|m| format!("mutant {}", m.name())).unwrap_or("the real rules".into());
     println!("checking {what}: {cfg:?}");

@@ -15,15 +15,24 @@ pub enum Mutant {
     /// B takes the subjects without waiting until it holds A's tail (the
     /// commit's waits skipped).
     CommitBeforeCaughtUp,
+    /// Fence mode: the old durable is resumed for a dead instance's
+    /// messages before the instance acknowledged the fence.
+    ResumeBeforeFenceAck,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 4] = [
+    pub const ALL: [Mutant; 5] = [
         Mutant::AckFloor,
         Mutant::EffectBeforeJournal,
         Mutant::NoDedupWindow,
         Mutant::CommitBeforeCaughtUp,
+        Mutant::ResumeBeforeFenceAck,
     ];
+
+    /// It breaks a rule of fence mode only.
+    pub fn fence_only(self) -> bool {
+        self == Mutant::ResumeBeforeFenceAck
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -31,6 +40,7 @@ impl Mutant {
             Mutant::EffectBeforeJournal => "effect-before-journal",
             Mutant::NoDedupWindow => "no-dedup-window",
             Mutant::CommitBeforeCaughtUp => "commit-before-caught-up",
+            Mutant::ResumeBeforeFenceAck => "resume-before-fence-ack",
         }
     }
 
@@ -40,6 +50,7 @@ impl Mutant {
             Mutant::EffectBeforeJournal => "every server write comes before its journaled intent (B before created_b, the new durable before creating, A's release before subjects_released)",
             Mutant::NoDedupWindow => "B never gets A's duplicate window (created without one, never raised; the runner's window checks skipped)",
             Mutant::CommitBeforeCaughtUp => "B takes the subjects without waiting until it holds A's tail (b_keeps_up and the commit window's wait skipped)",
+            Mutant::ResumeBeforeFenceAck => "fence mode: the old durable is resumed for a dead instance's messages before the instance acknowledged the fence (--mode fence only)",
         }
     }
 

@@ -4,7 +4,7 @@
 //! be, the runner finished or stopped with no operator command left).
 //! docs/model.md states each one in words.
 
-use crate::world::{bit, Run, State};
+use crate::world::{bit, Rs, Run, State};
 use crate::CutoverModel;
 use cutover_core::journal::{ConsumerPhase as C, Phase as P};
 use stateright::{Model, Property};
@@ -177,6 +177,12 @@ pub fn journal(m: &CutoverModel, s: &State) -> Option<&'static str> {
             return Some(
                 "a checkpoint F journaled, and the old durable is not paused at delivered = F",
             );
+        }
+    }
+    if s.route && s.rstate >= Rs::Settled && s.old.exists {
+        let f = s.route_f;
+        if !(s.old.ack_floor() >= f || s.old.pending == 0) {
+            return Some("the route says settled or moved, and the old durable has messages up to F unacknowledged");
         }
     }
     if matches!(c, C::Fenced | C::Created) {

@@ -88,7 +88,8 @@ impl CutoverModel {
                 if !done {
                     // No ack progress: resume it for a dead instance's
                     // messages, only once the fence is acknowledged.
-                    if s.cuts_left > 0 && s.fence_acked {
+                    let acked = s.fence_acked || self.mutant(Mutant::ResumeBeforeFenceAck);
+                    if s.cuts_left > 0 && acked {
                         out.push(Action::CutPause);
                     } else if s.cuts_left == 0 {
                         out.push(Action::SettleTimeout);

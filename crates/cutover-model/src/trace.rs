@@ -43,7 +43,7 @@ fn what(s: &State, a: Action) -> String {
         Action::Ack => held(s.held, "acks"),
         Action::Die => held(s.held, "dies holding"),
         Action::Step => format!("step {:?}", s.pc),
-        Action::CutPause => "cuts the drain's pause".into(),
+        Action::CutPause => "cuts the pause: old durable resumed".into(),
         Action::SettleTimeout => "drain settle timeout".into(),
         Action::RollbackTimeout => "rollback settle timeout".into(),
         Action::CommitFails => "the commit fails in its window".into(),
