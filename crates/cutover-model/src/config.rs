@@ -81,6 +81,11 @@ impl Config {
         }
     }
 
+    /// Fence mode's unit-test configuration: without a failed commit.
+    pub fn small_fence() -> Self {
+        Config { commit_failures: 0, ..Config::fence() }
+    }
+
     /// The unit tests' configuration (debug build): smaller, same shape.
     pub fn small() -> Self {
         Config { crashes: 1, operator_acts: 1, worker_deaths: 1, max_deliver: 1, ..Config::ci() }

@@ -20,7 +20,16 @@ fn usage() -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let mut cfg = Config::ci();
+    // The base configuration first (--small, --mode fence), whatever the
+    // order: every other option changes it.
+    let given: Vec<String> = std::env::args().skip(1).collect();
+    let fence = given.windows(2).any(|w| w[0] == "--mode" && w[1] == "fence");
+    let mut cfg = match (given.iter().any(|a| a == "--small"), fence) {
+        (false, false) => Config::ci(),
+        (false, true) => Config::fence(),
+        (true, false) => Config::small(),
+        (true, true) => Config::small_fence(),
+    };
     let mut mutant = None;
     let mut brief = false;
     let mut list = false;
@@ -57,7 +66,7 @@ fn main() -> ExitCode {
             }
             "--mode" => match value().as_deref() {
                 Some("drain") => cfg.mode = Mode::Drain,
-                Some("fence") => cfg = Config { depth: cfg.depth, ..Config::fence() },
+                Some("fence") => cfg.mode = Mode::Fence,
                 _ => return usage(),
             },
             "--max-deliver" => match value().and_then(|v| v.parse().ok()) {
@@ -75,7 +84,7 @@ fn main() -> ExitCode {
                 None => return usage(),
             },
             "--no-guard" => cfg.guard = false,
-            "--small" => cfg = Config { depth: cfg.depth, ..Config::small() },
+            "--small" => {}
             "--server" => match value().and_then(|v| ServerVersion::parse(&v)) {
                 Some(v) => cfg.server = v,
                 None => return usage(),

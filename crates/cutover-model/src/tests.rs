@@ -31,9 +31,8 @@ fn nor_with_a_mirror_or_without_a_guard() {
     clean(Config { guard: false, ..Config::small() });
 }
 
-/// Fence mode, the small bound: one crash, one death, one operator command.
 fn fence_small() -> Config {
-    Config { commit_failures: 0, lost_answers: 1, ..Config::fence() }
+    Config::small_fence()
 }
 
 #[test]
