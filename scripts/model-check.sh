@@ -26,7 +26,8 @@ if [ "${1:-}" != "--ci" ]; then
 fi
 started=$(date +%s%N)
 failed=0
-# Drain mode with either strategy (the real rules also without a guard),
+# Drain mode with either strategy (the real rules also without a guard and
+# with journal faults),
 # fence mode with strategy source; each: the real rules and every mutant.
 for run in "source drain" "mirror drain" "source fence"; do
   set -- $run
@@ -37,7 +38,9 @@ for run in "source drain" "mirror drain" "source fence"; do
     args=(--strategy "$1" --mode "$2" --threads 2)
     case "$v" in
       none) ;;
-      no-guard) args+=(--no-guard) ;;   # the real rules, no guard beside the runner
+      # The real rules with no guard beside the runner, and the journal's
+      # bucket stopping at the checkpoint's or the intent's write.
+      no-guard) args+=(--no-guard --journal-fault settled --journal-fault creating) ;;
       *) args+=(--mutant "$v") ;;
     esac
     if ! "$bin" --brief "${args[@]}"; then

@@ -30,6 +30,12 @@ pub struct Config {
     /// Commits that fail inside the window (B refuses the subjects, or does
     /// not hold A's tail within the commit timeout): A takes them back.
     pub commit_failures: u8,
+    /// Where the journal's bucket may stop answering (once a path): a
+    /// write applied or not, its answer lost, every later write of that
+    /// run refused (the test hook `NATS_CUTOVER_TEST_LOSE_JOURNAL_WRITES`).
+    /// Bits: 1 the checkpoint (`settled`), 2 the intent (`creating`), 4
+    /// the durable created (`created`). 0: the journal always answers.
+    pub journal_faults: u8,
     /// A guard runs beside the runner (the CLI starts one; an application
     /// embedding the engine, or `NATS_CUTOVER_GUARD=off`, has none: what a
     /// dead runner held stays held until the operator resumes or rolls back).
@@ -60,6 +66,7 @@ impl Config {
             operator_acts: 2,
             commit_failures: 1,
             guard: true,
+            journal_faults: 0,
             strategy: Strategy::Source,
             mode: Mode::Drain,
             server: ServerVersion::new(2, 13, 0),

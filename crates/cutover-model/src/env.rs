@@ -37,6 +37,10 @@ pub enum Action {
     FenceAckTimeout,
     /// The rollback's settle of the new durable times out.
     RollbackTimeout,
+    /// The journal's bucket stops answering at this journal write (drain
+    /// mode's consumer records): `applied`, the write took effect though
+    /// its answer was lost.
+    JournalFails { applied: bool },
     /// The commit fails inside its window (B refuses the subjects, or does
     /// not hold A's tail within the commit timeout).
     CommitFails,
@@ -70,6 +74,7 @@ impl Action {
             | Action::RollbackTimeout
             | Action::FenceAckTimeout
             | Action::CommitFails => "runner",
+            Action::JournalFails { .. } => "fault",
             Action::Crash => "fault",
             Action::Guard => "guard",
             Action::Resume | Action::Rollback => "operator",

@@ -84,6 +84,7 @@ impl CutoverModel {
             dup_in_b: false,
             unguarded: false,
             commit_failures_left: self.cfg.commit_failures,
+            journal_faults_left: (self.cfg.journal_faults != 0) as u8,
             lost_left: self.cfg.lost_answers,
             crashes_left: self.cfg.crashes,
             deaths_left: self.cfg.worker_deaths,
@@ -127,6 +128,7 @@ impl Model for CutoverModel {
             | Action::SettleTimeout
             | Action::RollbackTimeout
             | Action::FenceAckTimeout
+            | Action::JournalFails { .. }
             | Action::CommitFails => self.runner_apply(&mut n, a),
             Action::Crash | Action::Guard | Action::Resume | Action::Rollback => {
                 self.ops_apply(&mut n, a)

@@ -167,9 +167,14 @@ pub fn journal(m: &CutoverModel, s: &State) -> Option<&'static str> {
     let c = s.journal.c.0;
     // (Fence mode: from `fenced` on the old durable is resumed to redeliver
     // a dead instance's messages, and delivers above F, which are nak'd.)
-    let held_at_f = match m.fence() {
-        true => matches!(c, C::Settled | C::Creating),
-        false => matches!(c, C::Settled | C::Creating | C::Created),
+    // (After the journal stopped answering, a journaled `settled` or
+    // `creating` is evidence only: the old durable was given back, and a
+    // resumed run trusts F only through checkpoint_holds.)
+    let journal_failed = m.cfg.journal_faults != 0 && s.journal_faults_left == 0;
+    let held_at_f = match (m.fence(), journal_failed) {
+        (true, _) => matches!(c, C::Settled | C::Creating),
+        (false, false) => matches!(c, C::Settled | C::Creating | C::Created),
+        (false, true) => c == C::Created,
     };
     if held_at_f && s.old.exists {
         let f = s.journal.checkpoint.unwrap_or(u8::MAX);

@@ -57,6 +57,18 @@ impl CutoverModel {
         if !matches!(s.run, Run::Running | Run::RollingBack) {
             return;
         }
+        if s.run == Run::Running && s.journal_faults_left > 0 && !self.fence() {
+            let bit = match s.pc {
+                Pc::JournalSettled => 1,
+                Pc::JournalCreating => 2,
+                Pc::JournalCreated => 4,
+                _ => 0,
+            };
+            if self.cfg.journal_faults & bit != 0 {
+                out.push(Action::JournalFails { applied: true });
+                out.push(Action::JournalFails { applied: false });
+            }
+        }
         let ready = match s.pc {
             Pc::CatchUpWait | Pc::CommitKeepUp => {
                 s.b.as_ref().is_some_and(|b| b.sourced >= s.local.target)
@@ -144,6 +156,35 @@ impl CutoverModel {
         s.unguarded = false;
     }
 
+    /// The journal's bucket stops answering at a consumer record's write
+    /// (`ctx.journal_consumer`): the step's own failure path, with every
+    /// later journal write of the run refused (the final save included).
+    fn journal_fails(&self, s: &mut State, applied: bool) {
+        s.journal_faults_left -= 1;
+        let pc = s.pc;
+        if applied {
+            self.step(s);
+        }
+        match pc {
+            // drain.rs checkpoint, durable.rs position: the old durable
+            // given back (undo_consumer: its journal write refused).
+            Pc::JournalSettled | Pc::JournalCreating => {
+                s.old.paused = Pause::No;
+            }
+            // consumers.rs moved: no compensation; the route is not written.
+            _ => {}
+        }
+        self.fail_keeping_journal(s);
+    }
+
+    /// [`fail`] when the journal cannot be written: what `fail` changes on
+    /// the server only.
+    fn fail_keeping_journal(&self, s: &mut State) {
+        let j = s.journal.clone();
+        self.fail(s);
+        s.journal = j;
+    }
+
     /// `undo::undo_consumer`: journaled waiting, then the old durable resumed.
     fn undo_consumer(&self, s: &mut State) {
         s.journal.c = Cph(C::Waiting);
@@ -189,6 +230,7 @@ impl CutoverModel {
                 s.a.owns = true;
                 s.pc = Pc::CommitUndone;
             }
+            Action::JournalFails { applied } => self.journal_fails(s, applied),
             Action::Step => self.step(s),
             _ => unreachable!("not a runner action: {a:?}"),
         }

@@ -28,7 +28,20 @@ fn the_real_rules_have_no_counterexample() {
 #[test]
 fn nor_with_a_mirror_or_without_a_guard() {
     clean(Config { strategy: Strategy::Mirror, ..Config::small() });
-    clean(Config { guard: false, ..Config::small() });
+    // Without a guard, and with the journal's bucket stopping at the
+    // checkpoint's or the intent's write (bits 1 and 2).
+    clean(Config { guard: false, journal_faults: 1 | 2, ..Config::small() });
+}
+
+/// The journal's bucket stopping at the `created` write (bit 4): the run
+/// fails with the old durable paused for good and no route to the new one,
+/// and nothing gives it back before `run --resume` (docs/model.md, *Found*).
+#[test]
+fn a_lost_created_write_leaves_the_consumer_paused() {
+    let cfg = Config { journal_faults: 4, ..Config::small() };
+    let out = crate::check_until(cfg, None, true);
+    let names: Vec<&str> = out.violations.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, [crate::properties::PAUSED]);
 }
 
 fn fence_small() -> Config {
@@ -37,7 +50,9 @@ fn fence_small() -> Config {
 
 #[test]
 fn nor_in_fence_mode() {
-    clean(fence_small());
+    // Without a lost answer here (a third of the states in a debug build);
+    // `--ci` checks fence mode with one.
+    clean(Config { lost_answers: 0, ..fence_small() });
 }
 
 #[test]

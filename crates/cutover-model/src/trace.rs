@@ -47,6 +47,11 @@ fn what(s: &State, a: Action) -> String {
         Action::SettleTimeout => "drain settle timeout".into(),
         Action::RollbackTimeout => "rollback settle timeout".into(),
         Action::CommitFails => "the commit fails in its window".into(),
+        Action::JournalFails { applied } => format!(
+            "journal stops answering at {:?} ({})",
+            s.pc,
+            if applied { "write applied, answer lost" } else { "write refused" }
+        ),
         Action::Crash => format!("runner killed (before {:?})", s.pc),
         Action::Guard => "compensates the dead runner".into(),
         Action::Resume => "run --resume".into(),

@@ -329,6 +329,7 @@ pub struct State {
     /// Ghost: B was created by this migration's runner.
     pub b_ours: bool,
     pub commit_failures_left: u8,
+    pub journal_faults_left: u8,
     /// Ghost: the runner died holding something and no guard ran: the
     /// operator's resume or rollback gives it back.
     pub unguarded: bool,
