@@ -118,7 +118,7 @@ impl CutoverModel {
         }
         if self.fence() {
             let now = if s.route { s.rstate } else { Rs::None };
-            if s.knows != now {
+            if s.knows != now || (now != Rs::None && s.known_f != s.route_f) {
                 out.push(Action::Follow);
             }
             if s.knows >= Rs::Fenced && !s.fence_acked {
@@ -152,7 +152,7 @@ impl CutoverModel {
     /// processed, nak'd (docs/protocol.md; the rule is checked just before
     /// processing).
     fn above_fence(&self, s: &State, h: Held) -> bool {
-        self.fence() && !h.new && s.knows >= Rs::Fenced && h.seq > s.route_f
+        self.fence() && !h.new && s.knows >= Rs::Fenced && h.seq > s.known_f
     }
 
     /// Before 2.12.6 a msg-id B already recorded, arriving again by source,
@@ -176,7 +176,8 @@ impl CutoverModel {
         // A nak'd message comes back after the nak's delay (30 s by
         // default), which outlasts the instance's route watch: by then the
         // worker's view of the route is current.
-        let current = !self.fence() || s.knows == if s.route { s.rstate } else { Rs::None };
+        let now = if s.route { s.rstate } else { Rs::None };
+        let current = !self.fence() || (s.knows == now && s.known_f == s.route_f);
         let due = if current { c.due } else { c.due & !c.nakd };
         if due != 0 {
             return Some((new, due.trailing_zeros() as u8));
@@ -250,6 +251,7 @@ impl CutoverModel {
                     // Its replacement reads the route as it starts and
                     // acknowledges the fence only once it follows it.
                     s.knows = if s.route { s.rstate } else { Rs::None };
+                    s.known_f = s.route_f;
                     s.fence_acked = false;
                 }
                 let max_deliver = self.cfg.max_deliver;
@@ -272,6 +274,7 @@ impl CutoverModel {
             }
             Action::Follow => {
                 s.knows = if s.route { s.rstate } else { Rs::None };
+                s.known_f = s.route_f;
                 if s.knows == Rs::None {
                     // A deleted route after a fence is a rollback: drop the fence.
                     s.fence_acked = false;

@@ -63,6 +63,7 @@ impl CutoverModel {
             rstate: world::Rs::None,
             route_f: 0,
             knows: world::Rs::None,
+            known_f: 0,
             fence_acked: false,
             held: None,
             proc_old: [0; MAX_MSGS],

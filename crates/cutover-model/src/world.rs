@@ -314,6 +314,7 @@ pub struct State {
     /// Fence mode: the route as the worker (a protocol instance) last read
     /// it, and whether its registration acknowledged the fence.
     pub knows: Rs,
+    pub known_f: u8,
     pub fence_acked: bool,
     pub held: Option<Held>,
     /// Per msg-id: the sequences each durable's worker processed it at
