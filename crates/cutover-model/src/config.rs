@@ -36,6 +36,10 @@ pub struct Config {
     /// Bits: 1 the checkpoint (`settled`), 2 the intent (`creating`), 4
     /// the durable created (`created`). 0: the journal always answers.
     pub journal_faults: u8,
+    /// Record which recovery paths a path took (`State::seen`), so that the
+    /// check can say it reached them; off in `--ci`, where it costs 40 % more
+    /// states (the unit tests turn it on).
+    pub track_recovery: bool,
     /// A guard runs beside the runner (the CLI starts one; an application
     /// embedding the engine, or `NATS_CUTOVER_GUARD=off`, has none: what a
     /// dead runner held stays held until the operator resumes or rolls back).
@@ -67,6 +71,7 @@ impl Config {
             commit_failures: 1,
             guard: true,
             journal_faults: 0,
+            track_recovery: false,
             strategy: Strategy::Source,
             mode: Mode::Drain,
             server: ServerVersion::new(2, 13, 0),
@@ -95,6 +100,13 @@ impl Config {
 
     /// The unit tests' configuration (debug build): smaller, same shape.
     pub fn small() -> Self {
-        Config { crashes: 1, operator_acts: 1, worker_deaths: 1, max_deliver: 1, ..Config::ci() }
+        Config {
+            crashes: 1,
+            operator_acts: 1,
+            worker_deaths: 1,
+            max_deliver: 1,
+            track_recovery: true,
+            ..Config::ci()
+        }
     }
 }

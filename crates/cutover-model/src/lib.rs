@@ -84,6 +84,7 @@ impl CutoverModel {
             gave_up: 0,
             dup_in_b: false,
             unguarded: false,
+            seen: 0,
             commit_failures_left: self.cfg.commit_failures,
             journal_faults_left: (self.cfg.journal_faults != 0) as u8,
             lost_left: self.cfg.lost_answers,
@@ -180,7 +181,7 @@ pub fn check_with(cfg: Config, mutant: Option<Mutant>, first: bool, threads: usi
     let mut violations = vec![];
     let mut reached = vec![];
     for (name, path) in checker.discoveries() {
-        match properties::REACHED.contains(&name) {
+        match properties::REACHED.contains(&name) || properties::RECOVERED.contains(&name) {
             true => reached.push(name),
             false => violations.push((name, trace::render(checker.model(), &path))),
         }

@@ -1,7 +1,7 @@
 //! `cutover-model`: checks the protocol's model (see docs/model.md).
 //!
 //! ```text
-//! cutover-model [--mutant NAME|list] [--brief] [--threads N] [--small] [--no-guard] [--journal-fault settled|creating|created]... [--depth N] [--strategy source|mirror] [--mode drain|fence] [--max-deliver 0|1|2]
+//! cutover-model [--mutant NAME|list] [--brief] [--threads N] [--small] [--no-guard] [--track-recovery] [--journal-fault settled|creating|created]... [--depth N] [--strategy source|mirror] [--mode drain|fence] [--max-deliver 0|1|2]
 //!               [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N]
 //!               [--ops N] [--commit-failures N]
 //! ```
@@ -15,7 +15,7 @@ use cutover_model::mutants::Mutant;
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
-    eprintln!("usage: cutover-model [--mutant NAME|list] [--brief] [--threads N] [--small] [--no-guard] [--journal-fault settled|creating|created]... [--depth N] [--strategy source|mirror] [--mode drain|fence] [--max-deliver 0|1|2] [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N] [--ops N] [--commit-failures N]");
+    eprintln!("usage: cutover-model [--mutant NAME|list] [--brief] [--threads N] [--small] [--no-guard] [--track-recovery] [--journal-fault settled|creating|created]... [--depth N] [--strategy source|mirror] [--mode drain|fence] [--max-deliver 0|1|2] [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N] [--ops N] [--commit-failures N]");
     ExitCode::from(2)
 }
 
@@ -84,6 +84,7 @@ fn main() -> ExitCode {
                 None => return usage(),
             },
             "--no-guard" => cfg.guard = false,
+            "--track-recovery" => cfg.track_recovery = true,
             "--journal-fault" => match value().as_deref() {
                 Some("settled") => cfg.journal_faults |= 1,
                 Some("creating") => cfg.journal_faults |= 2,

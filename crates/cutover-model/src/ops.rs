@@ -91,6 +91,7 @@ impl CutoverModel {
             C::Waiting | C::Settled | C::Creating if !on_b => {
                 let held = s.old.exists && (s.old.paused() || c != C::Waiting);
                 if held {
+                    s.seen |= 4 * self.cfg.track_recovery as u8;
                     s.journal.c = Cph(C::Waiting);
                     s.journal.checkpoint = None;
                     s.journal.b_start = None;
@@ -99,6 +100,7 @@ impl CutoverModel {
             }
             C::Created if s.route => {}
             C::Creating | C::Created => {
+                s.seen |= 8 * self.cfg.track_recovery as u8;
                 s.journal.c = Cph(C::Created);
                 s.route = true;
             }

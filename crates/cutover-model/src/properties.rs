@@ -27,8 +27,22 @@ pub const REACHED: [&str; 7] = [
     "a message exhausts its deliveries",
 ];
 
+/// Moments of the recovery paths: the guard's two actions (with a guard),
+/// a resume's two outcomes of `checkpoint_holds` (without one, or after a
+/// journal fault; with a guard the journal says waiting by then).
+pub const RECOVERED: [&str; 4] = [
+    "a resume reuses a journaled checkpoint",
+    "a resume finds a journaled checkpoint stale and drains again",
+    "a guard gives the old durable back",
+    "a guard routes a consumer whose new durable exists",
+];
+
 pub fn all() -> Vec<Property<CutoverModel>> {
     vec![
+        Property::sometimes(RECOVERED[0], |_, s: &State| s.seen & 1 != 0),
+        Property::sometimes(RECOVERED[1], |_, s: &State| s.seen & 2 != 0),
+        Property::sometimes(RECOVERED[2], |_, s: &State| s.seen & 4 != 0),
+        Property::sometimes(RECOVERED[3], |_, s: &State| s.seen & 8 != 0),
         Property::sometimes(REACHED[0], |_, s: &State| {
             s.run == Run::Finished && s.journal.phase.0 == P::Done
         }),

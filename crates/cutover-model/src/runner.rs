@@ -363,6 +363,9 @@ impl CutoverModel {
                 s.old.paused = Pause::Forever;
                 let holds = self.old_info(s).delivered.stream_seq as u8
                     == s.journal.evidence.unwrap_or(u8::MAX);
+                if self.cfg.track_recovery {
+                    s.seen |= if holds { 1 } else { 2 };
+                }
                 if holds {
                     s.local.f = s.journal.checkpoint.expect("checkpoint");
                     s.local.held = self.fence();

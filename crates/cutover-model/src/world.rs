@@ -334,6 +334,11 @@ pub struct State {
     /// Ghost: the runner died holding something and no guard ran: the
     /// operator's resume or rollback gives it back.
     pub unguarded: bool,
+    /// Ghost: what the recovery paths did on this path (bits): 1 a resume
+    /// reused a journaled checkpoint (`checkpoint_holds`), 2 a resume found
+    /// it stale and drained again, 4 the guard gave a consumer back, 8 the
+    /// guard routed a consumer whose new durable existed.
+    pub seen: u8,
     /// Ghost: a publish to B was answered as a duplicate (B's window knew its id).
     pub dup_in_b: bool,
     /// Ghost: msg-ids some durable gave up on (`max_deliver` exhausted):
