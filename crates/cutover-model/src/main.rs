@@ -100,8 +100,9 @@ fn main() -> ExitCode {
         }
     }
     if list {
-        // With --mode drain, only the mutants that apply to it.
-        for m in Mutant::ALL.into_iter().filter(|m| cfg.mode == Mode::Fence || !m.fence_only()) {
+        // Every mutant; with `--mode drain` given, only those that apply to it.
+        let drain = given.windows(2).any(|w| w[0] == "--mode" && w[1] == "drain");
+        for m in Mutant::ALL.into_iter().filter(|m| !(drain && m.fence_only())) {
             println!("{:<24} {}", m.name(), m.describe());
         }
         return ExitCode::SUCCESS;
