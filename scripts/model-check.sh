@@ -8,10 +8,10 @@
 #   scripts/model-check.sh --mutant NAME        one rule broken on purpose
 #   scripts/model-check.sh --mutant list        the mutants
 #   scripts/model-check.sh --depth N --msgs N --crashes N --strategy mirror ...
-#   scripts/model-check.sh --ci                 the real rules and every mutant:
-#                                               drain mode with source (also without
-#                                               a guard) and mirror, fence mode with
-#                                               source (2 threads)
+#   scripts/model-check.sh --ci                 the real rules and the mutants:
+#                                               drain mode with source (every mutant;
+#                                               also without a guard) and mirror, fence
+#                                               mode with source (2 threads)
 #
 # Exit 0 when the expected outcome happens (no counterexample for the real
 # rules, one for a mutant), non-zero otherwise.
@@ -26,14 +26,19 @@ if [ "${1:-}" != "--ci" ]; then
 fi
 started=$(date +%s%N)
 failed=0
-# Drain mode with either strategy (the real rules also without a guard and
-# with journal faults),
-# fence mode with strategy source; each: the real rules and every mutant.
+# Strategy source, drain mode: the real rules (also without a guard and with
+# journal faults) and every mutant that applies. Mirror and fence mode: the
+# real rules and the mutants of what they do their own way (the promotion
+# and its window; the fence's F and its acknowledgement); the unit tests
+# check every mutant in every mode at a smaller bound. Kept under three
+# minutes on two cores that another build is also using.
 for run in "source drain" "mirror drain" "source fence"; do
   set -- $run
-  mutants=$("$bin" --mode "$2" --mutant list | awk '{print $1}')
-  variants="none $mutants"
-  [ "$2" = drain ] && [ "$1" = source ] && variants="none no-guard $mutants"
+  case "$1 $2" in
+    "source drain") variants="none no-guard $("$bin" --mode drain --mutant list | awk '{print $1}')" ;;
+    "mirror drain") variants="none no-dedup-window commit-before-caught-up" ;;
+    "source fence") variants="none ack-floor resume-before-fence-ack" ;;
+  esac
   for v in $variants; do
     args=(--strategy "$1" --mode "$2" --threads 2)
     case "$v" in
