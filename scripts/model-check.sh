@@ -30,7 +30,7 @@ failed=0
 # journal faults) and every mutant that applies. Mirror and fence mode: the
 # real rules and the mutants of what they do their own way (the promotion
 # and its window; the fence's F and its acknowledgement); the unit tests
-# check every mutant in every mode at a smaller bound. Kept under three
+# check every mutant in each mode at a smaller bound. Kept under three
 # minutes on two cores that another build is also using.
 for run in "source drain" "mirror drain" "source fence"; do
   set -- $run
