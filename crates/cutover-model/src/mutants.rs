@@ -1,0 +1,60 @@
+//! Mutants: each breaks one rule of the protocol on purpose; the checker
+//! must find a counterexample for every one.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mutant {
+    /// F is the ack floor instead of the settled rule's delivered sequence.
+    AckFloor,
+    /// Each server write is made before the journal records its intent:
+    /// B before `created_b`, the new durable before `creating`, A's release
+    /// before `subjects_released`.
+    EffectBeforeJournal,
+    /// B never gets A's duplicate window (created without one, never
+    /// raised, and the runner's window checks skipped).
+    NoDedupWindow,
+    /// B takes the subjects without waiting until it holds A's tail (the
+    /// commit's waits skipped).
+    CommitBeforeCaughtUp,
+    /// Fence mode: the old durable is resumed for a dead instance's
+    /// messages before the instance acknowledged the fence.
+    ResumeBeforeFenceAck,
+}
+
+impl Mutant {
+    pub const ALL: [Mutant; 5] = [
+        Mutant::AckFloor,
+        Mutant::EffectBeforeJournal,
+        Mutant::NoDedupWindow,
+        Mutant::CommitBeforeCaughtUp,
+        Mutant::ResumeBeforeFenceAck,
+    ];
+
+    /// It breaks a rule of fence mode only.
+    pub fn fence_only(self) -> bool {
+        self == Mutant::ResumeBeforeFenceAck
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::AckFloor => "ack-floor",
+            Mutant::EffectBeforeJournal => "effect-before-journal",
+            Mutant::NoDedupWindow => "no-dedup-window",
+            Mutant::CommitBeforeCaughtUp => "commit-before-caught-up",
+            Mutant::ResumeBeforeFenceAck => "resume-before-fence-ack",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mutant::AckFloor => "the checkpoint F is the old durable's ack floor, not the delivered sequence the settled rule (checkpoint::assess) gives",
+            Mutant::EffectBeforeJournal => "every server write comes before its journaled intent (B before created_b, the new durable before creating, A's release before subjects_released)",
+            Mutant::NoDedupWindow => "B never gets A's duplicate window (created without one, never raised; the runner's window checks skipped)",
+            Mutant::CommitBeforeCaughtUp => "B takes the subjects without waiting until it holds A's tail (b_keeps_up and the commit window's wait skipped)",
+            Mutant::ResumeBeforeFenceAck => "fence mode: the old durable is resumed for a dead instance's messages before the instance acknowledged the fence (--mode fence only)",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mutant> {
+        Mutant::ALL.into_iter().find(|m| m.name() == s)
+    }
+}
