@@ -104,6 +104,9 @@ def app_argv(a, client, kind, server, out, **kw):
         return {"nats-py": [py, os.path.join(APPS, "publisher.py")] + common,
                 "nats.js": [node, os.path.join(js, "publisher.mjs")] + common,
                 "nats.go": [go, "publisher"] + common}[client]
+    if kind == "pullf":  # nats.js: a fetch() loop with a 1 s expiry instead of consume()
+        return [node, os.path.join(js, "worker.mjs"), "--server", server, "--stream", kw.get("stream", "ORDERS"),
+                "--consumer", "pullf", "--mode", "pull", "--api", "fetch", "--expires", "1000", "--out", out]
     if kind in ("pull", "push", "route"):
         mode = "push" if kind == "push" else "pull"
         common = ["--server", server, "--stream", kw.get("stream", "ORDERS"), "--consumer", kind, "--mode", mode, "--out", out]
@@ -337,7 +340,7 @@ def stream_cell(a, client, change, answer):
     apps = {}
     res = {"cell": name, "client": client, "change": change, "answer": answer, "kinds": {}}
     try:
-        kinds = ["pull", "push"] + (["route"] if client == "nats-py" else [])
+        kinds = ["pull", "push"] + (["route"] if client == "nats-py" else []) + (["pullf"] if client == "nats.js" else [])
         asyncio.run(setup_stream(srv.url, kinds))
         for k in kinds:
             for i in (1, 2):
@@ -370,6 +373,7 @@ def stream_cell(a, client, change, answer):
         watch["ordered"] = [os.path.join(d, "ordered.jsonl")]
         if change != "in-place":
             watch.pop("pull")
+            watch.pop("pullf", None)
             watch.pop("ordered")
         res["waited_s"] = wait_whole(a, watch, [os.path.join(d, "pub.jsonl"), os.path.join(d, "pubn.jsonl")], t_end)
         for p in pubs.values():
@@ -384,7 +388,8 @@ def stream_cell(a, client, change, answer):
         before = [m for m, t in expected.items() if t <= t_end]
         res["kinds"]["publisher (retries)"] = publisher_measure(lines(os.path.join(d, "pub.jsonl")), stored)
         res["kinds"]["publisher (no retry)"] = publisher_measure(lines(os.path.join(d, "pubn.jsonl")), stored)
-        labels = {"pull": "pull bound by name", "push": "push queue group", "route": "pull following the route"}
+        labels = {"pull": "pull bound by name", "push": "push queue group", "route": "pull following the route",
+                  "pullf": "pull bound by name, fetch loop"}
         for k in kinds:
             recs = [r for i in (1, 2) for r in lines(os.path.join(d, f"{k}{i}.jsonl")) if not r.get("done")]
             res["kinds"][labels[k]] = consumer_measure(recs, expected, before, t_start, t_end)
@@ -529,7 +534,7 @@ def obj_cell(a, client):
 def by_design(r, kind):
     """Apps bound to the old stream's name wait there after a move until redeployed
     (README: pull workers follow the route record, push consumers need nothing)."""
-    return r["change"] in ("source", "mirror") and kind in ("pull bound by name", "ordered consumer")
+    return r["change"] in ("source", "mirror") and kind in ("pull bound by name", "pull bound by name, fetch loop", "ordered consumer")
 
 
 def fmt_cell(m, r, kind):
@@ -558,7 +563,7 @@ def fmt_cell(m, r, kind):
     return " · ".join(parts)
 
 
-KIND_ORDER = ["publisher (retries)", "publisher (no retry)", "pull bound by name", "push queue group",
+KIND_ORDER = ["publisher (retries)", "publisher (no retry)", "pull bound by name", "pull bound by name, fetch loop", "push queue group",
               "pull following the route", "fence instance", "ordered consumer", "KV watcher", "KV get",
               "KV writer (nats-py)", "object get"]
 CHANGE_LABEL = {"source": "move, `--strategy source`", "mirror": "move, `--strategy mirror`",
@@ -599,8 +604,9 @@ def report(a, results, elapsed, path, date):
     out.append("")
     out.append("Applications: tests/apps (tests/apps/README.md), each written on its client alone. Every cell is a fresh "
                "server, the applications of one client (2 pull workers bound by name to durable `pull`, 2 push workers in "
-               "the deliver group of durable `push`, an ordered consumer on ORDERS, nats-py only: 2 workers following the route "
-               f"on durable `route`), a publisher retrying with the same msg-id at {a.rate} msg/s and one that never retries at "
+               "the deliver group of durable `push`, an ordered consumer on ORDERS; nats-py only: 2 workers following the route "
+               "on durable `route`; nats.js only: 2 more pull workers on durable `pullf` with a `fetch()` loop, 1 s expiry, "
+               "instead of `consume()` and its defaults), a publisher retrying with the same msg-id at {a.rate} msg/s and one that never retries at "
                f"{a.rate // 2} msg/s (both with msg-ids), 3 s before the change, then until every app is whole again (at least 4 s), then 3 s for the consumers to finish. "
                f"KV cells: a nats-py writer at {a.kv_rate} writes/s, the client's watcher of `w.>` and get loop of 100 keys; "
                f"object cells: three {a.obj_size >> 10} KiB objects read round and round. The definitions are in "
@@ -643,7 +649,7 @@ def report(a, results, elapsed, path, date):
     out.append("Each 🔴 cell above, with the numbers behind it; the applications' JSON lines and logs of the run are in "
                f"`{BASE}/CELL/` (`KIND1.jsonl`, `KIND1.jsonl.err`, `cutover.log`).")
     out.append("")
-    names = {"pull bound by name": "pull", "push queue group": "push", "pull following the route": "route",
+    names = {"pull bound by name": "pull", "pull bound by name, fetch loop": "pullf", "push queue group": "push", "pull following the route": "route",
              "ordered consumer": "ordered", "fence instance": "fence", "KV watcher": "kv-watch", "KV get": "kv-get",
              "object get": "obj"}
     for r in results:
