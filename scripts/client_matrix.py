@@ -646,7 +646,7 @@ def report(a, results, elapsed, path, date):
         out.append("")
     out.append("## Red flags")
     out.append("")
-    out.append("Each 🔴 cell above, with the numbers behind it; the applications' JSON lines and logs of the run are in "
+    out.append("Each 🔴 and 🟠 cell above, with the numbers behind it; the applications' JSON lines and logs of the run are in "
                f"`{BASE}/CELL/` (`KIND1.jsonl`, `KIND1.jsonl.err`, `cutover.log`).")
     out.append("")
     names = {"pull bound by name": "pull", "pull bound by name, fetch loop": "pullf", "push queue group": "push", "pull following the route": "route",
