@@ -25,6 +25,11 @@ obj-put    Puts --objects objects o{k} of --size bytes into the object store
            (with --replicas, default 1).
 obj-check  Reads them back: {"name", "size", "intact"} per object, then
            {"done": true}.
+obj-reader Reads o0 .. o{--objects - 1} round and round (1 ms apart) until
+           SIGTERM or --until, comparing each with what obj-put wrote; prints
+           `ready` once the store is open:
+             {"done": true, "reads", "intact", "wrong", "not_found", "errors",
+              "longest_bad_ms"}
 
 reader   Reads p.{--first + j % (--keys - --first)} in a loop until --until exists, expecting the
          value "p{j}" written before it started; counts answers by kind:
@@ -48,7 +53,7 @@ from nats.js import api
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("role", choices=["writer", "watcher", "reader", "obj-put", "obj-check"])
+    p.add_argument("role", choices=["writer", "watcher", "reader", "obj-put", "obj-check", "obj-reader"])
     p.add_argument("--objects", type=int, default=3)
     p.add_argument("--size", type=int, default=8 << 20, help="obj-put: bytes per object")
     p.add_argument("--server", required=True)
@@ -149,6 +154,7 @@ async def watcher(a, js, out, stop):
 async def reader(a, js, out, stop):
     kv = await js.key_value(a.bucket)
     c = {"reads": 0, "right": 0, "wrong": 0, "not_found": 0, "errors": 0}
+    print("ready", flush=True)
     wrong_since, longest = None, 0.0
     j = 0
     while not stop.is_set() and not (a.until and os.path.exists(a.until)):
@@ -196,6 +202,39 @@ async def obj_check(a, js, out, stop):
     emit(out, {"done": True})
 
 
+async def obj_reader(a, js, out, stop):
+    os_ = await js.object_store(a.bucket)
+    want = [content(k, a.size) for k in range(a.objects)]
+    print("ready", flush=True)
+    c = {"reads": 0, "intact": 0, "wrong": 0, "not_found": 0, "errors": 0}
+    bad_since, longest = None, 0.0
+    j = 0
+    while not stop.is_set() and not (a.until and os.path.exists(a.until)):
+        k = j % a.objects
+        ok = False
+        try:
+            r = await os_.get(f"o{k}")
+            ok = r.data == want[k]
+            c["intact" if ok else "wrong"] += 1
+        except nats.js.errors.ObjectNotFoundError:
+            c["not_found"] += 1
+        except Exception as e:  # noqa: BLE001 - an error the application sees
+            c["errors"] += 1
+            if c["errors"] == 1 or c["errors"] % 100 == 0:
+                print(time.strftime("%H:%M:%S"), "obj-reader:", f"get o{k} failed:", repr(e), file=sys.stderr, flush=True)
+        c["reads"] += 1
+        now = time.monotonic()
+        if ok:
+            if bad_since is not None:
+                longest = max(longest, now - bad_since)
+            bad_since = None
+        elif bad_since is None:
+            bad_since = now
+        j += 1
+        await asyncio.sleep(0.001)
+    emit(out, {"done": True, **c, "longest_bad_ms": round(longest * 1000, 1)})
+
+
 async def main():
     a = parse_args()
     stop = asyncio.Event()
@@ -205,7 +244,7 @@ async def main():
     nc = await nats.connect(a.server, max_reconnect_attempts=-1)
     js = nc.jetstream(timeout=2)
     with open(a.out, "a", buffering=1) as out:
-        roles = {"writer": writer, "watcher": watcher, "reader": reader, "obj-put": obj_put, "obj-check": obj_check}
+        roles = {"writer": writer, "watcher": watcher, "reader": reader, "obj-put": obj_put, "obj-check": obj_check, "obj-reader": obj_reader}
         await roles[a.role](a, js, out, stop)
     await nc.drain()
 

@@ -11,8 +11,10 @@ next message is not sent before the current one is acked or given up, as an app
 that needs ordering would do.
 
 Output (--out), JSON lines, one per line, line-buffered:
-  {"id", "stream", "seq", "duplicate", "attempts", "stall_ms", "subject"}  acked
-  {"id", "failed": true, "attempts", "stall_ms", "error", "subject"}       given up
+  {"id", "stream", "seq", "duplicate", "attempts", "stall_ms", "subject", "t_ms"}  acked
+  {"id", "failed": true, "attempts", "stall_ms", "error", "subject", "t_ms"}       given up
+(t_ms: when the line was written, ms since the epoch). --no-retry: each message is
+published once, as nats-py's publish does by itself; a failure is recorded.
   {"done": true, "acked", "failed", "max_stall_ms", "stopped", "abandoned",
    "sent", "elapsed_s"}                                                    last line
 SIGTERM/SIGINT stop early (the attempt in flight completes first); the last line
@@ -60,6 +62,7 @@ def parse_args(argv=None):
     p.add_argument("--retry-horizon", type=float, default=120.0, help="seconds after the first attempt to give up")
     p.add_argument("--size", type=int, default=0, help="pad each payload with spaces to this many bytes (0: str(i) as it is)")
     p.add_argument("--start-index", type=int, default=0, help="index of the first message (default 0)")
+    p.add_argument("--no-retry", action="store_true", help="publish each message once (nats-py's own publish, no retry); a failure is recorded and the next message follows")
     return p.parse_args(argv)
 
 
@@ -157,7 +160,7 @@ async def run(args):
                         log(f"publish {msg_id} attempt {attempts} failed: {e!r}")
                         last_err_kind = kind
                     elapsed = time.monotonic() - first
-                    if not retryable(e) or elapsed >= args.retry_horizon:
+                    if args.no_retry or not retryable(e) or elapsed >= args.retry_horizon:
                         stall_ms = elapsed * 1000.0
                         failed += 1
                         rec = {
@@ -167,6 +170,7 @@ async def run(args):
                             "stall_ms": round(stall_ms, 3),
                             "error": repr(e),
                             "subject": subject,
+                            "t_ms": int(time.time() * 1000),
                         }
                         out.write(json.dumps(rec) + "\n")
                         log(f"gave up on {msg_id} after {attempts} attempts: {e!r}")
@@ -192,6 +196,7 @@ async def run(args):
                     "attempts": attempts,
                     "stall_ms": round(stall_ms, 3),
                     "subject": subject,
+                    "t_ms": int(time.time() * 1000),
                 }
                 out.write(json.dumps(rec) + "\n")
                 break
