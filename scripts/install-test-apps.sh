@@ -35,6 +35,12 @@ fi
 gosrc="$root/tests/apps/go/natsapp"
 gobin="$root/tests/apps/go/bin/natsapp"
 gopath="${NATSAPP_GOPATH:-/usr/share/gocode}"
+if { ! command -v go >/dev/null || [ ! -d "$gopath/src/github.com/nats-io/nats.go" ]; } \
+  && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  # Debian's Go and nats.go source (the project's own install, as CI needs).
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    golang-go golang-github-nats-io-go-nats-dev >/dev/null) >&2 || true
+fi
 command -v go >/dev/null || { echo "go is needed for the nats.go test apps (tests/apps/go); on Debian: apt-get install golang-go golang-github-nats-io-go-nats-dev" >&2; exit 1; }
 [ -d "$gopath/src/github.com/nats-io/nats.go" ] || { echo "nats.go source not found in $gopath/src/github.com/nats-io/nats.go; on Debian: apt-get install golang-github-nats-io-go-nats-dev (or NATSAPP_GOPATH=dir holding src/github.com/nats-io/{nats.go,nkeys,nuid})" >&2; exit 1; }
 gostamp="$(cd "$gosrc" && cat ./*.go | sha256sum | cut -d' ' -f1) $(go version) $(grep -h 'Version *=' "$gopath/src/github.com/nats-io/nats.go/nats.go" | head -1 | tr -d '\t ')"
