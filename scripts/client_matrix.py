@@ -606,7 +606,7 @@ def report(a, results, elapsed, path, date):
                "server, the applications of one client (2 pull workers bound by name to durable `pull`, 2 push workers in "
                "the deliver group of durable `push`, an ordered consumer on ORDERS; nats-py only: 2 workers following the route "
                "on durable `route`; nats.js only: 2 more pull workers on durable `pullf` with a `fetch()` loop, 1 s expiry, "
-               "instead of `consume()` and its defaults), a publisher retrying with the same msg-id at {a.rate} msg/s and one that never retries at "
+               f"instead of `consume()` and its defaults), a publisher retrying with the same msg-id at {a.rate} msg/s and one that never retries at "
                f"{a.rate // 2} msg/s (both with msg-ids), 3 s before the change, then until every app is whole again (at least 4 s), then 3 s for the consumers to finish. "
                f"KV cells: a nats-py writer at {a.kv_rate} writes/s, the client's watcher of `w.>` and get loop of 100 keys; "
                f"object cells: three {a.obj_size >> 10} KiB objects read round and round. The definitions are in "
