@@ -374,7 +374,7 @@ fn rule_consumers_left_behind(r: &mut Report, req: &PlanRequest, facts: &ServerF
         } else if req.in_place.is_some() {
             // steps/watchers.rs in the engine: hop 1 keeps push ones, hop 2
             // creates them again (their clients reset at the first message).
-            r.add("stream", "consumers", name, "", Verdict::ChangedOnPurpose, format!("ephemeral consumer {name} (an ordered consumer: a KV or object store watcher, an ordered subscription) goes with {} at the end of hop 1; a push one is created again on its new stream at the end, under its name and after what it had delivered, and its client resets onto the stream from its own position at the first message; a pull one's client is told at once and re-creates it", req.from));
+            r.add("stream", "consumers", name, "", Verdict::ChangedOnPurpose, format!("ephemeral consumer {name} (an ordered consumer: a KV or object store watcher, an ordered subscription) goes with {} at the end of hop 1; a push one is created again on its new stream at the end, under its name and after what it had delivered, and its client resets onto the stream from its own position at the first message; a pull one's client is told at once and re-creates it (nats.js 3.x's ordered consumer, `js.consumers.get(stream)`, only 70-85 s after the change, after its missed heartbeats: restart such applications; docs/clients.md)", req.from));
         } else {
             r.add("stream", "consumers", name, "", Verdict::ChangedOnPurpose, format!("ephemeral consumer {name} on {} stops receiving new messages at the cut-over; its owner must subscribe to {} instead", req.from, req.to));
         }
@@ -418,7 +418,7 @@ fn in_place_consumer_note(r: &mut Report, c: &ConsumerInfo, req: &PlanRequest) {
         r.add(&s, "in place", "push", "push", Verdict::Ok, "push applications keep receiving on the same deliver subject through both hops: nothing to do");
     } else {
         r.add(&s, "in place", "pull", "pull", Verdict::ChangedOnPurpose, format!(
-            "pull applications bound to {s_name}/{c_name} by name see no messages from hop 1's pause until hop 2 recreates the durable under its name at its position, with 'consumer not found' once {s_name} is deleted; they resume by retrying (no redeploy), for about the copy's time; applications following the route record (docs/json.md) read {via} meanwhile",
+            "pull applications bound to {s_name}/{c_name} by name see no messages from hop 1's pause until hop 2 recreates the durable under its name at its position, with 'consumer not found' once {s_name} is deleted; they resume by retrying (no redeploy), for about the copy's time (fetch loops of nats-py, nats.go and nats.js: 0.02-0.28 s after the change's end, docs/clients.md); nats.js 3.x `consume()` only about 40 s after it: told `409 Consumer Deleted`, it waits for two missed 30 s heartbeats (jetstream/src/consumer.ts: 'stall, missed heartbeats will resuscitate'), so restart such applications after the change or have them use fetch(); applications following the route record (docs/json.md) read {via} meanwhile",
             s_name = req.from, c_name = c.name, via = req.to
         ));
     }
