@@ -47,3 +47,4 @@ pub mod source_header;
 pub mod subject;
 pub mod verify;
 pub mod version;
+pub mod watchers;

@@ -49,5 +49,5 @@ pub use prepare::{prepare_plan, PlanInputs};
 pub use progress::{source_progress, SourceProgress};
 pub use rollback::{forget, instances, leases, list, rollback, Forgotten};
 pub use run::run;
-pub use steps::commit::released_subjects;
+pub use steps::subjects::released_subjects;
 pub use steps::translate::translate_once;

@@ -18,7 +18,7 @@
 use super::ctx::Ctx;
 use super::events::{EventKind, Progress, StepResult, Warning};
 use super::progress::source_progress;
-use super::steps::commit::released_subjects;
+use super::steps::subjects::released_subjects;
 use crate::api::Js;
 use crate::error::{Error, Result};
 use cutover_core::journal::{Phase, SharedAt, Step};

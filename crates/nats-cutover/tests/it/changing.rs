@@ -458,7 +458,7 @@ async fn a_runner_killed_in_the_hand_over_freeze_is_given_back_and_resumed_exact
 /// is aligned to N only by its consumer's setup, on its leader) and the
 /// moved durable, at N + 1, skipped the first N of them (200 of 300 in a
 /// newcomer's run; verify said it held). B is moved on to N before it
-/// takes the subjects (commit::same_last): every publish processed once, at
+/// takes the subjects (subjects::same_last): every publish processed once, at
 /// A's next sequences.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_purged_stream_changed_in_place_goes_on_after_its_last_sequence() {

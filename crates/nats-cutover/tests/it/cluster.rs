@@ -159,7 +159,7 @@ async fn in_place_on_a_three_node_cluster_hands_the_copy_over_and_is_exact() {
     assert_eq!((s.state.messages, s.state.last_seq), (50, 50), "every revision kept");
     // Emptied (purged: its last sequence stays 6,000), back to file: the
     // next message is 6,001 and the durable gets it (a mirror of an empty
-    // stream is aligned on its leader only; commit::same_last).
+    // stream is aligned on its leader only; subjects::same_last).
     js.stream_purge_below("ORDERS", None, 6001).await.unwrap();
     let back = ["--server", &urls, "run", "--in-place", "ORDERS", "--set", "storage=file", "--yes"];
     let out = crate::common::cli(&back);

@@ -146,7 +146,7 @@ pub(in crate::engine) async fn close_window(ctx: &Ctx<'_>) -> Result<()> {
         return Ok(());
     }
     let t = Instant::now();
-    if give_subjects_back(ctx, &from, &to, &final_subjects).await? {
+    if super::subjects::give_subjects_back(ctx, &from, &to, &final_subjects).await? {
         reconciled(ctx, &from, t).await?;
         return Err(Error::Stuck("its runner died just after the commit point".into()));
     }
@@ -181,7 +181,7 @@ async fn commit_or_give_back(
     let committed = commit_window(ctx, from, to, final_subjects).await;
     let given_back = match &committed {
         Ok(_) => None,
-        Err(_) => Some(give_subjects_back(ctx, from, to, final_subjects).await),
+        Err(_) => Some(super::subjects::give_subjects_back(ctx, from, to, final_subjects).await),
     };
     if let Some(b) = bridge {
         // A stream holds the subjects again (unless giving them back failed).
@@ -203,7 +203,7 @@ async fn commit_window(
     final_subjects: &[String],
 ) -> Result<u64> {
     let (a_raw, a) = ctx.js.stream_info(from).await?;
-    let release = released_subjects(from, final_subjects);
+    let release = super::subjects::released_subjects(from, final_subjects);
     // Hop 1 of an in-place migration: from here B answers A's direct gets
     // (its mirror direct get, inherited from A's allow_direct, outlives the
     // promotion: stream.go update unsubscribes it only when mirror_direct
@@ -250,7 +250,7 @@ async fn commit_window(
     let mirror = ctx.journal.lock().await.plan.strategy == Strategy::Mirror;
     if mirror {
         // A's sequences, exactly: B's next message must be A's next.
-        same_last(ctx, from, to).await?;
+        super::subjects::same_last(ctx, from, to).await?;
     }
     let handed_over = ctx.journal.lock().await.handover.and_then(|h| h.x);
     if let Some(x) = handed_over {
@@ -317,84 +317,4 @@ pub(in crate::engine) async fn a_lost(ctx: &Ctx<'_>) -> Result<()> {
         reconciled: true,
     };
     ctx.done(Step::MovePublishers, t, Some(Phase::SubjectsMoved), result).await
-}
-
-/// Strategy mirror keeps A's sequences, so B's last must be A's before B
-/// takes the subjects: the next publish gets A's next sequence there, where
-/// the moved durables (at F + 1) and the clients' own cursors (an ordered
-/// consumer's, a KV revision) expect it.
-///
-/// A stream whose messages are all gone (purged, expired, a drained work
-/// queue) still has a last sequence N; a mirror of it holds nothing and is
-/// aligned to N only by the mirror consumer's setup, on its leader alone
-/// (stream.go `setupMirrorConsumer`: `PurgeEx(Delivered.Stream+1)` when the
-/// mirror is empty; not proposed to the replicas): promoted before that, or
-/// led by another replica, it numbered new messages from 1 and a moved
-/// durable at N + 1 skipped the first N of them. An empty B is purged up to
-/// N + 1 (a replicated request; on an empty stream it sets first N + 1 and
-/// last N). A B that holds messages but ends before A's last (A's newest
-/// messages removed) cannot be moved on without a new message of A: the
-/// commit is refused, A keeps its subjects.
-pub(in crate::engine) async fn same_last(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
-    let (_, a) = ctx.js.stream_info(from).await?;
-    let (_, b) = ctx.js.stream_info(to).await?;
-    let n = a.state.last_seq;
-    if b.state.last_seq == n {
-        return Ok(());
-    }
-    if b.state.last_seq < n && b.state.messages == 0 && a.state.messages == 0 {
-        ctx.js.stream_purge_below(to, None, n + 1).await?;
-        let (_, b) = ctx.js.stream_info(to).await?;
-        if b.state.last_seq == n {
-            return Ok(());
-        }
-    }
-    Err(Error::Stuck(format!(
-        "{to} ends at sequence {}, {from} at {n} ({} messages: its newest were removed after {to} copied it); {to} keeps {from}'s sequences, so its next message must be {from}'s next: run again once {from} has stored a new message",
-        b.state.last_seq, a.state.messages
-    )))
-}
-
-/// The subjects A keeps once it released the publishers' ones: none, unless
-/// the server would then give A its own name as subject (a stream without
-/// subjects gets one) and B's subjects match that name: then a subject no
-/// publisher uses.
-pub fn released_subjects(from: &str, final_subjects: &[String]) -> Vec<String> {
-    if final_subjects.iter().any(|s| cutover_core::subject::covers(s, from)) {
-        vec![format!("_cutover.released.{from}")]
-    } else {
-        vec![]
-    }
-}
-
-/// Undo of the commit window: A takes its subjects back, unless B holds them
-/// (then the commit happened: `Ok(true)`).
-pub(in crate::engine) async fn give_subjects_back(
-    ctx: &Ctx<'_>,
-    from: &str,
-    to: &str,
-    final_subjects: &[String],
-) -> Result<bool> {
-    let (_, b) = ctx.js.stream_info(to).await?;
-    if !final_subjects.is_empty() && b.config.subjects == final_subjects {
-        return Ok(true);
-    }
-    let (a_subjects, plan) = {
-        let j = ctx.journal.lock().await;
-        (j.a_subjects.clone(), j.plan.clone())
-    };
-    let (a_raw, a) = ctx.js.stream_info(from).await?;
-    // (An in-place hop 1 also turned A's direct get off: the mirror kept A's
-    // setting, so the plan knows it.)
-    let direct = match plan.in_place {
-        Some(InPlaceHop::Out) => plan.b_config["allow_direct"].as_bool().unwrap_or(false),
-        _ => a.config.allow_direct,
-    };
-    if a.config.subjects != a_subjects || a.config.allow_direct != direct {
-        let mut cfg = a_raw["config"].clone();
-        cfg["subjects"] = json!(a_subjects);
-        cfg["allow_direct"] = json!(direct);
-        ctx.js.stream_update(&cfg).await?;
-    }
-    Ok(false)
 }

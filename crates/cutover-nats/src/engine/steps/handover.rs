@@ -32,7 +32,7 @@
 //! checks the first and the last message B sourced: each must carry its own
 //! sequence as origin ([`tail_exact`]); if not, the commit is refused.
 
-use super::commit::{give_subjects_back, released_subjects};
+use super::subjects::{give_subjects_back, released_subjects, same_last};
 use crate::api::{Lookup, Via};
 use crate::engine::ctx::{Ctx, Exposure};
 use crate::engine::events::StepResult;
@@ -127,8 +127,8 @@ async fn freeze(ctx: &Ctx<'_>, from: &str, to: &str, final_subjects: &[String]) 
             break a_last;
         }
         if b_last < a_last && seen.is_none() {
-            // An empty A with last N: B is moved on to N (commit::same_last).
-            let _ = super::commit::same_last(ctx, from, to).await;
+            // An empty A with last N: B is moved on to N (subjects::same_last).
+            let _ = same_last(ctx, from, to).await;
         }
         seen = (b_last == a_last).then_some(a_last);
         if Instant::now() > deadline {

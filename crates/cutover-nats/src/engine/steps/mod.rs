@@ -24,6 +24,8 @@
 //!   the commit (which checks B kept A's sequences).
 //! - [`commit`]: the commit window (A releases, B takes the subjects) and
 //!   its undo (`subjects_moved`).
+//! - [`subjects`]: A's subjects released and given back, B's last made A's
+//!   (for `commit` and `handover`).
 //! - [`retire`]: A sealed, B's source removed, the old durables retired
 //!   (`sealed`, `source_removed`, `done`).
 //! - [`watchers`]: in place, the applications' ordered consumers (KV
@@ -39,6 +41,7 @@ pub mod handover;
 pub mod recheck;
 pub mod retire;
 pub mod routes;
+pub mod subjects;
 pub mod translate;
 pub mod undo;
 pub mod watchers;

@@ -19,7 +19,8 @@ use crate::engine::ctx::Ctx;
 use crate::engine::events::{EventKind, Info, Warning};
 use crate::error::Result;
 use cutover_core::api_error::ApiErrorCode;
-use cutover_core::journal::{migration_id, watcher, watcher_config, Step, MAX_WATCHERS};
+use cutover_core::journal::{migration_id, Step};
+use cutover_core::watchers::{watcher, watcher_config, MAX_WATCHERS};
 use std::time::{Duration, Instant};
 
 /// How long [`restore`] waits for the clients to leave the consumers it
