@@ -9,6 +9,7 @@
 //	natsapp kv-watch  --server URL --bucket B --out F [--key K]
 //	natsapp kv-get    --server URL --bucket B --out F [--keys 100] [--first 0]
 //	natsapp obj-get   --server URL --bucket B --out F [--objects 3] [--size BYTES]
+//	natsapp fence     --server URL --stream S --consumer C --instance ID --out F [...]
 //
 // Each writes JSON lines to --out (tests/apps/README.md), logs to stderr, prints
 // `ready` on stdout once set up, and on SIGTERM/SIGINT writes a last
@@ -134,7 +135,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func main() {
 	if len(os.Args) < 2 {
-		fatal("usage: natsapp publisher|worker|ordered|kv-watch|kv-get|obj-get [flags]")
+		fatal("usage: natsapp publisher|worker|ordered|kv-watch|kv-get|obj-get|fence [flags]")
 	}
 	cmds := map[string]func([]string){
 		"publisher": publisher,
@@ -143,6 +144,7 @@ func main() {
 		"kv-watch":  kvWatch,
 		"kv-get":    kvGet,
 		"obj-get":   objGet,
+		"fence":     fence,
 	}
 	f, ok := cmds[os.Args[1]]
 	if !ok {
