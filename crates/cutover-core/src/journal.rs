@@ -412,7 +412,6 @@ pub struct Handover {
     pub done_ms: Option<u64>,
 }
 
-
 /// B when it took A's subjects on the target side: every message up to
 /// `b_seq` was sourced from A, the newest with origin `origin_seq`; direct
 /// publishes come after it, interleaved with what B still sources.
@@ -779,7 +778,6 @@ pub struct InstanceRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn no_rollback_while_publishers_are_split() {
