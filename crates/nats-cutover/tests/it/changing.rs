@@ -385,21 +385,9 @@ async fn a_runner_killed_in_the_hand_over_freeze_is_given_back_and_resumed_exact
     let worker = json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000});
     e.consumer("ORDERS", worker).await;
     let dir = TempDir::new("handover-crash");
-    let mut files = vec![];
-    let mut workers = vec![];
-    for i in 0..2 {
-        let out = dir.0.join(format!("worker{i}.jsonl"));
-        let args = ["--server", e.server.url(), "--stream", "ORDERS", "--consumer", "worker"];
-        let rest = ["--mode", "pull", "--out", out.to_str().unwrap()];
-        workers.push(App::start("worker.py", &[&args[..], &rest[..]].concat()));
-        files.push(out);
-    }
-    let published = dir.0.join("pub.jsonl");
-    let mut publisher = App::publisher(e.server.url(), 3000, 300, &published);
-    wait_until("workers process", Duration::from_secs(30), || async {
-        processed(&files).len() >= 100
-    })
-    .await;
+    let load =
+        crate::pyapps::PyLoad::start(e.server.url(), &dir.0, "ORDERS", "worker", 2, 3000, 300);
+    load.until_processed(100).await;
     let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
     let handover = |crash: Option<&str>| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
@@ -432,20 +420,7 @@ async fn a_runner_killed_in_the_hand_over_freeze_is_given_back_and_resumed_exact
     };
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout.matches("handover done").count(), 2, "both hops: {}", out.stdout);
-    assert!(publisher.0.wait().unwrap().success());
-    let acked = acked_ids(&published);
-    assert_eq!(acked.len(), 3000, "every publish acked");
-    wait_until("every message processed", Duration::from_secs(60), || async {
-        processed(&files).len() >= acked.len()
-    })
-    .await;
-    for w in workers {
-        w.stop();
-    }
-    let p = processed(&files);
-    let twice: Vec<_> = p.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "processed twice: {twice:?}");
-    assert!(acked.iter().all(|id| p.contains_key(id)), "every acked publish processed");
+    load.finish_exact(3000).await;
     let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
     assert_eq!(s.config.storage.as_str(), "memory");
     assert_eq!((s.state.messages, s.state.last_seq), (3000, 3000), "stored once, A's sequences");
@@ -467,28 +442,15 @@ async fn a_purged_stream_changed_in_place_goes_on_after_its_last_sequence() {
     e.publish("orders.eu", "a", 100).await;
     e.js.stream_purge_below("ORDERS", None, 101).await.unwrap();
     let dir = TempDir::new("purged");
-    let handled = dir.0.join("worker.jsonl");
-    let args = ["--server", e.server.url(), "--stream", "ORDERS", "--consumer", "worker"];
-    let rest = ["--mode", "pull", "--out", handled.to_str().unwrap()];
-    let worker = App::start("worker.py", &[&args[..], &rest[..]].concat());
-    let published = dir.0.join("pub.jsonl");
-    let mut publisher = App::publisher(e.server.url(), 300, 100, &published);
+    let load =
+        crate::pyapps::PyLoad::start(e.server.url(), &dir.0, "ORDERS", "worker", 1, 300, 100);
     let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
     let out = run_cli(&e, &args, None);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(publisher.0.wait().unwrap().success());
-    let acked = acked_ids(&published);
-    assert_eq!(acked.len(), 300);
-    wait_until("every message processed", Duration::from_secs(30), || async {
-        processed(std::slice::from_ref(&handled)).len() >= acked.len()
-    })
-    .await;
-    worker.stop();
-    let p = processed(std::slice::from_ref(&handled));
-    assert!(p.values().all(|n| *n == 1) && acked.iter().all(|id| p.contains_key(id)), "{p:?}");
+    let handled = load.finish_exact(300).await;
     let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
     assert_eq!((s.state.first_seq, s.state.last_seq), (101, 400), "A's next sequences");
-    let seqs: Vec<u64> = lines(&handled).iter().filter_map(|l| l["seq"].as_u64()).collect();
+    let seqs: Vec<u64> = handled.iter().filter_map(|l| l["seq"].as_u64()).collect();
     assert!(seqs.iter().all(|s| *s > 100), "{seqs:?}");
 }
 

@@ -271,3 +271,82 @@ pub async fn nats_py_apps_on(
     }
     e
 }
+
+/// A nats-py publisher (`App::publisher`: msg-ids, retries) and pull
+/// workers bound by name to one durable, beside a change; then the check
+/// that every acknowledged publish was processed exactly once.
+pub struct PyLoad {
+    workers: Vec<App>,
+    files: Vec<PathBuf>,
+    publisher: App,
+    published: PathBuf,
+}
+
+impl PyLoad {
+    /// `workers` worker.py (pull) on `stream`/`consumer` and a publisher of
+    /// `count` messages at `rate` msg/s, their records under `dir`.
+    pub fn start(
+        url: &str,
+        dir: &Path,
+        stream: &str,
+        consumer: &str,
+        workers: usize,
+        count: u32,
+        rate: u32,
+    ) -> PyLoad {
+        let mut apps = vec![];
+        let mut files = vec![];
+        for i in 0..workers {
+            let out = dir.join(format!("worker{i}.jsonl"));
+            let args =
+                ["--server", url, "--stream", stream, "--consumer", consumer, "--mode", "pull"];
+            apps.push(App::start(
+                "worker.py",
+                &[&args[..], &["--out", out.to_str().unwrap()]].concat(),
+            ));
+            files.push(out);
+        }
+        let published = dir.join("pub.jsonl");
+        let publisher = App::publisher(url, count, rate, &published);
+        PyLoad { workers: apps, files, publisher, published }
+    }
+
+    /// Until the workers processed `n` messages.
+    pub async fn until_processed(&self, n: usize) {
+        wait_until("workers process", Duration::from_secs(30), || async {
+            processed(&self.files).len() >= n
+        })
+        .await;
+    }
+
+    /// The publisher done (all `count` acknowledged), every acknowledged
+    /// publish processed, the workers stopped: each processed exactly once.
+    /// Returns the workers' records.
+    pub async fn finish_exact(mut self, count: usize) -> Vec<Value> {
+        assert!(self.publisher.0.wait().unwrap().success());
+        let acked: Vec<String> = lines(&self.published)
+            .iter()
+            .filter(|l| l.get("failed").is_none())
+            .map(|l| l["id"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(acked.len(), count, "every publish acked");
+        wait_until("every message processed", Duration::from_secs(60), || async {
+            processed(&self.files).len() >= acked.len()
+        })
+        .await;
+        for w in self.workers {
+            w.stop();
+        }
+        let p = processed(&self.files);
+        let twice: Vec<_> = p.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "processed twice: {twice:?}");
+        let lost: Vec<_> = acked.iter().filter(|id| !p.contains_key(*id)).collect();
+        assert!(lost.is_empty(), "lost: {lost:?}");
+        let stalls = lines(&self.published)
+            .iter()
+            .filter_map(|l| l["stall_ms"].as_f64())
+            .fold(0.0, f64::max);
+        eprintln!("{} published, each processed once; longest publish {stalls:.0} ms", acked.len());
+        self.files.iter().flat_map(|f| lines(f)).collect()
+    }
+}
