@@ -2,7 +2,6 @@
 //! A's duplicate window (raised once B holds A's history older than it).
 //! [`Stall`] and [`Pace`] bound every wait for sourcing by progress.
 
-use crate::api::{Lookup, Via};
 use crate::engine::ctx::Ctx;
 use crate::engine::events::{EventKind, Progress, StepResult};
 use crate::engine::progress::{source_progress, SourceProgress};
@@ -169,9 +168,7 @@ async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
         return Ok(());
     }
     let (_, a) = ctx.js.stream_info(from).await?;
-    let since = time::OffsetDateTime::now_utc() - nanos(want);
-    let since = since.format(&time::format_description::well_known::Rfc3339).expect("format");
-    let first_recent = ctx.js.first_since(from, &since, a.config.exact_direct_gets()).await?;
+    let first_recent = first_within(ctx.js, &a, want).await?;
     // B must hold A's messages before `first_recent` (all of A's if none is recent).
     let need = first_recent.map(|m| m.seq.saturating_sub(1)).unwrap_or(a.state.last_seq);
     until_sourced(ctx, from, to, need, |e| e).await?;
@@ -186,21 +183,12 @@ async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     let mut cfg = raw["config"].clone();
     cfg["duplicate_window"] = json!(want);
     ctx.js.stream_update(&cfg).await?;
+    // B copied a message younger than the window without it when A's first
+    // such message is at or below what B holds now (A's timestamps grow
+    // with its sequences).
     let copied = source_progress(ctx.js, to, from).await?.sourced_origin_seq;
-    let recent = match copied {
-        Some(seq) => match ctx.js.get_msg(from, seq, Lookup::Exact, Via::Leader).await? {
-            Some(m) => m
-                .time
-                .as_deref()
-                .and_then(|t| {
-                    time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
-                        .ok()
-                })
-                .is_none_or(|t| t > time::OffsetDateTime::now_utc() - nanos(want)),
-            None => false, // gone from A since: not retried into B
-        },
-        None => false,
-    };
+    let first_recent = first_within(ctx.js, &a, want).await?;
+    let recent = matches!((copied, first_recent), (Some(c), Some(m)) if m.seq <= c);
     if !recent {
         ctx.journal.lock().await.window_since_ms = None;
         ctx.save().await?;
@@ -208,6 +196,17 @@ async fn raise_window(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     let progress = Progress::WindowRaised { duplicate_window_ns: want, from_origin_seq: need + 1 };
     ctx.emit(Step::CatchUp, EventKind::Progress(progress));
     Ok(())
+}
+
+/// A's first message stored less than `window_ns` ago, if any.
+pub(in crate::engine) async fn first_within(
+    js: &crate::api::Js,
+    a: &cutover_core::model::StreamInfo,
+    window_ns: i64,
+) -> Result<Option<crate::api::StoredMsg>> {
+    let since = time::OffsetDateTime::now_utc() - nanos(window_ns);
+    let since = since.format(&time::format_description::well_known::Rfc3339).expect("format");
+    js.first_since(&a.config.name, &since, a.config.exact_direct_gets()).await
 }
 
 /// Waits until B holds A's messages up to origin sequence `need` (or all A

@@ -259,17 +259,9 @@ async fn commit_window(
     }
     let (b_raw, b) = ctx.js.stream_info(to).await?;
     if b.config.subjects != final_subjects {
-        let mut cfg = b_raw["config"].clone();
-        cfg["subjects"] = json!(final_subjects);
-        // A mirror is promoted in the same update: mirror removed, subjects
-        // added (2.12+: stream.go configUpdateCheckLocked allows dropping the
-        // mirror; updateWithAdvisory stops the mirror consumer).
-        // With what the plan keeps for the commit (republish, and what a
-        // mirror may not have).
-        if let Some(c) = cfg.as_object_mut() {
-            c.remove("mirror");
-            c.extend(ctx.journal.lock().await.plan.promote_with.clone());
-        }
+        // A mirror is promoted in the same update.
+        let promote_with = ctx.journal.lock().await.plan.promote_with.clone();
+        let cfg = super::subjects::taking_subjects(&b_raw, final_subjects, &promote_with);
         if crate::test_hooks::refuse_subjects() {
             return Err(Error::Stuck(format!("{to} refused the subjects (test hook)")));
         }
@@ -300,12 +292,8 @@ pub(in crate::engine) async fn a_lost(ctx: &Ctx<'_>) -> Result<()> {
     let t = ctx.begin(Step::MovePublishers).await?;
     ctx.journal.lock().await.phase = Phase::SubjectsReleased;
     ctx.save().await?;
-    let mut cfg = b_raw["config"].clone();
-    cfg["subjects"] = json!(final_subjects);
-    if let Some(c) = cfg.as_object_mut() {
-        c.remove("mirror");
-        c.extend(ctx.journal.lock().await.plan.promote_with.clone());
-    }
+    let promote_with = ctx.journal.lock().await.plan.promote_with.clone();
+    let cfg = super::subjects::taking_subjects(&b_raw, &final_subjects, &promote_with);
     ctx.js.stream_update(&cfg).await?;
     let a_final = b.state.last_seq;
     ctx.journal.lock().await.a_final_seq = Some(a_final);

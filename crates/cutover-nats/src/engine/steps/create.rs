@@ -56,9 +56,7 @@ async fn history_older_than(js: &Js, from: &str, window_ns: i64) -> Result<bool>
     if a.state.messages == 0 || window_ns <= 0 {
         return Ok(false);
     }
-    let since = time::OffsetDateTime::now_utc() - cutover_core::model::nanos(window_ns);
-    let since = since.format(&time::format_description::well_known::Rfc3339).expect("format");
-    let first_recent = js.first_since(from, &since, a.config.exact_direct_gets()).await?;
+    let first_recent = super::catch_up::first_within(js, &a, window_ns).await?;
     Ok(first_recent.is_none_or(|m| m.seq > a.state.first_seq))
 }
 

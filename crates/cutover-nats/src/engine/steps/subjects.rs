@@ -87,3 +87,21 @@ pub(in crate::engine) async fn give_subjects_back(
     }
     Ok(false)
 }
+
+/// B's configuration when it takes A's subjects: `final_subjects`, its
+/// mirror removed (2.12+: stream.go configUpdateCheckLocked allows dropping
+/// it; updateWithAdvisory stops the mirror consumer) and what the plan keeps
+/// for the commit (republish, and what a mirror may not have).
+pub(in crate::engine) fn taking_subjects(
+    b_raw: &serde_json::Value,
+    final_subjects: &[String],
+    promote_with: &serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Value {
+    let mut cfg = b_raw["config"].clone();
+    cfg["subjects"] = json!(final_subjects);
+    if let Some(c) = cfg.as_object_mut() {
+        c.remove("mirror");
+        c.extend(promote_with.clone());
+    }
+    cfg
+}
