@@ -62,6 +62,7 @@ def parse_args(argv=None):
     p.add_argument("--retry-horizon", type=float, default=120.0, help="seconds after the first attempt to give up")
     p.add_argument("--size", type=int, default=0, help="pad each payload with spaces to this many bytes (0: str(i) as it is)")
     p.add_argument("--start-index", type=int, default=0, help="index of the first message (default 0)")
+    p.add_argument("--no-msg-id", action="store_true", help="publish without Nats-Msg-Id, the payload {P}-{i}: only 'no responders' (nothing stored) is retried, a timeout is recorded as failed (it may have been stored)")
     p.add_argument("--no-retry", action="store_true", help="publish each message once (nats-py's own publish, no retry); a failure is recorded and the next message follows")
     return p.parse_args(argv)
 
@@ -143,7 +144,8 @@ async def run(args):
 
             subject = f"{args.subject}.{i % args.subjects_count}" if args.subjects_count > 1 else args.subject
             msg_id = f"{args.id_prefix}-{i}"
-            payload = str(i).encode().ljust(args.size, b" ")
+            payload = (msg_id if args.no_msg_id else str(i)).encode().ljust(args.size, b" ")
+            headers = None if args.no_msg_id else {"Nats-Msg-Id": msg_id}
             first = time.monotonic()
             attempts = 0
             backoff = BACKOFF_START
@@ -152,7 +154,7 @@ async def run(args):
                 attempts += 1
                 try:
                     ack = await js.publish(
-                        subject, payload, timeout=args.ack_timeout, headers={"Nats-Msg-Id": msg_id}
+                        subject, payload, timeout=args.ack_timeout, headers=headers
                     )
                 except Exception as e:  # noqa: BLE001 - classified below
                     kind = type(e).__name__
@@ -160,7 +162,9 @@ async def run(args):
                         log(f"publish {msg_id} attempt {attempts} failed: {e!r}")
                         last_err_kind = kind
                     elapsed = time.monotonic() - first
-                    if args.no_retry or not retryable(e) or elapsed >= args.retry_horizon:
+                    no_resp = isinstance(e, (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError))
+                    exact = no_resp or not args.no_msg_id
+                    if args.no_retry or not exact or not retryable(e) or elapsed >= args.retry_horizon:
                         stall_ms = elapsed * 1000.0
                         failed += 1
                         rec = {

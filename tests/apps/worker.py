@@ -70,6 +70,7 @@ def parse_args(argv=None):
     p.add_argument("--group", help="push: queue group (default: the consumer's deliver group)")
     p.add_argument("--follow-route", action="store_true", help=f"follow route.S.C in KV bucket {ROUTE_BUCKET}")
     p.add_argument("--ack-timeout", type=float, default=1.0, help="seconds to wait for the server's ack reply")
+    p.add_argument("--id-from-payload", action="store_true", help="a message without Nats-Msg-Id is known by its payload (publisher.py --no-msg-id)")
     p.add_argument("--create", action="store_true", help="pull: create the durable (explicit ack, deliver all) at start if it does not exist, as an application that owns its consumer")
     p.add_argument("--guard", metavar="BUCKET", help="claim each Nats-Msg-Id in this KV bucket first (docs/protocol.md, idempotency guard)")
     return p.parse_args(argv)
@@ -312,7 +313,7 @@ class Worker:
             log("skipping a message without JetStream metadata:", msg.subject, repr(e))
             return
         rec = {
-            "id": hdrs.get("Nats-Msg-Id"),
+            "id": hdrs.get("Nats-Msg-Id") or (msg.data.decode(errors="replace").strip() if self.args.id_from_payload else None),
             "stream": meta.stream,
             "seq": meta.sequence.stream,
             "source": hdrs.get("Nats-Stream-Source"),

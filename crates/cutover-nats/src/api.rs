@@ -106,6 +106,10 @@ pub struct Js {
     /// Across two systems ([`Js::across`]): the old stream's name and the
     /// connection to the system that holds it.
     source: Option<Arc<(String, Js)>>,
+    /// How `client` was connected, for a second connection to the same
+    /// system ([`Js::with_options`]; the commit window's "no responders"
+    /// answers, `crate::no_responders`).
+    options: Option<Arc<crate::connect::ConnectOptions>>,
 }
 
 /// The stream a JetStream API subject (without its prefix) is about: `None`
@@ -171,6 +175,7 @@ impl Js {
             gets: Arc::new(AtomicU64::new(0)),
             fence: None,
             source: None,
+            options: None,
         }
     }
 
@@ -223,6 +228,16 @@ impl Js {
 
     /// This client, awaiting `fence` before every JetStream API request (each
     /// try of it): a runner's requests stop once its lease is gone.
+    /// Remembers how the client was connected (see the `options` field).
+    pub fn with_options(self, options: crate::connect::ConnectOptions) -> Js {
+        Js { options: Some(Arc::new(options)), ..self }
+    }
+
+    /// How the client was connected, when [`Js::with_options`] said so.
+    pub fn options(&self) -> Option<&crate::connect::ConnectOptions> {
+        self.options.as_deref()
+    }
+
     pub fn fenced(&self, fence: Fence) -> Js {
         Js { fence: Some(fence), ..self.clone() }
     }

@@ -234,7 +234,7 @@ impl ConnectOptions {
 /// `--server` takes a comma-separated list, as the nats CLI does; credentials
 /// in the URLs must be the same in each that carries some. `shown`: the list
 /// redacted, for errors.
-fn server_urls(server: &str, shown: &str) -> Result<(Vec<String>, Option<UrlAuth>)> {
+pub(crate) fn server_urls(server: &str, shown: &str) -> Result<(Vec<String>, Option<UrlAuth>)> {
     let mut urls = vec![];
     let mut url_auth: Option<UrlAuth> = None;
     for u in server.split(',').map(str::trim).filter(|u| !u.is_empty()) {

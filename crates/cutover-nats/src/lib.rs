@@ -28,6 +28,7 @@ pub mod engine;
 pub mod error;
 pub mod journal;
 pub mod monitor;
+pub mod no_responders;
 pub mod observe;
 mod read;
 pub mod test_hooks;

@@ -480,13 +480,18 @@ pub struct RunArgs {
     /// waits for them (running or stopped) to seal the old stream.
     #[arg(long, help_heading = "Strategy and mode")]
     pub proceed: bool,
-    /// For publishers that never retry: during the commit window the runner
-    /// answers the JetStream publishes that carry a Nats-Msg-Id itself and
-    /// stores each where the subjects are once a stream holds them again,
-    /// returning that stream's ack (publishes without one are not answered:
-    /// only with msg-ids is it exact).
-    #[arg(long, help_heading = "Publishers")]
+    /// The default, kept for scripts: the runner answers the commit window's
+    /// publishes (see --no-answer-publishes).
+    #[arg(long, hide = true, conflicts_with = "no_answer_publishes")]
     pub answer_publishes: bool,
+    /// Leave the commit window's publishes to the server. By default the
+    /// runner listens on the publishers' subjects while no stream holds
+    /// them: a publish with a Nats-Msg-Id is stored once a stream holds
+    /// them again and gets that stream's ack; one without is answered
+    /// "no responders" as soon as no stream can store it (on a cluster the
+    /// server sometimes leaves it unanswered until the publisher's timeout).
+    #[arg(long, help_heading = "Publishers")]
+    pub no_answer_publishes: bool,
     /// --strategy dual-write: how long old and new consumers run side by side
     /// (publishers writing both streams) before writes to the old stream stop.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "0s", help_heading = "Strategy and mode")]
@@ -519,6 +524,11 @@ pub struct BucketArgs {
     /// for them.
     #[arg(long, value_parser = humantime::parse_duration, help_heading = "Publishers")]
     pub retry_horizon: Option<Duration>,
+    /// Leave the commit windows' writes to the server (see `run
+    /// --no-answer-publishes`); by default a write without a msg-id in a
+    /// window is answered "no responders" at once.
+    #[arg(long, help_heading = "Publishers")]
+    pub no_answer_publishes: bool,
     /// A new setting, OPTION=VALUE with the nats CLI's option names
     /// (--set history=10 --set storage=memory --set ttl=24h); repeatable.
     #[arg(long, value_name = "OPTION=VALUE", required = true, help_heading = "In place")]

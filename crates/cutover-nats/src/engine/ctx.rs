@@ -60,9 +60,11 @@ pub struct RunOptions {
     /// (publishers writing both streams) before writes to A stop; an
     /// operator's choice, not a correctness wait (Ctrl-C ends it safely).
     pub side_by_side: Duration,
-    /// Answer the JetStream publishes (with a msg-id) on the publishers'
-    /// subjects during the commit window, and store them once a stream holds
-    /// the subjects again (`super::bridge`): for publishers that never retry.
+    /// Answer the publishes on the publishers' subjects during the commit
+    /// window (`super::bridge`): those with a msg-id stored once a stream
+    /// holds the subjects again, the others "no responders" as soon as no
+    /// stream can store them. On by default; needs a [`crate::Js`] made
+    /// [`crate::Js::with_options`] (a second connection answers).
     pub answer_publishes: bool,
     /// Publishers split across systems (`External::split_publishers`): go
     /// on to seal A, without the operator's go-ahead, once A stored nothing
@@ -119,7 +121,7 @@ impl Default for RunOptions {
             proceed: false,
             consumers_at_once: 64,
             side_by_side: Duration::ZERO,
-            answer_publishes: false,
+            answer_publishes: true,
             seal_when_idle: None,
             after_step: None,
             on_exposed: None,

@@ -145,13 +145,15 @@ pub enum Info {
         phase: String,
         in_progress: Option<Step>,
     },
-    /// `run --answer-publishes`: what the runner answered during the commit
-    /// window (stored once a stream held the subjects; found already stored;
-    /// answered with an error).
+    /// What the runner answered during the commit window (`engine::bridge`;
+    /// on unless `--no-answer-publishes`): publishes with a msg-id stored
+    /// once a stream held the subjects, found already stored, not stored
+    /// in time; publishes without one answered "no responders".
     Bridged {
         stored: u64,
         duplicates: u64,
         failed: u64,
+        no_responders: u64,
     },
     /// Durables that appeared on A after the plan (an application created
     /// them meanwhile): planned against the same B and moved like the others.
@@ -244,9 +246,9 @@ impl EventKind {
                 Info::Resuming { phase, in_progress } => {
                     json!({ "phase": phase, "in_progress": in_progress })
                 }
-                Info::Bridged { stored, duplicates, failed } => json!({
-                    "message": format!("publishes answered during the commit window: {stored} stored, {duplicates} already stored, {failed} failed"),
-                    "stored": stored, "duplicates": duplicates, "failed": failed,
+                Info::Bridged { stored, duplicates, failed, no_responders } => json!({
+                    "message": format!("publishes answered during the commit window: {stored} with a msg-id stored ({duplicates} of them already stored), {failed} not stored in time, {no_responders} without a msg-id answered \"no responders\""),
+                    "stored": stored, "duplicates": duplicates, "failed": failed, "no_responders": no_responders,
                 }),
                 Info::WatchersKept { stream, count } => json!({
                     "message": format!("{count} ordered consumer(s) on {stream} (KV or object store watchers, ordered subscriptions) kept before its deletion, to be created again on its new stream"),

@@ -21,7 +21,13 @@ pub struct Env {
 pub async fn env() -> Env {
     let server = NatsServer::start();
     let client = async_nats::connect(server.url()).await.expect("connect to test server");
-    let js = Js::new(client.clone(), Duration::from_secs(5));
+    // With its options, as the CLI makes it: the commit window's bridge
+    // opens its answering connection from them (on by default).
+    let options = cutover_nats::connect::ConnectOptions {
+        server: Some(server.url().to_string()),
+        ..Default::default()
+    };
+    let js = Js::new(client.clone(), Duration::from_secs(5)).with_options(options);
     let ctx = jetstream::new(client);
     Env { server, js, ctx }
 }

@@ -158,7 +158,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         max_pause: a.max_pause,
         // Both hops' commit windows (it was left out: a client matrix found
         // non-retrying publishers' errors unchanged with the flag).
-        answer_publishes: a.answer_publishes,
+        answer_publishes: !a.no_answer_publishes,
         after_step: cutover_nats::test_hooks::crash_after_step(),
         on_exposed: crate::guard::exposure_hook(),
         ..Default::default()
@@ -224,6 +224,7 @@ pub async fn bucket(
     let opts = RunOptions {
         lease_ttl: a.lease_ttl,
         max_pause: a.max_pause,
+        answer_publishes: !a.no_answer_publishes,
         after_step: cutover_nats::test_hooks::crash_after_step(),
         on_exposed: crate::guard::exposure_hook(),
         ..Default::default()

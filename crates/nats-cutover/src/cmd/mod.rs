@@ -37,8 +37,9 @@ pub fn connect_options(c: &ConnArgs) -> ConnectOptions {
 }
 
 pub async fn connect(c: &ConnArgs) -> Result<Js> {
-    let client = connect_options(c).connect().await?;
-    Ok(Js::new(client, c.timeout.unwrap_or(Duration::from_secs(5))))
+    let options = connect_options(c);
+    let client = options.connect().await?;
+    Ok(Js::new(client, c.timeout.unwrap_or(Duration::from_secs(5))).with_options(options))
 }
 
 /// The connection for a command about the old stream `from`: with a source

@@ -62,7 +62,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         confirm(&plan)?;
     }
     let render = Render::new(detect(json_out));
-    let opts = run_options(&a);
+    let opts = run_options(&a, &plan);
     let reg = a.metrics_addr.map(|_| Registry::new(metrics::RUN));
     let _metrics_server = super::serve_metrics(a.metrics_addr, reg.as_ref()).await?;
     let feed =
@@ -212,7 +212,7 @@ pub(super) fn refuse_unsafe(plan: &Plan, json_out: bool) -> Result<()> {
 }
 
 /// The engine's options from the flags.
-fn run_options(a: &RunArgs) -> RunOptions {
+fn run_options(a: &RunArgs, plan: &Plan) -> RunOptions {
     RunOptions {
         delete_old: a.delete_old,
         keep_old_consumers: a.keep_old_consumers,
@@ -223,7 +223,10 @@ fn run_options(a: &RunArgs) -> RunOptions {
         nak_delay: a.nak_delay,
         proceed: a.proceed,
         side_by_side: a.side_by_side,
-        answer_publishes: a.answer_publishes,
+        // On by default; a split has no commit window (split_flags refuses
+        // the explicit flag there).
+        answer_publishes: !a.no_answer_publishes
+            && !plan.external.as_ref().is_some_and(|e| e.split_publishers),
         seal_when_idle: a.seal_when_idle,
         // Only in the binary the tests run: die after a named step.
         after_step: cutover_nats::test_hooks::crash_after_step(),

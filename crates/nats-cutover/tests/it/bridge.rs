@@ -1,32 +1,53 @@
-//! Publishers that never retry (`run --answer-publishes`): the nats-py
-//! publisher gives up at its first error, and sees none, because the runner
-//! answers its publishes during the commit window.
+//! The commit window's publishes, answered by the runner (on by default;
+//! `--no-answer-publishes` turns it off): a nats-py publisher that never
+//! retries sees no error, one without msg-ids gets "no responders" at once
+//! (never its timeout) and nothing is stored twice.
 
 use crate::common::*;
 use crate::pyapps::{lines, processed, App};
 use crate::run::{orders_stream, request};
-use cutover_nats::engine::{self, events::Collect, RunOptions};
+use cutover_nats::engine::events::{Collect, EventKind, Info};
+use cutover_nats::engine::{self, RunOptions};
 use std::time::Duration;
 
-/// One live run with publisher.py at `--retry-horizon 0` (one attempt per
-/// message, about 1,000 msg/s) and a route-following worker.py; the commit
-/// window is held open 200 ms by a test hook (a hook sleeping in the
-/// window: it widens what is measured, nothing waits on it) so that
-/// publishes certainly fall in it. Returns (acked, failed, processed twice,
-/// processed ids not acked, the longest publish stall in ms).
-async fn one_run(answer_publishes: bool) -> (usize, usize, usize, usize, f64) {
+/// What one run measured.
+struct Measured {
+    acked: usize,
+    failed: usize,
+    twice: usize,
+    unknown: usize,
+    stall: f64,
+    /// The bridge's "no responders" answers (`Info::Bridged`).
+    no_responders: u64,
+    /// The errors the publisher recorded (for the assertion messages).
+    errors: Vec<String>,
+}
+
+/// One live run with publisher.py (about 1,000 msg/s) and a route-following
+/// worker.py; the commit window is held open 200 ms by a test hook (a hook
+/// sleeping in the window: it widens what is measured, nothing waits on it)
+/// so that publishes certainly fall in it. With msg-ids the publisher makes
+/// one attempt per message (`--retry-horizon 0`); without (`--no-msg-id`)
+/// it retries only "no responders" (nothing stored), and records a timeout
+/// as failed.
+async fn one_run(answer_publishes: bool, no_msg_id: bool) -> Measured {
     let e = env().await;
     orders_stream(&e, 30_000).await;
     let dir = e.server.dir();
     let (p_out, w_out) = (dir.join("pub.jsonl"), dir.join("worker.jsonl"));
     let w = ["--server", e.server.url(), "--stream", "ORDERS", "--consumer", "worker"];
-    let w_tail = ["--mode", "pull", "--follow-route", "--out", w_out.to_str().unwrap()];
-    let worker = App::start("worker.py", &[&w[..], &w_tail[..]].concat());
+    let w_tail = ["--mode", "pull", "--follow-route", "--id-from-payload"];
+    let w_out_arg = ["--out", w_out.to_str().unwrap()];
+    let worker = App::start("worker.py", &[&w[..], &w_tail[..], &w_out_arg[..]].concat());
     let p = ["--server", e.server.url(), "--subject", "orders", "--subjects-count", "4"];
-    let p_tail =
-        ["--count", "100000", "--rate", "1000", "--id-prefix", "m", "--retry-horizon", "0"];
+    let p_tail = ["--count", "100000", "--rate", "1000", "--id-prefix", "m"];
+    let kind: &[&str] = if no_msg_id {
+        &["--no-msg-id", "--retry-horizon", "10"]
+    } else {
+        &["--retry-horizon", "0"]
+    };
     let out_arg = ["--out", p_out.to_str().unwrap()];
-    let publisher = App::start("publisher.py", &[&p[..], &p_tail[..], &out_arg[..]].concat());
+    let publisher = App::start("publisher.py", &[&p[..], &p_tail[..], kind, &out_arg[..]].concat());
     wait_until("the publisher publishes", Duration::from_secs(30), || async {
         lines(&p_out).len() >= 300
     })
@@ -40,7 +61,18 @@ async fn one_run(answer_publishes: bool) -> (usize, usize, usize, usize, f64) {
     });
     let opts = RunOptions { answer_publishes, after_step: Some(hold), ..Default::default() };
     let (_tx, rx) = tokio::sync::watch::channel(false);
-    engine::run(&e.js, plan, &opts, &Collect::default(), rx).await.unwrap();
+    let events = Collect::default();
+    engine::run(&e.js, plan, &opts, &events, rx).await.unwrap();
+    let no_responders = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|ev| match &ev.kind {
+            EventKind::Info(Info::Bridged { no_responders, .. }) => Some(*no_responders),
+            _ => None,
+        })
+        .sum();
     let n = lines(&p_out).len();
     wait_until("the publisher goes on", Duration::from_secs(30), || async {
         lines(&p_out).len() >= n + 300
@@ -66,21 +98,37 @@ async fn one_run(answer_publishes: bool) -> (usize, usize, usize, usize, f64) {
     let twice = p.values().filter(|n| **n > 1).count();
     let v = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);
     assert_eq!(v.code, 0, "{v:?}");
-    (acked.len(), failed, twice, p.len() - acked.len(), stall)
+    let errors = recs.iter().filter_map(|r| r["error"].as_str().map(String::from)).collect();
+    let unknown = p.len() - acked.len();
+    Measured { acked: acked.len(), failed, twice, unknown, stall, no_responders, errors }
 }
 
-/// With `--answer-publishes` no publish fails although the commit window
-/// lasts 200 ms, every acknowledged message is processed exactly once and
-/// verify holds (nothing stored twice where the runner's listening
-/// overlapped a stream); without it, the same publisher loses publishes to
-/// "no responders" (the test would see a bridge that does nothing).
+/// By default no publish fails although the commit window lasts 200 ms,
+/// every acknowledged message is processed exactly once and verify holds
+/// (nothing stored twice where the runner's listening overlapped a
+/// stream); with `--no-answer-publishes`, the same publisher loses
+/// publishes to "no responders" (the test would see a bridge that does
+/// nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn publishers_that_never_retry_see_no_error_with_answer_publishes() {
-    let (acked, failed, twice, unknown, stall) = one_run(true).await;
-    eprintln!("answer-publishes: {acked} acked with one attempt each, {failed} failed, {twice} processed twice, {unknown} unknown; longest publish {stall:.1} ms");
-    assert_eq!((failed, twice, unknown), (0, 0, 0));
-    assert!(stall >= 150.0, "no publish waited through the window: the bridge was not used");
-    let (acked, failed, ..) = one_run(false).await;
-    eprintln!("without: {acked} acked, {failed} failed (no responders, not retried)");
-    assert!(failed > 0, "the window did not make a non-retrying publisher fail");
+async fn publishers_that_never_retry_see_no_error_by_default() {
+    let m = one_run(true, false).await;
+    eprintln!("answered: {} acked with one attempt each, {} failed, {} processed twice, {} unknown; longest publish {:.1} ms", m.acked, m.failed, m.twice, m.unknown, m.stall);
+    assert_eq!((m.failed, m.twice, m.unknown), (0, 0, 0), "{:?}", m.errors);
+    assert!(m.stall >= 150.0, "no publish waited through the window: the bridge was not used");
+    let m = one_run(false, false).await;
+    eprintln!("without: {} acked, {} failed (no responders, not retried)", m.acked, m.failed);
+    assert!(m.failed > 0, "the window did not make a non-retrying publisher fail");
+}
+
+/// Publishes without a msg-id in the 200 ms window are answered "no
+/// responders" by the runner (the server's own status line, from its
+/// second connection): the publisher retries them, none times out, every
+/// acknowledged one is processed once, none is stored twice (the zones:
+/// an answer never comes before a stream could still store the publish).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn publishes_without_msg_ids_get_no_responders_from_the_runner_and_are_stored_once() {
+    let m = one_run(true, true).await;
+    eprintln!("no msg-ids: {} acked, {} failed, {} processed twice, {} unknown; {} answered no responders by the runner; longest publish {:.1} ms", m.acked, m.failed, m.twice, m.unknown, m.no_responders, m.stall);
+    assert_eq!((m.failed, m.twice, m.unknown), (0, 0, 0), "{:?}", m.errors);
+    assert!(m.no_responders > 0, "the runner answered none of the window's publishes");
 }

@@ -654,17 +654,14 @@ async fn r3_kv_bucket_object_store_and_work_queue_change_in_place_under_nats_py_
     assert!(writer.0.wait().unwrap().success());
     let written: Vec<serde_json::Value> =
         lines(Path::new(&wf)).into_iter().filter(|l| l.get("i").is_some()).collect();
-    // On a cluster a write in a commit window can get no reply at all (the
-    // publisher's node still routes it to the old leader, which dropped
-    // the subjects: issue 23's open item 3); nats-py's put then times out.
-    // Any other failure fails the test.
+    // On a cluster a write in a commit window could get no reply at all
+    // (the publisher's node still routed it to the old leader, which had
+    // dropped the subjects: nats-py's put timed out). The runner answers
+    // the windows' writes now (engine/bridge.rs): the writer retries a
+    // "no responders" by itself, and no write fails.
     let failed: Vec<&serde_json::Value> =
         written.iter().filter(|l| l.get("error").is_some()).collect();
-    assert!(
-        failed.iter().all(|l| l["error"].as_str().unwrap_or("").contains("Timeout")),
-        "writes failed: {failed:?}"
-    );
-    eprintln!("KV writes timed out in the commit windows: {}", failed.len());
+    assert!(failed.is_empty(), "writes failed: {failed:?}");
     let revs: Vec<u64> = written.iter().filter_map(|l| l["rev"].as_u64()).collect();
     let last = *revs.iter().max().unwrap();
     let seen =
@@ -714,4 +711,93 @@ async fn r3_kv_bucket_object_store_and_work_queue_change_in_place_under_nats_py_
     let (_, s) = js.stream_info("ORDERS").await.unwrap();
     assert_eq!((s.config.retention.as_str(), s.config.num_replicas), ("workqueue", 3));
     assert_eq!(s.state.last_seq, 3000, "sequences kept");
+}
+
+/// Issue 23 item 3 on an R3 cluster: no publish in a commit window waits
+/// for its timeout. Publishers on a node that does not lead the stream, 64
+/// concurrent requests without msg-ids (as a core `request` or a KV put
+/// sends them; 2 s timeout): the node forwards a publish to the leader
+/// over a route, and one that crosses A's release there used to be dropped
+/// with no answer (research: 4 of 16 windows at ~10k req/s). The runner
+/// listens in every window and answers "no responders" once no stream can
+/// store a publish (engine/bridge.rs), so over two in-place changes (eight
+/// windows: each hop's hand-over freeze and its commit) every publish is
+/// acknowledged or answered, none times out, and none is stored twice (a
+/// "no responders" is retried, so an answer that came before a stream's
+/// ack would store one twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_publish_waits_for_its_timeout_in_the_commit_windows_of_a_cluster() {
+    let cluster = Cluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+    let urls: Vec<String> = cluster.urls().split(',').map(String::from).collect();
+    let js = Js::new(async_nats::connect(urls).await.unwrap(), Duration::from_secs(5));
+    wait_until("an R3 stream to be created", Duration::from_secs(30), || async {
+        js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "duplicate_window": 2_000_000_000i64})).await.is_ok()
+    })
+    .await;
+    let info = js.stream_info_raw("ORDERS").await.unwrap();
+    let leader = leader_of(&info).expect("a leader");
+    let node = (leader + 1) % 3;
+    let client = async_nats::ConnectOptions::new()
+        .request_timeout(Some(Duration::from_secs(2)))
+        .connect(cluster.nodes[node].url())
+        .await
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = vec![];
+    for t in 0..64 {
+        let (client, stop) = (client.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut acked, mut no_responders, mut timeouts, mut other) =
+                (0u64, 0u64, 0u64, vec![]);
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let payload = format!("t{t}-{n}");
+                loop {
+                    use async_nats::RequestErrorKind as K;
+                    let r = client.request(format!("orders.{}", t % 8), payload.clone().into());
+                    match r.await {
+                        Ok(_) => acked += 1,
+                        Err(e) if e.kind() == K::NoResponders => {
+                            no_responders += 1;
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            continue;
+                        }
+                        Err(e) if e.kind() == K::TimedOut => timeouts += 1,
+                        Err(e) => other.push(e.to_string()),
+                    }
+                    break;
+                }
+                n += 1;
+            }
+            (acked, no_responders, timeouts, other)
+        }));
+    }
+    wait_until("the publishers publish", Duration::from_secs(30), || async {
+        js.stream_info("ORDERS").await.is_ok_and(|(_, s)| s.state.messages >= 2000)
+    })
+    .await;
+    for storage in ["memory", "file"] {
+        let set = format!("storage={storage}");
+        let args = ["--server", &cluster.urls(), "run", "--in-place", "ORDERS", "--set", &set];
+        let out = crate::common::cli(&[&args[..], &["--retry-horizon", "0s", "--yes"]].concat());
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    let before = js.stream_info("ORDERS").await.unwrap().1.state.messages;
+    wait_until("the publishers publish after", Duration::from_secs(30), || async {
+        js.stream_info("ORDERS").await.is_ok_and(|(_, s)| s.state.messages >= before + 2000)
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut acked, mut no_resp, mut timeouts, mut other) = (0, 0, 0, vec![]);
+    for t in tasks {
+        let (a, n, to, o) = t.await.unwrap();
+        (acked, no_resp, timeouts) = (acked + a, no_resp + n, timeouts + to);
+        other.extend(o);
+    }
+    let (_, s) = js.stream_info("ORDERS").await.unwrap();
+    eprintln!("{acked} acknowledged, {no_resp} answered no responders and retried, {timeouts} timed out, {} other errors; {} stored", other.len(), s.state.messages);
+    assert!(other.is_empty(), "{other:?}");
+    assert_eq!(timeouts, 0, "publishes waited for their timeout in a commit window");
+    assert_eq!(s.state.messages, acked, "each acknowledged publish stored once, nothing else");
+    assert_eq!(s.config.storage.as_str(), "file");
 }

@@ -6,7 +6,7 @@
 use super::catch_up::until_sourced;
 use crate::engine::bridge::Bridge;
 use crate::engine::ctx::{Ctx, Exposure};
-use crate::engine::events::{EventKind, Info, StepResult, Warning};
+use crate::engine::events::{EventKind, StepResult, Warning};
 use crate::engine::progress::source_progress;
 use crate::error::{Error, Result};
 use crate::journal::now_ms;
@@ -162,33 +162,29 @@ pub(in crate::engine) async fn close_window(ctx: &Ctx<'_>) -> Result<()> {
     )))
 }
 
-/// The commit window and, if it failed, A's subjects given back; with
-/// `--answer-publishes` the publishes of the window are answered beside it
-/// (`super::bridge`), once a stream holds the subjects again.
+/// The commit window and, if it failed, A's subjects given back; the
+/// publishes of the window are answered beside it (`crate::engine::bridge`,
+/// unless `--no-answer-publishes`), once a stream holds the subjects again.
 async fn commit_or_give_back(
     ctx: &Ctx<'_>,
     from: &str,
     to: &str,
     final_subjects: &[String],
 ) -> Result<(Result<u64>, Option<Result<bool>>)> {
-    let bridge = match ctx.opts.answer_publishes {
-        true => {
-            let subjects = ctx.journal.lock().await.a_subjects.clone();
-            Some(Bridge::open(&ctx.js.client, &subjects).await?)
-        }
-        false => None,
-    };
-    let committed = commit_window(ctx, from, to, final_subjects).await;
+    let bridge = crate::engine::bridge::open_for(ctx).await?;
+    let committed = commit_window(ctx, from, to, final_subjects, bridge.as_ref()).await;
     let given_back = match &committed {
         Ok(_) => None,
-        Err(_) => Some(super::subjects::give_subjects_back(ctx, from, to, final_subjects).await),
+        Err(_) => {
+            if let Some(b) = &bridge {
+                b.taking();
+            }
+            Some(super::subjects::give_subjects_back(ctx, from, to, final_subjects).await)
+        }
     };
     if let Some(b) = bridge {
         // A stream holds the subjects again (unless giving them back failed).
-        let a = b.flush(&ctx.js.client, ctx.opts.commit_timeout).await;
-        let (stored, duplicates, failed) = (a.stored, a.duplicates, a.failed);
-        let info = Info::Bridged { stored, duplicates, failed };
-        ctx.emit(Step::MovePublishers, EventKind::Info(info));
+        crate::engine::bridge::close(ctx, b).await;
     }
     Ok((committed, given_back))
 }
@@ -201,6 +197,7 @@ async fn commit_window(
     from: &str,
     to: &str,
     final_subjects: &[String],
+    bridge: Option<&Bridge>,
 ) -> Result<u64> {
     let (a_raw, a) = ctx.js.stream_info(from).await?;
     let release = super::subjects::released_subjects(from, final_subjects);
@@ -216,6 +213,9 @@ async fn commit_window(
             cfg["allow_direct"] = json!(false);
         }
         ctx.js.stream_update(&cfg).await?;
+    }
+    if let Some(b) = bridge {
+        b.released();
     }
     let (_, a) = ctx.js.stream_info(from).await?;
     ctx.journal.lock().await.a_final_seq = Some(a.state.last_seq);
@@ -246,6 +246,9 @@ async fn commit_window(
         ctx.tick(false).await?;
         tokio::time::sleep(Duration::from_micros(500)).await;
     };
+    if let Some(b) = bridge {
+        b.holder_settled();
+    }
     ctx.journal.lock().await.a_final_seq = Some(a_final);
     let mirror = ctx.journal.lock().await.plan.strategy == Strategy::Mirror;
     if mirror {
@@ -264,6 +267,9 @@ async fn commit_window(
         let cfg = super::subjects::taking_subjects(&b_raw, final_subjects, &promote_with);
         if crate::test_hooks::refuse_subjects() {
             return Err(Error::Stuck(format!("{to} refused the subjects (test hook)")));
+        }
+        if let Some(b) = bridge {
+            b.taking();
         }
         ctx.js.stream_update(&cfg).await?;
     }

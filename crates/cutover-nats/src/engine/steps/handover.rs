@@ -62,8 +62,17 @@ pub(in crate::engine) async fn hand_over(ctx: &Ctx<'_>) -> Result<()> {
     ctx.save().await?;
     ctx.exposed(Exposure::Commit, true);
     let released = Instant::now();
-    let frozen = freeze(ctx, &from, &to, &final_subjects).await;
+    // The freeze is a commit window too (A's subjects released): its
+    // publishes are answered as the commit's (`crate::engine::bridge`).
+    let bridge = crate::engine::bridge::open_for(ctx).await?;
+    let frozen = freeze(ctx, &from, &to, &final_subjects, bridge.as_ref()).await;
+    if let Some(b) = &bridge {
+        b.taking();
+    }
     let back = give_subjects_back(ctx, &from, &to, &final_subjects).await;
+    if let Some(b) = bridge {
+        crate::engine::bridge::close(ctx, b).await;
+    }
     let freeze_ms = released.elapsed().as_secs_f64() * 1000.0;
     let now = now_ms();
     {
@@ -93,7 +102,13 @@ pub(in crate::engine) async fn hand_over(ctx: &Ctx<'_>) -> Result<()> {
 
 /// In the freeze (A's subjects released): B holds exactly A's last message,
 /// then sources A from the next one with the window. Returns X.
-async fn freeze(ctx: &Ctx<'_>, from: &str, to: &str, final_subjects: &[String]) -> Result<u64> {
+async fn freeze(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    final_subjects: &[String],
+    bridge: Option<&crate::engine::bridge::Bridge>,
+) -> Result<u64> {
     let (b_raw, b) = ctx.js.stream_info(to).await?;
     if let Some(x) = sourcing_from(&b, from) {
         return until_active(ctx, from, to, x).await; // a resumed hand-over
@@ -107,6 +122,9 @@ async fn freeze(ctx: &Ctx<'_>, from: &str, to: &str, final_subjects: &[String]) 
         let mut cfg = a_raw["config"].clone();
         cfg["subjects"] = json!(release);
         ctx.js.stream_update(&cfg).await?;
+    }
+    if let Some(b) = bridge {
+        b.released();
     }
     if let Some(h) = &ctx.opts.after_step {
         h("handover_released");
@@ -140,6 +158,9 @@ async fn freeze(ctx: &Ctx<'_>, from: &str, to: &str, final_subjects: &[String]) 
         ctx.tick(false).await?;
         tokio::time::sleep(Duration::from_millis(1)).await;
     };
+    if let Some(b) = bridge {
+        b.holder_settled();
+    }
     let x = last + 1;
     if let Some(h) = ctx.journal.lock().await.handover.as_mut() {
         h.x = Some(x);
