@@ -146,7 +146,12 @@ fn run_once(rt: &tokio::runtime::Runtime, k: &Knobs, run: usize, mode: Mode) -> 
         if k.cluster > 0 {
             until_replicated_streams(&client, k.cluster).await;
         }
-        live_cutover(client, scenario(k, mode), &NoSink).await.expect("scenario")
+        let mut cfg = scenario(k, mode);
+        cfg.connect = Some(cutover_nats::connect::ConnectOptions {
+            server: Some(servers.urls().join(",")),
+            ..Default::default()
+        });
+        live_cutover(client, cfg, &NoSink).await.expect("scenario")
     });
     let l = &outcome.load;
     let c = &outcome.journal.consumers[0];
@@ -161,6 +166,7 @@ fn run_once(rt: &tokio::runtime::Runtime, k: &Knobs, run: usize, mode: Mode) -> 
 /// The workload the knobs ask for, cut over a third of the way in.
 fn scenario(k: &Knobs, mode: Mode) -> ScenarioConfig {
     ScenarioConfig {
+        connect: None,
         load: LoadConfig {
             stream: "ORDERS".into(),
             consumer: "worker".into(),

@@ -170,6 +170,10 @@ fn run_once(
 ) -> Result<ProcedureOutcome, cutover_nats::Error> {
     let server = NatsServer::start();
     let cfg = ProcedureConfig {
+        connect: Some(cutover_nats::connect::ConnectOptions {
+            server: Some(server.url().to_string()),
+            ..Default::default()
+        }),
         load: k.load(rate, k.seconds),
         procedure: p,
         new_stream: if p == Procedure::InPlace { "ORDERS_CUTOVER" } else { "ORDERS_V2" }.into(),

@@ -100,6 +100,8 @@ impl Procedure {
 
 #[derive(Debug, Clone)]
 pub struct ProcedureConfig {
+    /// How `client` was connected (see `ScenarioConfig::connect`).
+    pub connect: Option<cutover_nats::connect::ConnectOptions>,
     pub load: LoadConfig,
     pub procedure: Procedure,
     /// B (in place: the temporary stream).
@@ -135,6 +137,10 @@ pub async fn run(
     cfg: &ProcedureConfig,
 ) -> Result<ProcedureOutcome, cutover_nats::Error> {
     let js = Js::new(client.clone(), Duration::from_secs(5));
+    let js = match &cfg.connect {
+        Some(o) => js.with_options(o.clone()),
+        None => js,
+    };
     let l = &cfg.load;
     js.stream_create(&json!({"name": l.stream, "subjects": [format!("{}.>", l.subject_prefix)], "duplicate_window": 120_000_000_000i64, "allow_direct": true})).await?;
     js.consumer_create(&l.stream, &l.consumer, &durable(cfg, "all"), Action::Create).await?;

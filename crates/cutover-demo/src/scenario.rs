@@ -21,6 +21,9 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Clone)]
 pub struct ScenarioConfig {
+    /// How `client` was connected: the runner's second connection (its
+    /// commit-window answers, `cutover_nats::no_responders`) uses it.
+    pub connect: Option<cutover_nats::connect::ConnectOptions>,
     pub load: LoadConfig,
     pub new_stream: String,
     /// When the cut-over starts, from the start of the workload.
@@ -99,6 +102,10 @@ pub async fn live_cutover(
     sink: &dyn Sink,
 ) -> Result<Outcome, cutover_nats::Error> {
     let js = Js::new(client.clone(), Duration::from_secs(5));
+    let js = match &cfg.connect {
+        Some(o) => js.with_options(o.clone()),
+        None => js,
+    };
     let l = &cfg.load;
     create_workload_stream(&js, &client, &cfg).await?;
     let started_ms = now_ms();

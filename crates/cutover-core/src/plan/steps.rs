@@ -72,7 +72,7 @@ fn consumer_step(req: &PlanRequest, c: &ConsumerPlan) -> (String, String) {
 }
 
 /// What the commit-point step says of publishers that never retry.
-const BRIDGE: &str = "for publishers that never retry, `run --answer-publishes` has the runner answer the window's publishes itself and store them once a stream holds the subjects (exact only for publishes with a Nats-Msg-Id, the only ones it answers; others time out)";
+const BRIDGE: &str = "the runner itself answers the window's publishes (unless --no-answer-publishes): one with a Nats-Msg-Id is stored once a stream holds the subjects and gets that stream's ack, one without gets \"no responders\" as soon as no stream can store it, so none waits for its timeout (on a cluster the server sometimes leaves one unanswered)";
 
 /// The steps `run` takes, in order.
 pub(super) fn steps(

@@ -65,6 +65,8 @@ const TAKE_SETTLE: Duration = Duration::from_millis(250);
 /// runner's own unsubscribe; a publish forwarded to the runner alone would
 /// be dropped after its unsubscribe).
 const CLOSE_GRACE: Duration = Duration::from_millis(50);
+/// Held publishes stored at once once a stream holds the subjects.
+const STORES_AT_ONCE: usize = 128;
 
 pub(in crate::engine) struct Bridge {
     held: Arc<Mutex<Vec<Message>>>,
@@ -230,9 +232,20 @@ impl Bridge {
             no_responders: self.zones.answered.load(std::sync::atomic::Ordering::Relaxed),
             ..Answered::default()
         };
-        for m in held {
-            let Some(reply) = m.reply.clone() else { continue };
-            match store(client, &m, deadline).await {
+        // Pipelined, sent in arrival order on one connection (so stored in
+        // it, a retried one aside): a window's held publishes stored one at
+        // a time (a replicated write each) kept the last of a few thousand
+        // waiting for seconds, past their publishers' timeouts.
+        let stores = futures::stream::iter(held.into_iter().filter(|m| m.reply.is_some()))
+            .map(|m| async move {
+                let ack = store(client, &m, deadline).await;
+                (m.reply, ack)
+            })
+            .buffered(STORES_AT_ONCE);
+        futures::pin_mut!(stores);
+        while let Some((reply, ack)) = stores.next().await {
+            let Some(reply) = reply else { continue };
+            match ack {
                 Some(ack) => {
                     a.stored += 1;
                     if serde_json::from_slice::<serde_json::Value>(&ack.payload)

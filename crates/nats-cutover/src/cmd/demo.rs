@@ -42,7 +42,14 @@ pub async fn run(
     } else {
         start_local(json_out).await?
     };
-    let cfg = scenario_config(&a);
+    let mut cfg = scenario_config(&a);
+    cfg.connect = Some(match &server {
+        Some(s) => cutover_nats::connect::ConnectOptions {
+            server: Some(s.url().to_string()),
+            ..Default::default()
+        },
+        None => super::connect_options(conn),
+    });
     let render = Render::new(detect(json_out));
     let outcome = tokio::select! {
         r = live_cutover(client.clone(), cfg, &render) => r?,
@@ -176,6 +183,7 @@ async fn start_local(json_out: bool) -> Result<(async_nats::Client, Option<Local
 /// The scenario the flags ask for: the workload, and when the cut-over starts.
 fn scenario_config(a: &DemoArgs) -> ScenarioConfig {
     ScenarioConfig {
+        connect: None,
         load: LoadConfig {
             stream: STREAM.into(),
             consumer: CONSUMER.into(),
