@@ -36,7 +36,18 @@ impl CutoverModel {
         let delivered_on_b = s.journal.c.0 >= C::Creating
             && s.new.exists
             && s.journal.b_start.is_some_and(|start| s.new.delivered() >= start);
-        self.rules.features.consumer_reset || !delivered_on_b
+        // Fence mode: an old durable that delivered above F and gives
+        // messages up after max_deliver needs a reset to F + 1.
+        let old_above_fence = self.fence()
+            && s.journal.c.0 >= C::Creating
+            && self.old_above_fence(s)
+            && self.cfg.max_deliver > 0;
+        self.rules.features.consumer_reset || !(delivered_on_b || old_above_fence)
+    }
+
+    /// Fence mode: the old durable delivered above the journaled fence.
+    pub(crate) fn old_above_fence(&self, s: &State) -> bool {
+        s.journal.checkpoint.is_some_and(|f| s.old.exists && s.old.delivered() > f)
     }
 
     pub(crate) fn ops_apply(&self, s: &mut State, a: Action) {
@@ -149,6 +160,20 @@ impl CutoverModel {
                         s.old.next = o + 1;
                         s.old.pending = 0;
                         s.old.due = 0;
+                    }
+                } else if a_serving && self.fence() && self.old_above_fence(s) {
+                    // rollback.rs reset_old_to_fence (finding 3 of
+                    // docs/model.md): the old durable back to F + 1, so a
+                    // message nak'd there until max_deliver is not lost.
+                    if self.rules.features.consumer_reset {
+                        s.old.next = s.journal.checkpoint.expect("fence") + 1;
+                        s.old.pending = 0;
+                        s.old.due = 0;
+                    } else if self.cfg.max_deliver > 0 {
+                        s.new.paused = Pause::No;
+                        s.run = Run::Stopped;
+                        s.pc = Pc::Idle;
+                        return;
                     }
                 }
                 s.new = Cons::gone();

@@ -120,8 +120,11 @@ impl CutoverModel {
                 // Fence mode: a reset forgets what is pending, so the old
                 // durable settles to F first (settle_old_to_fence).
                 let start = s.journal.b_start.unwrap_or(u8::MAX);
+                let resets_old = self.old_above_fence(s) && self.rules.features.consumer_reset;
                 let stable = self.new_info(s).is_some_and(|ci| checkpoint(&ci, false).is_some())
-                    && (!self.fence() || s.new.delivered() < start || self.settled_to_fence(s));
+                    && (!self.fence()
+                        || (s.new.delivered() < start && !resets_old)
+                        || self.settled_to_fence(s));
                 if !stable {
                     out.push(Action::RollbackTimeout);
                 }
@@ -418,7 +421,7 @@ impl CutoverModel {
                 s.pc = match (ebj, self.fence()) {
                     (false, _) => Pc::CreateDurable,
                     (true, true) => Pc::FPublishFenced,
-                    (true, false) => Pc::JournalCreated,
+                    (true, false) => Pc::WriteRoute,
                 };
             }
             Pc::CreateDurable => {
@@ -435,19 +438,23 @@ impl CutoverModel {
                 s.pc = match (ebj, self.fence()) {
                     (true, _) => Pc::JournalCreating,
                     (false, true) => Pc::FPublishFenced,
-                    (false, false) => Pc::JournalCreated,
+                    (false, false) => Pc::WriteRoute,
                 };
             }
             Pc::JournalCreated => {
                 s.journal.c = Cph(C::Created);
                 s.journal.b_start = Some(s.local.start);
-                s.pc = if self.fence() { Pc::MoveDone } else { Pc::WriteRoute };
+                s.pc = Pc::MoveDone;
             }
+            // steps/consumers.rs moved: the route to the new durable, which
+            // exists, before the journal says so (finding 4 of
+            // docs/model.md: a failed `created` write left the old durable
+            // paused for good with no route to the new one).
             Pc::WriteRoute => {
                 s.route = true;
                 s.rstate = Rs::Moved;
                 s.route_f = s.local.f;
-                s.pc = Pc::MoveDone;
+                s.pc = Pc::JournalCreated;
             }
             Pc::MoveDone => {
                 // Every moved consumer's route written again, then the phase.

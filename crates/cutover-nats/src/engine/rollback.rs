@@ -175,6 +175,19 @@ impl Undo<'_> {
             return Ok(());
         }
         for c in j.consumers.iter().filter(|c| c.phase >= ConsumerPhase::Creating) {
+            // Fence mode: an old durable that delivered above its fence
+            // and gives messages up after max_deliver needs a reset to
+            // F + 1 (`reset_old_to_fence`).
+            if let (true, Some(f)) = (j.plan.mode.is_fenced(), c.checkpoint) {
+                if let Some((_, oc)) = self.js.consumer_info_opt(&j.from, &c.name).await? {
+                    if oc.delivered.stream_seq > f && oc.config.max_deliver > 0 {
+                        return Err(Error::Unsafe(format!(
+                            "consumer {}/{} delivered messages above its fence {f} (up to {}) and gives a message up after {} deliveries (max_deliver), so one nak'd there may be given up; undoing that needs consumer reset (nats-server 2.14+), which this server lacks; nothing was changed; roll forward instead: `nats-cutover run --resume {}`",
+                            j.from, c.name, oc.delivered.stream_seq, oc.config.max_deliver, j.id
+                        )));
+                    }
+                }
+            }
             let Some(start) = c.b_start else { continue };
             if let Some((_, bc)) = self.js.consumer_info_opt(&j.to, &c.name).await? {
                 if bc.delivered.stream_seq >= start {
@@ -300,6 +313,11 @@ impl Undo<'_> {
                         let _ = self.js.consumer_pause(&j.to, &c.name, None).await;
                         return Err(e);
                     }
+                } else if a_serving && j.plan.mode.is_fenced() {
+                    if let Err(e) = self.reset_old_to_fence(j, c).await {
+                        let _ = self.js.consumer_pause(&j.to, &c.name, None).await;
+                        return Err(e);
+                    }
                 }
                 self.js.consumer_delete(&j.to, &c.name).await?;
             }
@@ -351,6 +369,41 @@ impl Undo<'_> {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// Fence mode, the new durable delivered nothing of its own: the old one
+    /// may have delivered above the fence F meanwhile (the settle resumes it
+    /// for a dead instance's messages), and its instances nak those (the
+    /// new durable has them) until `max_deliver` gives them up there; given
+    /// back as it is, the old durable would never deliver them again: lost
+    /// (found by the model checker: docs/model.md, finding 3). So it is
+    /// reset to F + 1 (consumer reset, 2.14+; without it, an unlimited
+    /// `max_deliver` redelivers them after their nak delay, and a limited
+    /// one makes `refuse_without_reset` refuse the rollback before any
+    /// change).
+    async fn reset_old_to_fence(&self, j: &Journal, c: &ConsumerProgress) -> Result<()> {
+        let Some(f) = c.checkpoint else { return Ok(()) };
+        let limited = match self.js.consumer_info_opt(&j.from, &c.name).await? {
+            Some((_, oc)) if oc.delivered.stream_seq > f => oc.config.max_deliver > 0,
+            _ => return Ok(()),
+        };
+        if !self.js.server_version().is_some_and(|v| v.features().consumer_reset) {
+            if !limited {
+                return Ok(());
+            }
+            return Err(Error::Unsafe(format!("consumer {}/{} delivered messages above its fence {f} and gives a message up after max_deliver deliveries; giving it back needs consumer reset (2.14+), which this server lacks; roll forward instead: `nats-cutover run --resume {}`", j.from, c.name, j.id)));
+        }
+        self.settle_old_to_fence(j, c).await?;
+        self.js
+            .api(
+                &format!("reset consumer {}/{}", j.from, c.name),
+                &format!("CONSUMER.RESET.{}.{}", j.from, c.name),
+                &json!({ "seq": f + 1 }),
+            )
+            .await?;
+        let step = Step::Consumer(c.name.clone());
+        self.done(j, step, StepResult::ConsumerReset { reset_to: f + 1 });
+        Ok(())
     }
 
     /// The new durable processed B messages up to `f_b`: the old one must

@@ -103,16 +103,24 @@ async fn moved(
     (start, gets): (u64, u32),
     held_since: Instant,
 ) -> Result<()> {
+    // The route first: the new durable exists, so the route may name it
+    // before the journal does. Journaled first, a failed write of that
+    // record left the old durable paused for good with no route to the new
+    // one until `run --resume` (found by the model checker: docs/model.md,
+    // finding 4); now such a failure leaves the applications on the new
+    // durable, and a resume (journal `creating`: it asks the server, finds
+    // the durable at the journaled start) journals it and writes the route
+    // again.
+    let route = Route::moved(from, to, name, &ctx.id, f, start);
+    ctx.hold_lease().await?;
+    ctx.store.put_route(from, name, &route).await?;
+    retire_route_back(ctx, from, to, name).await?;
     ctx.journal_consumer(name, |p| {
         p.phase = ConsumerPhase::Created;
         p.b_start = Some(start);
         p.translate_gets = Some(gets);
     })
     .await?;
-    let route = Route::moved(from, to, name, &ctx.id, f, start);
-    ctx.hold_lease().await?;
-    ctx.store.put_route(from, name, &route).await?;
-    retire_route_back(ctx, from, to, name).await?;
     // The pause that held lasts until the route is out: the longest pause
     // is at least the gap (a journal write that waited on its bucket kept
     // it paused after it settled: a newcomer saw 8 ms beside an 8 s gap).
