@@ -90,6 +90,43 @@ fn in_process(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// A write to the bucket answered "no responders" (async-nats: publish
+/// `StreamNotFound`): its stream had no leader for a moment (a node of a
+/// cluster restarted, an election), and nothing was stored, so sending it
+/// again is safe. Seen on a 3-node cluster with a node restarted after
+/// every step: the journal's write failed the run where the bucket's new
+/// leader answered a few ms later (`cluster::in_place_on_a_cluster_is_exact_with_a_node_restarted_after_every_step`).
+fn no_leader(e: &(dyn std::error::Error + 'static)) -> bool {
+    use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+    let mut cur = Some(e);
+    while let Some(x) = cur {
+        if let Some(p) = x.downcast_ref::<PublishError>() {
+            return p.kind() == PublishErrorKind::StreamNotFound;
+        }
+        cur = x.source();
+    }
+    false
+}
+
+/// `put`s that set a whole value (routes, the go-ahead): sent again while
+/// the bucket has no leader, for [`JOURNAL_RETRY_FOR`].
+async fn put_again(
+    kv: &kv::Store,
+    key: String,
+    v: Bytes,
+) -> std::result::Result<u64, kv::PutError> {
+    let (started, mut backoff) = (Instant::now(), Duration::from_millis(50));
+    loop {
+        match kv.put(&key, v.clone()).await {
+            Err(e) if no_leader(&e) && started.elapsed() < JOURNAL_RETRY_FOR => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+            r => return r,
+        }
+    }
+}
+
 fn jerr(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Journal(format!("{what} in KV bucket {BUCKET}: {e}"))
 }
@@ -367,7 +404,9 @@ impl JournalStore {
                 Some(rev) => self.kv.update(&key, value.clone(), rev).await.map_err(|e| {
                     let (moved, lost) = (
                         e.kind() == kv::UpdateErrorKind::WrongLastRevision,
-                        e.kind() == kv::UpdateErrorKind::TimedOut || in_process(&e),
+                        e.kind() == kv::UpdateErrorKind::TimedOut
+                            || in_process(&e)
+                            || no_leader(&e),
                     );
                     (moved, lost, jerr("cannot write the journal", e))
                 }),
@@ -492,8 +531,7 @@ impl JournalStore {
         // mode's records, built without a clock, said 0.
         let r = Route { updated_ms: now_ms(), ..r.clone() };
         let v = serde_json::to_vec(&r).expect("route serializes");
-        self.kv
-            .put(route_key(from, consumer), Bytes::from(v))
+        put_again(&self.kv, route_key(from, consumer), Bytes::from(v))
             .await
             .map_err(|e| jerr("cannot write the route", e))?;
         Ok(())
@@ -503,8 +541,7 @@ impl JournalStore {
     /// publishers split across systems (`run --resume ID --proceed`).
     pub async fn put_proceed(&self, id: &str) -> Result<()> {
         let v = serde_json::to_vec(&serde_json::json!({ "at_ms": now_ms() })).expect("json");
-        self.kv
-            .put(cj::proceed_key(id), Bytes::from(v))
+        put_again(&self.kv, cj::proceed_key(id), Bytes::from(v))
             .await
             .map_err(|e| jerr("cannot write the go-ahead", e))?;
         Ok(())

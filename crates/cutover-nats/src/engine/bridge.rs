@@ -69,7 +69,8 @@ const CLOSE_GRACE: Duration = Duration::from_millis(50);
 const STORES_AT_ONCE: usize = 128;
 
 pub(in crate::engine) struct Bridge {
-    held: Arc<Mutex<Vec<Message>>>,
+    /// The msg-id publishes, with when each came.
+    held: Arc<Mutex<Vec<(Instant, Message)>>>,
     zones: Arc<Zones>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -213,7 +214,20 @@ impl Bridge {
     /// publish reaches it), answers what is left without a msg-id, then
     /// stores the msg-id publishes, in arrival order, where the subjects are
     /// now, forwarding each acknowledgement.
-    pub(in crate::engine) async fn flush(mut self, client: &Client, within: Duration) -> Answered {
+    ///
+    /// A msg-id publish that came while A still held the subjects, and is
+    /// older than half of `window` (the taker's duplicate window) by now, is
+    /// answered "no responders" instead: A may have stored it (then A acked
+    /// it first and this late answer is dropped by the publisher), and
+    /// stored again this late it could fall outside the window that would
+    /// have told the copies apart. Seen on a cluster with a node restarted
+    /// inside the window (it lasted seconds): five publishes stored twice.
+    pub(in crate::engine) async fn flush(
+        mut self,
+        client: &Client,
+        within: Duration,
+        window: Duration,
+    ) -> Answered {
         tokio::time::sleep(CLOSE_GRACE).await;
         let _ = self.stop.send(true);
         for t in std::mem::take(&mut self.tasks) {
@@ -227,6 +241,16 @@ impl Bridge {
             let _ = t.await;
         }
         let held = std::mem::take(&mut *self.held.lock().unwrap());
+        let none_from = self.zones.state.lock().unwrap().none_from;
+        let (held, late): (Vec<_>, Vec<_>) = held
+            .into_iter()
+            .partition(|(at, _)| none_from.is_some_and(|n| *at >= n) || at.elapsed() < window / 2);
+        for (_, m) in late {
+            if let Some(reply) = &m.reply {
+                self.zones.answer(reply);
+            }
+        }
+        let held: Vec<Message> = held.into_iter().map(|(_, m)| m).collect();
         let deadline = Instant::now() + within;
         let mut a = Answered {
             no_responders: self.zones.answered.load(std::sync::atomic::Ordering::Relaxed),
@@ -270,14 +294,14 @@ impl Bridge {
 /// ends.
 async fn listen(
     mut sub: async_nats::Subscriber,
-    held: Arc<Mutex<Vec<Message>>>,
+    held: Arc<Mutex<Vec<(Instant, Message)>>>,
     zones: Arc<Zones>,
     mut stop: watch::Receiver<bool>,
 ) {
     let keep = |m: Message| {
         let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).is_some();
         match (&m.reply, id) {
-            (Some(_), true) => held.lock().unwrap().push(m),
+            (Some(_), true) => held.lock().unwrap().push((Instant::now(), m)),
             (Some(r), false) => zones.came(r.to_string()),
             (None, _) => {}
         }
@@ -350,7 +374,19 @@ pub(in crate::engine) async fn open_for(
 /// answered.
 pub(in crate::engine) async fn close(ctx: &crate::engine::ctx::Ctx<'_>, b: Bridge) {
     use crate::engine::events::{EventKind, Info};
-    let a = b.flush(&ctx.js.client, ctx.opts.commit_timeout).await;
+    // The window of the stream that holds the subjects now (B, or A after
+    // an undone commit: the smaller of the two).
+    let (from, to) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.to.clone())
+    };
+    let mut window = Duration::MAX;
+    for s in [&from, &to] {
+        if let Ok(Some((_, i))) = ctx.js.stream_info_opt(s).await {
+            window = window.min(Duration::from_nanos(i.config.duplicate_window.max(0) as u64));
+        }
+    }
+    let a = b.flush(&ctx.js.client, ctx.opts.commit_timeout, window).await;
     let info = Info::Bridged {
         stored: a.stored,
         duplicates: a.duplicates,

@@ -801,3 +801,126 @@ async fn no_publish_waits_for_its_timeout_in_the_commit_windows_of_a_cluster() {
     assert_eq!(s.state.messages, acked, "each acknowledged publish stored once, nothing else");
     assert_eq!(s.config.storage.as_str(), "file");
 }
+
+/// Issue 23 on an R3 cluster: a node restarted (SIGTERM, its store kept)
+/// after every step of both hops of an in-place change, each node in turn
+/// (so A's, B's and the consumers' leaders among them), under a nats-py
+/// publisher that retries lost answers with the same msg-id and pull
+/// workers bound by name. A run that fails on a node that is away is run
+/// again (it resumes, as `run --in-place` again does). Every acknowledged
+/// publish is stored once and processed once, and A's sequences are kept.
+/// (SIGKILL of a consumer leader makes the server itself redeliver acks it
+/// had not replicated: `leaders_killed_during_the_cutover_lose_nothing`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_place_on_a_cluster_is_exact_with_a_node_restarted_after_every_step() {
+    use cutover_nats::engine::{events::Collect, run_in_place, InPlaceRequest, RunOptions};
+    use std::sync::{Arc, Mutex};
+    let cluster = Arc::new(Mutex::new(Cluster::start(3).unwrap_or_else(|e| panic!("{e}"))));
+    let (urls, url) = {
+        let c = cluster.lock().unwrap();
+        (c.urls(), c.nodes[0].url().to_string())
+    };
+    let list: Vec<String> = urls.split(',').map(String::from).collect();
+    let js = Js::new(async_nats::connect(list).await.unwrap(), Duration::from_secs(5))
+        .with_options(cutover_nats::connect::ConnectOptions {
+            server: Some(urls.clone()),
+            ..Default::default()
+        });
+    wait_until("an R3 stream to be created", Duration::from_secs(30), || async {
+        js.stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "duplicate_window": 10_000_000_000i64})).await.is_ok()
+    })
+    .await;
+    let worker = json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000});
+    js.consumer_create("ORDERS", "worker", &worker, Action::Create).await.unwrap();
+    let dir = crate::common::TempDir::new("r3-restarts");
+    let load = crate::pyapps::PyLoad::start(&url, &dir.0, "ORDERS", "worker", 2, 6000, 200);
+    load.until_processed(200).await;
+    let restarted = Arc::new(Mutex::new(Vec::<String>::new()));
+    let hook = {
+        let (cluster, restarted, js) = (cluster.clone(), restarted.clone(), js.clone());
+        let hop = Arc::new(std::sync::atomic::AtomicUsize::new(1));
+        Arc::new(move |step: &str| {
+            use std::sync::atomic::Ordering::Relaxed;
+            let mut r = restarted.lock().unwrap();
+            let at = format!(" after hop {} {step}", hop.load(Relaxed));
+            if !r.iter().any(|s| s.ends_with(&at)) {
+                // Once per step of each hop: a resumed run passes it again.
+                let k = r.len() % 3;
+                cluster.lock().unwrap().nodes[k].restart().unwrap();
+                r.push(format!("n{k}{at}"));
+                // As a rolling restart does: the next node only once this
+                // one's replicas are current again (a memory stream's
+                // replica comes back empty; two such at once are a quorum
+                // that has lost its messages, whoever runs).
+                tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current().block_on(replicas_current(&js, k))
+                });
+            }
+            if step == "retire" {
+                hop.fetch_add(1, Relaxed);
+            }
+        })
+    };
+    let req = InPlaceRequest {
+        stream: "ORDERS".into(),
+        via: None,
+        consumers: vec![],
+        all_consumers: true,
+        settings: Some(serde_json::from_value(json!({"storage": "memory"})).unwrap()),
+        // The publisher retries a lost answer until acked; a restart
+        // stalled one for over 2 s, and a retry later than the window is
+        // stored twice by any stream (A itself too): the window and the
+        // horizon cover the longest stall (10 s).
+        retry_horizon: Some(Duration::from_secs(10)),
+    };
+    let mut opts = RunOptions { after_step: Some(hook), ..Default::default() };
+    let mut failures: Vec<String> = vec![];
+    let mut hops = 0;
+    loop {
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        match run_in_place(&js, &req, &opts, &Collect::default(), rx).await {
+            Ok(_) => break,
+            // A run that failed on a node away may not have released its
+            // lease (the bucket did not answer): this test knows that
+            // runner ended, as the CLI's guard knows its runner died.
+            Err(cutover_nats::Error::Leased { holder, .. }) => opts.take_over = Some(holder),
+            Err(e) if failures.len() < 20 => failures.push(e.to_string()),
+            Err(e) => panic!("{e}; before: {failures:#?}"),
+        }
+        hops += 1;
+        assert!(hops < 40, "{failures:#?}");
+    }
+    let restarted = restarted.lock().unwrap().clone();
+    eprintln!(
+        "{} restarts: {restarted:?}; runs that failed and were resumed: {failures:#?}",
+        restarted.len()
+    );
+    assert!(restarted.len() >= 20, "a node restarted after each step: {restarted:?}");
+    for k in 0..3 {
+        assert!(restarted.iter().any(|r| r.starts_with(&format!("n{k} "))), "n{k} restarted");
+    }
+    load.finish_exact(6000).await;
+    let (_, s) = js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((s.config.storage.as_str(), s.config.num_replicas), ("memory", 3));
+    assert_eq!((s.state.messages, s.state.last_seq), (6000, 6000), "stored once, sequences kept");
+}
+
+/// Until node `k` serves every replicated stream of the test again: a
+/// replica on it, current, or its leader.
+async fn replicas_current(js: &Js, k: usize) {
+    let me = format!("n{k}");
+    wait_until(&format!("{me}'s replicas current"), Duration::from_secs(60), || async {
+        let mut all = true;
+        for s in ["ORDERS", "ORDERS_CUTOVER", "KV_CUTOVER"] {
+            let Ok(Some((raw, _))) = js.stream_info_opt(s).await else { continue };
+            let c = &raw["cluster"];
+            let leader = c["leader"].as_str() == Some(me.as_str());
+            let replica = c["replicas"].as_array().is_some_and(|rs| {
+                rs.iter().any(|r| r["name"].as_str() == Some(me.as_str()) && r["current"] == true)
+            });
+            all &= leader || replica;
+        }
+        all
+    })
+    .await;
+}
