@@ -1,6 +1,6 @@
 //! The runner's guard process (see `cutover_nats::engine::guard`).
 //!
-//! `run`, `kv` and `obj` start `nats-cutover` again with the same arguments
+//! `run`, `kv`, `obj` and `apply --yes` start `nats-cutover` again with the same arguments
 //! and `NATS_CUTOVER_GUARD=<runner pid>`: that process reads a pipe only the
 //! runner holds. The runner writes `W` when a commit window opens and `C`
 //! when it closes, `M` when drain mode starts holding consumers and `m` when
@@ -83,9 +83,12 @@ pub fn requested() -> Option<u32> {
 /// guard that cannot start is reported, not fatal: the run is as safe as
 /// without one, the window only closes later.
 pub fn spawn(command: &Command) {
-    if !matches!(command, Command::Run(_) | Command::Kv(_) | Command::Obj(_))
-        || std::env::var(GUARD_VAR).is_ok_and(|v| v == OFF)
-    {
+    let moves = match command {
+        Command::Run(_) | Command::Kv(_) | Command::Obj(_) => true,
+        Command::Apply(a) => a.yes,
+        _ => false,
+    };
+    if !moves || std::env::var(GUARD_VAR).is_ok_and(|v| v == OFF) {
         return;
     }
     let started = std::env::current_exe().and_then(|exe| {
@@ -141,6 +144,7 @@ async fn close(pid: u32, conn: &ConnArgs, command: &Command, open: bool) -> Resu
             (cmd::connect_across(conn, cmd::plan_file::run_from(a)?.as_deref()).await?, a.lease_ttl)
         }
         Command::Kv(a) | Command::Obj(a) => (cmd::connect(conn).await?, a.lease_ttl),
+        Command::Apply(a) => (cmd::connect(conn).await?, a.lease_ttl),
         _ => return Ok(()),
     };
     for c in cutover_nats::engine::guard::close_windows(&js, pid, ttl, open).await? {
