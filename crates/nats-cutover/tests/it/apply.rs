@@ -1,0 +1,355 @@
+//! `nats-cutover apply`: desired state for a fleet from files (the nats
+//! CLI's stream JSON, NACK's YAML), planned per asset and carried out, live.
+
+use crate::common::*;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+
+fn write(dir: &Path, name: &str, text: &str) {
+    let p = dir.join(name);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn write_json(dir: &Path, name: &str, v: Value) {
+    write(dir, name, &serde_json::to_string_pretty(&v).unwrap());
+}
+
+/// A KV bucket's stream as the nats clients create it.
+fn kv_stream(bucket: &str, history: i64) -> Value {
+    json!({"name": format!("KV_{bucket}"), "subjects": [format!("$KV.{bucket}.>")],
+        "max_msgs_per_subject": history, "discard": "new", "allow_rollup_hdrs": true,
+        "deny_delete": true, "allow_direct": true, "duplicate_window": 120_000_000_000i64})
+}
+
+/// Each asset's action in `apply --json`'s plan, by stream.
+fn actions(plan: &Value) -> std::collections::BTreeMap<String, String> {
+    plan["assets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["stream"].as_str().unwrap().into(), a["action"].as_str().unwrap().into()))
+        .collect()
+}
+
+/// The line of kind `kind` among `apply --yes --json`'s lines.
+fn line_of(out: &Out, kind: &str) -> Value {
+    out.stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} line: {out:?}"))
+}
+
+const NACK: &str = r#"---
+apiVersion: jetstream.nats.io/v1beta2
+kind: Stream
+metadata:
+  name: events
+spec:
+  name: EVENTS
+  subjects: ["events.>"]
+  storage: file
+  maxAge: 1h
+  replicas: 1
+---
+apiVersion: jetstream.nats.io/v1beta2
+kind: KeyValue
+metadata:
+  name: sessions
+spec:
+  bucket: sessions
+  storage: memory
+  history: 1
+---
+"#;
+
+/// The fixture of the dry run: on the server SAME (as its file says), UPD
+/// (max_age to change), STOR (storage to change), KV cfg (history to
+/// change), KV sessions (storage to change, in NACK YAML), OTHER (no file);
+/// in files also NEW and EVENTS (to create).
+async fn fleet(e: &Env, dir: &Path) {
+    e.stream(json!({"name": "SAME", "subjects": ["same.>"], "max_age": 60_000_000_000i64})).await;
+    e.stream(json!({"name": "UPD", "subjects": ["upd.>"]})).await;
+    e.stream(json!({"name": "STOR", "subjects": ["stor.>"]})).await;
+    e.stream(json!({"name": "OTHER", "subjects": ["other.>"]})).await;
+    e.stream(kv_stream("cfg", 1)).await;
+    e.stream(kv_stream("sessions", 1)).await;
+    e.publish("stor.a", "s", 20).await;
+    // `nats stream info --json`'s shape: the config under `config`.
+    let same = e.js.stream_info_raw("SAME").await.unwrap();
+    write_json(dir, "same.json", same);
+    write_json(
+        dir,
+        "upd.json",
+        json!({"name": "UPD", "subjects": ["upd.>"], "max_age": 3_600_000_000_000i64}),
+    );
+    write_json(dir, "sub/stor.json", json!({"name": "STOR", "storage": "memory"}));
+    write_json(dir, "sub/new.json", json!({"name": "NEW", "subjects": ["new.>"]}));
+    write_json(
+        dir,
+        "kv_cfg.json",
+        json!({"config": {"name": "KV_cfg", "max_msgs_per_subject": 5}}),
+    );
+    write(dir, "nack.yaml", NACK);
+    write(dir, "notes.txt", "not read: not *.json, *.yaml or *.yml");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_shows_each_assets_diff_and_action_and_changes_nothing() {
+    let e = env().await;
+    let dir = TempDir::new("apply-dry");
+    fleet(&e, &dir.0).await;
+    let before = e.snapshot().await;
+    let d = dir.0.to_str().unwrap();
+    let out = e.cli(&["--json", "apply", d]);
+    assert_eq!(out.code, 7, "changes pending: {out:?}");
+    let plan = out.json();
+    let want: Vec<(&str, &str)> = vec![
+        ("EVENTS", "create"),
+        ("KV_cfg", "update"),
+        ("KV_sessions", "change_in_place"),
+        ("NEW", "create"),
+        ("SAME", "unchanged"),
+        ("STOR", "change_in_place"),
+        ("UPD", "update"),
+    ];
+    let want: std::collections::BTreeMap<String, String> =
+        want.into_iter().map(|(a, b)| (a.into(), b.into())).collect();
+    assert_eq!(actions(&plan), want, "{plan:#}");
+    assert_eq!(plan["not_in_files"], json!(["OTHER"]));
+    assert_eq!(plan["summary"]["change_in_place"], 2);
+    assert_eq!(plan["summary"]["unchanged"], 1);
+    let stor = plan["assets"].as_array().unwrap().iter().find(|a| a["stream"] == "STOR").unwrap();
+    assert_eq!(
+        stor["changes"],
+        json!([{"field": "storage", "current": "file", "desired": "memory"}])
+    );
+    assert_eq!(stor["in_place"]["copies_messages"], 20, "{stor:#}");
+    let kv = plan["assets"].as_array().unwrap().iter().find(|a| a["stream"] == "KV_cfg").unwrap();
+    assert_eq!(kv["changes"][0]["field"], "max_msgs_per_subject", "KV history: an update");
+    let events =
+        plan["assets"].as_array().unwrap().iter().find(|a| a["stream"] == "EVENTS").unwrap();
+    assert_eq!(events["config"]["max_age"], json!(3_600_000_000_000i64), "NACK's maxAge: 1h");
+    assert!(events["origin"].as_str().unwrap().ends_with("nack.yaml, document 1"), "{events:#}");
+    // The human form: the diff lines and the summary; the default is the dry run.
+    let text = e.cli(&["apply", d]);
+    eprintln!("{}", text.stdout);
+    assert_eq!(text.code, 7, "{text:?}");
+    for line in [
+        "stream STOR (",
+        "  - storage: \"file\"",
+        "  + storage: \"memory\"",
+        "  + max_age: 3600000000000 (1h)",
+        "kv sessions (",
+        "two mirror hops through STOR_CUTOVER: copies 20 messages",
+        "Not in files, left alone: OTHER",
+        "Summary: 1 unchanged, 2 create, 2 update, 2 change in place, 0 refused; 1 not in files (left alone)",
+    ] {
+        assert!(text.stdout.contains(line), "missing {line:?}:\n{}", text.stdout);
+    }
+    assert!(text.stdout.contains("Dry run: nothing was changed"), "{}", text.stdout);
+    assert_eq!(e.snapshot().await, before, "a dry run changes nothing");
+    // --only / --except select by name: the KV buckets alone, less one.
+    let only = e.cli(&["--json", "apply", d, "--only", "KV_*", "--except", "sessions"]);
+    assert_eq!(actions(&only.json()).keys().collect::<Vec<_>>(), ["KV_cfg"], "{only:?}");
+    // Unchanged only: exit 0.
+    let same = e.cli(&["--json", "apply", &format!("{d}/same.json"), "--dry-run"]);
+    assert_eq!(same.code, 0, "{same:?}");
+    assert_eq!(same.json()["summary"]["unchanged"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_file_is_named_with_its_field_and_nothing_changes() {
+    let e = env().await;
+    e.stream(json!({"name": "UPD", "subjects": ["upd.>"]})).await;
+    let dir = TempDir::new("apply-bad");
+    write_json(&dir.0, "a.json", json!({"name": "UPD", "max_age": 1_000_000_000i64}));
+    let bad_yaml = NACK.replace("maxAge: 1h", "maxAgee: 1h");
+    write(&dir.0, "b.yaml", &bad_yaml);
+    let before = e.snapshot().await;
+    let out = e.cli(&["apply", dir.0.to_str().unwrap(), "--yes"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    for part in [
+        "b.yaml, document 1",
+        "Stream spec.maxAgee is not a field",
+        "maxAge",
+        "nothing was changed",
+    ] {
+        assert!(out.stderr.contains(part), "missing {part:?}: {out:?}");
+    }
+    std::fs::remove_file(dir.0.join("b.yaml")).unwrap();
+    write(&dir.0, "c.json", "{\"name\": \"X\", \"storage\": \"disk\"}");
+    let out = e.cli(&["--json", "apply", dir.0.to_str().unwrap(), "--yes"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.json()["error"].as_str().unwrap().contains("c.json: storage"), "{out:?}");
+    write(&dir.0, "c.json", "{\"name\": \"UPD\", \"subjects\": [\"x.>\"]}");
+    let out = e.cli(&["apply", dir.0.to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("described twice"), "{out:?}");
+    assert_eq!(e.snapshot().await, before);
+}
+
+/// A NACK resource with preventUpdate, changed: refused.
+const REFUSED: &str = r#"apiVersion: jetstream.nats.io/v1beta2
+kind: Stream
+metadata:
+  name: locked
+spec:
+  name: LOCKED
+  subjects: ["locked.>"]
+  maxMsgs: 10
+  preventUpdate: true
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_stops_the_apply_before_its_first_write_unless_skipped() {
+    let e = env().await;
+    e.stream(json!({"name": "UPD", "subjects": ["upd.>"]})).await;
+    e.stream(json!({"name": "LOCKED", "subjects": ["locked.>"]})).await;
+    let dir = TempDir::new("apply-refused");
+    write_json(&dir.0, "upd.json", json!({"name": "UPD", "max_age": 3_600_000_000_000i64}));
+    write_json(&dir.0, "new.json", json!({"name": "NEW", "subjects": ["new.>"]}));
+    write(&dir.0, "locked.yaml", REFUSED);
+    let d = dir.0.to_str().unwrap();
+    let dry = e.cli(&["--json", "apply", d]);
+    assert_eq!(dry.code, 3, "refused wins over pending: {dry:?}");
+    let locked = dry.json()["assets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["stream"] == "LOCKED")
+        .cloned()
+        .unwrap();
+    assert_eq!(locked["action"], "refused");
+    assert!(locked["reason"].as_str().unwrap().contains("preventUpdate"), "{locked:#}");
+    assert!(!locked["fix"].as_str().unwrap().is_empty());
+    let before = e.snapshot().await;
+    let out = e.cli(&["apply", d, "--yes"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stderr.contains("nothing was changed") && out.stderr.contains("--skip-refused"),
+        "{out:?}"
+    );
+    assert_eq!(e.snapshot().await, before, "no write before the refusal");
+    let out = e.cli(&["--json", "apply", d, "--yes", "--skip-refused"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let result = line_of(&out, "apply_result");
+    let outcome = |s: &str| {
+        result["assets"].as_array().unwrap().iter().find(|a| a["stream"] == s).unwrap()["outcome"]
+            .clone()
+    };
+    assert_eq!(outcome("NEW"), "created");
+    assert_eq!(outcome("UPD"), "updated");
+    assert_eq!(outcome("LOCKED"), "skipped (refused)");
+    assert_eq!(e.js.stream_info("UPD").await.unwrap().1.config.max_age, 3_600_000_000_000);
+    assert!(e.js.stream_info_opt("NEW").await.unwrap().is_some());
+    assert_eq!(e.js.stream_info_raw("LOCKED").await.unwrap()["config"]["max_msgs"], -1);
+}
+
+/// Under a nats-py publisher and pull workers bound by name on ORDERS:
+/// ORDERS' storage changed in place, a stream created and one updated in
+/// the same apply; every acknowledged publish processed exactly once, and
+/// the second apply finds everything unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn apply_yes_changes_a_live_stream_in_place_with_a_create_and_an_update_exactly() {
+    let e = env().await;
+    e.stream(
+        json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 2_000_000_000i64}),
+    )
+    .await;
+    let worker = json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000});
+    e.consumer("ORDERS", worker).await;
+    e.stream(json!({"name": "UPD", "subjects": ["upd.>"]})).await;
+    let dir = TempDir::new("apply-live");
+    let files = dir.0.join("desired");
+    write_json(
+        &files,
+        "orders.json",
+        json!({"name": "ORDERS", "subjects": ["orders.>"], "storage": "memory"}),
+    );
+    write_json(&files, "upd.json", json!({"name": "UPD", "max_msgs": 1000}));
+    write_json(&files, "new.json", json!({"name": "NEW", "subjects": ["new.>"]}));
+    let load =
+        crate::pyapps::PyLoad::start(e.server.url(), &dir.0, "ORDERS", "worker", 2, 3000, 300);
+    load.until_processed(100).await;
+    let f = files.to_str().unwrap();
+    let out = e.cli(&["apply", f, "--yes"]);
+    eprintln!("{}", out.stdout);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("changed in place"), "{}", out.stdout);
+    load.finish_exact(3000).await;
+    let orders = e.js.stream_info("ORDERS").await.unwrap().1;
+    assert_eq!(orders.config.storage, cutover_core::model::StorageType::Memory);
+    assert_eq!(orders.state.last_seq, 3000, "sequences kept: one message a publish");
+    assert!(e.js.consumer_info_opt("ORDERS", "worker").await.unwrap().is_some(), "durable kept");
+    assert!(e.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none());
+    assert_eq!(e.js.stream_info_raw("UPD").await.unwrap()["config"]["max_msgs"], 1000);
+    assert!(e.js.stream_info_opt("NEW").await.unwrap().is_some());
+    let again = e.cli(&["--json", "apply", f]);
+    assert_eq!(again.code, 0, "everything applied: {again:?}");
+    assert_eq!(again.json()["summary"]["unchanged"], 3);
+}
+
+/// The runner killed right after hop 1 of a live change retired ORDERS
+/// (the stream lives under its temporary name): `apply` again resumes the
+/// change (it does not take ORDERS for a stream to create), finishes it,
+/// and leaves the finished assets alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_again_after_a_crash_resumes_the_live_change_and_repeats_nothing() {
+    let e = env().await;
+    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"]})).await;
+    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit"})).await;
+    e.publish("orders.a", "m", 50).await;
+    let dir = TempDir::new("apply-crash");
+    write_json(&dir.0, "orders.json", json!({"name": "ORDERS", "storage": "memory"}));
+    write_json(&dir.0, "new.json", json!({"name": "NEW", "subjects": ["new.>"]}));
+    let d = dir.0.to_str().unwrap();
+    let run = |crash: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
+        cmd.args(["--server", e.server.url(), "--json", "apply", d, "--yes", "--lease-ttl", "2s"]);
+        if let Some(at) = crash {
+            cmd.env("NATS_CUTOVER_TEST_CRASH_AFTER", at);
+        }
+        let o = cmd.output().unwrap();
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into(),
+            stderr: String::from_utf8_lossy(&o.stderr).into(),
+        }
+    };
+    let out = run(Some("retire"));
+    assert_eq!(out.code, 86, "killed after hop 1's retire: {out:?}");
+    assert!(e.js.stream_info_opt("NEW").await.unwrap().is_some(), "created before the live change");
+    let dry = e.cli(&["--json", "apply", d]);
+    let plan = dry.json();
+    assert_eq!(actions(&plan)["ORDERS"], "change_in_place", "{plan:#}");
+    assert_eq!(actions(&plan)["NEW"], "unchanged");
+    let orders =
+        plan["assets"].as_array().unwrap().iter().find(|a| a["stream"] == "ORDERS").unwrap();
+    assert_eq!(orders["resume"], true, "{orders:#}");
+    // The dead runner's lease lapses (2 s); until then the apply says so.
+    let mut last = None;
+    wait_until("apply to resume once the lease lapsed", Duration::from_secs(30), || {
+        let o = run(None);
+        let ok = o.code == 0;
+        last = Some(o);
+        async move { ok }
+    })
+    .await;
+    let out = last.unwrap();
+    let result = line_of(&out, "apply_result");
+    let outcome = |s: &str| {
+        result["assets"].as_array().unwrap().iter().find(|a| a["stream"] == s).unwrap()["outcome"]
+            .clone()
+    };
+    assert_eq!(outcome("NEW"), "unchanged", "created once, by the first apply: {out:?}");
+    assert_eq!(outcome("ORDERS"), "changed in place");
+    let orders = e.js.stream_info("ORDERS").await.unwrap().1;
+    assert_eq!(orders.config.storage, cutover_core::model::StorageType::Memory);
+    assert_eq!(orders.state.messages, 50);
+    assert!(e.js.consumer_info_opt("ORDERS", "worker").await.unwrap().is_some());
+    let again = e.cli(&["--json", "apply", d]);
+    assert_eq!(again.code, 0, "{again:?}");
+}
