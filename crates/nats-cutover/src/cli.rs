@@ -368,6 +368,10 @@ mod tests {
                 ],
             ),
             (
+                "apply",
+                &["What changes", "Limits and timeouts", "Connection", "Across systems", "Output"],
+            ),
+            (
                 "kv",
                 &[
                     "Publishers",
@@ -560,7 +564,7 @@ pub struct BucketArgs {
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
     /// Files or directories with the desired state: *.json (a stream's
-    /// configuration, bare or as `nats stream info --json` prints it; KV_x
+    /// configuration, bare or under `config` as `nats stream info` prints it in JSON; KV_x
     /// and OBJ_x for buckets) and *.yaml/*.yml (NACK resources, several
     /// documents a file); directories are read recursively.
     #[arg(value_name = "PATH", required = true)]

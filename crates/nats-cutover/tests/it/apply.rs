@@ -353,3 +353,78 @@ async fn apply_again_after_a_crash_resumes_the_live_change_and_repeats_nothing()
     let again = e.cli(&["--json", "apply", d]);
     assert_eq!(again.code, 0, "{again:?}");
 }
+
+/// On 2.11 (no mirror promotion) a live change in place cannot be made:
+/// the storage change is refused with the plan's reason, a plain update
+/// beside it is still judged an update, and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_in_place_the_server_cannot_carry_is_refused_with_the_plans_reason() {
+    let e = crate::versions::env_on("2.11.11").await;
+    e.stream(json!({"name": "STOR", "subjects": ["stor.>"]})).await;
+    e.stream(json!({"name": "UPD", "subjects": ["upd.>"]})).await;
+    let dir = TempDir::new("apply-old");
+    write_json(&dir.0, "stor.json", json!({"name": "STOR", "storage": "memory"}));
+    write_json(&dir.0, "upd.json", json!({"name": "UPD", "max_msgs": 5}));
+    let before = e.snapshot().await;
+    let out = e.cli(&["--json", "apply", dir.0.to_str().unwrap()]);
+    assert_eq!(out.code, 3, "{out:?}");
+    let plan = out.json();
+    assert_eq!(actions(&plan)["STOR"], "refused", "{plan:#}");
+    assert_eq!(actions(&plan)["UPD"], "update");
+    let stor = plan["assets"].as_array().unwrap().iter().find(|a| a["stream"] == "STOR").unwrap();
+    eprintln!("reason: {}\nfix: {}", stor["reason"], stor["fix"]);
+    assert!(stor["reason"].as_str().unwrap().contains("2.12"), "{stor:#}");
+    let out = e.cli(&["apply", dir.0.to_str().unwrap(), "--yes"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert_eq!(e.snapshot().await, before);
+}
+
+/// Three streams' storage changed in place with --parallel 3: the changes
+/// run side by side (their events overlap in time), each ends with its
+/// messages, sequences and durable's position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn live_changes_run_parallel_at_a_time_each_exact() {
+    let e = env().await;
+    let dir = TempDir::new("apply-parallel");
+    let names = ["P0", "P1", "P2"];
+    for n in names {
+        let subject = format!("{}.>", n.to_lowercase());
+        e.stream(json!({"name": n, "subjects": [subject]})).await;
+        e.consumer(n, json!({"durable_name": "w", "ack_policy": "explicit"})).await;
+        e.publish(&format!("{}.a", n.to_lowercase()), n, 2000).await;
+        write_json(&dir.0, &format!("{n}.json"), json!({"name": n, "storage": "memory"}));
+    }
+    // Each durable has processed 500 of its 2000: its position must survive.
+    for n in names {
+        let c = e.pull_consumer(n, "w").await;
+        use futures::StreamExt;
+        let mut batch = c.fetch().max_messages(500).messages().await.unwrap();
+        while let Some(m) = batch.next().await {
+            m.unwrap().double_ack().await.unwrap();
+        }
+    }
+    let t0 = std::time::Instant::now();
+    let out = e.cli(&["--json", "apply", dir.0.to_str().unwrap(), "--yes", "--parallel", "3"]);
+    eprintln!("3 changes of 2,000 messages each, --parallel 3: {:?}", t0.elapsed());
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(line_of(&out, "apply_plan")["parallel"], 3);
+    // Each change's span of events, by its stream.
+    let mut spans: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for v in out.stdout.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
+        let (Some(m), Some(ts)) = (v["migration"].as_str(), v["ts_ms"].as_u64()) else { continue };
+        let stream = m.split('.').next().unwrap().trim_end_matches("_CUTOVER").to_string();
+        let s = spans.entry(stream).or_insert((ts, ts));
+        s.0 = s.0.min(ts);
+        s.1 = s.1.max(ts);
+    }
+    assert_eq!(spans.len(), 3, "{spans:?}");
+    let overlap = spans.values().any(|a| spans.values().any(|b| a != b && a.0 < b.1 && b.0 < a.1));
+    assert!(overlap, "no two changes ran at once: {spans:?}");
+    for n in names {
+        let (_, s) = e.js.stream_info(n).await.unwrap();
+        assert_eq!(s.config.storage, cutover_core::model::StorageType::Memory, "{n}");
+        assert_eq!((s.state.messages, s.state.last_seq), (2000, 2000), "{n}");
+        let (_, c) = e.js.consumer_info(n, "w").await.unwrap();
+        assert_eq!((c.ack_floor.stream_seq, c.num_pending), (500, 1500), "{n}'s position kept");
+    }
+}

@@ -191,7 +191,14 @@ async fn judge(js: &Js, asset: &Asset) -> Result<(Action, bool)> {
         Needs::InPlace { changes, refused_by_server } => {
             let settings = desired::settings_of(&changes);
             let req = request(asset, Some(settings.clone()));
-            let fix = format!("`nats-cutover plan --in-place {} --set KEY=VALUE` shows the whole plan; fix what it names, or leave the setting as the server has it", asset.stream);
+            let sets: Vec<String> = settings
+                .iter()
+                .map(|(k, v)| match v.as_str() {
+                    Some(s) => format!("--set {k}={s}"),
+                    None => format!("--set '{k}={v}'"),
+                })
+                .collect();
+            let fix = format!("`nats-cutover plan --in-place {} {}` shows the whole plan: fix what it names, or leave these settings as the server has them", asset.stream, sets.join(" "));
             match engine::outline_in_place(js, &req).await {
                 Ok(o) if o.hop1.safe => Action::InPlace {
                     changes,
