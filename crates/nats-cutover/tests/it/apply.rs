@@ -352,6 +352,13 @@ async fn apply_again_after_a_crash_resumes_the_live_change_and_repeats_nothing()
     assert!(e.js.consumer_info_opt("ORDERS", "worker").await.unwrap().is_some());
     let again = e.cli(&["--json", "apply", d]);
     assert_eq!(again.code, 0, "{again:?}");
+    // The fleet records: each asset's last outcome.
+    let kv = e.ctx.get_key_value("CUTOVER").await.unwrap();
+    for s in ["ORDERS", "NEW"] {
+        let r: Value =
+            serde_json::from_slice(&kv.get(format!("apply.{s}")).await.unwrap().unwrap()).unwrap();
+        assert_eq!(r["state"], "done", "{s}: {r}");
+    }
 }
 
 /// On 2.11 (no mirror promotion) a live change in place cannot be made:
@@ -427,4 +434,22 @@ async fn live_changes_run_parallel_at_a_time_each_exact() {
         let (_, c) = e.js.consumer_info(n, "w").await.unwrap();
         assert_eq!((c.ack_floor.stream_seq, c.num_pending), (500, 1500), "{n}'s position kept");
     }
+}
+
+/// A KV bucket described by a NACK `KeyValue` (storage memory, history 64)
+/// applied under nats-py writer, watcher and reader: every write applied and
+/// watched once, revisions kept, revision-checked updates still succeed
+/// (the checks of buckets.rs, with apply making the change).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_nack_key_value_is_applied_live_under_kv_apps() {
+    let nack = "apiVersion: jetstream.nats.io/v1beta2\nkind: KeyValue\nmetadata:\n  name: cfg\nspec:\n  bucket: cfg\n  storage: memory\n  history: 64\n";
+    crate::buckets::kv_apps_through(true, |e: &Env| {
+        let f = e.server.dir().join("cfg.yaml");
+        std::fs::write(&f, nack).unwrap();
+        let dry = e.cli(&["--json", "apply", f.to_str().unwrap()]);
+        assert_eq!(dry.code, 7, "{dry:?}");
+        assert_eq!(actions(&dry.json())["KV_cfg"], "change_in_place");
+        e.cli(&["apply", f.to_str().unwrap(), "--yes"])
+    })
+    .await;
 }

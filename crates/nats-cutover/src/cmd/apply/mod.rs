@@ -373,7 +373,7 @@ async fn carry_out(js: &Js, items: &mut [Item], a: &ApplyArgs, json_out: bool) -
         lease_ttl: a.lease_ttl,
         max_pause: a.max_pause,
         after_step: cutover_nats::test_hooks::crash_after_step(),
-        on_exposed: crate::guard::exposure_hook(),
+        on_exposed: crate::guard::fleet_exposure_hook(),
         ..Default::default()
     };
     let render = Render::fleet(detect(json_out));
