@@ -235,14 +235,17 @@ fn without_server_metadata(v: &Value) -> Value {
     }
 }
 
-/// Null, false, an empty list or object: what the server omits.
+/// Null, false, zero, an empty string, list or object: the zero values
+/// the server omits from its JSON (Go's `omitempty`), so a file that
+/// writes `"first_seq": 0` reads as the server's missing `first_seq`.
 fn is_empty(v: &Value) -> bool {
     match v {
         Value::Null => true,
         Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
         Value::Array(a) => a.is_empty(),
         Value::Object(m) => m.is_empty(),
-        _ => false,
     }
 }
 

@@ -79,6 +79,8 @@ fn judged_by_what_the_server_updates() {
     );
     assert_eq!(judge(&a, Some(&cur)), Needs::Unchanged);
     assert_eq!(judge(&a, None), Needs::Create);
+    let zeros = asset(json!({"name": "A", "first_seq": 0, "description": "", "sealed": false}));
+    assert_eq!(judge(&zeros, Some(&cur)), Needs::Unchanged, "zero values the server omits");
     let Needs::Update(ch) = judge(&asset(json!({"name": "A", "max_age": 60})), Some(&cur)) else {
         panic!()
     };

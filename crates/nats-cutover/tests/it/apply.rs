@@ -453,3 +453,57 @@ async fn a_nack_key_value_is_applied_live_under_kv_apps() {
     })
     .await;
 }
+
+/// The first case on a 3-node cluster: every KV bucket to R3 (an
+/// update the server takes) and an R3 stream's storage changed in place (the
+/// cluster's hand-over), from NACK YAML and stream JSON in one apply; then
+/// everything reads unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_cluster_buckets_go_to_r3_and_a_stream_changes_in_place() {
+    let cluster = cutover_testkit::Cluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+    let urls: Vec<String> = cluster.urls().split(',').map(String::from).collect();
+    let client = async_nats::connect(urls).await.unwrap();
+    let js = cutover_nats::Js::new(client.clone(), Duration::from_secs(5));
+    let orders = json!({"name": "ORDERS", "subjects": ["orders.>"], "num_replicas": 3, "duplicate_window": 3_000_000_000i64});
+    wait_until("an R3 stream to be created", Duration::from_secs(30), || async {
+        js.stream_create(&orders).await.is_ok()
+    })
+    .await;
+    let worker = json!({"durable_name": "worker", "ack_policy": "explicit"});
+    js.consumer_create("ORDERS", "worker", &worker, cutover_nats::api::Action::Create)
+        .await
+        .unwrap();
+    let ctx = async_nats::jetstream::new(client);
+    for i in 0..100 {
+        ctx.publish(format!("orders.{}", i % 4), "m".into()).await.unwrap().await.unwrap();
+    }
+    for b in ["a", "b"] {
+        js.stream_create(&kv_stream(b, 1)).await.unwrap();
+        ctx.publish(format!("$KV.{b}.k"), "v".into()).await.unwrap().await.unwrap();
+    }
+    let dir = TempDir::new("apply-cluster");
+    let kv = |b: &str| {
+        format!("---\napiVersion: jetstream.nats.io/v1beta2\nkind: KeyValue\nmetadata:\n  name: {b}\nspec:\n  bucket: {b}\n  replicas: 3\n")
+    };
+    write(&dir.0, "buckets.yaml", &(kv("a") + &kv("b")));
+    write_json(&dir.0, "orders.json", json!({"name": "ORDERS", "storage": "memory"}));
+    let d = dir.0.to_str().unwrap();
+    let url = cluster.urls();
+    let dry = cli(&["--server", &url, "--json", "apply", d]);
+    assert_eq!(dry.code, 7, "{dry:?}");
+    let plan = dry.json();
+    assert_eq!(actions(&plan)["KV_a"], "update", "R1 to R3 is an update: {plan:#}");
+    assert_eq!(actions(&plan)["ORDERS"], "change_in_place");
+    let out = cli(&["--server", &url, "apply", d, "--yes"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    for b in ["KV_a", "KV_b"] {
+        let (_, s) = js.stream_info(b).await.unwrap();
+        assert_eq!((s.config.num_replicas, s.state.messages), (3, 1), "{b}");
+    }
+    let (_, s) = js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(s.config.storage, cutover_core::model::StorageType::Memory);
+    assert_eq!((s.config.num_replicas, s.state.last_seq), (3, 100));
+    assert!(js.consumer_info_opt("ORDERS", "worker").await.unwrap().is_some());
+    let again = cli(&["--server", &url, "--json", "apply", d]);
+    assert_eq!(again.code, 0, "{again:?}");
+}
