@@ -507,3 +507,51 @@ async fn on_a_cluster_buckets_go_to_r3_and_a_stream_changes_in_place() {
     let again = cli(&["--server", &url, "--json", "apply", d]);
     assert_eq!(again.code, 0, "{again:?}");
 }
+
+/// A measurement, not run by default (`cargo test -p nats-cutover --test it
+/// apply::parallel_changes -- --ignored --nocapture`; docs/apply.md has its
+/// figures): six live changes (five streams of 50,000 messages and ORDERS
+/// under a nats-py publisher at 300/s and two workers) with --parallel 1, 3
+/// and 6: the apply's time and the publisher's longest publish, each run
+/// exact (none lost, none twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a measurement: about 90 s"]
+async fn parallel_changes_under_load_measured() {
+    for p in ["1", "3", "6"] {
+        let e = env().await;
+        let dir = TempDir::new(&format!("apply-measure-{p}"));
+        let files = dir.0.join("desired");
+        e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 2_000_000_000i64})).await;
+        let worker = json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000});
+        e.consumer("ORDERS", worker).await;
+        write_json(&files, "ORDERS.json", json!({"name": "ORDERS", "storage": "memory"}));
+        for i in 0..5 {
+            let n = format!("S{i}");
+            e.stream(json!({"name": n, "subjects": [format!("s{i}.>")]})).await;
+            for chunk in (0..50_000).collect::<Vec<_>>().chunks(2000) {
+                let mut acks = vec![];
+                for j in chunk {
+                    acks.push(
+                        e.ctx
+                            .publish(format!("s{i}.{}", j % 10), vec![b'x'; 100].into())
+                            .await
+                            .unwrap(),
+                    );
+                }
+                for a in acks {
+                    a.await.unwrap();
+                }
+            }
+            write_json(&files, &format!("{n}.json"), json!({"name": n, "storage": "memory"}));
+        }
+        let load =
+            crate::pyapps::PyLoad::start(e.server.url(), &dir.0, "ORDERS", "worker", 2, 6000, 300);
+        load.until_processed(100).await;
+        let t0 = std::time::Instant::now();
+        let out = e.cli(&["apply", files.to_str().unwrap(), "--yes", "--parallel", p]);
+        let took = t0.elapsed();
+        assert_eq!(out.code, 0, "{out:?}");
+        eprintln!("--parallel {p}: 6 changes in place (5 x 50,000 messages, ORDERS under load) took {took:?}");
+        load.finish_exact(6000).await;
+    }
+}
