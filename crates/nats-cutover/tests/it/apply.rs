@@ -154,6 +154,9 @@ async fn dry_run_shows_each_assets_diff_and_action_and_changes_nothing() {
     // --only / --except select by name: the KV buckets alone, less one.
     let only = e.cli(&["--json", "apply", d, "--only", "KV_*", "--except", "sessions"]);
     assert_eq!(actions(&only.json()).keys().collect::<Vec<_>>(), ["KV_cfg"], "{only:?}");
+    let none = e.cli(&["apply", d, "--only", "KV*x"]);
+    assert_eq!(none.code, 2, "a pattern that selects nothing: {none:?}");
+    assert!(none.stderr.contains("leave no asset") && none.stderr.contains("KV_cfg"), "{none:?}");
     // Unchanged only: exit 0.
     let same = e.cli(&["--json", "apply", &format!("{d}/same.json"), "--dry-run"]);
     assert_eq!(same.code, 0, "{same:?}");

@@ -94,11 +94,20 @@ pub struct Item {
 /// `apply`: read, judge, show; with `--yes`, carry out.
 pub async fn run(conn: &ConnArgs, json_out: bool, a: ApplyArgs) -> Result<ExitCode> {
     super::one_system(conn, "apply")?;
-    let (assets, nfiles) = files::assets(&a.paths)?;
-    let assets: Vec<Asset> = assets
-        .into_iter()
+    let (all, nfiles) = files::assets(&a.paths)?;
+    let assets: Vec<Asset> = all
+        .iter()
         .filter(|x| desired::selected(&x.name, &x.stream, &a.only, &a.except))
+        .cloned()
         .collect();
+    if assets.is_empty() && !(a.only.is_empty() && a.except.is_empty()) {
+        // A pattern that selects nothing is most likely a typo.
+        let names: Vec<String> = all.iter().map(|x| x.stream.clone()).collect();
+        return Err(CliError::Flag(format!(
+            "--only/--except leave no asset: the files describe {}; patterns match an asset's name or its stream's, `*` for any characters (--only 'KV_*')",
+            names.join(", ")
+        )));
+    }
     let js = super::connect(conn).await?;
     let store = JournalStore::open(&js, cutover_nats::journal::IfMissing::ReturnNone).await?;
     let mut items = vec![];

@@ -101,7 +101,8 @@ pub fn plan(p: &Plan, json_out: bool, dry: bool, code: ExitCode) {
                 "assets": p.items.iter().map(item_json).collect::<Vec<_>>(),
                 "not_in_files": p.others,
                 "summary": summary,
-                "exit_code": if dry { code.code() } else { 0 },
+                // The dry run's verdict; with --yes the outcome decides.
+                "exit_code": if dry { json!(code.code()) } else { Value::Null },
             })
         );
         return;
