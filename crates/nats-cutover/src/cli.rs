@@ -565,7 +565,8 @@ pub struct BucketArgs {
 pub struct ApplyArgs {
     /// Files or directories with the desired state: *.json (a stream's
     /// configuration, bare or under `config` as `nats stream info` prints it in JSON; KV_x
-    /// and OBJ_x for buckets) and *.yaml/*.yml (NACK resources, several
+    /// and OBJ_x for buckets, or {"kv": BUCKET, OPTION: VALUE} with `nats
+    /// kv add`'s option names) and *.yaml/*.yml (NACK resources, several
     /// documents a file); directories are read recursively.
     #[arg(value_name = "PATH", required = true)]
     pub paths: Vec<PathBuf>,

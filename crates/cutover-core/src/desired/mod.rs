@@ -12,7 +12,8 @@
 //!
 //! # Layout
 //! - this file: [`Asset`], reading a document ([`from_document`]: the nats
-//!   CLI's stream JSON, bare or under `config`), the field diff ([`diff`]),
+//!   CLI's stream JSON, bare or under `config`; a bucket with `nats kv add` /
+//!   `nats obj add` option names), the field diff ([`diff`]),
 //!   the judgement ([`judge`] → [`Needs`]), selection ([`glob`]).
 //! - [`nack`]: NACK's resources (`jetstream.nats.io/v1beta2` `Stream`,
 //!   `KeyValue`, `ObjectStore`) mapped to stream-config fields.
@@ -153,6 +154,11 @@ pub fn from_document(doc: &Value, origin: &str) -> Result<Asset, DesiredError> {
     if obj.contains_key("apiVersion") || obj.contains_key("kind") {
         return nack::from_resource(doc, origin);
     }
+    for (key, kind) in [("kv", crate::bucket::Kind::Kv), ("obj", crate::bucket::Kind::Obj)] {
+        if obj.contains_key(key) {
+            return bucket_options(obj, key, kind, origin);
+        }
+    }
     let config = match obj.get("config") {
         Some(Value::Object(c)) => c.clone(),
         Some(_) => return Err(DesiredError::new(origin, "`config` is not an object: give the stream configuration itself, or `nats stream info --json`'s output")),
@@ -166,6 +172,42 @@ pub fn from_document(doc: &Value, origin: &str) -> Result<Asset, DesiredError> {
     };
     let (kind, bucket) = AssetKind::of_stream(&name);
     stream_asset(kind, bucket, name, config, origin, false)
+}
+
+/// A bucket with `nats kv add` / `nats obj add` option names:
+/// `{"kv": "config", "history": 10, "ttl": "24h", "storage": "memory"}`
+/// (the options `kv`/`obj --set` take, mapped by `cutover_core::bucket`).
+fn bucket_options(
+    obj: &Map<String, Value>,
+    key: &str,
+    kind: crate::bucket::Kind,
+    origin: &str,
+) -> Result<Asset, DesiredError> {
+    let Some(bucket) = obj.get(key).and_then(Value::as_str).filter(|b| !b.is_empty()) else {
+        return Err(DesiredError::new(
+            origin,
+            format!("`{key}` names the bucket: \"{key}\": \"config\""),
+        ));
+    };
+    let pairs: Vec<String> = obj
+        .iter()
+        .filter(|(k, _)| *k != key)
+        .map(|(k, v)| match v {
+            Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect();
+    let settings = if pairs.is_empty() {
+        Map::new()
+    } else {
+        crate::bucket::settings(kind, &pairs)
+            .map_err(|e| DesiredError::new(origin, e.to_string().replace("--set ", "")))?
+    };
+    let (asset_kind, stream) = match kind {
+        crate::bucket::Kind::Kv => (AssetKind::Kv, kind.stream(bucket)),
+        crate::bucket::Kind::Obj => (AssetKind::Obj, kind.stream(bucket)),
+    };
+    stream_asset(asset_kind, bucket.to_string(), stream, settings, origin, false)
 }
 
 /// The asset of stream `stream` with `settings`, checked: a stream name, the

@@ -112,3 +112,18 @@ fn globs_and_selection() {
     assert!(!s(&["ORDERS*"], &[]));
     assert!(!s(&[], &["KV_*"]));
 }
+
+#[test]
+fn buckets_with_the_nats_cli_option_names() {
+    let k = doc(json!({"kv": "cfg", "history": 10, "ttl": "24h", "storage": "memory", "max-value-size": "1KiB"})).unwrap();
+    assert_eq!((k.kind, k.stream.as_str()), (AssetKind::Kv, "KV_cfg"));
+    assert_eq!(k.settings["max_msgs_per_subject"], json!(10));
+    assert_eq!(k.settings["max_age"], json!(86_400_000_000_000i64));
+    assert_eq!(k.settings["max_msg_size"], json!(1024));
+    let o = doc(json!({"obj": "files", "replicas": 3})).unwrap();
+    assert_eq!((o.stream.as_str(), o.settings["num_replicas"].clone()), ("OBJ_files", json!(3)));
+    let e = doc(json!({"kv": "cfg", "histori": 10})).unwrap_err().to_string();
+    assert!(e.contains("f.json") && e.contains("histori") && e.contains("history"), "{e}");
+    let e = doc(json!({"kv": "cfg", "history": 100})).unwrap_err().to_string();
+    assert!(e.contains("1 to 64"), "{e}");
+}

@@ -76,6 +76,7 @@ async fn fleet(e: &Env, dir: &Path) {
     e.stream(json!({"name": "OTHER", "subjects": ["other.>"]})).await;
     e.stream(kv_stream("cfg", 1)).await;
     e.stream(kv_stream("sessions", 1)).await;
+    e.stream(kv_stream("opts", 1)).await;
     e.publish("stor.a", "s", 20).await;
     // `nats stream info --json`'s shape: the config under `config`.
     let same = e.js.stream_info_raw("SAME").await.unwrap();
@@ -93,6 +94,8 @@ async fn fleet(e: &Env, dir: &Path) {
         json!({"config": {"name": "KV_cfg", "max_msgs_per_subject": 5}}),
     );
     write(dir, "nack.yaml", NACK);
+    // `nats kv add`'s option names.
+    write_json(dir, "kv_opts.json", json!({"kv": "opts", "history": 3, "ttl": "1h"}));
     write(dir, "notes.txt", "not read: not *.json, *.yaml or *.yml");
 }
 
@@ -109,6 +112,7 @@ async fn dry_run_shows_each_assets_diff_and_action_and_changes_nothing() {
     let want: Vec<(&str, &str)> = vec![
         ("EVENTS", "create"),
         ("KV_cfg", "update"),
+        ("KV_opts", "update"),
         ("KV_sessions", "change_in_place"),
         ("NEW", "create"),
         ("SAME", "unchanged"),
@@ -127,6 +131,14 @@ async fn dry_run_shows_each_assets_diff_and_action_and_changes_nothing() {
         json!([{"field": "storage", "current": "file", "desired": "memory"}])
     );
     assert_eq!(stor["in_place"]["copies_messages"], 20, "{stor:#}");
+    let opts =
+        plan["assets"].as_array().unwrap().iter().find(|a| a["stream"] == "KV_opts").unwrap();
+    assert_eq!(
+        opts["changes"],
+        json!([{"field": "max_age", "current": 0, "desired": 3_600_000_000_000i64},
+               {"field": "max_msgs_per_subject", "current": 1, "desired": 3}]),
+        "{opts:#}"
+    );
     let kv = plan["assets"].as_array().unwrap().iter().find(|a| a["stream"] == "KV_cfg").unwrap();
     assert_eq!(kv["changes"][0]["field"], "max_msgs_per_subject", "KV history: an update");
     let events =
@@ -145,7 +157,7 @@ async fn dry_run_shows_each_assets_diff_and_action_and_changes_nothing() {
         "kv sessions (",
         "two mirror hops through STOR_CUTOVER: copies 20 messages",
         "Not in files, left alone: OTHER",
-        "Summary: 1 unchanged, 2 create, 2 update, 2 change in place, 0 refused; 1 not in files (left alone)",
+        "Summary: 1 unchanged, 2 create, 3 update, 2 change in place, 0 refused; 1 not in files (left alone)",
     ] {
         assert!(text.stdout.contains(line), "missing {line:?}:\n{}", text.stdout);
     }
@@ -153,7 +165,7 @@ async fn dry_run_shows_each_assets_diff_and_action_and_changes_nothing() {
     assert_eq!(e.snapshot().await, before, "a dry run changes nothing");
     // --only / --except select by name: the KV buckets alone, less one.
     let only = e.cli(&["--json", "apply", d, "--only", "KV_*", "--except", "sessions"]);
-    assert_eq!(actions(&only.json()).keys().collect::<Vec<_>>(), ["KV_cfg"], "{only:?}");
+    assert_eq!(actions(&only.json()).keys().collect::<Vec<_>>(), ["KV_cfg", "KV_opts"], "{only:?}");
     let none = e.cli(&["apply", d, "--only", "KV*x"]);
     assert_eq!(none.code, 2, "a pattern that selects nothing: {none:?}");
     assert!(none.stderr.contains("leave no asset") && none.stderr.contains("KV_cfg"), "{none:?}");
