@@ -305,6 +305,15 @@ async fn apply_yes_changes_a_live_stream_in_place_with_a_create_and_an_update_ex
     let again = e.cli(&["--json", "apply", f]);
     assert_eq!(again.code, 0, "everything applied: {again:?}");
     assert_eq!(again.json()["summary"]["unchanged"], 3);
+    let yes = e.cli(&["--json", "apply", f, "--yes"]);
+    assert_eq!(yes.code, 0, "{yes:?}");
+    let outcomes: Vec<Value> = line_of(&yes, "apply_result")["assets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, vec![json!("unchanged"); 3], "{yes:?}");
 }
 
 /// The runner killed right after hop 1 of a live change retired ORDERS

@@ -318,6 +318,12 @@ async fn put_record(
 /// further asset (those under way finish or stop at a safe point).
 async fn carry_out(js: &Js, items: &mut [Item], a: &ApplyArgs, json_out: bool) -> Result<()> {
     if !items.iter().any(|i| i.action.writes() || i.earlier.is_some()) {
+        for i in items.iter_mut() {
+            i.outcome = Some(match i.action {
+                Action::Refused { .. } => "skipped (refused)".into(),
+                _ => "unchanged".into(),
+            });
+        }
         return Ok(());
     }
     let replicas = items

@@ -29,10 +29,6 @@ fn key(action: &str) -> String {
     action.replace(' ', "_")
 }
 
-fn changes_json(c: &[Change]) -> Value {
-    json!(c)
-}
-
 /// One asset as data.
 fn item_json(i: &Item) -> Value {
     let mut v = json!({
@@ -45,9 +41,9 @@ fn item_json(i: &Item) -> Value {
     match &i.action {
         Action::Unchanged => {}
         Action::Create(config) => v["config"] = config.clone(),
-        Action::Update { changes, .. } => v["changes"] = changes_json(changes),
+        Action::Update { changes, .. } => v["changes"] = json!(changes),
         Action::InPlace { changes, refused_by_server, outline, .. } => {
-            v["changes"] = changes_json(changes);
+            v["changes"] = json!(changes);
             v["resume"] = json!(i.resume);
             v["server_refuses"] = json!(refused_by_server
                 .iter()
@@ -64,7 +60,7 @@ fn item_json(i: &Item) -> Value {
             }
         }
         Action::Refused { changes, reason, fix } => {
-            v["changes"] = changes_json(changes);
+            v["changes"] = json!(changes);
             v["reason"] = json!(reason);
             v["fix"] = json!(fix);
         }
