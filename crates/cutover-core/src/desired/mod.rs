@@ -337,6 +337,13 @@ pub fn judge(asset: &Asset, current: Option<&Value>) -> Needs {
             fix: "remove preventUpdate (or set it false) to let apply change it".into(),
         };
     }
+    if changes.iter().any(|c| c.field == "mirror") {
+        return Needs::Refused {
+            changes,
+            reason: "mirror: the server cannot change what a stream mirrors, and a change in place sets the mirror itself".into(),
+            fix: "create the new mirror under another name (a file with a new name), or leave mirror as the server has it".into(),
+        };
+    }
     let m: Map<String, Value> =
         changes.iter().map(|c| (c.field.clone(), c.desired.clone())).collect();
     let refused_by_server = needs_migration(current, &m);

@@ -89,6 +89,11 @@ fn judged_by_what_the_server_updates() {
     let Needs::InPlace { changes, refused_by_server } = n else { panic!("{n:?}") };
     assert_eq!(changes.len(), 2);
     assert_eq!(refused_by_server[0].0, "storage");
+    let m = judge(&asset(json!({"name": "A", "mirror": {"name": "S"}})), Some(&cur));
+    assert!(
+        matches!(m, Needs::Refused { ref reason, .. } if reason.starts_with("mirror")),
+        "{m:?}"
+    );
     let mut p = asset(json!({"name": "A", "max_age": 60}));
     p.prevent_update = true;
     assert!(matches!(judge(&p, Some(&cur)), Needs::Refused { .. }));
