@@ -503,7 +503,17 @@ async fn on_a_cluster_buckets_go_to_r3_and_a_stream_changes_in_place() {
     }
     for b in ["a", "b"] {
         js.stream_create(&kv_stream(b, 1)).await.unwrap();
-        ctx.publish(format!("$KV.{b}.k"), "v".into()).await.unwrap().await.unwrap();
+        // A new stream's leader may not answer yet: the put is tried again
+        // with the same msg-id (stored once).
+        wait_until("a put to the new bucket", Duration::from_secs(30), || async {
+            let mut h = async_nats::HeaderMap::new();
+            h.insert("Nats-Msg-Id", format!("{b}-k").as_str());
+            match ctx.publish_with_headers(format!("$KV.{b}.k"), h, "v".into()).await {
+                Ok(ack) => ack.await.is_ok(),
+                Err(_) => false,
+            }
+        })
+        .await;
     }
     let dir = TempDir::new("apply-cluster");
     let kv = |b: &str| {
