@@ -26,6 +26,8 @@
 //! - [`verify`]: the streaming verification of a migration (sequence sets, not maps).
 //! - [`audit`]: the audit record applications publish per processed message.
 //! - [`bucket`]: KV buckets and object stores as streams, `nats kv add` options.
+//! - [`desired`]: desired state for a fleet (`apply`): documents (stream JSON,
+//!   NACK resources) as assets, their diff and the action each needs.
 
 //! - [`api_error`]: JetStream API error codes as named constants.
 
@@ -35,6 +37,7 @@ pub mod bucket;
 pub mod catchup;
 pub mod checkpoint;
 pub mod compat;
+pub mod desired;
 pub mod dual;
 pub mod durability;
 pub mod journal;

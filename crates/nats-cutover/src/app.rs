@@ -50,6 +50,7 @@ pub fn main() -> i32 {
             Command::Run(a) => cmd::run::run(&cli.conn, json, a).await,
             Command::Kv(a) => cmd::inplace::bucket(&cli.conn, json, Kind::Kv, a).await,
             Command::Obj(a) => cmd::inplace::bucket(&cli.conn, json, Kind::Obj, a).await,
+            Command::Apply(a) => cmd::apply::run(&cli.conn, json, a).await,
             Command::Status(a) => cmd::run::status(&cli.conn, json, a).await,
             Command::Rollback(a) => cmd::run::rollback(&cli.conn, json, a).await,
             Command::Forget(a) => cmd::run::forget(&cli.conn, json, a).await,

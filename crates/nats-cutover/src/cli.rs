@@ -121,6 +121,18 @@ pub enum Command {
     /// compression, description). See docs/in-place.md.
     #[command(after_help = OBJ_EXAMPLES)]
     Obj(BucketArgs),
+    /// Bring streams, KV buckets and object stores to the state files describe
+    /// (the nats CLI's stream JSON, NACK resources), live: a dry run by
+    /// default; `--yes` creates, updates and changes in place. See
+    /// docs/apply.md.
+    ///
+    /// Each asset's action: unchanged, create, update (the server takes it),
+    /// change in place (a live migration, as `run --in-place`) or refused
+    /// (why, and what would make it possible). Exit codes of the dry run: 0
+    /// nothing would change, 7 changes pending, 3 some asset refused; 2 bad
+    /// input (a file, a field), as for every command.
+    #[command(after_help = APPLY_EXAMPLES)]
+    Apply(ApplyArgs),
     /// Show running and finished migrations.
     Status(StatusArgs),
     /// Undo a migration that has not passed its commit point.
@@ -177,6 +189,13 @@ Examples:
   nats-cutover kv config --set storage=memory --yes
   nats-cutover kv sessions --set history=10 --set ttl=24h --yes
   nats-cutover kv config --set replicas=3 --yes          (the server updates it in place: no migration)";
+
+const APPLY_EXAMPLES: &str = "\
+Examples:
+  nats-cutover apply streams/                       (dry run: the diff and action per asset)
+  nats-cutover apply streams/ nack/buckets.yaml --yes
+  nats-cutover apply streams/ --only 'ORDERS*' --except ORDERS_TEST --yes --parallel 2
+  nats-cutover apply streams/ --yes --skip-refused  (apply what can be, leave the refused as they are)";
 
 const OBJ_EXAMPLES: &str = "\
 Examples:
@@ -347,6 +366,10 @@ mod tests {
                     "Across systems",
                     "Output",
                 ],
+            ),
+            (
+                "apply",
+                &["What changes", "Limits and timeouts", "Connection", "Across systems", "Output"],
             ),
             (
                 "kv",
@@ -544,6 +567,47 @@ pub struct BucketArgs {
     pub lease_ttl: Duration,
     /// The longest a durable of the bucket's stream stays paused without ack
     /// progress (see `run --max-pause`).
+    #[arg(long, value_parser = parse_max_pause, default_value = "5s", help_heading = "Limits and timeouts")]
+    pub max_pause: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// Files or directories with the desired state: *.json (a stream's
+    /// configuration, bare or under `config` as `nats stream info` prints it in JSON; KV_x
+    /// and OBJ_x for buckets, or {"kv": BUCKET, OPTION: VALUE} with `nats
+    /// kv add`'s option names) and *.yaml/*.yml (NACK resources, several
+    /// documents a file); directories are read recursively.
+    #[arg(value_name = "PATH", required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Show what would change, change nothing (the default without --yes).
+    #[arg(long, conflicts_with = "yes")]
+    pub dry_run: bool,
+    /// Carry it out: creates and updates at once, then the live changes.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Only assets whose name (or stream name) matches PATTERN (`*` for any
+    /// characters); repeatable.
+    #[arg(long, value_name = "PATTERN", help_heading = "What changes")]
+    pub only: Vec<String>,
+    /// Leave out assets whose name (or stream name) matches PATTERN;
+    /// repeatable.
+    #[arg(long, value_name = "PATTERN", help_heading = "What changes")]
+    pub except: Vec<String>,
+    /// With --yes: apply the others when some asset is refused (without it a
+    /// refusal stops the apply before its first write).
+    #[arg(long, help_heading = "What changes")]
+    pub skip_refused: bool,
+    /// How many live changes in place run at once (1 to 16). Each copies its
+    /// stream twice and keeps the server busy meanwhile: the default 1 keeps
+    /// publishers' stalls at the single change's (docs/benchmarks.md).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16), help_heading = "Limits and timeouts")]
+    pub parallel: u16,
+    /// How long a runner's lease lasts without renewal.
+    #[arg(long, value_parser = parse_lease_ttl, default_value = "30s", help_heading = "Limits and timeouts")]
+    pub lease_ttl: Duration,
+    /// The longest a durable stays paused without ack progress (see `run
+    /// --max-pause`).
     #[arg(long, value_parser = parse_max_pause, default_value = "5s", help_heading = "Limits and timeouts")]
     pub max_pause: Duration,
 }

@@ -48,6 +48,9 @@ exit_codes! {
     Interrupted = 5 "INTERRUPTED",
     /// Verification found lost, duplicated or extra messages.
     NotVerified = 6 "NOT_VERIFIED",
+    /// `apply`'s dry run: changes are pending (terraform plan
+    /// -detailed-exitcode's 2, which is BAD_INPUT here); nothing was changed.
+    ChangesPending = 7 "CHANGES_PENDING",
 }
 
 impl ExitCode {

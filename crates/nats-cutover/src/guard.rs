@@ -1,6 +1,6 @@
 //! The runner's guard process (see `cutover_nats::engine::guard`).
 //!
-//! `run`, `kv` and `obj` start `nats-cutover` again with the same arguments
+//! `run`, `kv`, `obj` and `apply --yes` start `nats-cutover` again with the same arguments
 //! and `NATS_CUTOVER_GUARD=<runner pid>`: that process reads a pipe only the
 //! runner holds. The runner writes `W` when a commit window opens and `C`
 //! when it closes, `M` when drain mode starts holding consumers and `m` when
@@ -50,6 +50,39 @@ pub fn exposure_hook() -> Option<ExposureHook> {
     }))
 }
 
+/// The hook for migrations that run side by side (`apply --parallel`):
+/// the guard reads the last mark of each exposure, so marks from several
+/// migrations would say "closed" while another's window is still open.
+/// This says an exposure opens when the first migration opens it and
+/// closes when the last one closes it (counted under one lock, so a close
+/// and an open never pass each other on the pipe); the guard then
+/// compensates each of the runner's migrations by its own journal.
+pub fn fleet_exposure_hook() -> Option<ExposureHook> {
+    let inner = exposure_hook()?;
+    Some(counted(inner))
+}
+
+fn counted(inner: ExposureHook) -> ExposureHook {
+    let open = Mutex::new([0usize; 2]);
+    Arc::new(move |what: Exposure, opens: bool| {
+        let mut n = open.lock().unwrap_or_else(|e| e.into_inner());
+        let i = match what {
+            Exposure::Commit => 0,
+            Exposure::Consumers => 1,
+        };
+        let say = if opens {
+            n[i] += 1;
+            n[i] == 1
+        } else {
+            n[i] = n[i].saturating_sub(1);
+            n[i] == 0
+        };
+        if say {
+            inner(what, opens);
+        }
+    })
+}
+
 /// Writes `mark` to the guard, if one started; a guard gone meanwhile
 /// changes nothing.
 fn say(mark: u8) {
@@ -83,9 +116,12 @@ pub fn requested() -> Option<u32> {
 /// guard that cannot start is reported, not fatal: the run is as safe as
 /// without one, the window only closes later.
 pub fn spawn(command: &Command) {
-    if !matches!(command, Command::Run(_) | Command::Kv(_) | Command::Obj(_))
-        || std::env::var(GUARD_VAR).is_ok_and(|v| v == OFF)
-    {
+    let moves = match command {
+        Command::Run(_) | Command::Kv(_) | Command::Obj(_) => true,
+        Command::Apply(a) => a.yes,
+        _ => false,
+    };
+    if !moves || std::env::var(GUARD_VAR).is_ok_and(|v| v == OFF) {
         return;
     }
     let started = std::env::current_exe().and_then(|exe| {
@@ -141,6 +177,7 @@ async fn close(pid: u32, conn: &ConnArgs, command: &Command, open: bool) -> Resu
             (cmd::connect_across(conn, cmd::plan_file::run_from(a)?.as_deref()).await?, a.lease_ttl)
         }
         Command::Kv(a) | Command::Obj(a) => (cmd::connect(conn).await?, a.lease_ttl),
+        Command::Apply(a) => (cmd::connect(conn).await?, a.lease_ttl),
         _ => return Ok(()),
     };
     for c in cutover_nats::engine::guard::close_windows(&js, pid, ttl, open).await? {
@@ -151,7 +188,34 @@ async fn close(pid: u32, conn: &ConnArgs, command: &Command, open: bool) -> Resu
 
 #[cfg(test)]
 mod tests {
-    use super::left_open;
+    use super::{counted, left_open};
+    use cutover_nats::engine::Exposure;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn side_by_side_exposures_are_open_until_the_last_closes() {
+        let said = Arc::new(Mutex::new(vec![]));
+        let log = said.clone();
+        let hook = counted(Arc::new(move |what, open| {
+            let mark = match (what, open) {
+                (Exposure::Commit, true) => b'W',
+                (Exposure::Commit, false) => b'C',
+                (Exposure::Consumers, true) => b'M',
+                (Exposure::Consumers, false) => b'm',
+            };
+            log.lock().unwrap().push(mark);
+        }));
+        hook(Exposure::Commit, true);
+        hook(Exposure::Commit, true);
+        hook(Exposure::Commit, false);
+        assert!(left_open(&said.lock().unwrap()), "one window still open");
+        hook(Exposure::Consumers, true);
+        hook(Exposure::Commit, false);
+        assert_eq!(*said.lock().unwrap(), b"WMC");
+        assert!(left_open(&said.lock().unwrap()), "consumers still held");
+        hook(Exposure::Consumers, false);
+        assert!(!left_open(&said.lock().unwrap()));
+    }
 
     #[test]
     fn the_last_mark_of_each_exposure_decides() {

@@ -1,5 +1,6 @@
 //! One module per subcommand: parse arguments into library calls, render results.
 
+pub mod apply;
 pub mod demo;
 pub mod inplace;
 pub mod inspect;

@@ -17,6 +17,8 @@ pub struct Render {
     mode: Mode,
     bar: Option<ProgressBar>,
     t0: u64,
+    /// Lines name their migration (`apply`: several run at once).
+    fleet: bool,
 }
 
 impl Render {
@@ -27,7 +29,13 @@ impl Render {
             b.enable_steady_tick(Duration::from_millis(100));
             b
         });
-        Self { mode, bar, t0: cutover_nats::journal::now_ms() }
+        Self { mode, bar, t0: cutover_nats::journal::now_ms(), fleet: false }
+    }
+
+    /// Lines that name their migration (`A.A_CUTOVER catch_up done ...`),
+    /// for `apply`, whose migrations may run side by side.
+    pub fn fleet(mode: Mode) -> Self {
+        Self { fleet: true, ..Self::new(mode) }
     }
 
     pub fn finish(&self) {
@@ -77,6 +85,9 @@ impl Render {
             ),
             _ => format!("{} {} {}", e.step, w.kind, compact(&w.detail)),
         };
+        if self.fleet {
+            return Some(format!("[{t:>8.3}s] {} {text}", e.migration));
+        }
         Some(format!("[{t:>8.3}s] {text}"))
     }
 }

@@ -60,6 +60,14 @@ fn done(p: &Path) -> bool {
 /// once, in order, by the watcher; every update with a revision read before
 /// the migration succeeds after it. Returns the reader's summary.
 async fn kv_apps_through_a_change(direct: bool) -> Value {
+    let kv =
+        |e: &Env| e.cli(&["kv", "cfg", "--set", "storage=memory", "--set", "history=64", "--yes"]);
+    kv_apps_through(direct, kv).await
+}
+
+/// [`kv_apps_through_a_change`] with the change made by `change` (it must
+/// give bucket cfg storage memory and history 64).
+pub(crate) async fn kv_apps_through(direct: bool, change: impl Fn(&Env) -> Out) -> Value {
     let e = env().await;
     bucket(&e, direct).await;
     let dir = e.server.dir().join("apps");
@@ -78,7 +86,7 @@ async fn kv_apps_through_a_change(direct: bool) -> Value {
     let reader = App::start("kv_app.py", &[&["reader"], &common[..], &reader_args[..]].concat());
     let writes = || lines(Path::new(&wf)).into_iter().filter(|l| l.get("rev").is_some()).count();
     wait_until("the writer writes", Duration::from_secs(30), || async { writes() >= 200 }).await;
-    let out = e.cli(&["kv", "cfg", "--set", "storage=memory", "--set", "history=64", "--yes"]);
+    let out = change(&e);
     assert_eq!(out.code, 0, "{out:?}");
     let after = writes();
     wait_until("the writer writes after", Duration::from_secs(30), || async {

@@ -1,6 +1,7 @@
 //! The one integration-test binary (one link, a module per area). Every test
 //! here runs against a real nats-server started for it by the test kit.
 
+mod apply;
 mod auth;
 mod bad_input;
 mod bridge;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 pub const OLDEST: &str = "2.10.26";
 
-async fn env_on(version: &str) -> Env {
+pub(crate) async fn env_on(version: &str) -> Env {
     let server = NatsServer::start_with(ServerOptions {
         version: Some(version.into()),
         ..Default::default()
