@@ -997,3 +997,177 @@ async fn rolling_upgrade_from_nats_py_to_nats_py_and_rust_instances() {
         all.len()
     );
 }
+
+/// One instance of docs/protocol.md in nats.js (tests/apps/js/fence_worker.mjs)
+/// or nats.go (`natsapp fence`), its records in `out`.
+fn protocol_instance(
+    client: &str,
+    url: &str,
+    (id, version): (&str, &str),
+    out: &std::path::Path,
+) -> crate::pyapps::App {
+    let args = [
+        "--server",
+        url,
+        "--stream",
+        "ORDERS",
+        "--consumer",
+        "worker",
+        "--instance",
+        id,
+        "--app-version",
+        version,
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    match client {
+        "js" => crate::pyapps::App::node("fence_worker.mjs", &args),
+        _ => crate::pyapps::App::go(&[&["fence"][..], &args[..]].concat()),
+    }
+}
+
+/// The records of processed messages (`id` lines; the nats.js and nats.go
+/// instances also write a `begin` line before each ack).
+fn processed_records(files: &[std::path::PathBuf]) -> Vec<serde_json::Value> {
+    files.iter().flat_map(|f| crate::pyapps::lines(f)).filter(|l| l["id"].is_string()).collect()
+}
+
+/// Each acknowledged publish processed exactly once over `files`.
+fn each_once(files: &[std::path::PathBuf], acked: &[String]) {
+    let mut n = std::collections::HashMap::<String, u32>::new();
+    for l in processed_records(files) {
+        *n.entry(l["id"].as_str().unwrap().to_string()).or_default() += 1;
+    }
+    let twice: Vec<_> = n.iter().filter(|(_, c)| **c > 1).collect();
+    assert!(twice.is_empty(), "processed twice: {twice:?}");
+    let lost: Vec<_> = acked.iter().filter(|id| !n.contains_key(*id)).collect();
+    assert!(lost.is_empty(), "lost: {lost:?}");
+    assert_eq!(n.len(), acked.len(), "processed what was not acknowledged");
+}
+
+fn acked(published: &std::path::Path) -> Vec<String> {
+    crate::pyapps::lines(published)
+        .iter()
+        .filter(|l| l.get("failed").is_none())
+        .map(|l| l["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Issue 25 item 5: the protocol's instances in nats.js and nats.go (written
+/// from docs/protocol.md, nothing of ours) share the consumer through `run
+/// --mode fence` under a nats-py publisher: none lost, none twice, and every
+/// message at or below the fence was processed from the old stream, every
+/// one above it from the new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nats_js_and_nats_go_instances_move_through_a_fence_exactly() {
+    use crate::pyapps::App;
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let dir = e.server.dir().join("apps");
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = e.server.url();
+    let files: Vec<_> = ["js-0", "go-0"].iter().map(|i| dir.join(format!("{i}.jsonl"))).collect();
+    let apps = [
+        protocol_instance("js", url, ("js-0", "1"), &files[0]),
+        protocol_instance("go", url, ("go-0", "1"), &files[1]),
+    ];
+    until_registered(&e, 2).await;
+    let published = dir.join("pub.jsonl");
+    let mut publisher = App::publisher(url, 3000, 1000, &published);
+    wait_until("instances process", Duration::from_secs(20), || async {
+        processed_records(&files).len() >= 300
+    })
+    .await;
+    let out =
+        e.cli(&move_args(&["run", "--mode", "fence"], "ORDERS", "ORDERS_V2", "worker", &["--yes"]));
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(publisher.0.wait().unwrap().success());
+    let acked = acked(&published);
+    wait_until("every message processed", Duration::from_secs(30), || async {
+        processed_records(&files).len() >= acked.len()
+    })
+    .await;
+    for a in apps {
+        a.stop();
+    }
+    each_once(&files, &acked);
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let f = j.consumers[0].checkpoint.unwrap();
+    let recs = processed_records(&files);
+    for l in &recs {
+        let (stream, seq) = (l["stream"].as_str().unwrap(), l["seq"].as_u64().unwrap());
+        assert!((stream == "ORDERS") == (seq <= f), "fence {f}: {l}");
+    }
+    let by = |who: &str| recs.iter().filter(|l| l["instance"] == who).count();
+    assert!(
+        by("js-0") > 0 && by("go-0") > 0,
+        "both processed: js {} go {}",
+        by("js-0"),
+        by("go-0")
+    );
+    eprintln!(
+        "fence with nats.js and nats.go: {} published, each once; fence {f}; js {} go {}",
+        acked.len(),
+        by("js-0"),
+        by("go-0")
+    );
+}
+
+/// Issue 25 item 5, mode rolling: version 1 in nats.js replaced one by one
+/// by version 2 in nats.go, under a nats-py publisher; version 1 processes
+/// the old stream up to the fence, version 2 the new one after it, each
+/// message once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_upgrade_from_nats_js_to_nats_go_instances() {
+    use crate::pyapps::App;
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let dir = e.server.dir().join("apps");
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = e.server.url();
+    let file = |id: &str| dir.join(format!("{id}.jsonl"));
+    let old: Vec<_> = ["js1-0", "js1-1"]
+        .iter()
+        .map(|id| protocol_instance("js", url, (id, "1"), &file(id)))
+        .collect();
+    until_registered(&e, 2).await;
+    let published = dir.join("pub.jsonl");
+    let mut publisher = App::publisher(url, 2000, 500, &published);
+    let v1 = [file("js1-0"), file("js1-1")];
+    wait_until("version 1 processes", Duration::from_secs(20), || async {
+        processed_records(&v1).len() >= 200
+    })
+    .await;
+    let plan = engine::prepare_plan(&e.js, &rolling_request("2")).await.unwrap();
+    let (run, _, _stop) = run_in_background(&e, plan, RunOptions::default());
+    until_route(&e, RouteState::Moved).await;
+    let mut old = old.into_iter();
+    old.next().unwrap().stop();
+    let go0 = protocol_instance("go", url, ("go2-0", "2"), &file("go2-0"));
+    assert!(!run.is_finished(), "js1-1 is still bound to the old consumer");
+    old.next().unwrap().stop();
+    let go1 = protocol_instance("go", url, ("go2-1", "2"), &file("go2-1"));
+    let j = tokio::time::timeout(Duration::from_secs(30), run).await.unwrap().unwrap().unwrap();
+    assert_eq!(j.phase, Phase::Done);
+    assert!(publisher.0.wait().unwrap().success());
+    let acked = acked(&published);
+    let all = [file("js1-0"), file("js1-1"), file("go2-0"), file("go2-1")];
+    wait_until("every message processed", Duration::from_secs(30), || async {
+        processed_records(&all).len() >= acked.len()
+    })
+    .await;
+    go0.stop();
+    go1.stop();
+    each_once(&all, &acked);
+    let f = j.consumers[0].checkpoint.unwrap();
+    for l in processed_records(&v1) {
+        assert!(
+            l["stream"] == "ORDERS" && l["seq"].as_u64().unwrap() <= f,
+            "version 1 past the fence {f}: {l}"
+        );
+    }
+    for l in processed_records(&[file("go2-0"), file("go2-1")]) {
+        assert_eq!(l["stream"], "ORDERS_V2", "version 2 on the old stream: {l}");
+    }
+    eprintln!("rolling nats.js 1 -> nats.go 2: {} published, each once, fence {f}", acked.len());
+}

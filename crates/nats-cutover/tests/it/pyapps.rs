@@ -57,6 +57,26 @@ impl App {
         App(child)
     }
 
+    /// A nats.go app: `tests/apps/go/bin/natsapp <command> ARGS` (built by
+    /// scripts/install-test-apps.sh); it says `ready` once set up.
+    pub fn go(args: &[&str]) -> App {
+        let bin = root().join("tests/apps/go/bin/natsapp");
+        assert!(
+            bin.is_file(),
+            "the nats.go test apps are not built: run scripts/install-test-apps.sh"
+        );
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "natsapp {args:?}");
+        App(child)
+    }
+
     /// A nats.js app, `tests/apps/js/<script>` run by node (its packages
     /// installed by scripts/install-test-apps.sh); it says `ready` once set up.
     pub fn node(script: &str, args: &[&str]) -> App {
