@@ -111,7 +111,10 @@ def app_argv(a, client, kind, server, out, **kw):
         mode = "push" if kind == "push" else "pull"
         common = ["--server", server, "--stream", kw.get("stream", "ORDERS"), "--consumer", kind, "--mode", mode, "--out", out]
         if kind == "route":
-            return [py, os.path.join(APPS, "worker.py")] + common + ["--follow-route"]
+            return {"nats-py": [py, os.path.join(APPS, "worker.py")] + common + ["--follow-route"],
+                    "nats.js": [node, os.path.join(js, "worker.mjs")] + common
+                    + ["--api", "fetch", "--expires", "1000", "--follow-route"],
+                    "nats.go": [go, "worker"] + common + ["--follow-route"]}[client]
         return {"nats-py": [py, os.path.join(APPS, "worker.py")] + common,
                 "nats.js": [node, os.path.join(js, "worker.mjs")] + common,
                 "nats.go": [go, "worker"] + common}[client]
@@ -340,7 +343,7 @@ def stream_cell(a, client, change, answer):
     apps = {}
     res = {"cell": name, "client": client, "change": change, "answer": answer, "kinds": {}}
     try:
-        kinds = ["pull", "push"] + (["route"] if client == "nats-py" else []) + (["pullf"] if client == "nats.js" else [])
+        kinds = ["pull", "push", "route"] + (["pullf"] if client == "nats.js" else [])
         asyncio.run(setup_stream(srv.url, kinds))
         for k in kinds:
             for i in (1, 2):
@@ -605,8 +608,8 @@ def report(a, results, elapsed, path, date):
     out.append("")
     out.append("Applications: tests/apps (tests/apps/README.md), each written on its client alone. Every cell is a fresh "
                "server, the applications of one client (2 pull workers bound by name to durable `pull`, 2 push workers in "
-               "the deliver group of durable `push`, an ordered consumer on ORDERS; nats-py only: 2 workers following the route "
-               "on durable `route`; nats.js only: 2 more pull workers on durable `pullf` with a `fetch()` loop, 1 s expiry, "
+               "the deliver group of durable `push`, an ordered consumer on ORDERS, 2 workers following the route "
+               "on durable `route` (nats.js: a `fetch()` loop); nats.js only: 2 more pull workers on durable `pullf` with a `fetch()` loop, 1 s expiry, "
                f"instead of `consume()` and its defaults), a publisher retrying with the same msg-id at {a.rate} msg/s and one that never retries at "
                f"{a.rate // 2} msg/s (both with msg-ids), 3 s before the change, then until every app is whole again (at least 4 s), then 3 s for the consumers to finish. "
                f"KV cells: a nats-py writer at {a.kv_rate} writes/s, the client's watcher of `w.>` and get loop of 100 keys; "
@@ -700,8 +703,9 @@ def report(a, results, elapsed, path, date):
         out.append(f"- Not run in this run, past the {a.budget_min:.0f} min budget: " + "; ".join(not_run) + ".")
     out.append("- `--strategy dual-write`: applies to publishers that follow docs/protocol.md *Dual-write* (the nats-py "
                "`dual_publisher.py`), not to these plain publishers; not in this matrix.")
-    out.append("- Fence mode with nats.js and nats.go instances, and route followers in nats.js and nats.go: not written yet "
-               "(issue 25, item 5); only nats-py's `fence_worker.py` and `worker.py --follow-route` are measured.")
+    out.append("- Fence mode with the nats.js and nats.go instances: not a matrix cell; tested in "
+               "`fence::nats_js_and_nats_go_instances_move_through_a_fence_exactly` and "
+               "`fence::rolling_upgrade_from_nats_js_to_nats_go_instances` (and docs/protocol.md *Conformance*).")
     out.append("- Pull workers bound by name and ordered consumers are bound to the old stream's name: after a move they "
                "wait on ORDERS until redeployed (README: pull workers follow through the route record, push consumers need "
                "nothing), so their move cells are ⏸ by design; in place they keep the name. Their redeploy onto ORDERS_V2 is not measured.")

@@ -13,6 +13,12 @@
 // request's expiry (default: the client's, 30 s for consume, 30 s for fetch).
 // push: the durable's deliver subject and group, `consume()` iterated.
 // While the durable does not exist at start it retries every 0.2 s.
+// --follow-route (pull with --api fetch): follows the route record
+// `route.<S>.<C>` in KV bucket CUTOVER as docs/protocol.md describes for route
+// followers: a record names the stream/consumer to fetch from; a deleted or
+// purged entry is no record (R1: back home); entries are applied in revision
+// order only (R8: an older one, from the initial get or a renewed watch, is
+// ignored). Between batches it rebinds where the record says.
 //
 // Ack: `ackAck()` (+ACK with a reply, waits for the server). It sends only once: a
 // second call on the same message resolves false and sends nothing, so a failed
@@ -22,9 +28,15 @@
 // "acked", "ack_error"}; last {"done": true, "handled", "acked", "ack_failed", "route"}.
 import { connect } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
 import { parseArgs, output, logger, stopSignal, sleep, ready } from "./common.mjs";
 
-const a = parseArgs(["server", "stream", "consumer", "mode", "out"], { api: "consume", batch: "32", "ack-timeout": "1.0" });
+const a = parseArgs(["server", "stream", "consumer", "mode", "out"], { api: "consume", batch: "32", "ack-timeout": "1.0" }, ["follow-route"]);
+const follow = a["follow-route"] === true;
+if (follow && (a.mode !== "pull" || a.api !== "fetch")) {
+  console.error("--follow-route is for --mode pull --api fetch");
+  process.exit(2);
+}
 const log = logger("worker.mjs");
 const out = output(a.out);
 const stop = stopSignal();
@@ -35,17 +47,55 @@ const nc = await connect({ servers: a.server, maxReconnectAttempts: -1, reconnec
 const js = jetstream(nc);
 let handled = 0, acked = 0, ackFailed = 0;
 
-async function bind() {
+// The binding the route record asks for (home without one).
+const home = [a.stream, a.consumer];
+let target = home, lastRev = 0;
+function applyRoute(e) {
+  if (e.revision <= lastRev) return; // R8
+  lastRev = e.revision;
+  let next = home;
+  if (e.operation === "PUT") {
+    try {
+      const r = e.json();
+      next = [r.stream, r.consumer];
+    } catch (err) {
+      log(`ignoring a bad route record (rev ${e.revision}): ${err}`);
+      return;
+    }
+  }
+  if (next[0] !== target[0] || next[1] !== target[1]) {
+    log(`route rev ${e.revision}: ${target.join("/")} -> ${next.join("/")}`);
+    target = next;
+  }
+}
+async function followRoute() {
+  const key = `route.${a.stream}.${a.consumer}`;
+  while (!stop.stopped) {
+    try {
+      const kv = await new Kvm(nc).open("CUTOVER");
+      const e = await kv.get(key);
+      if (e) applyRoute(e);
+      const w = await kv.watch({ key });
+      stop.promise.then(() => w.stop());
+      for await (const e of w) applyRoute(e);
+    } catch (err) {
+      log.limited("route", `route watch failed, retrying: ${err}`);
+    }
+    if (!stop.stopped) await sleep(200);
+  }
+}
+
+async function bind(where = home) {
   for (;;) {
     try {
       const c = a.mode === "push"
-        ? await js.consumers.getPushConsumer(a.stream, a.consumer)
-        : await js.consumers.get(a.stream, a.consumer);
+        ? await js.consumers.getPushConsumer(where[0], where[1])
+        : await js.consumers.get(where[0], where[1]);
       await c.info(); // get() of a pull consumer does not look it up by itself
       return c;
     } catch (e) {
-      log.limited("bind", `binding ${a.stream}/${a.consumer} failed, retrying: ${e}`);
-      if (stop.stopped) return null;
+      log.limited("bind", `binding ${where.join("/")} failed, retrying: ${e}`);
+      if (stop.stopped || where !== target && follow) return null;
       await sleep(200);
     }
   }
@@ -93,14 +143,31 @@ async function handle(m) {
   out.line(rec);
 }
 
-const c = await bind();
+if (follow) {
+  // The record in force before the first fetch (docs/protocol.md: a watch
+  // may deliver it later than the first fetch would happen).
+  try {
+    const e = await (await new Kvm(nc).open("CUTOVER")).get(`route.${a.stream}.${a.consumer}`);
+    if (e) applyRoute(e);
+  } catch (_) { /* no bucket yet: no record */ }
+  followRoute();
+}
+let c = await bind(target);
 if (c) {
   await nc.flush();
   ready();
   log(`bound to ${a.stream}/${a.consumer} (${a.mode}, ${a.mode === "pull" ? a.api : "consume"})`);
   if (a.mode === "pull" && a.api === "fetch") {
     let errors = 0;
+    let bound = target;
     while (!stop.stopped) {
+      if (follow && bound !== target) {
+        const next = await bind(target);
+        if (!next) continue;
+        c = next;
+        bound = target;
+        log(`following the route: fetching from ${bound.join("/")}`);
+      }
       try {
         const opts = { max_messages: batch };
         if (expires) opts.expires = expires;
@@ -133,7 +200,7 @@ if (c) {
     if (!stop.stopped) log("consume ended by itself");
   }
 }
-out.line({ done: true, handled, acked, ack_failed: ackFailed, route: [a.stream, a.consumer] });
+out.line({ done: true, handled, acked, ack_failed: ackFailed, route: follow ? target : [a.stream, a.consumer] });
 out.close();
 log(`done: handled=${handled} acked=${acked} ack_failed=${ackFailed}`);
 await nc.close();
