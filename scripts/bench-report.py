@@ -421,6 +421,9 @@ def header(m, steps, lines):
               f"Measured {m['date']} by `scripts/bench.sh` at commit {m['commit']}: {m['cores']} cores ({m['cpu']}), {mem:.0f} GiB, "
               f"{m['kernel']}; {m['server']} on loopback (a fresh server per run, started by the benchmarks through cutover-testkit); "
               f"release build, {m['rustc']}. Benchmarks are never run by the test suite.", "",
+              "The client matrix (applications written on nats-py, nats.js and nats.go through every change: lost, twice, "
+              "longest gap, whole again) is [docs/clients.md](clients.md), written by `scripts/client-matrix.sh`, which "
+              "`scripts/bench.sh` runs after these (`BENCH_NO_MATRIX=1` leaves it out).", "",
               f"All the steps below took {total // 60} min {total % 60} s (build included; issue 14's budget: 30 min on a fresh machine). Load average (1, 5, 15 min) at the start of the last scripts/bench.sh invocation: {m['load_before']}; at its end: {m['load_after']}."]
     loads = [float(x[3]) for x in steps if len(x) > 3]
     if any(len(x) < 4 for x in steps if x[0] != "build"):

@@ -107,6 +107,12 @@ cat >"$out/machine.json" <<EOF
  "load_after": "$(cut -d' ' -f1-3 /proc/loadavg)", "seconds": $(( $(date +%s) - started ))}
 EOF
 python3 scripts/bench-report.py "$out" docs/benchmarks.md docs/bench
+# The client matrix (issue 25): every client's applications through every
+# change, into docs/clients.md (about 9 min; BENCH_NO_MATRIX=1 skips it).
+if [ -z "${BENCH_NO_MATRIX:-}" ]; then
+  echo "== client matrix"
+  CUTOVER="$root/target/release/nats-cutover" scripts/client-matrix.sh || failed="$failed client-matrix"
+fi
 took=$(( $(date +%s) - started ))
 echo "benchmarks took $(( took / 60 )) min $(( took % 60 )) s (load before: $load_before; after: $(cut -d' ' -f1-3 /proc/loadavg)); docs/benchmarks.md and docs/bench/*.svg rewritten"
 if [ -n "$failed" ]; then echo "failed:$failed (their rows show what they measured)" >&2; exit 1; fi
