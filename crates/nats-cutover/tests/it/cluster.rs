@@ -905,20 +905,26 @@ async fn in_place_on_a_cluster_is_exact_with_a_node_restarted_after_every_step()
     assert_eq!((s.state.messages, s.state.last_seq), (6000, 6000), "stored once, sequences kept");
 }
 
-/// Until node `k` serves every replicated stream of the test again: a
-/// replica on it, current, or its leader.
+/// Until node `k` serves every replicated stream of the test and its
+/// durable again: a replica on it, current, or its leader.
 async fn replicas_current(js: &Js, k: usize) {
     let me = format!("n{k}");
+    let serves = |c: &serde_json::Value| {
+        c["leader"].as_str() == Some(me.as_str())
+            || c["replicas"].as_array().is_some_and(|rs| {
+                rs.iter().any(|r| r["name"].as_str() == Some(me.as_str()) && r["current"] == true)
+            })
+    };
     wait_until(&format!("{me}'s replicas current"), Duration::from_secs(60), || async {
         let mut all = true;
         for s in ["ORDERS", "ORDERS_CUTOVER", "KV_CUTOVER"] {
             let Ok(Some((raw, _))) = js.stream_info_opt(s).await else { continue };
-            let c = &raw["cluster"];
-            let leader = c["leader"].as_str() == Some(me.as_str());
-            let replica = c["replicas"].as_array().is_some_and(|rs| {
-                rs.iter().any(|r| r["name"].as_str() == Some(me.as_str()) && r["current"] == true)
-            });
-            all &= leader || replica;
+            all &= serves(&raw["cluster"]);
+            if s != "KV_CUTOVER" {
+                if let Ok(Some((c, _))) = js.consumer_info_opt(s, "worker").await {
+                    all &= serves(&c["cluster"]);
+                }
+            }
         }
         all
     })
