@@ -937,3 +937,162 @@ async fn a_fleet_of_30_assets_from_json_and_nack_yaml_applied_live_exactly() {
         .collect();
     assert_eq!(outcomes, vec![json!("unchanged"); 29], "{yes:?}");
 }
+
+/// The KV revision and value of `key` in the `CUTOVER` bucket.
+async fn cutover_record(e: &Env, key: &str) -> Option<(u64, Value)> {
+    let kv = e.ctx.get_key_value("CUTOVER").await.unwrap();
+    let entry = kv.entry(key).await.unwrap()?;
+    (entry.operation == async_nats::jetstream::kv::Operation::Put)
+        .then(|| (entry.revision, serde_json::from_slice(&entry.value).unwrap()))
+}
+
+/// The runner killed during a fleet apply with --parallel 2 (five storage
+/// changes in place, a create, an update), right after the third hop of
+/// all retired its old stream: one asset is then fully changed, one or two
+/// are part-way, the rest not begun. `apply` again finishes them: every
+/// asset ends right, and none is changed twice: the finished one is
+/// untouched (its stream and its two migration journals are the same
+/// records; its fleet record goes from started to done), the interrupted ones are resumed (their journals
+/// keep their start), and each asset has one completed migration per hop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_apply_killed_mid_way_then_applied_again_changes_each_asset_once() {
+    let e = env().await;
+    let dir = TempDir::new("apply-fleet-crash");
+    let names: Vec<String> = (0..5).map(|i| format!("X{i}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        e.stream(json!({"name": n, "subjects": [format!("x{i}.>")]})).await;
+        e.consumer(n, json!({"durable_name": "w", "ack_policy": "explicit"})).await;
+        e.publish(&format!("x{i}.a"), n, 200).await;
+        let c = e.pull_consumer(n, "w").await;
+        use futures::StreamExt;
+        let mut batch = c.fetch().max_messages(50).messages().await.unwrap();
+        while let Some(m) = batch.next().await {
+            m.unwrap().double_ack().await.unwrap();
+        }
+        write_json(&dir.0, &format!("{n}.json"), json!({"name": n, "storage": "memory"}));
+    }
+    e.stream(json!({"name": "UPX", "subjects": ["upx.>"]})).await;
+    write_json(&dir.0, "upx.json", json!({"name": "UPX", "max_msgs": 77}));
+    write_json(&dir.0, "newx.json", json!({"name": "NEWX", "subjects": ["newx.>"]}));
+    let d = dir.0.to_str().unwrap();
+    let run = |crash: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
+        cmd.args(["--server", e.server.url(), "--json", "apply", d, "--yes"]);
+        cmd.args(["--parallel", "2", "--lease-ttl", "2s"]);
+        if let Some(at) = crash {
+            cmd.env("NATS_CUTOVER_TEST_CRASH_AFTER", at);
+        }
+        let o = cmd.output().unwrap();
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into(),
+            stderr: String::from_utf8_lossy(&o.stderr).into(),
+        }
+    };
+    let out = run(Some("retire#3"));
+    assert_eq!(out.code, 86, "killed after the third hop retired: {out:?}");
+    let dry = e.cli(&["--json", "apply", d]);
+    assert_eq!(dry.code, 7, "{dry:?}");
+    let plan = dry.json();
+    let asset = |s: &str| {
+        plan["assets"].as_array().unwrap().iter().find(|a| a["stream"] == s).unwrap().clone()
+    };
+    assert_eq!(asset("NEWX")["action"], "unchanged", "created before the live changes");
+    assert_eq!(asset("UPX")["action"], "unchanged");
+    let done: Vec<&String> = names.iter().filter(|n| asset(n)["action"] == "unchanged").collect();
+    let resumed: Vec<&String> = names.iter().filter(|n| asset(n)["resume"] == true).collect();
+    eprintln!("after the kill: done {done:?}, part-way {resumed:?}");
+    assert_eq!(done.len(), 1, "one asset fully changed: {plan:#}");
+    assert!((1..=2).contains(&resumed.len()), "one or two part-way: {plan:#}");
+    for n in &names {
+        if !done.contains(&n) {
+            assert_eq!(asset(n)["action"], "change_in_place", "{n}");
+        }
+    }
+    // What the finished asset and the interrupted ones have on the server now.
+    let hops = |n: &str| [format!("m.{n}.{n}_CUTOVER"), format!("m.{n}_CUTOVER.{n}")];
+    let created = |n: String| {
+        let js = e.js.clone();
+        async move { js.stream_info_raw(&n).await.unwrap()["created"].clone() }
+    };
+    let finished = done[0].clone();
+    let mut untouched = vec![created(finished.clone()).await];
+    for k in hops(&finished) {
+        untouched.push(json!(cutover_record(&e, &k).await.expect("recorded").0));
+    }
+    // Killed before its fleet record said done: the next apply finds it
+    // changed on the server (unchanged) and only records that.
+    let (_, r) = cutover_record(&e, &format!("apply.{finished}")).await.unwrap();
+    assert_eq!(r["state"], "started", "{r}");
+    let mut started_at = std::collections::BTreeMap::new();
+    for n in &resumed {
+        for k in hops(n) {
+            if let Some((_, j)) = cutover_record(&e, &k).await {
+                started_at.insert(k, j["started_ms"].clone());
+            }
+        }
+    }
+    assert!(!started_at.is_empty());
+    // The dead runner's leases lapse (2 s); until then the apply says so.
+    let mut last = None;
+    wait_until("apply to finish once the leases lapsed", Duration::from_secs(60), || {
+        let o = run(None);
+        let ok = o.code == 0;
+        last = Some(o);
+        async move { ok }
+    })
+    .await;
+    let out = last.unwrap();
+    let result = line_of(&out, "apply_result");
+    let outcome = |s: &str| {
+        result["assets"].as_array().unwrap().iter().find(|a| a["stream"] == s).unwrap()["outcome"]
+            .clone()
+    };
+    assert_eq!(outcome("NEWX"), "unchanged", "{out:?}");
+    assert_eq!(outcome("UPX"), "unchanged");
+    for n in &names {
+        let want = if *n == finished { "unchanged" } else { "changed in place" };
+        assert_eq!(outcome(n), want, "{n}: {out:?}");
+    }
+    // Every asset right: storage, messages, sequences, the durable's position.
+    for n in &names {
+        let (_, s) = e.js.stream_info(n).await.unwrap();
+        assert_eq!(s.config.storage, cutover_core::model::StorageType::Memory, "{n}");
+        assert_eq!((s.state.messages, s.state.first_seq, s.state.last_seq), (200, 1, 200), "{n}");
+        let (_, c) = e.js.consumer_info(n, "w").await.unwrap();
+        assert_eq!((c.ack_floor.stream_seq, c.num_pending), (50, 150), "{n}'s position");
+        assert!(e.js.stream_info_opt(&format!("{n}_CUTOVER")).await.unwrap().is_none(), "{n}");
+        // One completed migration per hop, each retired once.
+        for k in hops(n) {
+            let (_, j) = cutover_record(&e, &k).await.unwrap_or_else(|| panic!("{k}"));
+            assert_eq!(j["phase"], "done", "{k}: {j}");
+            let retires = j["steps"].as_array().unwrap().iter().filter(|s| s["step"] == "retire");
+            assert_eq!(retires.count(), 1, "{k} retired once: {j}");
+        }
+        let (_, r) = cutover_record(&e, &format!("apply.{n}")).await.unwrap();
+        assert_eq!(r["state"], "done", "{n}: {r}");
+    }
+    assert_eq!(e.js.stream_info_raw("UPX").await.unwrap()["config"]["max_msgs"], 77);
+    // The finished asset was not touched again; the others were resumed, not begun again.
+    let mut now = vec![created(finished.clone()).await];
+    for k in hops(&finished) {
+        now.push(json!(cutover_record(&e, &k).await.unwrap().0));
+    }
+    assert_eq!(now, untouched, "{finished}: its stream and records as the killed run left them");
+    for (k, at) in &started_at {
+        let (_, j) = cutover_record(&e, k).await.unwrap();
+        assert_eq!(&j["started_ms"], at, "{k}: resumed, not begun again: {j}");
+    }
+    // And a third apply changes nothing.
+    let before = e.snapshot().await;
+    let again = run(None);
+    assert_eq!(again.code, 0, "{again:?}");
+    let outcomes: Vec<Value> = line_of(&again, "apply_result")["assets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, vec![json!("unchanged"); 7], "{again:?}");
+    assert_eq!(e.snapshot().await, before);
+}
