@@ -10,7 +10,9 @@ use std::sync::Arc;
 type StepHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Names the step after which the runner dies (`subjects_released`,
-/// `consumer_created:<C>`, or a step's name).
+/// `consumer_created:<C>`, or a step's name); `STEP#N` dies after the Nth
+/// time STEP is journaled in this process (a fleet's migrations run side
+/// by side, each with the same step names).
 pub const CRASH_AFTER_VAR: &str = "NATS_CUTOVER_TEST_CRASH_AFTER";
 
 /// The exit code of that death.
@@ -22,9 +24,15 @@ pub const CRASH_EXIT_CODE: i32 = 86;
 /// be tested at every step; `None` if the variable is unset.
 #[cfg(feature = "test-hooks")]
 pub fn crash_after_step() -> Option<StepHook> {
-    let at = std::env::var(CRASH_AFTER_VAR).ok()?;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let var = std::env::var(CRASH_AFTER_VAR).ok()?;
+    let (at, nth) = match var.rsplit_once('#') {
+        Some((step, n)) if n.parse::<u32>().is_ok() => (step.to_string(), n.parse().unwrap()),
+        _ => (var, 1),
+    };
+    let seen = AtomicU32::new(0);
     Some(Arc::new(move |step: &str| {
-        if step == at {
+        if step == at && seen.fetch_add(1, Ordering::SeqCst) + 1 == nth {
             std::process::exit(CRASH_EXIT_CODE);
         }
     }))

@@ -439,15 +439,7 @@ async fn live_changes_run_parallel_at_a_time_each_exact() {
     eprintln!("3 changes of 2,000 messages each, --parallel 3: {:?}", t0.elapsed());
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(line_of(&out, "apply_plan")["parallel"], 3);
-    // Each change's span of events, by its stream.
-    let mut spans: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
-    for v in out.stdout.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
-        let (Some(m), Some(ts)) = (v["migration"].as_str(), v["ts_ms"].as_u64()) else { continue };
-        let stream = m.split('.').next().unwrap().trim_end_matches("_CUTOVER").to_string();
-        let s = spans.entry(stream).or_insert((ts, ts));
-        s.0 = s.0.min(ts);
-        s.1 = s.1.max(ts);
-    }
+    let spans = spans(&out);
     assert_eq!(spans.len(), 3, "{spans:?}");
     let overlap = spans.values().any(|a| spans.values().any(|b| a != b && a.0 < b.1 && b.0 < a.1));
     assert!(overlap, "no two changes ran at once: {spans:?}");
@@ -458,6 +450,20 @@ async fn live_changes_run_parallel_at_a_time_each_exact() {
         let (_, c) = e.js.consumer_info(n, "w").await.unwrap();
         assert_eq!((c.ack_floor.stream_seq, c.num_pending), (500, 1500), "{n}'s position kept");
     }
+}
+
+/// Each live change's span of events (first and last `ts_ms`), by its
+/// stream, from `apply --yes --json`'s lines.
+fn spans(out: &Out) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let mut spans: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for v in out.stdout.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
+        let (Some(m), Some(ts)) = (v["migration"].as_str(), v["ts_ms"].as_u64()) else { continue };
+        let stream = m.split('.').next().unwrap().trim_end_matches("_CUTOVER").to_string();
+        let s = spans.entry(stream).or_insert((ts, ts));
+        s.0 = s.0.min(ts);
+        s.1 = s.1.max(ts);
+    }
+    spans
 }
 
 /// A KV bucket described by a NACK `KeyValue` (storage memory, history 64)
@@ -588,4 +594,505 @@ async fn parallel_changes_under_load_measured() {
         eprintln!("--parallel {p}: 6 changes in place (5 x 50,000 messages, ORDERS under load) took {took:?}");
         load.finish_exact(6000).await;
     }
+}
+
+/// The fleet of the issue's first test, in NACK YAML (one file, several
+/// documents): P4 (an update), L3 (storage in place), LOCKED (preventUpdate,
+/// changed: refused), and buckets: two unchanged, one history update, two
+/// storage changes in place, one to create.
+const FLEET_NACK: &str = r#"---
+apiVersion: jetstream.nats.io/v1beta2
+kind: Stream
+metadata: {name: p4}
+spec: {name: P4, subjects: ["p4.>"], maxMsgs: 100}
+---
+apiVersion: jetstream.nats.io/v1beta2
+kind: Stream
+metadata: {name: l3}
+spec: {name: L3, subjects: ["l3.>"], storage: memory}
+---
+apiVersion: jetstream.nats.io/v1beta2
+kind: Stream
+metadata: {name: locked}
+spec: {name: LOCKED, subjects: ["locked.>"], maxMsgs: 10, preventUpdate: true}
+---
+apiVersion: jetstream.nats.io/v1beta2
+kind: KeyValue
+metadata: {name: ku0}
+spec: {bucket: ku0, history: 1, storage: file}
+---
+apiVersion: jetstream.nats.io/v1beta2
+kind: KeyValue
+metadata: {name: ku1}
+spec: {bucket: ku1, history: 2}
+---
+apiVersion: jetstream.nats.io/v1beta2
+kind: KeyValue
+metadata: {name: kh0}
+spec: {bucket: kh0, history: 8}
+---
+apiVersion: jetstream.nats.io/v1beta2
+kind: KeyValue
+metadata: {name: ks0}
+spec: {bucket: ks0, storage: memory}
+---
+apiVersion: jetstream.nats.io/v1beta2
+kind: KeyValue
+metadata: {name: ks1}
+spec: {bucket: ks1, storage: memory, history: 5}
+---
+apiVersion: jetstream.nats.io/v1beta2
+kind: KeyValue
+metadata: {name: kc0}
+spec: {bucket: kc0, history: 3, storage: memory}
+"#;
+
+/// One stream's state that a change must keep: messages, first and last
+/// sequence, and each durable's (ack floor, pending).
+async fn kept(e: &Env, stream: &str) -> Value {
+    let (_, s) = e.js.stream_info(stream).await.unwrap();
+    let mut durables = serde_json::Map::new();
+    for c in e.js.consumer_names(stream).await.unwrap() {
+        let (_, ci) = e.js.consumer_info(stream, &c).await.unwrap();
+        durables.insert(c, json!([ci.ack_floor.stream_seq, ci.num_pending]));
+    }
+    json!({"messages": s.state.messages, "first": s.state.first_seq, "last": s.state.last_seq,
+           "durables": durables})
+}
+
+/// The issue's fleet: 30 assets on one server (20 streams, 10 KV buckets)
+/// from JSON files (the nats CLI's stream JSON, bare and under `config`,
+/// and `nats kv add` options) and one NACK multi-document YAML file: 9
+/// unchanged, 9 updates, 3 creates, 8 live changes (storage; limits to work
+/// queue), 1 refused. The dry run's actions and exit codes (3 with the
+/// refusal, 7 without it); then `--yes --skip-refused --parallel 4` under
+/// nats-py publishers and pull workers on two of the live changes (L0's
+/// storage, W0's retention): every asset ends as its file says, messages,
+/// sequences, durables' positions and KV revisions kept, the apps exact;
+/// and a second apply finds everything unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_of_30_assets_from_json_and_nack_yaml_applied_live_exactly() {
+    let e = env().await;
+    let dir = TempDir::new("apply-fleet");
+    let files = dir.0.join("desired");
+    let mut want: std::collections::BTreeMap<String, &str> = Default::default();
+    // Unchanged: U0..U6 (U0, U1 as `nats stream info --json` prints them).
+    for i in 0..7 {
+        let n = format!("U{i}");
+        let cfg = json!({"name": n, "subjects": [format!("u{i}.>")], "max_age": 60_000_000_000i64});
+        e.stream(cfg.clone()).await;
+        e.publish(&format!("u{i}.a"), "u", 10).await;
+        let file = if i < 2 { e.js.stream_info_raw(&n).await.unwrap() } else { cfg };
+        write_json(&files, &format!("u{i}.json"), file);
+        want.insert(n, "unchanged");
+    }
+    // Updates: P0..P3 here, P4 in the YAML.
+    let updates = [
+        json!({"max_age": 3_600_000_000_000i64}),
+        json!({"max_msgs": 500}),
+        json!({"description": "fleet"}),
+        json!({"subjects": ["p3.>", "p3x.>"]}),
+    ];
+    for i in 0..5 {
+        let n = format!("P{i}");
+        e.stream(json!({"name": n, "subjects": [format!("p{i}.>")]})).await;
+        e.consumer(&n, json!({"durable_name": "w", "ack_policy": "explicit"})).await;
+        e.publish(&format!("p{i}.a"), "p", 20).await;
+        if let Some(u) = updates.get(i) {
+            let mut f = json!({"name": n});
+            f.as_object_mut().unwrap().extend(u.as_object().unwrap().clone());
+            write_json(&files, &format!("p{i}.json"), f);
+        }
+        want.insert(n, "update");
+    }
+    // Live changes: L0 (under load, no messages yet), L1..L3 (20 messages,
+    // durable w at 5 of them; L3 in the YAML), W0 (under load, to work queue).
+    let worker = json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000});
+    for n in ["L0", "W0"] {
+        let l = n.to_lowercase();
+        e.stream(json!({"name": n, "subjects": [format!("{l}.>")], "duplicate_window": 2_000_000_000i64})).await;
+        e.consumer(n, worker.clone()).await;
+        want.insert(n.into(), "change_in_place");
+    }
+    // Sorted first, so the loaded changes start in the first --parallel batch.
+    write_json(&files, "a_l0.json", json!({"name": "L0", "storage": "memory"}));
+    write_json(&files, "a_w0.json", json!({"name": "W0", "retention": "workqueue"}));
+    for i in 1..4 {
+        let n = format!("L{i}");
+        e.stream(json!({"name": n, "subjects": [format!("l{i}.>")]})).await;
+        e.consumer(&n, json!({"durable_name": "w", "ack_policy": "explicit"})).await;
+        e.publish(&format!("l{i}.a"), "l", 20).await;
+        if i < 3 {
+            write_json(&files, &format!("l{i}.json"), json!({"name": n, "storage": "memory"}));
+        }
+        want.insert(n, "change_in_place");
+    }
+    // Durables part-way: 5 of 20 acknowledged on each P and L stream.
+    for n in ["P0", "P1", "P2", "P3", "P4", "L1", "L2", "L3"] {
+        let c = e.pull_consumer(n, "w").await;
+        use futures::StreamExt;
+        let mut batch = c.fetch().max_messages(5).messages().await.unwrap();
+        while let Some(m) = batch.next().await {
+            m.unwrap().double_ack().await.unwrap();
+        }
+    }
+    // Creates: C0, C1 here (C1 bare), the bucket kc0 in the YAML, kc1 by options.
+    write_json(&files, "c0.json", json!({"name": "C0", "subjects": ["c0.>"], "storage": "memory"}));
+    write_json(&files, "c1.json", json!({"name": "C1", "subjects": ["c1.>"]}));
+    write_json(&files, "kc1.json", json!({"kv": "kc1", "history": 2}));
+    for n in ["C0", "C1", "KV_kc0", "KV_kc1"] {
+        want.insert(n.into(), "create");
+    }
+    e.stream(json!({"name": "LOCKED", "subjects": ["locked.>"]})).await;
+    want.insert("LOCKED".into(), "refused");
+    // Buckets: ku0, ku1 unchanged; kh0, kh1 history, kt0 ttl (updates);
+    // ks0, ks1, ks2 storage (live). Each with keys of several revisions.
+    let buckets = [
+        ("ku0", 1, "unchanged"),
+        ("ku1", 2, "unchanged"),
+        ("kh0", 1, "update"),
+        ("kh1", 1, "update"),
+        ("kt0", 1, "update"),
+        ("ks0", 1, "change_in_place"),
+        ("ks1", 3, "change_in_place"),
+        ("ks2", 2, "change_in_place"),
+    ];
+    for (b, history, action) in buckets {
+        e.stream(kv_stream(b, history)).await;
+        let kv = e.ctx.get_key_value(b).await.unwrap();
+        for r in 0..12 {
+            kv.put(format!("k{}", r % 4), format!("{b}-{r}").into()).await.unwrap();
+        }
+        want.insert(format!("KV_{b}"), action);
+    }
+    write_json(&files, "kh1.json", json!({"kv": "kh1", "history": 4}));
+    write_json(&files, "kt0.json", json!({"kv": "kt0", "ttl": "1h"}));
+    write_json(&files, "ks2.json", json!({"config": {"name": "KV_ks2", "storage": "memory"}}));
+    write(&files, "fleet.yaml", FLEET_NACK);
+    assert_eq!(want.len(), 30, "the fleet: {want:?}");
+    let f = files.to_str().unwrap();
+
+    // The dry run: each asset's action; refused wins (3); without it, 7.
+    let before = e.snapshot().await;
+    let dry = e.cli(&["--json", "apply", f]);
+    assert_eq!(dry.code, 3, "{dry:?}");
+    let plan = dry.json();
+    let want: std::collections::BTreeMap<String, String> =
+        want.into_iter().map(|(k, v)| (k, v.into())).collect();
+    assert_eq!(actions(&plan), want, "{plan:#}");
+    assert_eq!(
+        plan["summary"],
+        json!({"unchanged": 9, "create": 4, "update": 8, "change_in_place": 8, "refused": 1, "not_in_files": 0}),
+        "{plan:#}"
+    );
+    let dry = e.cli(&["--json", "apply", f, "--except", "LOCKED"]);
+    assert_eq!(dry.code, 7, "{dry:?}");
+    let text = e.cli(&["apply", f]);
+    assert_eq!(text.code, 3, "{text:?}");
+    assert!(
+        text.stdout
+            .contains("Summary: 9 unchanged, 4 create, 8 update, 8 change in place, 1 refused"),
+        "{}",
+        text.stdout
+    );
+    assert_eq!(e.snapshot().await, before, "a dry run changes nothing");
+    let yes = e.cli(&["apply", f, "--yes", "--parallel", "4"]);
+    assert_eq!(yes.code, 3, "a refusal stops it before its first write: {yes:?}");
+    assert_eq!(e.snapshot().await, before);
+
+    // What must survive.
+    let mut keep = std::collections::BTreeMap::new();
+    for (n, a) in &want {
+        if !["L0", "W0"].contains(&n.as_str()) && a != "create" {
+            keep.insert(n.clone(), kept(&e, n).await);
+        }
+    }
+    let mut revisions = std::collections::BTreeMap::new();
+    for (b, _, _) in buckets {
+        let kv = e.ctx.get_key_value(b).await.unwrap();
+        for k in 0..4 {
+            let entry = kv.entry(format!("k{k}")).await.unwrap().unwrap();
+            revisions.insert(format!("{b}/k{k}"), (entry.revision, entry.value.to_vec()));
+        }
+    }
+
+    // Under load: nats-py publisher and two pull workers on L0 and on W0.
+    let loads: Vec<_> = ["L0", "W0"]
+        .iter()
+        .map(|n| {
+            let d = dir.0.join(format!("apps-{n}"));
+            std::fs::create_dir_all(&d).unwrap();
+            let l = n.to_lowercase();
+            crate::pyapps::PyLoad::start_on(e.server.url(), &d, n, "worker", &l, 2, 1500, 150)
+        })
+        .collect();
+    for l in &loads {
+        l.until_processed(50).await;
+    }
+    let t0 = std::time::Instant::now();
+    let out = e.cli(&["--json", "apply", f, "--yes", "--skip-refused", "--parallel", "4"]);
+    eprintln!("the fleet applied in {:?}", t0.elapsed());
+    assert_eq!(out.code, 0, "{out:?}");
+    let result = line_of(&out, "apply_result");
+    let outcomes: std::collections::BTreeMap<String, String> = result["assets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["stream"].as_str().unwrap().into(), a["outcome"].as_str().unwrap().into()))
+        .collect();
+    for (n, a) in &want {
+        let o = match a.as_str() {
+            "unchanged" => "unchanged",
+            "update" => "updated",
+            "create" => "created",
+            "change_in_place" => "changed in place",
+            _ => "skipped (refused)",
+        };
+        assert_eq!(outcomes[n], o, "{n}: {result:#}");
+    }
+    for l in loads {
+        l.finish_exact(1500).await;
+    }
+    // The loads spanned their streams' changes: acknowledged publishes
+    // before the first event of each change and after its last.
+    let spans = spans(&out);
+    for n in ["L0", "W0"] {
+        let (from, to) = spans[n];
+        let acks = crate::pyapps::lines(&dir.0.join(format!("apps-{n}/pub.jsonl")));
+        let t = |l: &Value| l["t_ms"].as_u64().unwrap();
+        assert!(acks.iter().any(|l| t(l) < from), "{n}: no publish before its change");
+        assert!(acks.iter().any(|l| t(l) > to), "{n}: no publish after its change");
+        let mut by_stream: std::collections::BTreeMap<String, usize> = Default::default();
+        for l in &acks {
+            *by_stream.entry(l["stream"].as_str().unwrap_or("?").into()).or_default() += 1;
+        }
+        eprintln!("{n}: change took {} ms; publishes acked by {by_stream:?}", to - from);
+    }
+
+    // Every asset as its file says.
+    let raw = |n: &str| {
+        let js = e.js.clone();
+        let n = n.to_string();
+        async move { js.stream_info_raw(&n).await.unwrap()["config"].clone() }
+    };
+    for n in ["L0", "L1", "L2", "L3", "C0", "KV_ks0", "KV_ks1", "KV_ks2", "KV_kc0"] {
+        assert_eq!(raw(n).await["storage"], "memory", "{n}");
+    }
+    assert_eq!(raw("W0").await["retention"], "workqueue");
+    assert_eq!(raw("P0").await["max_age"], 3_600_000_000_000i64);
+    assert_eq!(raw("P1").await["max_msgs"], 500);
+    assert_eq!(raw("P2").await["description"], "fleet");
+    assert_eq!(raw("P3").await["subjects"], json!(["p3.>", "p3x.>"]));
+    assert_eq!(raw("P4").await["max_msgs"], 100);
+    assert_eq!(raw("KV_kh0").await["max_msgs_per_subject"], 8);
+    assert_eq!(raw("KV_kh1").await["max_msgs_per_subject"], 4);
+    assert_eq!(raw("KV_kt0").await["max_age"], 3_600_000_000_000i64);
+    assert_eq!(raw("KV_ks1").await["max_msgs_per_subject"], 5, "history and storage at once");
+    assert_eq!(raw("KV_kc0").await["max_msgs_per_subject"], 3);
+    assert_eq!(raw("KV_kc1").await["max_msgs_per_subject"], 2);
+    assert_eq!(raw("C1").await["subjects"], json!(["c1.>"]));
+    assert_eq!(raw("LOCKED").await["max_msgs"], -1, "refused: left as it was");
+    for n in ["L0", "L1", "L2", "L3", "W0", "KV_ks0", "KV_ks1", "KV_ks2"] {
+        assert!(e.js.stream_info_opt(&format!("{n}_CUTOVER")).await.unwrap().is_none(), "{n}");
+    }
+    // Messages, sequences, durables' positions kept.
+    for (n, k) in &keep {
+        assert_eq!(&kept(&e, n).await, k, "{n} kept");
+    }
+    let (_, l0) = e.js.stream_info("L0").await.unwrap();
+    assert_eq!((l0.state.messages, l0.state.last_seq), (1500, 1500), "one message a publish");
+    let (_, w0) = e.js.stream_info("W0").await.unwrap();
+    assert_eq!((w0.state.messages, w0.state.last_seq), (0, 1500), "a work queue: all consumed");
+    for n in ["L0", "W0"] {
+        assert!(e.js.consumer_info_opt(n, "worker").await.unwrap().is_some(), "{n}'s durable");
+    }
+    // KV: the same revisions and values; history a revision-checked update
+    // still meets.
+    for (b, _, _) in buckets {
+        let kv = e.ctx.get_key_value(b).await.unwrap();
+        for k in 0..4 {
+            let entry = kv.entry(format!("k{k}")).await.unwrap().unwrap();
+            assert_eq!(
+                (entry.revision, entry.value.to_vec()),
+                revisions[&format!("{b}/k{k}")],
+                "{b}/k{k}"
+            );
+        }
+        let last = revisions[&format!("{b}/k0")].0;
+        kv.update("k0", "after".into(), last).await.unwrap_or_else(|err| panic!("{b}: {err}"));
+    }
+
+    // The second apply: everything unchanged (LOCKED still refused, left out).
+    let again = e.cli(&["--json", "apply", f, "--except", "LOCKED"]);
+    assert_eq!(again.code, 0, "{again:?}");
+    assert_eq!(again.json()["summary"]["unchanged"], 29, "{again:?}");
+    let yes = e.cli(&["--json", "apply", f, "--yes", "--skip-refused"]);
+    assert_eq!(yes.code, 0, "{yes:?}");
+    let outcomes: Vec<Value> = line_of(&yes, "apply_result")["assets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["stream"] != "LOCKED")
+        .map(|a| a["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, vec![json!("unchanged"); 29], "{yes:?}");
+}
+
+/// The KV revision and value of `key` in the `CUTOVER` bucket.
+async fn cutover_record(e: &Env, key: &str) -> Option<(u64, Value)> {
+    let kv = e.ctx.get_key_value("CUTOVER").await.unwrap();
+    let entry = kv.entry(key).await.unwrap()?;
+    (entry.operation == async_nats::jetstream::kv::Operation::Put)
+        .then(|| (entry.revision, serde_json::from_slice(&entry.value).unwrap()))
+}
+
+/// The runner killed during a fleet apply with --parallel 2 (five storage
+/// changes in place, a create, an update), right after the third hop of
+/// all retired its old stream: one asset is then fully changed, one or two
+/// are part-way, the rest not begun. `apply` again finishes them: every
+/// asset ends right, and none is changed twice: the finished one is
+/// untouched (its stream and its two migration journals are the same
+/// records; its fleet record goes from started to done), the interrupted ones are resumed (their journals
+/// keep their start), and each asset has one completed migration per hop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_apply_killed_mid_way_then_applied_again_changes_each_asset_once() {
+    let e = env().await;
+    let dir = TempDir::new("apply-fleet-crash");
+    let names: Vec<String> = (0..5).map(|i| format!("X{i}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        e.stream(json!({"name": n, "subjects": [format!("x{i}.>")]})).await;
+        e.consumer(n, json!({"durable_name": "w", "ack_policy": "explicit"})).await;
+        e.publish(&format!("x{i}.a"), n, 200).await;
+        let c = e.pull_consumer(n, "w").await;
+        use futures::StreamExt;
+        let mut batch = c.fetch().max_messages(50).messages().await.unwrap();
+        while let Some(m) = batch.next().await {
+            m.unwrap().double_ack().await.unwrap();
+        }
+        write_json(&dir.0, &format!("{n}.json"), json!({"name": n, "storage": "memory"}));
+    }
+    e.stream(json!({"name": "UPX", "subjects": ["upx.>"]})).await;
+    write_json(&dir.0, "upx.json", json!({"name": "UPX", "max_msgs": 77}));
+    write_json(&dir.0, "newx.json", json!({"name": "NEWX", "subjects": ["newx.>"]}));
+    let d = dir.0.to_str().unwrap();
+    let run = |crash: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
+        cmd.args(["--server", e.server.url(), "--json", "apply", d, "--yes"]);
+        cmd.args(["--parallel", "2", "--lease-ttl", "2s"]);
+        if let Some(at) = crash {
+            cmd.env("NATS_CUTOVER_TEST_CRASH_AFTER", at);
+        }
+        let o = cmd.output().unwrap();
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into(),
+            stderr: String::from_utf8_lossy(&o.stderr).into(),
+        }
+    };
+    let out = run(Some("retire#3"));
+    assert_eq!(out.code, 86, "killed after the third hop retired: {out:?}");
+    let dry = e.cli(&["--json", "apply", d]);
+    assert_eq!(dry.code, 7, "{dry:?}");
+    let plan = dry.json();
+    let asset = |s: &str| {
+        plan["assets"].as_array().unwrap().iter().find(|a| a["stream"] == s).unwrap().clone()
+    };
+    assert_eq!(asset("NEWX")["action"], "unchanged", "created before the live changes");
+    assert_eq!(asset("UPX")["action"], "unchanged");
+    let done: Vec<&String> = names.iter().filter(|n| asset(n)["action"] == "unchanged").collect();
+    let resumed: Vec<&String> = names.iter().filter(|n| asset(n)["resume"] == true).collect();
+    eprintln!("after the kill: done {done:?}, part-way {resumed:?}");
+    assert_eq!(done.len(), 1, "one asset fully changed: {plan:#}");
+    assert!((1..=2).contains(&resumed.len()), "one or two part-way: {plan:#}");
+    for n in &names {
+        if !done.contains(&n) {
+            assert_eq!(asset(n)["action"], "change_in_place", "{n}");
+        }
+    }
+    // What the finished asset and the interrupted ones have on the server now.
+    let hops = |n: &str| [format!("m.{n}.{n}_CUTOVER"), format!("m.{n}_CUTOVER.{n}")];
+    let created = |n: String| {
+        let js = e.js.clone();
+        async move { js.stream_info_raw(&n).await.unwrap()["created"].clone() }
+    };
+    let finished = done[0].clone();
+    let mut untouched = vec![created(finished.clone()).await];
+    for k in hops(&finished) {
+        untouched.push(json!(cutover_record(&e, &k).await.expect("recorded").0));
+    }
+    // Killed before its fleet record said done: the next apply finds it
+    // changed on the server (unchanged) and only records that.
+    let (_, r) = cutover_record(&e, &format!("apply.{finished}")).await.unwrap();
+    assert_eq!(r["state"], "started", "{r}");
+    let mut started_at = std::collections::BTreeMap::new();
+    for n in &resumed {
+        for k in hops(n) {
+            if let Some((_, j)) = cutover_record(&e, &k).await {
+                started_at.insert(k, j["started_ms"].clone());
+            }
+        }
+    }
+    assert!(!started_at.is_empty());
+    // The dead runner's leases lapse (2 s); until then the apply says so.
+    let mut last = None;
+    wait_until("apply to finish once the leases lapsed", Duration::from_secs(60), || {
+        let o = run(None);
+        let ok = o.code == 0;
+        last = Some(o);
+        async move { ok }
+    })
+    .await;
+    let out = last.unwrap();
+    let result = line_of(&out, "apply_result");
+    let outcome = |s: &str| {
+        result["assets"].as_array().unwrap().iter().find(|a| a["stream"] == s).unwrap()["outcome"]
+            .clone()
+    };
+    assert_eq!(outcome("NEWX"), "unchanged", "{out:?}");
+    assert_eq!(outcome("UPX"), "unchanged");
+    for n in &names {
+        let want = if *n == finished { "unchanged" } else { "changed in place" };
+        assert_eq!(outcome(n), want, "{n}: {out:?}");
+    }
+    // Every asset right: storage, messages, sequences, the durable's position.
+    for n in &names {
+        let (_, s) = e.js.stream_info(n).await.unwrap();
+        assert_eq!(s.config.storage, cutover_core::model::StorageType::Memory, "{n}");
+        assert_eq!((s.state.messages, s.state.first_seq, s.state.last_seq), (200, 1, 200), "{n}");
+        let (_, c) = e.js.consumer_info(n, "w").await.unwrap();
+        assert_eq!((c.ack_floor.stream_seq, c.num_pending), (50, 150), "{n}'s position");
+        assert!(e.js.stream_info_opt(&format!("{n}_CUTOVER")).await.unwrap().is_none(), "{n}");
+        // One completed migration per hop, each retired once.
+        for k in hops(n) {
+            let (_, j) = cutover_record(&e, &k).await.unwrap_or_else(|| panic!("{k}"));
+            assert_eq!(j["phase"], "done", "{k}: {j}");
+            let retires = j["steps"].as_array().unwrap().iter().filter(|s| s["step"] == "retire");
+            assert_eq!(retires.count(), 1, "{k} retired once: {j}");
+        }
+        let (_, r) = cutover_record(&e, &format!("apply.{n}")).await.unwrap();
+        assert_eq!(r["state"], "done", "{n}: {r}");
+    }
+    assert_eq!(e.js.stream_info_raw("UPX").await.unwrap()["config"]["max_msgs"], 77);
+    // The finished asset was not touched again; the others were resumed, not begun again.
+    let mut now = vec![created(finished.clone()).await];
+    for k in hops(&finished) {
+        now.push(json!(cutover_record(&e, &k).await.unwrap().0));
+    }
+    assert_eq!(now, untouched, "{finished}: its stream and records as the killed run left them");
+    for (k, at) in &started_at {
+        let (_, j) = cutover_record(&e, k).await.unwrap();
+        assert_eq!(&j["started_ms"], at, "{k}: resumed, not begun again: {j}");
+    }
+    // And a third apply changes nothing.
+    let before = e.snapshot().await;
+    let again = run(None);
+    assert_eq!(again.code, 0, "{again:?}");
+    let outcomes: Vec<Value> = line_of(&again, "apply_result")["assets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, vec![json!("unchanged"); 7], "{again:?}");
+    assert_eq!(e.snapshot().await, before);
 }

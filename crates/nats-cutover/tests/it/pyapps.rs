@@ -101,8 +101,13 @@ impl App {
     /// tests/apps/publisher.py: `count` messages at about `rate` msg/s to
     /// orders.0 .. orders.3, msg-ids m-0, m-1, ..., its records in `out`.
     pub fn publisher(url: &str, count: u32, rate: u32, out: &Path) -> App {
+        App::publisher_on(url, "orders", count, rate, out)
+    }
+
+    /// [`App::publisher`] to `subject`.0 .. `subject`.3.
+    pub fn publisher_on(url: &str, subject: &str, count: u32, rate: u32, out: &Path) -> App {
         let (count, rate) = (count.to_string(), rate.to_string());
-        let args = ["--server", url, "--subject", "orders", "--subjects-count", "4"];
+        let args = ["--server", url, "--subject", subject, "--subjects-count", "4"];
         let rest = ["--count", &count, "--rate", &rate, "--id-prefix", "m"];
         let out = ["--out", out.to_str().unwrap()];
         App::start("publisher.py", &[&args[..], &rest[..], &out[..]].concat())
@@ -314,6 +319,21 @@ impl PyLoad {
         count: u32,
         rate: u32,
     ) -> PyLoad {
+        PyLoad::start_on(url, dir, stream, consumer, "orders", workers, count, rate)
+    }
+
+    /// [`PyLoad::start`] with the publisher on `subject`.0 .. `subject`.3.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_on(
+        url: &str,
+        dir: &Path,
+        stream: &str,
+        consumer: &str,
+        subject: &str,
+        workers: usize,
+        count: u32,
+        rate: u32,
+    ) -> PyLoad {
         let mut apps = vec![];
         let mut files = vec![];
         for i in 0..workers {
@@ -327,7 +347,7 @@ impl PyLoad {
             files.push(out);
         }
         let published = dir.join("pub.jsonl");
-        let publisher = App::publisher(url, count, rate, &published);
+        let publisher = App::publisher_on(url, subject, count, rate, &published);
         PyLoad { workers: apps, files, publisher, published }
     }
 
