@@ -20,15 +20,16 @@ def main():
     m = json.load(open(sys.argv[2]))
     doc = sys.argv[3]
     d = data
-    assets = d["streams"] + d["kv"]
+    r0 = d["runs"][0] if d["runs"] else {}
     out = [BEGIN, "", "## apply: a fleet changed live (issue 26)", ""]
     out.append(
-        f"`scripts/bench-apply.sh`: {assets} assets ({d['streams']} streams, {d['kv']} KV buckets), "
-        f"{d['live']} of them needing a live change (storage file to memory, streams and buckets in "
-        f"proportion), half the others an update the server takes (max_age; a bucket's history), "
-        f"half unchanged; {d['msgs_per_asset']} messages an asset. {d['loaded']} of the live-change "
-        f"streams carry a live workload (publisher with msg-ids and retries at {d['rate_per_loaded']} "
-        f"msg/s each, one pull worker following its route). The release binary runs "
+        f"`scripts/bench-apply.sh`: a fleet of streams and KV buckets (sizes per row; the issue's "
+        f"is 200: 150 streams, 50 buckets, 40 live changes), the live changes storage file to memory "
+        f"(streams and buckets in proportion), half the others an update the server takes (max_age; "
+        f"a bucket's history), half unchanged; {d['msgs_per_asset']} messages an asset, every "
+        f"asset's duplicate window {d['window_s']} s. The loaded assets are live-change streams with "
+        f"a live workload each (publisher with msg-ids and retries at {d['rate_per_loaded']} msg/s, "
+        f"one pull worker following its route). The release binary runs "
         f"`apply DIR --yes --parallel P` under `/usr/bin/time -v`; fresh servers every run "
         f"(nats-server {d['server']}; the cluster: 3 nodes on loopback, every asset R3)."
     )
@@ -42,11 +43,11 @@ def main():
     )
     out.append("")
     out.append(
-        "| nodes | `--parallel` | apply took | longest publish, worst asset | longest publish, "
+        "| nodes | fleet: streams + KV (live, loaded) | `--parallel` | apply took | longest publish, worst asset | longest publish, "
         "median of the loaded assets | each live change took (median / max) | lost / twice | "
         "publish failures | runner peak RSS | outcomes | dry run afterwards |"
     )
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in d["runs"]:
         outcomes = ", ".join(f"{v} {k}" for k, v in sorted(r["outcomes"].items()))
         if r["exit_code"] != 0:
@@ -56,7 +57,7 @@ def main():
         rss = r.get("peak_rss_kib")
         after = r["dry_run_after_exit_code"]
         out.append(
-            f"| {r['nodes']} (R{r['replicas']}) | {r['parallel']} | {num(r['apply_s'], 1)} s | "
+            f"| {r['nodes']} (R{r['replicas']}) | {r['streams']} + {r['kv']} ({r['live']}, {r['loaded']}) | {r['parallel']} | {num(r['apply_s'], 1)} s | "
             f"{num(r['worst_stall_ms'])} ms | {num(r['median_stall_ms'])} ms | "
             f"{num(r['live_change_ms_median'])} / {num(r['live_change_ms_max'])} ms | "
             f"{r['lost']} / {r['twice']} | {r['publish_failures']} | "

@@ -17,8 +17,12 @@
 //! `APPLY_BIN=target/release/nats-cutover cargo bench -p cutover-demo --bench apply`;
 //! scripts/bench-apply.sh builds and runs it and writes docs/benchmarks.md.
 //! Knobs: APPLY_STREAMS (150), APPLY_KV (50), APPLY_LIVE (40), APPLY_LOADED
-//! (10), APPLY_MSGS (20), APPLY_RATE (100), APPLY_PARALLEL (`1,4,16`),
-//! APPLY_NODES (`1,3`). Writes target/bench/apply.json (APPLY_OUT).
+//! (10), APPLY_MSGS (20), APPLY_RATE (100), APPLY_WINDOW_S (3: every
+//! asset's duplicate window, which is the retry horizon each hop waits on a
+//! cluster, twice a change; the nats clients' 2 min makes a cluster's
+//! change take over 4 min), APPLY_PARALLEL (`1,4,16`), APPLY_NODES (`1,3`),
+//! APPLY_CLUSTER_STREAMS, _KV, _LIVE, _LOADED (the cluster's fleet, by
+//! default the same). Writes target/bench/apply.json (APPLY_OUT).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -38,6 +42,9 @@ struct Knobs {
     loaded: usize,
     msgs: u64,
     rate: u32,
+    /// Every asset's duplicate window, the retry horizon each hop waits on a
+    /// cluster (docs/in-place.md).
+    window_ns: i64,
     bin: PathBuf,
 }
 
@@ -49,6 +56,7 @@ fn main() {
         loaded: common::env_or("APPLY_LOADED", 10),
         msgs: common::env_or("APPLY_MSGS", 20),
         rate: common::env_or("APPLY_RATE", 100),
+        window_ns: common::env_or::<i64>("APPLY_WINDOW_S", 3) * 1_000_000_000,
         bin: std::env::var("APPLY_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|_| cutover_testkit::repo_root().join("target/release/nats-cutover")),
@@ -63,14 +71,31 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let mut rows = vec![];
     for &n in &nodes {
+        // The cluster's fleet may be smaller (APPLY_CLUSTER_*): each change
+        // there waits two retry horizons.
+        let c = |name: &str, d: usize| {
+            if n == 1 {
+                d
+            } else {
+                common::env_or(&format!("APPLY_CLUSTER_{name}"), d)
+            }
+        };
+        let k = Knobs {
+            streams: c("STREAMS", k.streams),
+            kv: c("KV", k.kv),
+            live: c("LIVE", k.live),
+            loaded: c("LOADED", k.loaded),
+            bin: k.bin.clone(),
+            ..k
+        };
         for &p in &parallel {
             let row = rt.block_on(one_run(&k, n, p));
             eprintln!("{n} node(s), --parallel {p}: {row}");
             rows.push(row);
         }
     }
-    let out = json!({"server": PINNED_VERSION, "streams": k.streams, "kv": k.kv, "live": k.live,
-        "loaded": k.loaded, "msgs_per_asset": k.msgs, "rate_per_loaded": k.rate, "runs": rows});
+    let out = json!({"server": PINNED_VERSION, "msgs_per_asset": k.msgs, "rate_per_loaded": k.rate,
+        "window_s": k.window_ns / 1_000_000_000, "runs": rows});
     match std::env::var("APPLY_OUT") {
         Ok(p) => std::fs::write(p, serde_json::to_string_pretty(&out).unwrap()).unwrap(),
         Err(_) => common::write_json("apply", &out),
@@ -110,8 +135,7 @@ fn fleet(k: &Knobs, replicas: usize) -> Vec<Asset> {
     for i in 0..k.streams {
         let name = format!("S{i:03}");
         let subject = format!("s{i}");
-        let config =
-            json!({"name": name, "subjects": [format!("{subject}.>")], "num_replicas": replicas});
+        let config = json!({"name": name, "subjects": [format!("{subject}.>")], "num_replicas": replicas, "duplicate_window": k.window_ns});
         let (file, want) = if i < live_streams {
             (json!({"name": name, "storage": "memory"}), "changed in place")
         } else if i % 2 == 0 {
@@ -125,7 +149,7 @@ fn fleet(k: &Knobs, replicas: usize) -> Vec<Asset> {
         let b = format!("b{j:03}");
         let config = json!({"name": format!("KV_{b}"), "subjects": [format!("$KV.{b}.>")],
             "max_msgs_per_subject": 1, "discard": "new", "allow_rollup_hdrs": true,
-            "deny_delete": true, "allow_direct": true, "duplicate_window": 120_000_000_000i64,
+            "deny_delete": true, "allow_direct": true, "duplicate_window": k.window_ns,
             "num_replicas": replicas});
         let (file, want) = if j < live_kv {
             (json!({"kv": b, "storage": "memory"}), "changed in place")
@@ -209,6 +233,7 @@ async fn one_run(k: &Knobs, nodes: usize, parallel: u16) -> Value {
             duration: Duration::from_secs(3600),
             workers: 1,
             processing: Duration::ZERO,
+            retry_horizon: Duration::from_nanos(k.window_ns as u64),
             ..LoadConfig::default()
         };
         loads.push(Load::start_tagged(client.clone(), cfg, &format!("{}-", a.stream)).await);
@@ -285,6 +310,7 @@ async fn one_run(k: &Knobs, nodes: usize, parallel: u16) -> Value {
     let stall_values: Vec<f64> = stalls.values().cloned().collect();
     json!({
         "nodes": nodes, "replicas": replicas, "parallel": parallel, "assets": assets.len(),
+        "streams": k.streams, "kv": k.kv, "live": k.live, "loaded": loaded.len(),
         "setup_s": (setup_s * 10.0).round() / 10.0,
         "apply_s": (apply_s * 100.0).round() / 100.0, "exit_code": code,
         "error": if code == 0 { Value::Null } else { json!(stderr.lines().rev().take(5).collect::<Vec<_>>()) },

@@ -948,11 +948,12 @@ async fn cutover_record(e: &Env, key: &str) -> Option<(u64, Value)> {
 
 /// The runner killed during a fleet apply with --parallel 2 (five storage
 /// changes in place, a create, an update), right after the third hop of
-/// all retired its old stream: one asset is then fully changed, one or two
-/// are part-way, the rest not begun. `apply` again finishes them: every
+/// all retired its old stream: one asset is then fully changed (two when the
+/// other under way writes its last step before the process ends), the
+/// other begun one part-way, three not begun. `apply` again finishes them: every
 /// asset ends right, and none is changed twice: the finished one is
 /// untouched (its stream and its two migration journals are the same
-/// records; its fleet record goes from started to done), the interrupted ones are resumed (their journals
+/// records), the interrupted ones are resumed (their journals
 /// keep their start), and each asset has one completed migration per hop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_apply_killed_mid_way_then_applied_again_changes_each_asset_once() {
@@ -1002,8 +1003,11 @@ async fn a_fleet_apply_killed_mid_way_then_applied_again_changes_each_asset_once
     let done: Vec<&String> = names.iter().filter(|n| asset(n)["action"] == "unchanged").collect();
     let resumed: Vec<&String> = names.iter().filter(|n| asset(n)["resume"] == true).collect();
     eprintln!("after the kill: done {done:?}, part-way {resumed:?}");
-    assert_eq!(done.len(), 1, "one asset fully changed: {plan:#}");
-    assert!((1..=2).contains(&resumed.len()), "one or two part-way: {plan:#}");
+    // The other change under way when the hook exits may still write its
+    // last step before the process ends: one or two are done, at most two
+    // (--parallel 2) were begun, three were not.
+    assert!((1..=2).contains(&done.len()), "one or two fully changed: {plan:#}");
+    assert!(done.len() + resumed.len() <= 2, "at most two begun: {plan:#}");
     for n in &names {
         if !done.contains(&n) {
             assert_eq!(asset(n)["action"], "change_in_place", "{n}");
@@ -1015,15 +1019,14 @@ async fn a_fleet_apply_killed_mid_way_then_applied_again_changes_each_asset_once
         let js = e.js.clone();
         async move { js.stream_info_raw(&n).await.unwrap()["created"].clone() }
     };
-    let finished = done[0].clone();
-    let mut untouched = vec![created(finished.clone()).await];
-    for k in hops(&finished) {
-        untouched.push(json!(cutover_record(&e, &k).await.expect("recorded").0));
+    let finished: Vec<String> = done.iter().map(|n| n.to_string()).collect();
+    let mut untouched = vec![];
+    for n in &finished {
+        untouched.push(created(n.clone()).await);
+        for k in hops(n) {
+            untouched.push(json!(cutover_record(&e, &k).await.expect("recorded").0));
+        }
     }
-    // Killed before its fleet record said done: the next apply finds it
-    // changed on the server (unchanged) and only records that.
-    let (_, r) = cutover_record(&e, &format!("apply.{finished}")).await.unwrap();
-    assert_eq!(r["state"], "started", "{r}");
     let mut started_at = std::collections::BTreeMap::new();
     for n in &resumed {
         for k in hops(n) {
@@ -1032,7 +1035,6 @@ async fn a_fleet_apply_killed_mid_way_then_applied_again_changes_each_asset_once
             }
         }
     }
-    assert!(!started_at.is_empty());
     // The dead runner's leases lapse (2 s); until then the apply says so.
     let mut last = None;
     wait_until("apply to finish once the leases lapsed", Duration::from_secs(60), || {
@@ -1051,7 +1053,7 @@ async fn a_fleet_apply_killed_mid_way_then_applied_again_changes_each_asset_once
     assert_eq!(outcome("NEWX"), "unchanged", "{out:?}");
     assert_eq!(outcome("UPX"), "unchanged");
     for n in &names {
-        let want = if *n == finished { "unchanged" } else { "changed in place" };
+        let want = if finished.contains(n) { "unchanged" } else { "changed in place" };
         assert_eq!(outcome(n), want, "{n}: {out:?}");
     }
     // Every asset right: storage, messages, sequences, the durable's position.
@@ -1066,19 +1068,28 @@ async fn a_fleet_apply_killed_mid_way_then_applied_again_changes_each_asset_once
         for k in hops(n) {
             let (_, j) = cutover_record(&e, &k).await.unwrap_or_else(|| panic!("{k}"));
             assert_eq!(j["phase"], "done", "{k}: {j}");
-            let retires = j["steps"].as_array().unwrap().iter().filter(|s| s["step"] == "retire");
-            assert_eq!(retires.count(), 1, "{k} retired once: {j}");
+            // A retire the kill interrupted is journaled as begun (no end)
+            // and done again on resume; one ends.
+            let retires = j["steps"].as_array().unwrap().iter();
+            let ended = retires.filter(|s| s["step"] == "retire" && !s["ended_ms"].is_null());
+            assert_eq!(ended.count(), 1, "{k} retired once: {j}");
         }
         let (_, r) = cutover_record(&e, &format!("apply.{n}")).await.unwrap();
         assert_eq!(r["state"], "done", "{n}: {r}");
     }
     assert_eq!(e.js.stream_info_raw("UPX").await.unwrap()["config"]["max_msgs"], 77);
     // The finished asset was not touched again; the others were resumed, not begun again.
-    let mut now = vec![created(finished.clone()).await];
-    for k in hops(&finished) {
-        now.push(json!(cutover_record(&e, &k).await.unwrap().0));
+    let mut now = vec![];
+    for n in &finished {
+        now.push(created(n.clone()).await);
+        for k in hops(n) {
+            now.push(json!(cutover_record(&e, &k).await.unwrap().0));
+        }
     }
-    assert_eq!(now, untouched, "{finished}: its stream and records as the killed run left them");
+    assert_eq!(
+        now, untouched,
+        "{finished:?}: their streams and journals as the killed run left them"
+    );
     for (k, at) in &started_at {
         let (_, j) = cutover_record(&e, k).await.unwrap();
         assert_eq!(&j["started_ms"], at, "{k}: resumed, not begun again: {j}");
