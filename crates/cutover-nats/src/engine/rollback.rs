@@ -394,16 +394,7 @@ impl Undo<'_> {
             return Err(Error::Unsafe(format!("consumer {}/{} delivered messages above its fence {f} and gives a message up after max_deliver deliveries; giving it back needs consumer reset (2.14+), which this server lacks; roll forward instead: `nats-cutover run --resume {}`", j.from, c.name, j.id)));
         }
         self.settle_old_to_fence(j, c).await?;
-        self.js
-            .api(
-                &format!("reset consumer {}/{}", j.from, c.name),
-                &format!("CONSUMER.RESET.{}.{}", j.from, c.name),
-                &json!({ "seq": f + 1 }),
-            )
-            .await?;
-        let step = Step::Consumer(c.name.clone());
-        self.done(j, step, StepResult::ConsumerReset { reset_to: f + 1 });
-        Ok(())
+        self.reset_old_to(j, c, f + 1).await
     }
 
     /// The new durable processed B messages up to `f_b`: the old one must
@@ -424,15 +415,20 @@ impl Undo<'_> {
         if !self.js.server_version().is_some_and(|v| v.features().consumer_reset) {
             return Err(Error::Unsafe(format!("consumer {} processed messages on {} up to origin {o}; moving the old durable past them needs consumer reset (2.14+), which this server lacks; nothing was undone; roll forward instead: `nats-cutover run --resume {}`", c.name, j.to, j.id)));
         }
+        self.reset_old_to(j, c, o + 1).await
+    }
+
+    /// The old durable resets to deliver from `seq` (consumer reset, 2.14+).
+    async fn reset_old_to(&self, j: &Journal, c: &ConsumerProgress, seq: u64) -> Result<()> {
         self.js
             .api(
                 &format!("reset consumer {}/{}", j.from, c.name),
                 &format!("CONSUMER.RESET.{}.{}", j.from, c.name),
-                &json!({ "seq": o + 1 }),
+                &json!({ "seq": seq }),
             )
             .await?;
         let step = Step::Consumer(c.name.clone());
-        self.done(j, step, StepResult::ConsumerReset { reset_to: o + 1 });
+        self.done(j, step, StepResult::ConsumerReset { reset_to: seq });
         Ok(())
     }
 }
