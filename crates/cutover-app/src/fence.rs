@@ -77,10 +77,11 @@ fn targets(
     version: &str,
 ) -> (Option<Binding>, Option<Binding>) {
     let Some(r) = route else { return (Some(home.clone()), None) };
-    let new = Binding { stream: r.stream.clone(), consumer: r.consumer.clone() };
+    let new = Binding { stream: r.stream.clone(), consumer: r.consumer.clone(), routed: true };
     let old = Binding {
         stream: r.old_stream.clone().unwrap_or_else(|| home.stream.clone()),
         consumer: r.old_consumer.clone().unwrap_or_else(|| home.consumer.clone()),
+        routed: false,
     };
     if r.mode == Mode::Rolling && r.new_version.as_deref() != Some(version) {
         return (Some(old), None);
@@ -118,7 +119,7 @@ where
     let reg = Registration::start(client.clone(), stream, consumer, &opts.instance).await?;
     let watch = RouteWatch::start(client, stream, consumer).await?;
     let mut routes = watch.subscribe();
-    let home = Binding { stream: stream.into(), consumer: consumer.into() };
+    let home = Binding::home(stream, consumer);
     let mut l = Loop { ctx, opts, reg, home, slots: [Slot::new(Role::Old), Slot::new(Role::New)] };
     let mut route = routes.borrow_and_update().clone();
     let (mut done, mut open) = (Consumed::default(), true);
@@ -294,8 +295,8 @@ mod tests {
 
     #[test]
     fn the_slots_follow_the_states() {
-        let home = Binding { stream: "A".into(), consumer: "c".into() };
-        let b = Binding { stream: "B".into(), consumer: "c".into() };
+        let home = Binding::home("A", "c");
+        let b = Binding { stream: "B".into(), consumer: "c".into(), routed: true };
         let t = |r: &Option<Route>| targets(r, &home, "1");
         assert_eq!(t(&None), (Some(home.clone()), None));
         let both = (Some(home.clone()), Some(b.clone()));

@@ -12,6 +12,18 @@ use tokio::sync::watch;
 pub struct Binding {
     pub stream: String,
     pub consumer: String,
+    /// Named by a route record, not the home binding. Across systems under
+    /// the same name the route's last hop names the home stream and
+    /// consumer again, on the target side: a worker that reaches both
+    /// sides tells them apart by this.
+    pub routed: bool,
+}
+
+impl Binding {
+    /// The binding an application starts with (no route record).
+    pub fn home(stream: &str, consumer: &str) -> Self {
+        Binding { stream: stream.into(), consumer: consumer.into(), routed: false }
+    }
 }
 
 /// The stream/consumer an application should read from, kept current.
@@ -34,9 +46,9 @@ impl Follower {
         stream: &str,
         consumer: &str,
     ) -> Result<Self, async_nats::Error> {
-        let original = Binding { stream: stream.into(), consumer: consumer.into() };
+        let original = Binding::home(stream, consumer);
         let map = move |r: Option<Route>| match r {
-            Some(r) => Binding { stream: r.stream, consumer: r.consumer },
+            Some(r) => Binding { stream: r.stream, consumer: r.consumer, routed: true },
             None => original.clone(),
         };
         let (rx, task) = watch_route(client, stream, consumer, map).await?;

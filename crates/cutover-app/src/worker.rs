@@ -126,7 +126,9 @@ where
     let mut acked = 0u64;
     while !*sig.shutdown.borrow() {
         let binding = sig.route.borrow_and_update().clone();
-        let (ctx, stats) = if binding.stream == stream {
+        // A route names the target side's stream, whatever its name (across
+        // systems under the same name its last hop names the home stream).
+        let (ctx, stats) = if !binding.routed {
             (&home_ctx, home.statistics())
         } else {
             (&target_ctx, target.statistics())

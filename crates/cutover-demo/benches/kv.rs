@@ -65,6 +65,7 @@ async fn one_run(keys: u64, rate: u64) -> Value {
         all_consumers: true,
         settings: Some(settings(Kind::Kv, &pairs).unwrap()),
         retry_horizon: None,
+        repoint_publishers: false,
     };
     let js = Js::new(client.clone(), Duration::from_secs(30));
     let (_tx, rx) = tokio::sync::watch::channel(false);

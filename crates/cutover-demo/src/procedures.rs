@@ -317,6 +317,7 @@ async fn apply(
                 all_consumers: false,
                 settings: Some(settings),
                 retry_horizon: Some(l.retry_horizon),
+                repoint_publishers: false,
             };
             engine::run_in_place(js, &req, &RunOptions::default(), &NoSink, rx).await?;
             Ok(Duration::ZERO)

@@ -230,6 +230,7 @@ async fn cut_over(
             all_consumers: false,
             settings: Some(settings.clone()),
             retry_horizon: Some(l.retry_horizon),
+            repoint_publishers: false,
         };
         let outline = engine::outline_in_place(js, &req).await?;
         let cut = Instant::now();

@@ -191,6 +191,14 @@ impl Js {
         Js { source: Some(Arc::new((from.to_string(), source))), ..self }
     }
 
+    /// This client without its source side: every request to the target
+    /// side, whatever stream it names. The second hop of a move across
+    /// systems that keeps the stream's name runs on it (there the old
+    /// name is the new stream's, on the target side).
+    pub fn target_only(&self) -> Js {
+        Js { source: None, ..self.clone() }
+    }
+
     /// The source side of a move across systems, if this is one.
     pub fn source_side(&self) -> Option<&Js> {
         self.source.as_deref().map(|(_, js)| js)

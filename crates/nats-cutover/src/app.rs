@@ -37,8 +37,9 @@ pub fn main() -> i32 {
         Ok(rt) => rt,
         Err(e) => return fail(json, &CliError::Runtime(e)),
     };
+    let command = cmd::inplace::same_name_across(&cli.conn, cli.command);
     let result = rt.block_on(async move {
-        match cli.command {
+        match command {
             Command::Inspect(a) => cmd::inspect::run(&cli.conn, json, a).await,
             Command::Plan(a) if a.plan.in_place.is_some() => {
                 cmd::inplace::plan(&cli.conn, json, &a).await

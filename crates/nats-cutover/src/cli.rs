@@ -554,11 +554,21 @@ pub struct BucketArgs {
     pub no_answer_publishes: bool,
     /// A new setting, OPTION=VALUE with the nats CLI's option names
     /// (--set history=10 --set storage=memory --set ttl=24h); repeatable.
-    #[arg(long, value_name = "OPTION=VALUE", required = true, help_heading = "In place")]
+    /// Required unless the bucket moves to another system as it is
+    /// (--from-server/--from-context: the source side holds it).
+    #[arg(long, value_name = "OPTION=VALUE", help_heading = "In place")]
     pub set: Vec<String>,
     /// The temporary stream (default: <STREAM>_CUTOVER).
     #[arg(long, value_name = "STREAM", help_heading = "In place")]
     pub via: Option<String>,
+    /// Across systems (--from-server/--from-context): the bucket's clients
+    /// are repointed to the target side at the commit point, as they must
+    /// be across a leaf connection between JetStream domains (the server
+    /// never lets `$KV.>` and `$OBJ.>` cross it): from the commit point a
+    /// write still sent to the old system is answered "no responders"
+    /// (nothing stored) until its client reconnects to the target side.
+    #[arg(long, help_heading = "Across systems")]
+    pub repoint_publishers: bool,
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,

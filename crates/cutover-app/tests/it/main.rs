@@ -57,7 +57,7 @@ async fn the_follower_follows_the_route_record_and_a_rollback() {
     let s = NatsServer::start();
     let (client, js) = connect(&s).await;
     let follower = Follower::start(client, "ORDERS", "worker").await.unwrap();
-    let original = Binding { stream: "ORDERS".into(), consumer: "worker".into() };
+    let original = Binding::home("ORDERS", "worker");
     assert_eq!(follower.current(), original);
     let mut rx = follower.subscribe();
     let store = JournalStore::open(&js, IfMissing::Create).await.unwrap().unwrap();

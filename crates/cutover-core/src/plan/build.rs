@@ -95,6 +95,7 @@ pub(super) fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, Plan
         external: req.external.clone(),
         handover,
         in_place_then: Default::default(),
+        keeps_name_across: false,
         across: false,
         a_ingest: facts.checks.a_ingest,
         safe,
@@ -126,14 +127,16 @@ fn rule_across(r: &mut Report, req: &PlanRequest) {
     if req.mode != Mode::Drain {
         r.add("plan", "mode", req.mode.as_str(), "", Verdict::Unsafe, "fence and rolling modes across systems are not supported yet (instances register on one side): use --mode drain");
     }
-    if req.in_place.is_some() {
+    // Hop 1 of a move that keeps the name (`InPlaceHop::Out` across) is
+    // planned here; hop 2 runs on the target side alone.
+    if req.in_place == Some(InPlaceHop::Back) {
         r.add(
             "plan",
             "in-place",
             "",
             "",
             Verdict::Unsafe,
-            "an in-place change stays on one system: drop --from-server/--from-context",
+            "the second hop of an in-place change stays on one system: drop --from-server/--from-context",
         );
     }
 }

@@ -91,6 +91,13 @@ pub struct Plan {
     /// `run`, `verify` and `rollback` need both sides' connections.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub across: bool,
+    /// Hop 2 of a move across systems that keeps the stream's name (A on
+    /// the source side, the temporary stream and then B, named as A, on the
+    /// target side): the routes end on B under that name instead of being
+    /// deleted as an in-place hop 2 does on one system (there a follower
+    /// without a route is home again; across, home is the old system).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keeps_name_across: bool,
     /// A's ingest rate when planned (B must receive at least as fast).
     #[serde(default)]
     pub a_ingest: Option<crate::catchup::IngestRate>,

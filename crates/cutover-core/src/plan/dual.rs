@@ -59,6 +59,7 @@ pub(crate) fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, Plan
         external: None,
         handover: false,
         in_place_then: Default::default(),
+        keeps_name_across: false,
         across: req.across,
         a_ingest: facts.checks.a_ingest,
         safe,

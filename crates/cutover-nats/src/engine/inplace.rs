@@ -44,6 +44,12 @@ pub struct InPlaceRequest {
     /// The new settings, in the server's stream-config shape.
     pub settings: Option<Map<String, Value>>,
     pub retry_horizon: Option<Duration>,
+    /// Across systems: the publishers (and a bucket's clients) are repointed
+    /// to the target side (`--repoint-publishers`): hop 1 splits them
+    /// (docs/cross-system.md). Needed where their subjects do not cross,
+    /// as `$KV.>` and `$OBJ.>` never cross a leaf connection between
+    /// JetStream domains.
+    pub repoint_publishers: bool,
 }
 
 impl InPlaceRequest {
@@ -85,6 +91,8 @@ impl InPlaceRequest {
         r.to_config = settings;
         r.retry_horizon = self.retry_horizon;
         r.in_place = Some(hop);
+        // Hop 2 runs on the target side alone, where the publishers are.
+        r.repoint_publishers = self.repoint_publishers && hop == InPlaceHop::Out;
         r
     }
 }
@@ -94,7 +102,33 @@ pub async fn plan_in_place(js: &Js, req: &InPlaceRequest) -> Result<Plan> {
     let (first, then) = req.hop_settings();
     let mut p = prepare_plan(js, &req.hop(&req.stream, &req.via(), first, InPlaceHop::Out)).await?;
     p.in_place_then = then.unwrap_or_default();
+    if js.source_side().is_some() {
+        name_free_on_target(js, &mut p).await?;
+    }
     Ok(p)
+}
+
+/// Across systems under the same name, hop 2 creates the stream under A's
+/// name on the target side: a stream there with that name already (another
+/// stream, or an earlier copy) is refused before hop 1 starts, which would
+/// otherwise leave the stream living as the temporary one.
+async fn name_free_on_target(js: &Js, p: &mut Plan) -> Result<()> {
+    let target = js.target_only();
+    if target.stream_info_opt(&p.from).await?.is_some() {
+        p.findings.push(cutover_core::compat::Finding {
+            scope: "plan".into(),
+            setting: "name".into(),
+            from: p.from.clone(),
+            to: p.from.clone(),
+            verdict: cutover_core::compat::Verdict::Unsafe,
+            reason: format!(
+                "the target side has a stream {} already, and a move that keeps the name creates it there: delete or rename that stream on the target side first (nats stream rm {} against the target), or move to another name (run --from {} --to NEW)",
+                p.from, p.from, p.from
+            ),
+        });
+        p.safe = false;
+    }
+    Ok(())
 }
 
 /// What `plan` shows: hop 1's plan, hop 2 in outline, the copy and its
@@ -166,11 +200,20 @@ pub async fn run_in_place(
         same_settings(req, &j.plan)?;
     }
     // Each hop deletes the stream it leaves: that frees A's name for hop 2.
+    // Across systems (a source side given) the name is free on the target
+    // side already: hop 1 moves A from the source side to the temporary
+    // stream on the target side and leaves A sealed there (as any move
+    // across systems does: a rollback never deletes the only copy, and the
+    // old system may be retired after), and hop 2 runs on the target side
+    // alone, where A's name then names the new stream.
+    let across = js.source_side().is_some();
+    let target = js.target_only();
     let opts = RunOptions { delete_old: true, keep_old_consumers: false, ..opts.clone() };
+    let opts1 = RunOptions { delete_old: !across, ..opts.clone() };
     let j1 = match hop1 {
         Some(j) if j.phase == Phase::Done => j,
         Some(j) if j.phase != Phase::RolledBack => {
-            run(js, j.plan, &opts, sink, shutdown.clone()).await?
+            run(js, j.plan, &opts1, sink, shutdown.clone()).await?
         }
         _ if hop2.is_some() => {
             return Err(Error::Journal(format!(
@@ -181,23 +224,27 @@ pub async fn run_in_place(
         _ => {
             let p1 = plan_in_place(js, req).await?;
             refuse_unsafe(&p1, 1)?;
-            run(js, p1, &opts, sink, shutdown.clone()).await?
+            run(js, p1, &opts1, sink, shutdown.clone()).await?
         }
     };
     let j2 = match hop2 {
         Some(j) if j.phase == Phase::Done => j,
-        Some(j) if j.phase != Phase::RolledBack => run(js, j.plan, &opts, sink, shutdown).await?,
+        Some(j) if j.phase != Phase::RolledBack => {
+            run(&target, j.plan, &opts, sink, shutdown).await?
+        }
         _ => {
             // The temporary stream holds the new settings: hop 2 copies them.
             let then = j1.plan.in_place_then.clone();
             let second = (!then.is_empty()).then_some(then);
-            let p2 = prepare_plan(js, &req.hop(&via, &a, second, InPlaceHop::Back)).await?;
+            let mut p2 =
+                prepare_plan(&target, &req.hop(&via, &a, second, InPlaceHop::Back)).await?;
+            p2.keeps_name_across = across;
             refuse_unsafe(&p2, 2).map_err(|e| {
                 Error::Stuck(format!(
                     "{e}; hop 1 is done: {a} now lives as {via}, serving publishers and consumers; fix the cause and run the same command again"
                 ))
             })?;
-            run(js, p2, &opts, sink, shutdown).await?
+            run(&target, p2, &opts, sink, shutdown).await?
         }
     };
     Ok((j1, j2))

@@ -2,7 +2,7 @@
 //! the stream's own name (see `cutover_nats::engine::inplace`).
 
 use super::progress::{detect, Render};
-use crate::cli::{BucketArgs, ConnArgs, PlanArgs, PlanCmdArgs, RunArgs};
+use crate::cli::{BucketArgs, ConnArgs, PlanArgs, PlanCmdArgs, PlanMoreArgs, RunArgs};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use cutover_core::bucket::Kind;
@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 
 /// `--set KEY=VALUE` pairs over the `--to-config` file's settings: a value is
 /// JSON when it reads as JSON (numbers, booleans, objects), else a string.
-fn settings(a: &PlanArgs) -> Result<Option<Map<String, Value>>> {
+fn settings(a: &PlanArgs, across: bool) -> Result<Option<Map<String, Value>>> {
     let mut m = match super::plan::request_to_config(a)? {
         Some(m) => m,
         None => Map::new(),
@@ -26,6 +26,10 @@ fn settings(a: &PlanArgs) -> Result<Option<Map<String, Value>>> {
         };
         let v = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()));
         m.insert(k.trim().to_string(), v);
+    }
+    if m.is_empty() && across {
+        // A move to the target system under the same name: nothing to change.
+        return Ok(None);
     }
     if m.is_empty() {
         return Err(CliError::Flag(
@@ -128,14 +132,15 @@ async fn update_is_enough(
 /// stream moves unless `--consumer` names some: the stream and whatever it
 /// holds is deleted at the end of hop 1, so the plan refuses a list that
 /// leaves a durable behind (naming it).
-pub fn request(a: &PlanArgs) -> Result<InPlaceRequest> {
+pub fn request(a: &PlanArgs, more: &PlanMoreArgs, across: bool) -> Result<InPlaceRequest> {
     Ok(InPlaceRequest {
         stream: a.in_place.clone().expect("--in-place"),
         via: a.via.clone(),
         consumers: a.consumer.clone(),
         all_consumers: a.all_consumers || a.consumer.is_empty(),
-        settings: settings(a)?,
+        settings: settings(a, across)?,
         retry_horizon: a.retry_horizon,
+        repoint_publishers: more.repoint_publishers,
     })
 }
 
@@ -151,7 +156,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
             "--in-place plans anew and resumes by itself: run the same --in-place command again, without --plan or --resume".into(),
         ));
     }
-    let req = request(&a.plan)?;
+    let req = request(&a.plan, &a.more, conn.across())?;
     let opts = RunOptions {
         lease_ttl: a.lease_ttl,
         settle_timeout: a.settle_timeout,
@@ -163,8 +168,28 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         on_exposed: crate::guard::exposure_hook(),
         ..Default::default()
     };
-    let js = super::connect(conn).await?;
+    let js = super::connect_across(conn, Some(&req.stream)).await?;
     execute(&js, &req, a.yes, &opts, json_out).await
+}
+
+/// `run`/`plan --from S --to S` with a source side (--from-server or
+/// --from-context): the stream moves to the target system under its own
+/// name, which is the in-place flow across systems (hop 1 from the source
+/// side to the temporary stream on the target side, hop 2 back to the name
+/// there): the command is taken as `--in-place S`, with --to-config's
+/// settings if any. Other commands pass unchanged.
+pub fn same_name_across(conn: &ConnArgs, mut command: crate::cli::Command) -> crate::cli::Command {
+    use crate::cli::Command;
+    let plan = match &mut command {
+        Command::Run(a) if a.plan_file.is_none() && a.resume.is_none() => &mut a.plan,
+        Command::Plan(a) => &mut a.plan,
+        _ => return command,
+    };
+    if conn.across() && plan.in_place.is_none() && plan.from.is_some() && plan.from == plan.to {
+        plan.in_place = plan.from.take();
+        plan.to = None;
+    }
+    command
 }
 
 /// `plan --in-place`: both hops, the copy and its estimate; read-only.
@@ -174,21 +199,36 @@ pub async fn plan(conn: &ConnArgs, json_out: bool, a: &PlanCmdArgs) -> Result<Ex
             "--out writes a plan for `run --plan`, which an in-place change does not take (it plans each hop when it gets there): print it with --json instead".into(),
         ));
     }
-    let req = request(&a.plan)?;
-    let js = super::connect(conn).await?;
-    if let Some(code) = update_is_enough(&js, &req, json_out, Update::Show).await? {
-        return Ok(code);
+    let req = request(&a.plan, &a.more, conn.across())?;
+    let js = super::connect_across(conn, Some(&req.stream)).await?;
+    if js.source_side().is_none() {
+        if let Some(code) = update_is_enough(&js, &req, json_out, Update::Show).await? {
+            return Ok(code);
+        }
     }
     let outline = engine::outline_in_place(&js, &req).await?;
     if json_out {
         outln!("{}", serde_json::to_string_pretty(&outline)?);
     } else {
-        print_outline(&outline);
+        print_outline(&outline, &req, js.source_side().is_some());
     }
     Ok(if outline.hop1.safe { ExitCode::Ok } else { ExitCode::Incompatible })
 }
 
-fn print_outline(o: &InPlaceOutline) {
+fn print_outline(o: &InPlaceOutline, req: &InPlaceRequest, across: bool) {
+    if across {
+        outln!(
+            "Across systems under its own name: {s} moves from the source side to the target side, in two hops of strategy mirror:\n  hop 1: {s} on the source side → {via} on the target side (the temporary stream{set}; {s} on the source side is sealed and kept, as after any move across systems)\n  hop 2: {via} → {s} on the target side (a new {s} mirrors {via}; {via} is deleted), planned when hop 1 is done\nEach hop copies {} messages ({}) now; both copies take about {} on a 2-core machine with R1 streams (more arriving meanwhile, replicas and the link between the systems add to it). Sequences, and with them KV revisions, are kept; every durable moves with its position.\n\nHop 1:",
+            crate::render::thousands(o.copies_messages),
+            crate::render::bytes(o.copies_bytes),
+            crate::render::duration(std::time::Duration::from_millis(o.estimate_ms)),
+            s = o.stream,
+            via = o.via,
+            set = if req.settings.is_some() { ", with the new settings" } else { "" },
+        );
+        super::plan::print_plan(&o.hop1);
+        return;
+    }
     outln!(
         "In place: {s} gets its new settings under its own name, in two hops of strategy mirror:\n  hop 1: {s} → {via} (the temporary stream, with the new settings; {s} is deleted at the end of it)\n  hop 2: {via} → {s} (a new {s} mirrors {via} and takes its settings; {via} is deleted), planned when hop 1 is done\nEach hop copies {} messages ({}) now; both copies take about {} on a 2-core machine with R1 streams (more arriving meanwhile adds to it; replicas and busy servers take longer). While a copy runs the server is busy: with 1M messages on 2 cores publishes waited up to 1.2 s and pull workers 0.6 s (docs/benchmarks.md); nothing is lost.\n\nHop 1:",
         crate::render::thousands(o.copies_messages),
@@ -209,8 +249,11 @@ pub async fn bucket(
     kind: Kind,
     a: BucketArgs,
 ) -> Result<ExitCode> {
-    let settings =
-        cutover_core::bucket::settings(kind, &a.set).map_err(|e| CliError::Flag(e.to_string()))?;
+    // Across systems (a source side given) the bucket may move as it is.
+    let settings = match cutover_core::bucket::settings(kind, &a.set) {
+        Err(cutover_core::bucket::BucketError::Nothing) if conn.across() => None,
+        r => Some(r.map_err(|e| CliError::Flag(e.to_string()))?),
+    };
     cutover_core::names::stream(&kind.stream(&a.bucket))
         .map_err(|e| CliError::Flag(format!("bucket name {:?}: {e}", a.bucket)))?;
     let req = InPlaceRequest {
@@ -218,8 +261,9 @@ pub async fn bucket(
         via: a.via.clone(),
         consumers: vec![],
         all_consumers: true,
-        settings: Some(settings),
+        settings,
         retry_horizon: a.retry_horizon,
+        repoint_publishers: a.repoint_publishers,
     };
     let opts = RunOptions {
         lease_ttl: a.lease_ttl,
@@ -229,7 +273,7 @@ pub async fn bucket(
         on_exposed: crate::guard::exposure_hook(),
         ..Default::default()
     };
-    let js = super::connect(conn).await?;
+    let js = super::connect_across(conn, Some(&req.stream)).await?;
     execute(&js, &req, a.yes, &opts, json_out).await
 }
 
@@ -243,7 +287,8 @@ async fn execute(
     // A hop under way is resumed as it was confirmed, whatever the streams
     // look like meanwhile (the new stream may have its settings already).
     let resuming = engine::in_place_under_way(js, req).await?;
-    if !resuming {
+    let across = js.source_side().is_some();
+    if !resuming && !across {
         let how = if yes { Update::Apply } else { Update::Ask };
         if let Some(code) = update_is_enough(js, req, json_out, how).await? {
             return Ok(code);
@@ -252,7 +297,7 @@ async fn execute(
     if !yes && !resuming {
         let outline = engine::outline_in_place(js, req).await?;
         if !json_out {
-            print_outline(&outline);
+            print_outline(&outline, req, js.source_side().is_some());
         }
         if !outline.hop1.safe {
             return Err(CliError::Unsafe(format!(
@@ -269,6 +314,16 @@ async fn execute(
     let (j1, j2) = result?;
     if json_out {
         outln!("{}", json!({ "kind": "result", "hops": [j1, j2] }));
+    } else if across {
+        outln!(
+            "{} lives on the target side under its own name{}: moved through {} ({}, {}), sequences and durables kept; the old {} on the source side is sealed and kept (delete it there once nothing reads it)",
+            req.stream,
+            if req.settings.is_some() { ", with its new settings" } else { "" },
+            req.via(),
+            j1.id,
+            j2.id,
+            req.stream
+        );
     } else {
         outln!(
             "{} has its new settings under its own name: moved through {} and back ({}, {}), sequences and durables kept",

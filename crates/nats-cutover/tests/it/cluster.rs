@@ -872,6 +872,7 @@ async fn in_place_on_a_cluster_is_exact_with_a_node_restarted_after_every_step()
         // stored twice by any stream (A itself too): the window and the
         // horizon cover the longest stall (10 s).
         retry_horizon: Some(Duration::from_secs(10)),
+        repoint_publishers: false,
     };
     let mut opts = RunOptions { after_step: Some(hook), ..Default::default() };
     let mut failures: Vec<String> = vec![];

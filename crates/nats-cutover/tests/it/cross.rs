@@ -15,12 +15,12 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 /// One side of a move: its client and JetStream API.
-struct Side {
-    client: async_nats::Client,
-    js: Js,
+pub(crate) struct Side {
+    pub(crate) client: async_nats::Client,
+    pub(crate) js: Js,
 }
 
-async fn side(urls: &str, user: Option<&str>) -> Side {
+pub(crate) async fn side(urls: &str, user: Option<&str>) -> Side {
     let urls: Vec<String> = urls.split(',').map(String::from).collect();
     let mut opts = async_nats::ConnectOptions::new();
     if let Some(u) = user {
@@ -40,7 +40,7 @@ pub(crate) async fn orders_on(src: &Js) {
 }
 
 /// Both domains answer from the other side: the leaf connection is up.
-async fn until_leaf_connected(hub: &Side, leaf: &Side) {
+pub(crate) async fn until_leaf_connected(hub: &Side, leaf: &Side) {
     wait_until("the leaf node connection", Duration::from_secs(30), || async {
         let h = hub.client.request("$JS.leaf.API.INFO", "".into()).await.is_ok();
         let l = leaf.client.request("$JS.hub.API.INFO", "".into()).await.is_ok();
@@ -50,7 +50,7 @@ async fn until_leaf_connected(hub: &Side, leaf: &Side) {
 }
 
 /// The CLI with `args` (the connection options first).
-fn run(args: &[&str]) -> Out {
+pub(crate) fn run(args: &[&str]) -> Out {
     let out = cli(args);
     eprintln!("{}", out.stderr);
     out

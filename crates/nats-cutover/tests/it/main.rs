@@ -27,6 +27,7 @@ mod refusals;
 mod report;
 mod run;
 mod safety;
+mod same_name;
 mod security;
 mod server_faults;
 mod tls;

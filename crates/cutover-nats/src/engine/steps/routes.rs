@@ -17,7 +17,10 @@ pub(in crate::engine) async fn publish_moved_route(
     c: &ConsumerProgress,
 ) -> Result<()> {
     let (f, start) = (c.checkpoint.unwrap_or(0), c.b_start.unwrap_or(0));
-    let mode = ctx.journal.lock().await.plan.mode;
+    let (mode, keeps_name) = {
+        let j = ctx.journal.lock().await;
+        (j.plan.mode, j.plan.keeps_name_across)
+    };
     let route = match mode {
         Mode::Drain => Route::moved(from, to, &c.name, &ctx.id, f, start),
         Mode::Fence | Mode::Rolling => {
@@ -26,6 +29,15 @@ pub(in crate::engine) async fn publish_moved_route(
     };
     ctx.hold_lease().await?;
     ctx.store.put_route(from, &c.name, &route).await?;
+    if keeps_name {
+        // Across systems under the same name: the first hop's route
+        // (`route.<to>.<consumer>`, pointing at `from`) now names the durable
+        // on the target side under the old name. Deleting it, as on one
+        // system, would send its followers home: to the old system.
+        ctx.hold_lease().await?;
+        let here = Route::moved(from, to, &c.name, &ctx.id, f, start);
+        return ctx.store.put_route(to, &c.name, &here).await;
+    }
     retire_route_back(ctx, from, to, &c.name).await
 }
 

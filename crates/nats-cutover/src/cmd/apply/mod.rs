@@ -164,6 +164,7 @@ fn request(asset: &Asset, settings: Option<Map<String, Value>>) -> InPlaceReques
         all_consumers: true,
         settings,
         retry_horizon: None,
+        repoint_publishers: false,
     }
 }
 

@@ -1,0 +1,241 @@
+//! Moves to another system that keep every name (docs/cross-system.md, *The
+//! same name on the target side*): `run --from ORDERS --to ORDERS` (or
+//! `run --in-place ORDERS`) and `kv BUCKET` with a source side given. Two
+//! hops: the source side's stream to `<NAME>_CUTOVER` on the target side,
+//! then back to the name there; sequences, KV revisions and durables kept.
+
+use crate::common::{cli, TempDir};
+use crate::cross::{orders_on, run, side, until_leaf_connected, Side};
+use crate::run::{assert_exact, finish_after, load_cfg, until_processed};
+use cutover_demo::load::Load;
+use cutover_nats::api::{Lookup, Via};
+use cutover_testkit::LeafSystem;
+use futures::StreamExt;
+use std::time::Duration;
+
+/// Each of the source side's messages is on the target side at the same
+/// sequence, with the same subject and payload.
+async fn same_sequences(src: &Side, dst: &Side, stream: &str) {
+    let (_, a) = src.js.stream_info(stream).await.unwrap();
+    let (_, b) = dst.js.stream_info(stream).await.unwrap();
+    assert_eq!(b.state.first_seq, a.state.first_seq, "first sequence kept");
+    assert!(b.state.last_seq >= a.state.last_seq, "B holds at least A's last sequence");
+    for seq in a.state.first_seq..=a.state.last_seq {
+        let m = src.js.get_msg(stream, seq, Lookup::Exact, Via::Leader).await.unwrap();
+        let n = dst.js.get_msg(stream, seq, Lookup::Exact, Via::Leader).await.unwrap();
+        match (m, n) {
+            (Some(m), Some(n)) => {
+                assert_eq!((&m.subject, &m.payload), (&n.subject, &n.payload), "seq {seq}")
+            }
+            (None, None) => {}
+            (m, n) => panic!("seq {seq}: source {:?}, target {:?}", m.is_some(), n.is_some()),
+        }
+    }
+}
+
+/// A stream with a live publisher and a pull worker (the library's, which
+/// follows its route on the target side) moves from a leaf node's domain
+/// to the hub's under its own name: nothing lost or processed twice, every
+/// message at its sequence, the durable on the target side's ORDERS, the
+/// source's ORDERS sealed and kept, the temporary stream gone.
+async fn same_name_live(hub_nodes: usize, extra: &[&str]) -> (LeafSystem, Side, Side) {
+    let sys = LeafSystem::start(hub_nodes).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    crate::common::wait_until("the hub's meta leader", Duration::from_secs(30), || async {
+        hub.js.account_info().await.is_ok()
+    })
+    .await;
+    orders_on(&leaf.js).await;
+    // Short retry horizons: on a cluster each hop's commit waits one.
+    let cfg = cutover_demo::load::LoadConfig {
+        duration: Duration::from_secs(300),
+        retry_horizon: Duration::from_secs(3),
+        ..load_cfg(500, 150_000)
+    };
+    let load = Load::start_across(leaf.client.clone(), hub.client.clone(), cfg).await;
+    until_processed(&load, 300).await;
+    let hubs = sys.hub_urls();
+    let conn = ["--server", &hubs, "--from-server", sys.leaf.url()];
+    let what = ["run", "--from", "ORDERS", "--to", "ORDERS", "--retry-horizon", "3s", "--yes"];
+    let args = [&conn[..], &what[..], extra].concat();
+    let out = run(&args);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("lives on the target side under its own name"), "{out:?}");
+    let r = finish_after(load, 300).await;
+    assert_exact(&r);
+    let (_, a) = leaf.js.stream_info("ORDERS").await.unwrap();
+    assert!(a.config.sealed, "ORDERS sealed and kept on the source side");
+    let (_, b) = hub.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(b.config.subjects, vec!["orders.>".to_string()]);
+    assert!(b.config.mirror.is_none() && b.config.sources.is_empty(), "promoted: {b:?}");
+    assert_eq!(b.state.messages, r.published, "the target's ORDERS holds each message once");
+    assert!(hub.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none(), "temporary gone");
+    let durables = hub.js.consumer_names("ORDERS").await.unwrap();
+    assert_eq!(durables, vec!["worker".to_string()], "the durable on the target's ORDERS");
+    same_sequences(&leaf, &hub, "ORDERS").await;
+    (sys, hub, leaf)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leaf_domain_to_hub_domain_under_the_same_name_live() {
+    let (sys, hub, _leaf) = same_name_live(1, &[]).await;
+    // The same command again: the target side has ORDERS now, refused
+    // before any write, naming it.
+    let hubs = sys.hub_urls();
+    let again = cli(&[
+        "--server",
+        &hubs,
+        "--from-server",
+        sys.leaf.url(),
+        "run",
+        "--from",
+        "ORDERS",
+        "--to",
+        "ORDERS",
+        "--yes",
+    ]);
+    assert_eq!(again.code, 3, "{again:?}");
+    assert!(again.stderr.contains("the target side has a stream ORDERS already"), "{again:?}");
+    assert!(hub.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none());
+}
+
+/// Standalone (the leaf's own domain) to a 3-node cluster, R3 on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standalone_server_to_a_three_node_cluster_under_the_same_name_live() {
+    let dir = TempDir::new("same-name-r3");
+    let cfg = dir.0.join("r3.json");
+    std::fs::write(&cfg, r#"{"num_replicas": 3}"#).unwrap();
+    let (_sys, hub, _leaf) = same_name_live(3, &["--to-config", cfg.to_str().unwrap()]).await;
+    let (_, b) = hub.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(b.config.num_replicas, 3, "R3 on the cluster");
+}
+
+/// A KV bucket moves to the hub under its name with `kv BUCKET` and a
+/// source side: every key at its revision, and an update checked against a
+/// revision read on the source side before the move succeeds on the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kv_bucket_moves_to_another_system_keeping_its_revisions() {
+    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    let src = async_nats::jetstream::new(leaf.client.clone());
+    let kv = src
+        .create_key_value(async_nats::jetstream::kv::Config {
+            bucket: "cfg".into(),
+            history: 5,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut revs = std::collections::BTreeMap::new();
+    for i in 0..60u32 {
+        let key = format!("k{}", i % 20);
+        let rev = kv.put(&key, i.to_string().into()).await.unwrap();
+        revs.insert(key, rev);
+    }
+    kv.delete("k3").await.unwrap();
+    let hubs = sys.hub_urls();
+    let conn = ["--server", &hubs, "--from-server", sys.leaf.url()];
+    // Its writes cannot cross to the hub (the server denies `$KV.>` across a
+    // leaf connection between domains): refused, naming the fix.
+    let out = run(&[&conn[..], &["kv", "cfg", "--yes"]].concat());
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.contains("repoint the bucket's clients"), "{out:?}");
+    // With the clients repointed at the commit point (none writes here).
+    let split = ["kv", "cfg", "--repoint-publishers", "--yes"];
+    let out = run(&[&conn[..], &split[..]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    let dst = async_nats::jetstream::new(hub.client.clone());
+    let moved = dst.get_key_value("cfg").await.unwrap();
+    let mut keys: Vec<String> = moved.keys().await.unwrap().map(|k| k.unwrap()).collect().await;
+    keys.sort();
+    let mut want: Vec<String> = revs.keys().filter(|k| *k != "k3").cloned().collect();
+    want.sort();
+    assert_eq!(keys, want, "every key but the deleted one");
+    for (key, rev) in &revs {
+        if key == "k3" {
+            assert!(moved.get(key).await.unwrap().is_none(), "deleted stays deleted");
+            continue;
+        }
+        let e = moved.entry(key).await.unwrap().expect("entry");
+        assert_eq!(e.revision, *rev, "{key}'s revision kept");
+    }
+    // The revision read on the source side before the move is good on the target.
+    let (k, rev) = revs.iter().find(|(k, _)| *k != "k3").unwrap();
+    let new = moved.update(k, "after".into(), *rev).await.expect("update with the old revision");
+    assert!(new > *rev);
+    let (_, a) = leaf.js.stream_info("KV_cfg").await.unwrap();
+    assert!(a.config.sealed, "the source's bucket sealed and kept");
+    assert!(hub.js.stream_info_opt("KV_cfg_CUTOVER").await.unwrap().is_none());
+}
+
+/// Users' applications through a same-name move to another system: a
+/// nats-py publisher (msg-ids, retries) stays connected to the leaf, whose
+/// publishes reach the hub's stream from the commit point on; nats-py pull
+/// workers bound by name to ORDERS/worker on the leaf; once the run ended,
+/// a nats-py and a nats.js worker bind ORDERS/worker on the hub (the
+/// applications reconnected to the target side, as docs/cross-system.md
+/// says they may then). Every acknowledged publish is processed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nats_py_and_nats_js_workers_reconnect_to_the_target_after_a_same_name_move() {
+    use crate::pyapps::{lines, processed, App};
+    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    orders_on(&leaf.js).await;
+    let dir = TempDir::new("same-name-apps");
+    let worker = |url: &str, out: &std::path::Path, js: bool| {
+        let args = ["--server", url, "--stream", "ORDERS", "--consumer", "worker"];
+        let rest = ["--mode", "pull", "--out", out.to_str().unwrap()];
+        match js {
+            false => App::start("worker.py", &[&args[..], &rest[..]].concat()),
+            true => App::node("worker.mjs", &[&args[..], &rest[..]].concat()),
+        }
+    };
+    let mut files = vec![];
+    let mut apps = vec![];
+    for i in 0..2 {
+        files.push(dir.0.join(format!("leaf{i}.jsonl")));
+        apps.push(worker(sys.leaf.url(), files.last().unwrap(), false));
+    }
+    let published = dir.0.join("pub.jsonl");
+    let publisher = App::publisher(sys.leaf.url(), 4_000, 400, &published);
+    crate::common::wait_until("workers process", Duration::from_secs(30), || async {
+        processed(&files).len() >= 200
+    })
+    .await;
+    let hubs = sys.hub_urls();
+    let conn = ["--server", &hubs, "--from-server", sys.leaf.url()];
+    let out = run(&[&conn[..], &["run", "--from", "ORDERS", "--to", "ORDERS", "--yes"]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    let before = processed(&files).len();
+    assert!(before < 4_000, "the move ended while the publisher still runs ({before})");
+    for (k, js) in [("hub-py", false), ("hub-js", true)] {
+        files.push(dir.0.join(format!("{k}.jsonl")));
+        apps.push(worker(&hubs, files.last().unwrap(), js));
+    }
+    let mut publisher = publisher;
+    assert!(publisher.0.wait().unwrap().success());
+    let acked: Vec<String> = lines(&published)
+        .iter()
+        .filter(|l| l.get("failed").is_none())
+        .filter_map(|l| l["id"].as_str().map(String::from))
+        .collect();
+    assert_eq!(acked.len(), 4_000, "every publish acknowledged");
+    crate::common::wait_until("every message processed", Duration::from_secs(60), || async {
+        processed(&files).len() >= acked.len()
+    })
+    .await;
+    for a in apps {
+        a.stop();
+    }
+    let p = processed(&files);
+    let twice: Vec<_> = p.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "processed twice: {twice:?}");
+    let lost: Vec<_> = acked.iter().filter(|id| !p.contains_key(*id)).collect();
+    assert!(lost.is_empty(), "lost: {lost:?}");
+    let on_hub: usize = files[2..].iter().map(|f| lines(f).len()).sum();
+    assert!(on_hub > 0, "the reconnected workers processed the rest");
+    same_sequences(&leaf, &hub, "ORDERS").await;
+}
