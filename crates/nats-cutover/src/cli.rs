@@ -587,8 +587,11 @@ pub struct ApplyArgs {
     /// configuration, bare or under `config` as `nats stream info` prints it in JSON; KV_x
     /// and OBJ_x for buckets, or {"kv": BUCKET, OPTION: VALUE} with `nats
     /// kv add`'s option names) and *.yaml/*.yml (NACK resources, several
-    /// documents a file); directories are read recursively.
-    #[arg(value_name = "PATH", required = true)]
+    /// documents a file); directories are read recursively. Across systems
+    /// (--from-server/--from-context) the files are optional: without them
+    /// every stream, bucket and object store of the source side moves here
+    /// under its name, as it is.
+    #[arg(value_name = "PATH")]
     pub paths: Vec<PathBuf>,
     /// Show what would change, change nothing (the default without --yes).
     #[arg(long, conflicts_with = "yes")]
@@ -608,6 +611,20 @@ pub struct ApplyArgs {
     /// refusal stops the apply before its first write).
     #[arg(long, help_heading = "What changes")]
     pub skip_refused: bool,
+    /// Across systems (--from-server/--from-context): the applications that
+    /// write (publishers, a bucket's clients) are repointed to the target
+    /// side at each asset's commit point (see `kv --repoint-publishers`);
+    /// needed where their subjects do not cross, as `$KV.>` and `$OBJ.>`
+    /// never cross a leaf connection between JetStream domains.
+    #[arg(long, help_heading = "What changes")]
+    pub repoint_publishers: bool,
+    /// How long publishers retry a publish with the same Nats-Msg-Id
+    /// (default: each stream's duplicate window). On a cluster each hop of
+    /// a live change waits this long before its commit; KV and object-store
+    /// clients write without msg-ids unless the application sets one, so
+    /// `0s` is exact for them.
+    #[arg(long, value_parser = humantime::parse_duration, help_heading = "Publishers")]
+    pub retry_horizon: Option<Duration>,
     /// How many live changes in place run at once (1 to 16). Each copies its
     /// stream twice and keeps the server busy meanwhile: the default 1 keeps
     /// publishers' stalls at the single change's (docs/benchmarks.md).

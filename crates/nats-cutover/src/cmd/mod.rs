@@ -47,13 +47,20 @@ pub async fn connect(c: &ConnArgs) -> Result<Js> {
 /// side given (--from-server/--from-context), a [`Js::across`] that sends the
 /// requests about `from` there and the others to the target side.
 pub async fn connect_across(c: &ConnArgs, from: Option<&str>) -> Result<Js> {
-    let js = connect(c).await?;
     if !c.across() {
-        return Ok(js);
+        return connect(c).await;
     }
     let Some(from) = from else {
         return Err(CliError::Flag("--from-server/--from-context name the old stream's system: this command needs to know the migration (FROM.TO) too".into()));
     };
+    let (js, src) = connect_sides(c).await?;
+    Ok(js.across(src, from))
+}
+
+/// The target side's client and the source side's (--from-server or
+/// --from-context and their credentials).
+pub async fn connect_sides(c: &ConnArgs) -> Result<(Js, Js)> {
+    let js = connect(c).await?;
     let source = ConnectOptions {
         server: c.from_server.clone(),
         context: c.from_context.clone(),
@@ -64,8 +71,7 @@ pub async fn connect_across(c: &ConnArgs, from: Option<&str>) -> Result<Js> {
         ..Default::default()
     };
     let client = source.connect().await?;
-    let src = Js::new(client, c.timeout.unwrap_or(Duration::from_secs(5)));
-    Ok(js.across(src, from))
+    Ok((js, Js::new(client, c.timeout.unwrap_or(Duration::from_secs(5)))))
 }
 
 /// Refuses the source side's options for a command that reads one system

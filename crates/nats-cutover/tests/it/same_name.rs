@@ -9,6 +9,7 @@ use crate::cross::{orders_on, run, side, until_leaf_connected, Side};
 use crate::run::{assert_exact, finish_after, load_cfg, until_processed};
 use cutover_demo::load::Load;
 use cutover_nats::api::{Lookup, Via};
+use cutover_nats::Js;
 use cutover_testkit::LeafSystem;
 use futures::StreamExt;
 use std::time::Duration;
@@ -238,4 +239,184 @@ async fn nats_py_and_nats_js_workers_reconnect_to_the_target_after_a_same_name_m
     let on_hub: usize = files[2..].iter().map(|f| lines(f).len()).sum();
     assert!(on_hub > 0, "the reconnected workers processed the rest");
     same_sequences(&leaf, &hub, "ORDERS").await;
+}
+
+/// `apply --from-server` on `sys` (the hub's connection first), `--json`;
+/// `crash` kills it after the named step (`STEP#N`).
+fn apply_across(sys: &LeafSystem, args: &[&str], crash: Option<&str>) -> crate::common::Out {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
+    cmd.args(["--server", &sys.hub_urls(), "--from-server", sys.leaf.url(), "--json", "apply"]);
+    cmd.args(args);
+    if let Some(at) = crash {
+        cmd.env("NATS_CUTOVER_TEST_CRASH_AFTER", at);
+    }
+    let o = cmd.output().unwrap();
+    crate::common::Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
+    }
+}
+
+/// The `kind` line of `apply --json`'s output.
+fn json_line(out: &crate::common::Out, kind: &str) -> serde_json::Value {
+    out.stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} line: {out:?}"))
+}
+
+/// A whole domain at once: 20 assets of a standalone server (the leaf's
+/// own JetStream domain) — 14 streams (4 with a durable part-way), 4 KV
+/// buckets, 2 object stores — moved to a 3-node cluster under their names
+/// by `apply --from-server` with no files, 4 at a time; the runner killed
+/// after the fifth hop retired, then `apply` again: every asset moved once,
+/// with its messages at their sequences, its durable's position, every KV
+/// revision and every object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_whole_domain_of_20_assets_moves_to_a_cluster_killed_midway_then_resumed() {
+    use async_nats::jetstream::{kv, object_store};
+    use serde_json::json;
+    let sys = LeafSystem::start(3).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    crate::common::wait_until("the hub's meta leader", Duration::from_secs(30), || async {
+        hub.js.account_info().await.is_ok()
+    })
+    .await;
+    let ctx = async_nats::jetstream::new(leaf.client.clone());
+    for i in 0..14 {
+        let name = format!("S{i}");
+        leaf.js
+            .stream_create(&json!({"name": name, "subjects": [format!("s{i}.>")]}))
+            .await
+            .unwrap();
+        for k in 0..50 {
+            ctx.publish(format!("s{i}.{}", k % 3), format!("{i}-{k}").into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+        if i < 4 {
+            let w = json!({"durable_name": "w", "ack_policy": "explicit"});
+            leaf.js
+                .consumer_create(&name, "w", &w, cutover_nats::api::Action::Create)
+                .await
+                .unwrap();
+            let c: async_nats::jetstream::consumer::PullConsumer =
+                ctx.get_consumer_from_stream("w", &name).await.unwrap();
+            let mut batch = c.fetch().max_messages(20).messages().await.unwrap();
+            while let Some(m) = batch.next().await {
+                m.unwrap().double_ack().await.unwrap();
+            }
+        }
+    }
+    let mut revisions = std::collections::BTreeMap::new();
+    for b in 0..4 {
+        let bucket = format!("cfg{b}");
+        let store = ctx
+            .create_key_value(kv::Config {
+                bucket: bucket.clone(),
+                history: 3,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        for k in 0..12u32 {
+            let rev = store.put(format!("k{}", k % 5), k.to_string().into()).await.unwrap();
+            revisions.insert((bucket.clone(), format!("k{}", k % 5)), rev);
+        }
+    }
+    for o in 0..2 {
+        let store = ctx
+            .create_object_store(object_store::Config {
+                bucket: format!("files{o}"),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let body = vec![o as u8; 300_000];
+        store.put("blob", &mut body.as_slice()).await.unwrap();
+    }
+    let leaf_streams = |js: Js| async move {
+        let mut out = std::collections::BTreeMap::new();
+        let page = js.api("stream names", "STREAM.NAMES", &json!({})).await.unwrap();
+        let names = page["streams"].as_array().cloned().unwrap_or_default();
+        for n in names.iter().filter_map(|n| n.as_str()).filter(|n| *n != "KV_CUTOVER") {
+            let (_, s) = js.stream_info(n).await.unwrap();
+            out.insert(n.to_string(), (s.state.messages, s.state.first_seq, s.state.last_seq));
+        }
+        out
+    };
+    let before = leaf_streams(leaf.js.clone()).await;
+    assert_eq!(before.len(), 20, "{before:?}");
+    let yes = ["--yes", "--parallel", "4", "--lease-ttl", "2s", "--retry-horizon", "0s"];
+    let yes = [&yes[..], &["--repoint-publishers"]].concat();
+    // The dry run: 20 moves, exit 7.
+    let dry = apply_across(
+        &sys,
+        &["--repoint-publishers", "--retry-horizon", "0s", "--parallel", "4"],
+        None,
+    );
+    assert_eq!(dry.code, 7, "{dry:?}");
+    let plan = json_line(&dry, "apply_plan");
+    assert_eq!(plan["summary"]["move"], 20, "{plan:#}");
+    // Killed after the fifth hop retired.
+    let t0 = std::time::Instant::now();
+    let out = apply_across(&sys, &yes, Some("retire#5"));
+    eprintln!("killed after {:?}", t0.elapsed());
+    assert_eq!(out.code, 86, "killed: {out:?}");
+    // Again, until the dead runner's leases (2 s) lapsed: the rest moves.
+    let mut last = None;
+    crate::common::wait_until("apply to finish", Duration::from_secs(120), || {
+        let o = apply_across(&sys, &yes, None);
+        let ok = o.code == 0;
+        last = Some(o);
+        async move { ok }
+    })
+    .await;
+    let out = last.unwrap();
+    eprintln!("resumed and done after {:?}", t0.elapsed());
+    let result = json_line(&out, "apply_result");
+    let outcomes: Vec<String> = result["assets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap_or("").to_string())
+        .collect();
+    let moved_now = outcomes.iter().filter(|o| *o == "moved").count();
+    let moved_before = outcomes.iter().filter(|o| *o == "unchanged").count();
+    assert_eq!(moved_now + moved_before, 20, "{outcomes:?}");
+    assert!((1..20).contains(&moved_before), "some moved before the kill: {outcomes:?}");
+    // Everything on the hub under its name, as it was; nothing left over.
+    let after = leaf_streams(hub.js.clone()).await;
+    let ours: Vec<&String> = after.keys().filter(|n| n.ends_with("_CUTOVER")).collect();
+    assert!(ours.is_empty(), "temporary streams left: {ours:?}");
+    for (n, state) in &before {
+        assert_eq!(after.get(n), Some(state), "{n}: messages, first and last sequence");
+        let (_, a) = leaf.js.stream_info(n).await.unwrap();
+        assert!(a.config.sealed, "{n} sealed on the source side");
+    }
+    for i in 0..4 {
+        let (_, c) = hub.js.consumer_info(&format!("S{i}"), "w").await.unwrap();
+        assert_eq!(c.ack_floor.stream_seq, 20, "S{i}'s durable kept its position");
+        assert_eq!(c.num_pending, 30, "S{i}");
+    }
+    let dst = async_nats::jetstream::new(hub.client.clone());
+    for ((bucket, key), rev) in &revisions {
+        let store = dst.get_key_value(bucket).await.unwrap();
+        assert_eq!(store.entry(key).await.unwrap().unwrap().revision, *rev, "{bucket}/{key}");
+    }
+    for o in 0..2 {
+        let store = dst.get_object_store(format!("files{o}")).await.unwrap();
+        let mut obj = store.get("blob").await.unwrap();
+        let mut body = vec![];
+        tokio::io::AsyncReadExt::read_to_end(&mut obj, &mut body).await.unwrap();
+        assert_eq!(body, vec![o as u8; 300_000], "files{o}/blob intact");
+    }
+    // And once more: nothing to do.
+    let again = apply_across(&sys, &["--repoint-publishers", "--parallel", "4"], None);
+    assert_eq!(again.code, 0, "{again:?}");
 }

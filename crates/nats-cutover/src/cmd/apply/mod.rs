@@ -18,6 +18,7 @@
 //! - `show.rs`: the plan and the outcome, as text or JSON.
 //! - this file: judging each asset against the server, and carrying it out.
 
+mod across;
 mod files;
 mod show;
 
@@ -59,6 +60,14 @@ pub enum Action {
         reason: String,
         fix: String,
     },
+    /// Across systems: a move to the target side under the same name, with
+    /// `settings` changed on the way (`outline`: hop 1's plan; none when
+    /// resumed).
+    Move {
+        changes: Vec<Change>,
+        outline: Option<Box<InPlaceOutline>>,
+        settings: Option<Map<String, Value>>,
+    },
 }
 
 impl Action {
@@ -69,6 +78,7 @@ impl Action {
             Action::Update { .. } => "update",
             Action::InPlace { .. } => "change in place",
             Action::Refused { .. } => "refused",
+            Action::Move { .. } => "move",
         }
     }
 
@@ -93,8 +103,23 @@ pub struct Item {
 
 /// `apply`: read, judge, show; with `--yes`, carry out.
 pub async fn run(conn: &ConnArgs, json_out: bool, a: ApplyArgs) -> Result<ExitCode> {
-    super::one_system(conn, "apply")?;
-    let (all, nfiles) = files::assets(&a.paths)?;
+    if !conn.across() && a.repoint_publishers {
+        return Err(CliError::Flag("--repoint-publishers is for a move across systems: give the source side too (--from-server or --from-context)".into()));
+    }
+    if a.paths.is_empty() && !conn.across() {
+        return Err(CliError::Flag("apply needs the files (or directories) with the desired state; to move every stream of another system here under its name, give that system with --from-server (or --from-context)".into()));
+    }
+    let sides = match conn.across() {
+        true => {
+            let (target, source) = super::connect_sides(conn).await?;
+            Some(across::Sides { target, source })
+        }
+        false => None,
+    };
+    let (all, nfiles) = match (&sides, a.paths.is_empty()) {
+        (Some(s), true) => (across::source_assets(&s.source).await?, 0),
+        _ => files::assets(&a.paths)?,
+    };
     let assets: Vec<Asset> = all
         .iter()
         .filter(|x| desired::selected(&x.name, &x.stream, &a.only, &a.except))
@@ -108,18 +133,40 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: ApplyArgs) -> Result<ExitCo
             names.join(", ")
         )));
     }
-    let js = super::connect(conn).await?;
+    let js = match &sides {
+        Some(s) => s.target.clone(),
+        None => super::connect(conn).await?,
+    };
     let store = JournalStore::open(&js, cutover_nats::journal::IfMissing::ReturnNone).await?;
-    let mut items = vec![];
-    for asset in assets {
-        let earlier = match &store {
-            Some(s) => record(s, &asset.stream).await?,
-            None => None,
-        };
-        let (action, resume) = judge(&js, &asset).await?;
-        items.push(Item { asset, action, resume, earlier, outcome: None, ms: None });
-    }
-    let others = not_in_files(&js, &items, &a).await?;
+    // Judged --parallel at a time (read-only; each plan's probes may wait
+    // their timeout: a publish across systems that does not reach), in order.
+    let judged: Vec<Result<Item>> = futures::stream::iter(assets)
+        .map(|asset| {
+            let (store, sides, js, a) = (&store, &sides, &js, &a);
+            async move {
+                let earlier = match store {
+                    Some(s) => record(s, &asset.stream).await?,
+                    None => None,
+                };
+                let (action, resume) = match sides {
+                    Some(s) => across::judge(s, &asset, a).await?,
+                    None => judge(js, &asset, a.retry_horizon).await?,
+                };
+                Ok(Item { asset, action, resume, earlier, outcome: None, ms: None })
+            }
+        })
+        .buffered(usize::from(a.parallel))
+        .collect()
+        .await;
+    let items: Vec<Item> = judged.into_iter().collect::<Result<_>>()?;
+    let mut items = items;
+    // Across systems the files' peers are the source side's streams; with
+    // no files every one of them is an asset.
+    let others = match (&sides, a.paths.is_empty()) {
+        (Some(_), true) => vec![],
+        (Some(s), false) => not_in_files(&s.source, &items, &a).await?,
+        (None, _) => not_in_files(&js, &items, &a).await?,
+    };
     let code = verdict(&items);
     let plan = show::Plan { items: &items, others: &others, nfiles, parallel: a.parallel };
     if !a.yes {
@@ -137,7 +184,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: ApplyArgs) -> Result<ExitCo
             names.join(", ")
         )));
     }
-    let result = carry_out(&js, &mut items, &a, json_out).await;
+    let result = carry_out(&js, sides.as_ref(), &mut items, &a, json_out).await;
     show::outcome(&items, json_out);
     result?;
     Ok(ExitCode::Ok)
@@ -156,22 +203,30 @@ fn verdict(items: &[Item]) -> ExitCode {
 
 /// The in-place request of `asset` (every durable moves; the temporary
 /// stream is `<STREAM>_CUTOVER`).
-fn request(asset: &Asset, settings: Option<Map<String, Value>>) -> InPlaceRequest {
+fn request(
+    asset: &Asset,
+    settings: Option<Map<String, Value>>,
+    retry_horizon: Option<std::time::Duration>,
+) -> InPlaceRequest {
     InPlaceRequest {
         stream: asset.stream.clone(),
         via: None,
         consumers: vec![],
         all_consumers: true,
         settings,
-        retry_horizon: None,
+        retry_horizon,
         repoint_publishers: false,
     }
 }
 
 /// What `asset` needs, read from the server (read-only but for the
 /// in-place plan's scratch stream, as `plan` makes).
-async fn judge(js: &Js, asset: &Asset) -> Result<(Action, bool)> {
-    let req = request(asset, None);
+async fn judge(
+    js: &Js,
+    asset: &Asset,
+    horizon: Option<std::time::Duration>,
+) -> Result<(Action, bool)> {
+    let req = request(asset, None, horizon);
     if engine::in_place_under_way(js, &req).await? {
         // Between the hops the stream lives as the temporary one, with the
         // new settings: the changes still to make are read against it.
@@ -200,7 +255,7 @@ async fn judge(js: &Js, asset: &Asset) -> Result<(Action, bool)> {
         Needs::Refused { changes, reason, fix } => Action::Refused { changes, reason, fix },
         Needs::InPlace { changes, refused_by_server } => {
             let settings = desired::settings_of(&changes);
-            let req = request(asset, Some(settings.clone()));
+            let req = request(asset, Some(settings.clone()), horizon);
             let sets: Vec<String> = settings
                 .iter()
                 .map(|(k, v)| match v.as_str() {
@@ -240,23 +295,9 @@ async fn judge(js: &Js, asset: &Asset) -> Result<(Action, bool)> {
 /// listed, never changed. The tool's own (its bucket, scratch and
 /// temporary streams of the changes under way) are not listed.
 async fn not_in_files(js: &Js, items: &[Item], a: &ApplyArgs) -> Result<Vec<String>> {
-    let mut names = vec![];
-    let mut offset = 0usize;
-    loop {
-        let page = js.api("stream names", "STREAM.NAMES", &json!({ "offset": offset })).await?;
-        let got: Vec<String> = page["streams"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
-            .unwrap_or_default();
-        offset += got.len();
-        names.extend(got);
-        if got_all(&page, offset) {
-            break;
-        }
-    }
+    let names = stream_names(js).await?;
     let ours = |n: &str| {
-        n == "KV_CUTOVER"
-            || n.starts_with("CUTOVER_CHECK_")
+        tools_own(n)
             || items
                 .iter()
                 .any(|i| i.asset.stream == n || format!("{}_CUTOVER", i.asset.stream) == n)
@@ -271,6 +312,30 @@ async fn not_in_files(js: &Js, items: &[Item], a: &ApplyArgs) -> Result<Vec<Stri
         .collect();
     out.sort();
     Ok(out)
+}
+
+/// Every stream's name on the server `js` reaches.
+async fn stream_names(js: &Js) -> Result<Vec<String>> {
+    let mut names = vec![];
+    let mut offset = 0usize;
+    loop {
+        let page = js.api("stream names", "STREAM.NAMES", &json!({ "offset": offset })).await?;
+        let got: Vec<String> = page["streams"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+            .unwrap_or_default();
+        offset += got.len();
+        names.extend(got);
+        if got_all(&page, offset) {
+            break;
+        }
+    }
+    Ok(names)
+}
+
+/// The tool's own streams: its bucket and plan's scratch streams.
+fn tools_own(n: &str) -> bool {
+    n == "KV_CUTOVER" || n.starts_with("CUTOVER_CHECK_")
 }
 
 fn got_all(page: &Value, seen: usize) -> bool {
@@ -317,7 +382,13 @@ async fn put_record(
 /// `--yes`: creates and updates first, one by one (each a request); then
 /// the live changes, `--parallel` at a time. The first failure starts no
 /// further asset (those under way finish or stop at a safe point).
-async fn carry_out(js: &Js, items: &mut [Item], a: &ApplyArgs, json_out: bool) -> Result<()> {
+async fn carry_out(
+    js: &Js,
+    sides: Option<&across::Sides>,
+    items: &mut [Item],
+    a: &ApplyArgs,
+    json_out: bool,
+) -> Result<()> {
     if !items.iter().any(|i| i.action.writes() || i.earlier.is_some()) {
         for i in items.iter_mut() {
             i.outcome = Some(match i.action {
@@ -349,7 +420,7 @@ async fn carry_out(js: &Js, items: &mut [Item], a: &ApplyArgs, json_out: bool) -
                 item.outcome = Some("skipped (refused)".into());
                 continue;
             }
-            Action::InPlace { .. } => continue,
+            Action::InPlace { .. } | Action::Move { .. } => continue,
             _ if first_error.is_some() => {
                 item.outcome = Some("not started".into());
                 continue;
@@ -380,7 +451,7 @@ async fn carry_out(js: &Js, items: &mut [Item], a: &ApplyArgs, json_out: bool) -
     let live: Vec<usize> = items
         .iter()
         .enumerate()
-        .filter(|(_, i)| matches!(i.action, Action::InPlace { .. }))
+        .filter(|(_, i)| matches!(i.action, Action::InPlace { .. } | Action::Move { .. }))
         .map(|(n, _)| n)
         .collect();
     let stop = AtomicBool::new(first_error.is_some());
@@ -405,18 +476,29 @@ async fn carry_out(js: &Js, items: &mut [Item], a: &ApplyArgs, json_out: bool) -
                     if stop.load(Ordering::SeqCst) {
                         return (n, Some("not started".to_string()), 0);
                     }
-                    let Action::InPlace { settings, .. } = &item.action else { unreachable!() };
-                    let req = request(&item.asset, settings.clone());
                     let t0 = now_ms();
                     let r = async {
                         put_record(store, item, "started", None).await?;
-                        engine::run_in_place(js, &req, opts, render, shutdown).await?;
+                        match (&item.action, sides) {
+                            (Action::Move { .. }, Some(sides)) => {
+                                across::carry(sides, item, a, opts, render, shutdown).await?
+                            }
+                            (Action::InPlace { settings, .. }, _) => {
+                                let req = request(&item.asset, settings.clone(), a.retry_horizon);
+                                engine::run_in_place(js, &req, opts, render, shutdown).await?;
+                            }
+                            _ => unreachable!("live changes are moves or changes in place"),
+                        }
                         put_record(store, item, "done", None).await
                     }
                     .await;
                     let ms = now_ms().saturating_sub(t0);
+                    let done = match item.action {
+                        Action::Move { .. } => "moved",
+                        _ => "changed in place",
+                    };
                     match r {
-                        Ok(()) => (n, Some("changed in place".into()), ms),
+                        Ok(()) => (n, Some(done.into()), ms),
                         Err(e) => {
                             stop.store(true, Ordering::SeqCst);
                             let msg = e.message();

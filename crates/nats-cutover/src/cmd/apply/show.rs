@@ -17,11 +17,13 @@ pub struct Plan<'a> {
     pub parallel: u16,
 }
 
-/// The counts by action, in the order of the summary line.
+/// The counts by action, in the order of the summary line (moves only
+/// across systems, where they are the rule).
 fn counts(items: &[Item]) -> Vec<(&'static str, usize)> {
-    ["unchanged", "create", "update", "change in place", "refused"]
+    ["unchanged", "create", "update", "change in place", "move", "refused"]
         .into_iter()
         .map(|k| (k, items.iter().filter(|i| i.action.name() == k).count()))
+        .filter(|(k, n)| *k != "move" || *n > 0)
         .collect()
 }
 
@@ -64,6 +66,19 @@ fn item_json(i: &Item) -> Value {
             v["reason"] = json!(reason);
             v["fix"] = json!(fix);
         }
+        Action::Move { changes, outline, .. } => {
+            v["changes"] = json!(changes);
+            v["resume"] = json!(i.resume);
+            if let Some(o) = outline {
+                v["move"] = json!({
+                    "via": o.via,
+                    "copies_messages": o.copies_messages,
+                    "copies_bytes": o.copies_bytes,
+                    "estimate_ms": o.estimate_ms,
+                    "consumers": o.hop1.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+                });
+            }
+        }
     }
     if let Some(e) = &i.earlier {
         v["earlier"] = e.clone();
@@ -103,10 +118,13 @@ pub fn plan(p: &Plan, json_out: bool, dry: bool, code: ExitCode) {
         );
         return;
     }
+    let from = match p.nfiles {
+        0 => "the source side (every stream, as it is)".to_string(),
+        n => format!("{n} files"),
+    };
     outln!(
-        "Apply: {} assets from {} files; live changes run {} at a time (--parallel), each its own journaled migration",
+        "Apply: {} assets from {from}; live changes run {} at a time (--parallel), each its own journaled migration",
         p.items.len(),
-        p.nfiles,
         p.parallel
     );
     for i in p.items {
@@ -141,6 +159,17 @@ pub fn plan(p: &Plan, json_out: bool, dry: bool, code: ExitCode) {
                 outln!("{head}: refused: {reason}");
                 diff_lines(changes);
                 outln!("  to make it possible: {fix}");
+            }
+            Action::Move { changes, outline, .. } => {
+                if i.resume {
+                    outln!("{head}: move to the target side, resumed (an earlier apply or run left it under way; its journal continues it)");
+                } else {
+                    outln!("{head}: move to the target side under its name");
+                }
+                diff_lines(changes);
+                if let Some(o) = outline {
+                    outln!("  {}", move_line(o));
+                }
             }
         }
         if let Some(e) = i.earlier.as_ref().filter(|e| e["state"] != "done") {
@@ -188,6 +217,19 @@ fn in_place_line(o: &cutover_core::plan::InPlaceOutline) -> String {
     let consumers: Vec<&str> = o.hop1.consumers.iter().map(|c| c.name.as_str()).collect();
     format!(
         "two mirror hops through {via}: copies {} messages ({}) twice, about {}; durables moved and back under their names at their positions: {}; publishers meet two commit windows (no responders for a few ms, a retry with the same msg-id is stored once); consumers bound by name see their durable gone for a moment and resume where they were (docs/in-place.md)",
+        render::thousands(o.copies_messages),
+        render::bytes(o.copies_bytes),
+        render::duration(std::time::Duration::from_millis(o.estimate_ms)),
+        if consumers.is_empty() { "none".to_string() } else { consumers.join(", ") },
+        via = o.via,
+    )
+}
+
+/// The move's plan in one line: the hops, the copies, what applications see.
+fn move_line(o: &cutover_core::plan::InPlaceOutline) -> String {
+    let consumers: Vec<&str> = o.hop1.consumers.iter().map(|c| c.name.as_str()).collect();
+    format!(
+        "two mirror hops: to {via} on the target side, then back to the name there; copies {} messages ({}) twice, about {}; durables moved under their names at their positions: {}; the source side's stream is sealed and kept; applications reconnect to the target side once it is done (docs/cross-system.md)",
         render::thousands(o.copies_messages),
         render::bytes(o.copies_bytes),
         render::duration(std::time::Duration::from_millis(o.estimate_ms)),
