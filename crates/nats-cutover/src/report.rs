@@ -250,7 +250,7 @@ pub fn write(path: &Path, d: &ReportData) -> std::io::Result<()> {
     std::fs::write(path, render(d))
 }
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -265,7 +265,7 @@ fn esc(s: &str) -> String {
     o
 }
 
-fn table(out: &mut String, headers: &[&str], rows: &[Vec<String>]) {
+pub(crate) fn table(out: &mut String, headers: &[&str], rows: &[Vec<String>]) {
     out.push_str("<table><thead><tr>");
     for h in headers {
         let _ = write!(out, "<th>{}</th>", esc(h));
@@ -565,7 +565,7 @@ fn plan_section(h: &mut String, plan: &Plan) {
     h.push_str("</ol></section>");
 }
 
-const CSS: &str = r#"
+pub(crate) const CSS: &str = r#"
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1240px;color:#1e293b;padding:0 16px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #e2e8f0;padding-bottom:4px}h3{font-size:14px;margin:16px 0 6px}
 .meta{color:#64748b;margin:0 0 8px}.note{color:#64748b;font-size:12px}

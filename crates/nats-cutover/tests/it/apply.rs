@@ -435,9 +435,30 @@ async fn live_changes_run_parallel_at_a_time_each_exact() {
         }
     }
     let t0 = std::time::Instant::now();
-    let out = e.cli(&["--json", "apply", dir.0.to_str().unwrap(), "--yes", "--parallel", "3"]);
+    let (html, data) = (dir.0.join("fleet.html"), dir.0.join("fleet.json"));
+    let reports = ["--report", html.to_str().unwrap(), "--report", data.to_str().unwrap()];
+    let args = ["--json", "apply", dir.0.to_str().unwrap(), "--yes", "--parallel", "3"];
+    let out = e.cli(&[&args[..], &reports[..]].concat());
     eprintln!("3 changes of 2,000 messages each, --parallel 3: {:?}", t0.elapsed());
     assert_eq!(out.code, 0, "{out:?}");
+    // The fleet's report: each asset's outcome and both hops' figures.
+    let r: Value = serde_json::from_slice(&std::fs::read(&data).unwrap()).unwrap();
+    assert_eq!(r["kind"], "apply_report");
+    assert_eq!(r["assets"].as_array().unwrap().len(), 3, "{r:#}");
+    for a in r["assets"].as_array().unwrap() {
+        assert_eq!(a["outcome"], "changed in place", "{a:#}");
+        let hops = a["hops"].as_array().unwrap();
+        assert_eq!(hops.len(), 2, "{a:#}");
+        for h in hops {
+            assert_eq!(h["phase"], "done", "{h:#}");
+            assert!(h["ms"].as_u64().unwrap() >= h["copy_ms"].as_u64().unwrap(), "{h:#}");
+        }
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("every asset as desired") && page.contains("changed in place"), "{page}");
+    for n in names {
+        assert!(page.contains(&format!("stream {n}")), "{n} in the HTML report");
+    }
     assert_eq!(line_of(&out, "apply_plan")["parallel"], 3);
     let spans = spans(&out);
     assert_eq!(spans.len(), 3, "{spans:?}");

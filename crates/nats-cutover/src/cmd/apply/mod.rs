@@ -20,6 +20,7 @@
 
 mod across;
 mod files;
+mod report;
 mod show;
 
 use super::progress::{detect, Render};
@@ -106,6 +107,15 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: ApplyArgs) -> Result<ExitCo
     if !conn.across() && a.repoint_publishers {
         return Err(CliError::Flag("--repoint-publishers is for a move across systems: give the source side too (--from-server or --from-context)".into()));
     }
+    for p in &a.report {
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            return Err(CliError::Flag(format!(
+                "--report {}: no such directory; nothing was changed",
+                p.display()
+            )));
+        }
+    }
     if a.paths.is_empty() && !conn.across() {
         return Err(CliError::Flag("apply needs the files (or directories) with the desired state; to move every stream of another system here under its name, give that system with --from-server (or --from-context)".into()));
     }
@@ -186,6 +196,16 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: ApplyArgs) -> Result<ExitCo
     }
     let result = carry_out(&js, sides.as_ref(), &mut items, &a, json_out).await;
     show::outcome(&items, json_out);
+    if !a.report.is_empty() {
+        let error = result.as_ref().err().map(|e| e.message());
+        let d = report::data(&js, &items, a.parallel, error.as_deref()).await;
+        for path in &a.report {
+            match report::write(path, &d) {
+                Ok(()) => errln!("report: {}", path.display()),
+                Err(e) => errln!("could not write the report {}: {e}", path.display()),
+            }
+        }
+    }
     result?;
     Ok(ExitCode::Ok)
 }

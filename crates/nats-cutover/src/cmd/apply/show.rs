@@ -32,7 +32,7 @@ fn key(action: &str) -> String {
 }
 
 /// One asset as data.
-fn item_json(i: &Item) -> Value {
+pub(super) fn item_json(i: &Item) -> Value {
     let mut v = json!({
         "kind": i.asset.kind.as_str(),
         "name": i.asset.name,
