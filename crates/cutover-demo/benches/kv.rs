@@ -66,6 +66,7 @@ async fn one_run(keys: u64, rate: u64) -> Value {
         settings: Some(settings(Kind::Kv, &pairs).unwrap()),
         retry_horizon: None,
         repoint_publishers: false,
+        external: None,
     };
     let js = Js::new(client.clone(), Duration::from_secs(30));
     let (_tx, rx) = tokio::sync::watch::channel(false);

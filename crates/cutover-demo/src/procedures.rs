@@ -318,6 +318,7 @@ async fn apply(
                 settings: Some(settings),
                 retry_horizon: Some(l.retry_horizon),
                 repoint_publishers: false,
+                external: None,
             };
             engine::run_in_place(js, &req, &RunOptions::default(), &NoSink, rx).await?;
             Ok(Duration::ZERO)

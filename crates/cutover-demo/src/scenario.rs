@@ -231,6 +231,7 @@ async fn cut_over(
             settings: Some(settings.clone()),
             retry_horizon: Some(l.retry_horizon),
             repoint_publishers: false,
+            external: None,
         };
         let outline = engine::outline_in_place(js, &req).await?;
         let cut = Instant::now();

@@ -50,6 +50,9 @@ pub struct InPlaceRequest {
     /// as `$KV.>` and `$OBJ.>` never cross a leaf connection between
     /// JetStream domains.
     pub repoint_publishers: bool,
+    /// Across systems: how B reaches A (`--from-api`, `--from-deliver`);
+    /// `None`: A's JetStream domain (`engine::across::request`).
+    pub external: Option<cutover_core::plan::External>,
 }
 
 impl InPlaceRequest {
@@ -93,6 +96,7 @@ impl InPlaceRequest {
         r.in_place = Some(hop);
         // Hop 2 runs on the target side alone, where the publishers are.
         r.repoint_publishers = self.repoint_publishers && hop == InPlaceHop::Out;
+        r.external = self.external.clone().filter(|_| hop == InPlaceHop::Out);
         r
     }
 }

@@ -128,6 +128,16 @@ async fn update_is_enough(
     Ok(Some(ExitCode::Ok))
 }
 
+/// How B reaches A across systems when given (`--from-api`, `--from-deliver`).
+fn external_of(more: &PlanMoreArgs) -> Option<cutover_core::plan::External> {
+    more.from_api.clone().map(|api| cutover_core::plan::External {
+        api,
+        deliver: more.from_deliver.clone(),
+        repoint_publishers: more.repoint_publishers,
+        split_publishers: false,
+    })
+}
+
 /// The request of `run --in-place` / `plan --in-place`. Every durable of the
 /// stream moves unless `--consumer` names some: the stream and whatever it
 /// holds is deleted at the end of hop 1, so the plan refuses a list that
@@ -141,6 +151,7 @@ pub fn request(a: &PlanArgs, more: &PlanMoreArgs, across: bool) -> Result<InPlac
         settings: settings(a, across)?,
         retry_horizon: a.retry_horizon,
         repoint_publishers: more.repoint_publishers,
+        external: external_of(more),
     })
 }
 
@@ -264,6 +275,7 @@ pub async fn bucket(
         settings,
         retry_horizon: a.retry_horizon,
         repoint_publishers: a.repoint_publishers,
+        external: None,
     };
     let opts = RunOptions {
         lease_ttl: a.lease_ttl,

@@ -873,6 +873,7 @@ async fn in_place_on_a_cluster_is_exact_with_a_node_restarted_after_every_step()
         // horizon cover the longest stall (10 s).
         retry_horizon: Some(Duration::from_secs(10)),
         repoint_publishers: false,
+        external: None,
     };
     let mut opts = RunOptions { after_step: Some(hook), ..Default::default() };
     let mut failures: Vec<String> = vec![];

@@ -123,7 +123,7 @@ async fn leaf_domain_to_a_three_node_hub_with_r3_streams_live() {
     assert_eq!(b.config.num_replicas, 3, "B is R3 on the hub cluster");
 }
 
-fn accounts_server(omit: &[&str]) -> NatsServer {
+pub(crate) fn accounts_server(omit: &[&str]) -> NatsServer {
     NatsServer::start_with(ServerOptions {
         config: Some(two_accounts_config(omit)),
         ..Default::default()
@@ -133,7 +133,7 @@ fn accounts_server(omit: &[&str]) -> NatsServer {
 
 /// The target side as user `dst`, the source side as user `src`, and how B
 /// reaches A (the imports of `two_accounts_config`).
-fn accounts_conn(url: &str) -> Vec<&str> {
+pub(crate) fn accounts_conn(url: &str) -> Vec<&str> {
     vec![
         "--server",
         url,
@@ -150,7 +150,8 @@ fn accounts_conn(url: &str) -> Vec<&str> {
     ]
 }
 
-const ACCOUNTS_PLAN: [&str; 4] = ["--from-api", "JS.SRC.API", "--from-deliver", "deliver.src"];
+pub(crate) const ACCOUNTS_PLAN: [&str; 4] =
+    ["--from-api", "JS.SRC.API", "--from-deliver", "deliver.src"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_account_to_another_live() {

@@ -835,6 +835,7 @@ async fn in_place_worker(
         settings: Some([(key.to_string(), value)].into_iter().collect()),
         retry_horizon: None,
         repoint_publishers: false,
+        external: None,
     };
     let (_tx, rx) = tokio::sync::watch::channel(false);
     run_in_place(&e.js, &req, &RunOptions::default(), &Collect::default(), rx).await.unwrap()

@@ -78,6 +78,34 @@ async fn same_name_live(hub_nodes: usize, extra: &[&str]) -> (LeafSystem, Side, 
     (sys, hub, leaf)
 }
 
+/// One account to another of the same server under the same name: B
+/// reaches A through the imports (`--from-api`, `--from-deliver`), the
+/// source account's publishers reach the target's stream through the
+/// service import of `orders.>`; the library's publisher and workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_account_to_another_under_the_same_name_live() {
+    use crate::cross::{accounts_conn, accounts_server, ACCOUNTS_PLAN};
+    let server = accounts_server(&[]);
+    let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
+    orders_on(&src.js).await;
+    let cfg = cutover_demo::load::LoadConfig {
+        duration: Duration::from_secs(300),
+        retry_horizon: Duration::from_secs(3),
+        ..load_cfg(500, 150_000)
+    };
+    let load = Load::start_across(src.client.clone(), dst.client.clone(), cfg).await;
+    until_processed(&load, 300).await;
+    let what = ["run", "--from", "ORDERS", "--to", "ORDERS", "--yes"];
+    let out = run(&[&accounts_conn(server.url())[..], &what[..], &ACCOUNTS_PLAN[..]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    let r = finish_after(load, 300).await;
+    assert_exact(&r);
+    let (_, b) = dst.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(b.state.messages, r.published, "the target account's ORDERS holds each once");
+    assert!(src.js.stream_info("ORDERS").await.unwrap().1.config.sealed);
+    same_sequences(&src, &dst, "ORDERS").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leaf_domain_to_hub_domain_under_the_same_name_live() {
     let (sys, hub, _leaf) = same_name_live(1, &[]).await;

@@ -236,6 +236,7 @@ fn request(
         settings,
         retry_horizon,
         repoint_publishers: false,
+        external: None,
     }
 }
 
