@@ -448,3 +448,119 @@ async fn a_whole_domain_of_20_assets_moves_to_a_cluster_killed_midway_then_resum
     let again = apply_across(&sys, &["--repoint-publishers", "--parallel", "4"], None);
     assert_eq!(again.code, 0, "{again:?}");
 }
+
+/// A KV bucket's nats-py writer and watcher (tests/apps/kv_app.py) through
+/// its move to the hub under its name: the writer on the leaf writes until
+/// the move ended (from hop 1's commit its writes get "no responders": the
+/// server never lets `$KV.>` cross a leaf between domains), then a writer
+/// and a watcher on the hub (the applications reconnected) go on. Every
+/// write acknowledged on the leaf is on the hub at its revision; the hub's
+/// writes continue the revisions; the hub's watcher sees each of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nats_py_kv_writer_and_watcher_reconnect_to_the_target_keeping_revisions() {
+    use crate::pyapps::{lines, App};
+    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    let src = async_nats::jetstream::new(leaf.client.clone());
+    src.create_key_value(async_nats::jetstream::kv::Config {
+        bucket: "cfg".into(),
+        history: 64,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = TempDir::new("same-name-kv-apps");
+    let path = |n: &str| dir.0.join(n).to_str().unwrap().to_string();
+    let app = |role: &str, url: &str, out: &str, until: Option<&str>| {
+        let mut args = vec![role, "--server", url, "--bucket", "cfg", "--out", out];
+        args.extend(["--keys", "20", "--rate", "100"]);
+        if let Some(u) = until {
+            args.extend(["--until", u]);
+        }
+        App::start("kv_app.py", &args)
+    };
+    let (leaf_w, leaf_stop) = (path("leaf-writer.jsonl"), path("leaf-stop"));
+    let mut writer = app("writer", sys.leaf.url(), &leaf_w, Some(&leaf_stop));
+    let writes = |f: &str| -> Vec<serde_json::Value> {
+        lines(std::path::Path::new(f)).into_iter().filter(|l| l.get("rev").is_some()).collect()
+    };
+    crate::common::wait_until("the leaf writer writes", Duration::from_secs(30), || async {
+        writes(&leaf_w).len() >= 100
+    })
+    .await;
+    let hubs = sys.hub_urls();
+    let conn = ["--server", &hubs, "--from-server", sys.leaf.url()];
+    let out = run(&[&conn[..], &["kv", "cfg", "--repoint-publishers", "--yes"]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    std::fs::write(&leaf_stop, "").unwrap();
+    assert!(writer.0.wait().unwrap().success());
+    let on_leaf = writes(&leaf_w);
+    let errors: Vec<_> = lines(std::path::Path::new(&leaf_w))
+        .into_iter()
+        .filter(|l| l.get("error").is_some())
+        .collect();
+    for e in &errors {
+        let e = e["error"].as_str().unwrap();
+        assert!(
+            e.contains("NoResponders") || e.contains("NoStreamResponse"),
+            "only 'no responders' after the commit: {e}"
+        );
+    }
+    // The applications reconnected to the hub.
+    let (hub_w, hub_watch, hub_stop) =
+        (path("hub-writer.jsonl"), path("hub-watch.jsonl"), path("hub-stop"));
+    let watcher = app("watcher", &hubs, &hub_watch, None);
+    let mut writer = app("writer", &hubs, &hub_w, Some(&hub_stop));
+    crate::common::wait_until("the hub writer writes", Duration::from_secs(30), || async {
+        writes(&hub_w).len() >= 100
+    })
+    .await;
+    std::fs::write(&hub_stop, "").unwrap();
+    assert!(writer.0.wait().unwrap().success());
+    let on_hub = writes(&hub_w);
+    crate::common::wait_until(
+        "the hub watcher sees every hub write",
+        Duration::from_secs(30),
+        || async {
+            lines(std::path::Path::new(&hub_watch))
+                .iter()
+                .filter(|l| l.get("rev").is_some())
+                .count()
+                >= on_hub.len()
+        },
+    )
+    .await;
+    watcher.stop();
+    // Every write acknowledged on the leaf is on the hub at its revision.
+    for w in &on_leaf {
+        let rev = w["rev"].as_u64().unwrap();
+        let m = hub.js.get_msg("KV_cfg", rev, Lookup::Exact, Via::Leader).await.unwrap();
+        let m = m.unwrap_or_else(|| panic!("revision {rev} missing on the hub"));
+        assert_eq!(m.subject, format!("$KV.cfg.{}", w["key"].as_str().unwrap()), "rev {rev}");
+        assert_eq!(m.payload, w["i"].to_string().as_bytes(), "rev {rev}");
+    }
+    let last_leaf = on_leaf.iter().map(|w| w["rev"].as_u64().unwrap()).max().unwrap();
+    let first_hub = on_hub.iter().map(|w| w["rev"].as_u64().unwrap()).min().unwrap();
+    assert!(
+        first_hub > last_leaf,
+        "the hub continues the revisions ({first_hub} after {last_leaf})"
+    );
+    let errors_on_hub =
+        lines(std::path::Path::new(&hub_w)).iter().filter(|l| l.get("error").is_some()).count();
+    assert_eq!(errors_on_hub, 0, "the reconnected writer writes without error");
+    let seen: std::collections::BTreeSet<(String, u64)> = lines(std::path::Path::new(&hub_watch))
+        .iter()
+        .filter_map(|l| Some((l["key"].as_str()?.to_string(), l["rev"].as_u64()?)))
+        .collect();
+    for w in &on_hub {
+        let k = (w["key"].as_str().unwrap().to_string(), w["rev"].as_u64().unwrap());
+        assert!(seen.contains(&k), "the hub's watcher saw {k:?}");
+    }
+    eprintln!(
+        "{} writes on the leaf ({} failed after the commit), {} on the hub",
+        on_leaf.len(),
+        errors.len(),
+        on_hub.len()
+    );
+}
