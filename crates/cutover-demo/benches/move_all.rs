@@ -212,7 +212,7 @@ async fn one_run(k: &Knobs, parallel: u16) -> Value {
     json!({
         "from": "standalone (leaf domain)", "to": "3-node cluster (hub domain), R3",
         "parallel": parallel, "assets": k.streams + k.kv, "streams": k.streams, "kv": k.kv,
-        "loaded": k.loaded, "rate": k.rate, "retry_horizon_s": k.window_ns / 1_000_000_000,
+        "loaded": k.loaded, "rate": k.rate, "msgs": k.msgs, "retry_horizon_s": k.window_ns / 1_000_000_000,
         "setup_s": (setup_s * 10.0).round() / 10.0,
         "apply_s": (apply_s * 100.0).round() / 100.0, "exit_code": code,
         "error": if code == 0 { Value::Null } else { json!(stderr.lines().rev().take(5).collect::<Vec<_>>()) },

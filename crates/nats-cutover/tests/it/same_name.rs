@@ -564,3 +564,48 @@ async fn nats_py_kv_writer_and_watcher_reconnect_to_the_target_keeping_revisions
         on_hub.len()
     );
 }
+
+/// A same-name move's runner killed in hop 1 once the durable exists on the
+/// hub: `rollback NAME.NAME_CUTOVER` with both sides gives the leaf its
+/// durable back (delivering) and deletes the temporary stream the run made;
+/// the same command again then moves it; the library's workload exact
+/// throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_same_name_move_killed_in_hop_1_rolls_back_then_moves() {
+    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    orders_on(&leaf.js).await;
+    let cfg = cutover_demo::load::LoadConfig {
+        duration: Duration::from_secs(300),
+        retry_horizon: Duration::from_secs(3),
+        ..load_cfg(500, 150_000)
+    };
+    let load = Load::start_across(leaf.client.clone(), hub.client.clone(), cfg).await;
+    until_processed(&load, 300).await;
+    let hubs = sys.hub_urls();
+    let conn = ["--server", &hubs, "--from-server", sys.leaf.url()];
+    let what = ["run", "--from", "ORDERS", "--to", "ORDERS", "--yes", "--lease-ttl", "1s"];
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
+    cmd.args(conn).args(what).env("NATS_CUTOVER_TEST_CRASH_AFTER", "consumer_created:worker");
+    let crashed = cmd.output().unwrap();
+    assert_eq!(crashed.status.code(), Some(86), "{crashed:?}");
+    assert!(hub.js.consumer_info("ORDERS_CUTOVER", "worker").await.is_ok(), "hop 1's durable");
+    let args = [&conn[..], &["rollback", "ORDERS.ORDERS_CUTOVER", "--lease-ttl", "1s"]].concat();
+    let out = crate::cross::until_lease_lapsed(&args).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, c) = leaf.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused, "the leaf's durable delivers again");
+    assert!(hub.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none(), "temporary gone");
+    assert!(hub.js.stream_info_opt("ORDERS").await.unwrap().is_none());
+    let (_, a) = leaf.js.stream_info("ORDERS").await.unwrap();
+    assert!(!a.config.sealed && a.config.subjects == vec!["orders.>".to_string()], "{a:?}");
+    until_processed(&load, load.processed() + 200).await;
+    // The same command again moves it.
+    let out = run(&[&conn[..], &what[..]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    let r = finish_after(load, 300).await;
+    assert_exact(&r);
+    assert_eq!(hub.js.stream_info("ORDERS").await.unwrap().1.state.messages, r.published);
+    same_sequences(&leaf, &hub, "ORDERS").await;
+}
