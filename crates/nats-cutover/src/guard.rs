@@ -173,8 +173,20 @@ pub fn main(pid: u32, cli: Cli) -> i32 {
 
 async fn close(pid: u32, conn: &ConnArgs, command: &Command, open: bool) -> Result<()> {
     let (js, ttl) = match command {
+        // Across systems the source side too: a journal's compensation
+        // may act on A there (engine::guard::close_windows picks the side
+        // per journal; a same-name move's hop 2 is the target's alone).
         Command::Run(a) => {
-            (cmd::connect_across(conn, cmd::plan_file::run_from(a)?.as_deref()).await?, a.lease_ttl)
+            let from = cmd::plan_file::run_from(a)?.or_else(|| a.plan.in_place.clone());
+            (cmd::connect_across(conn, from.as_deref()).await?, a.lease_ttl)
+        }
+        Command::Kv(a) | Command::Obj(a) if conn.across() => {
+            let (target, source) = cmd::connect_sides(conn).await?;
+            (target.across(source, ""), a.lease_ttl)
+        }
+        Command::Apply(a) if conn.across() => {
+            let (target, source) = cmd::connect_sides(conn).await?;
+            (target.across(source, ""), a.lease_ttl)
         }
         Command::Kv(a) | Command::Obj(a) => (cmd::connect(conn).await?, a.lease_ttl),
         Command::Apply(a) => (cmd::connect(conn).await?, a.lease_ttl),

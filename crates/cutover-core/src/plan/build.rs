@@ -417,6 +417,25 @@ fn rule_downstream(r: &mut Report, req: &PlanRequest, facts: &ServerFacts) {
 /// followers the whole rebuild.
 fn in_place_consumer_note(r: &mut Report, c: &ConsumerInfo, req: &PlanRequest) {
     let s = format!("consumer {}", c.name);
+    if req.external.is_some() {
+        // Across systems under the same name: the durable leaves the
+        // source side for good (a newcomer read the one-system note, "they
+        // resume by retrying", and waited 4 minutes for it).
+        let what = if c.config.is_push() {
+            "push applications receive from the target side's durable once it exists (its deliver subject must cross the boundary), with a pause from hop 1's drain until then"
+        } else {
+            "pull applications bound to it by name on the source side get nothing from hop 1's pause on (the durable is retired there): reconnect them to the target side once the run ends, where the durable has its name and position (between the hops it is the temporary stream's); route followers with a connection to the target side follow both hops"
+        };
+        r.add(
+            &s,
+            "across, same name",
+            if c.config.is_push() { "push" } else { "pull" },
+            "target side",
+            Verdict::ChangedOnPurpose,
+            what,
+        );
+        return;
+    }
     if c.config.is_push() {
         r.add(&s, "in place", "push", "push", Verdict::Ok, "push applications keep receiving on the same deliver subject through both hops: nothing to do");
     } else {

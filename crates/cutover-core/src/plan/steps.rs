@@ -121,6 +121,10 @@ pub(super) fn steps(
         ));
         add("seal A", format!("seal {} (nothing can enter it any more)", req.from));
         let retire = match req.in_place {
+            Some(InPlaceHop::Out) if req.external.is_some() => format!(
+                "delete the old consumers; {} stays sealed on the source side (a move across systems keeps the old copy)",
+                req.from
+            ),
             Some(InPlaceHop::Out) => {
                 format!("delete the old consumers and {} (frees its name for hop 2)", req.from)
             }

@@ -175,6 +175,14 @@ pub enum Info {
         created: usize,
         reset: usize,
     },
+    /// Across systems with `--repoint-publishers` and no split (strategy
+    /// mirror: a same-name move's hop 1): the commit point passed, `to`
+    /// holds the subjects on the target side; publishers and a bucket's
+    /// clients still on the source side get "no responders" until they
+    /// reconnect there.
+    RepointNow {
+        to: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -257,6 +265,10 @@ impl EventKind {
                 Info::WatchersRestored { stream, created, reset } => json!({
                     "message": format!("{created} ordered consumer(s) created again on {stream}: {reset} client(s) reset onto it from their own position, {} still bound (they reset at the next message)", created - reset),
                     "stream": stream, "created": created, "reset": reset,
+                }),
+                Info::RepointNow { to } => json!({
+                    "message": format!("commit point passed: repoint the publishers (and a bucket's clients) to the target side now, where {to} holds the subjects; a write still sent to the source side is answered \"no responders\" (nothing stored) until its client reconnects"),
+                    "stream": to,
                 }),
                 Info::Appeared { consumers } => json!({
                     "message": format!("durable(s) {} appeared on the old stream after the plan (created by an application meanwhile): moved like the others", consumers.join(", ")),

@@ -78,7 +78,15 @@ pub async fn close_windows(
             ..RunOptions::default()
         };
         let (_tx, rx) = tokio::sync::watch::channel(false);
-        let what = match run(js, j.plan.clone(), &opts, &NoSink, rx).await {
+        // Across systems each journal's own sides: its A on the source side,
+        // or none for the second hop of a same-name move (its A, the
+        // temporary stream, and its B are on the target side).
+        let sides = match js.source_side() {
+            Some(_) if j.plan.keeps_name_across => js.target_only(),
+            Some(src) => js.target_only().across(src.clone(), &j.from),
+            None => js.clone(),
+        };
+        let what = match run(&sides, j.plan.clone(), &opts, &NoSink, rx).await {
             Ok(j) => format!("nothing was left held (phase {})", j.phase.as_str()),
             Err(e) => e.to_string(),
         };

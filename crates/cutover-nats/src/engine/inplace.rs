@@ -126,7 +126,7 @@ async fn name_free_on_target(js: &Js, p: &mut Plan) -> Result<()> {
             to: p.from.clone(),
             verdict: cutover_core::compat::Verdict::Unsafe,
             reason: format!(
-                "the target side has a stream {} already, and a move that keeps the name creates it there: delete or rename that stream on the target side first (nats stream rm {} against the target), or move to another name (run --from {} --to NEW)",
+                "the target side has a stream {} already, and no move of it by nats-cutover is journaled there, so it is another stream: a move that keeps the name creates {} on the target side; check what that stream holds, then rename or delete it there, or move to another name (run --from {} --to NEW)",
                 p.from, p.from, p.from
             ),
         });
@@ -139,6 +139,7 @@ async fn name_free_on_target(js: &Js, p: &mut Plan) -> Result<()> {
 /// estimated time.
 pub async fn outline_in_place(js: &Js, req: &InPlaceRequest) -> Result<InPlaceOutline> {
     let hop1 = plan_in_place(js, req).await?;
+    let horizons = if hop1.handover { 2 * hop1.retry_horizon_ms } else { 0 };
     let (_, a) = js.stream_info(&req.stream).await?;
     let (messages, bytes) = (a.state.messages, a.state.bytes);
     Ok(InPlaceOutline {
@@ -147,7 +148,10 @@ pub async fn outline_in_place(js: &Js, req: &InPlaceRequest) -> Result<InPlaceOu
         hop1,
         copies_messages: messages,
         copies_bytes: bytes,
-        estimate_ms: 2 * copy_estimate(messages, bytes).as_millis() as u64,
+        // On a cluster each hop's commit waits one retry horizon
+        // (steps/handover.rs): a newcomer's estimate said 6 ms for a
+        // change that took 4 minutes of 120 s windows.
+        estimate_ms: 2 * copy_estimate(messages, bytes).as_millis() as u64 + horizons,
     })
 }
 
@@ -187,6 +191,16 @@ pub async fn run_in_place(
     // Read-only until hop 1's plan is judged: bad input changes nothing.
     let (hop1, hop2) = match JournalStore::open(js, IfMissing::ReturnNone).await? {
         Some(store) => match load_hops(&store, req).await? {
+            // Across systems the finished move is the answer: the stream
+            // lives on the target side under its name (a newcomer's second
+            // run was told to delete it there).
+            (Some(j1), Some(j2))
+                if js.source_side().is_some()
+                    && j1.phase == Phase::Done
+                    && j2.phase == Phase::Done =>
+            {
+                return Ok((j1, j2));
+            }
             // An earlier in-place migration of this stream, finished: this
             // request is a new one (its records would make it a no-op).
             (Some(j1), Some(j2)) if j1.phase == Phase::Done && j2.phase == Phase::Done => {

@@ -226,13 +226,25 @@ pub async fn plan(conn: &ConnArgs, json_out: bool, a: &PlanCmdArgs) -> Result<Ex
     Ok(if outline.hop1.safe { ExitCode::Ok } else { ExitCode::Incompatible })
 }
 
+/// On a cluster each hop waits one retry horizon before its commit.
+fn horizons(o: &InPlaceOutline) -> String {
+    match o.hop1.handover {
+        true => format!(
+            ", of which {} are the two retry horizons each hop waits before its commit on this cluster (--retry-horizon shortens them where the publishers retry for less)",
+            crate::render::duration(std::time::Duration::from_millis(2 * o.hop1.retry_horizon_ms))
+        ),
+        false => String::new(),
+    }
+}
+
 fn print_outline(o: &InPlaceOutline, req: &InPlaceRequest, across: bool) {
     if across {
         outln!(
-            "Across systems under its own name: {s} moves from the source side to the target side, in two hops of strategy mirror:\n  hop 1: {s} on the source side → {via} on the target side (the temporary stream{set}; {s} on the source side is sealed and kept, as after any move across systems)\n  hop 2: {via} → {s} on the target side (a new {s} mirrors {via}; {via} is deleted), planned when hop 1 is done\nEach hop copies {} messages ({}) now; both copies take about {} on a 2-core machine with R1 streams (more arriving meanwhile, replicas and the link between the systems add to it). Sequences, and with them KV revisions, are kept; every durable moves with its position.\n\nHop 1:",
+            "Across systems under its own name: {s} moves from the source side to the target side, in two hops of strategy mirror:\n  hop 1: {s} on the source side → {via} on the target side (the temporary stream{set}; {s} on the source side is sealed and kept, as after any move across systems)\n  hop 2: {via} → {s} on the target side (a new {s} mirrors {via}; {via} is deleted), planned when hop 1 is done\nEach hop copies {} messages ({}) now; both hops take about {} on a 2-core machine with R1 streams{} (more arriving meanwhile, replicas and the link between the systems add to it). Sequences, and with them KV revisions, are kept; every durable moves with its position.\n\nHop 1:",
             crate::render::thousands(o.copies_messages),
             crate::render::bytes(o.copies_bytes),
             crate::render::duration(std::time::Duration::from_millis(o.estimate_ms)),
+            horizons(o),
             s = o.stream,
             via = o.via,
             set = if req.settings.is_some() { ", with the new settings" } else { "" },
@@ -241,10 +253,11 @@ fn print_outline(o: &InPlaceOutline, req: &InPlaceRequest, across: bool) {
         return;
     }
     outln!(
-        "In place: {s} gets its new settings under its own name, in two hops of strategy mirror:\n  hop 1: {s} → {via} (the temporary stream, with the new settings; {s} is deleted at the end of it)\n  hop 2: {via} → {s} (a new {s} mirrors {via} and takes its settings; {via} is deleted), planned when hop 1 is done\nEach hop copies {} messages ({}) now; both copies take about {} on a 2-core machine with R1 streams (more arriving meanwhile adds to it; replicas and busy servers take longer). While a copy runs the server is busy: with 1M messages on 2 cores publishes waited up to 1.2 s and pull workers 0.6 s (docs/benchmarks.md); nothing is lost.\n\nHop 1:",
+        "In place: {s} gets its new settings under its own name, in two hops of strategy mirror:\n  hop 1: {s} → {via} (the temporary stream, with the new settings; {s} is deleted at the end of it)\n  hop 2: {via} → {s} (a new {s} mirrors {via} and takes its settings; {via} is deleted), planned when hop 1 is done\nEach hop copies {} messages ({}) now; both hops take about {} on a 2-core machine with R1 streams{} (more arriving meanwhile adds to it; replicas and busy servers take longer). While a copy runs the server is busy: with 1M messages on 2 cores publishes waited up to 1.2 s and pull workers 0.6 s (docs/benchmarks.md); nothing is lost.\n\nHop 1:",
         crate::render::thousands(o.copies_messages),
         crate::render::bytes(o.copies_bytes),
         crate::render::duration(std::time::Duration::from_millis(o.estimate_ms)),
+        horizons(o),
         s = o.stream,
         via = o.via
     );

@@ -22,7 +22,11 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> Result<ExitC
         (None, Some(from), Some(to)) => {
             names::stream(from)?;
             names::stream(to)?;
-            migration_id(from, to)
+            match conn.across() && from == to {
+                // A same-name move across systems: its hop 1's id.
+                true => migration_id(from, &format!("{from}_CUTOVER")),
+                false => migration_id(from, to),
+            }
         }
         _ => {
             return Err(CliError::Flag(
@@ -39,6 +43,9 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> Result<ExitC
             "no migration {id:?} on this server; `nats-cutover status` lists them"
         )));
     };
+    if let Some(code) = same_name(&js, &j, json_out).await? {
+        return Ok(code);
+    }
     if j.plan.strategy == Strategy::DualWrite {
         if a.audit.is_some() {
             return Err(CliError::Flag("--audit is not supported for dual-write migrations yet: they are verified by msg-id across both streams (docs/verify.md)".into()));
@@ -83,6 +90,86 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> Result<ExitC
         print_report(&report);
     }
     Ok(if report.holds { ExitCode::Ok } else { ExitCode::NotVerified })
+}
+
+/// A same-name move across systems, once its temporary stream is gone (a
+/// newcomer found no `verify` that would run after one): the mirror hops
+/// kept every sequence, so the proof is the source side's sealed stream
+/// against the target side's under the same name, message by message at
+/// each sequence (subject and payload), and every moved durable on the
+/// target side. A message the target no longer has counts as removed by
+/// its own limits only when a later message on its subject is there (a KV
+/// key written again after the move); otherwise it is missing. `None`:
+/// not such a migration (or its temporary stream still exists: verify it
+/// as a move).
+async fn same_name(
+    js: &cutover_nats::Js,
+    j: &cutover_core::journal::Journal,
+    json_out: bool,
+) -> Result<Option<ExitCode>> {
+    use cutover_nats::api::{Lookup, Via};
+    let (Some(src), Some(cutover_core::plan::InPlaceHop::Out), true) =
+        (js.source_side(), j.plan.in_place, j.plan.external.is_some())
+    else {
+        return Ok(None);
+    };
+    let target = js.target_only();
+    if target.stream_info_opt(&j.to).await?.is_some() {
+        return Ok(None);
+    }
+    let name = &j.from;
+    let Some((_, b)) = target.stream_info_opt(name).await? else {
+        return Err(CliError::NoMigration(format!(
+            "{name} is not on the target side yet (hop 2 of its move not done): run the move's command again, then verify"
+        )));
+    };
+    let (_, a) = src.stream_info(name).await?;
+    let (mut checked, mut removed_later) = (0u64, 0u64);
+    let (mut differ, mut missing) = (vec![], vec![]);
+    for seq in a.state.first_seq..=a.state.last_seq.min(j.a_final_seq.unwrap_or(u64::MAX)) {
+        let Some(m) = src.get_msg(name, seq, Lookup::Exact, Via::Leader).await? else { continue };
+        match target.get_msg(name, seq, Lookup::Exact, Via::Leader).await? {
+            Some(n) if n.subject == m.subject && n.payload == m.payload => checked += 1,
+            Some(_) => differ.push(seq),
+            None => match target.next_matching(name, seq + 1, &m.subject, false).await? {
+                Some(_) => removed_later += 1,
+                None => missing.push(seq),
+            },
+        }
+    }
+    let mut durables_missing = vec![];
+    for c in &j.consumers {
+        if target.consumer_info_opt(name, &c.name).await?.is_none() {
+            durables_missing.push(c.name.clone());
+        }
+    }
+    let holds = differ.is_empty() && missing.is_empty() && durables_missing.is_empty();
+    let report = serde_json::json!({
+        "kind": "verify_same_name", "migration": j.id, "stream": name, "holds": holds,
+        "source": {"first_seq": a.state.first_seq, "last_seq": a.state.last_seq, "messages": a.state.messages},
+        "target": {"first_seq": b.state.first_seq, "last_seq": b.state.last_seq, "messages": b.state.messages},
+        "checked": checked, "removed_by_target_limits": removed_later,
+        "differ": differ, "missing": missing,
+        "durables": j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+        "durables_missing": durables_missing,
+    });
+    if json_out {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        outln!(
+            "Verification of the move of {name} to the target side under its name ({}): {}\n{} message(s) of the source side's {name} (sequences {}..{}) read: {checked} at the same sequence on the target side with the same subject and payload, {removed_later} since removed there by its limits (a later message on the subject), {} different, {} missing; durables on the target side: {} of {}",
+            j.id,
+            if holds { "HOLDS" } else { "DOES NOT HOLD" },
+            checked + removed_later + (differ.len() + missing.len()) as u64,
+            a.state.first_seq,
+            a.state.last_seq,
+            differ.len(),
+            missing.len(),
+            j.consumers.len() - report["durables_missing"].as_array().map_or(0, |v| v.len()),
+            j.consumers.len()
+        );
+    }
+    Ok(Some(if holds { ExitCode::Ok } else { ExitCode::NotVerified }))
 }
 
 pub fn print_report(r: &Report) {

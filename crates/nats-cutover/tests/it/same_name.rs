@@ -48,6 +48,25 @@ async fn same_name_live(hub_nodes: usize, extra: &[&str]) -> (LeafSystem, Side, 
     })
     .await;
     orders_on(&leaf.js).await;
+    // The plan says what the applications see across systems.
+    let hubs = sys.hub_urls();
+    let plan = cli(&[
+        "--server",
+        &hubs,
+        "--from-server",
+        sys.leaf.url(),
+        "plan",
+        "--from",
+        "ORDERS",
+        "--to",
+        "ORDERS",
+    ]);
+    assert_eq!(plan.code, 0, "{plan:?}");
+    assert!(
+        plan.stdout.contains("reconnect them to the target side once the run ends"),
+        "{plan:?}"
+    );
+    assert!(!plan.stdout.contains("they resume by retrying"), "the one-system note: {plan:?}");
     // Short retry horizons: on a cluster each hop's commit waits one.
     let cfg = cutover_demo::load::LoadConfig {
         duration: Duration::from_secs(300),
@@ -56,7 +75,6 @@ async fn same_name_live(hub_nodes: usize, extra: &[&str]) -> (LeafSystem, Side, 
     };
     let load = Load::start_across(leaf.client.clone(), hub.client.clone(), cfg).await;
     until_processed(&load, 300).await;
-    let hubs = sys.hub_urls();
     let conn = ["--server", &hubs, "--from-server", sys.leaf.url()];
     let what = ["run", "--from", "ORDERS", "--to", "ORDERS", "--retry-horizon", "3s", "--yes"];
     let args = [&conn[..], &what[..], extra].concat();
@@ -75,6 +93,12 @@ async fn same_name_live(hub_nodes: usize, extra: &[&str]) -> (LeafSystem, Side, 
     let durables = hub.js.consumer_names("ORDERS").await.unwrap();
     assert_eq!(durables, vec!["worker".to_string()], "the durable on the target's ORDERS");
     same_sequences(&leaf, &hub, "ORDERS").await;
+    // verify: the source's sealed ORDERS against the target's, by sequence.
+    let v = cli(&[&conn[..], &["--json", "verify", "--from", "ORDERS", "--to", "ORDERS"]].concat());
+    assert_eq!(v.code, 0, "{v:?}");
+    let v = v.json();
+    assert_eq!(v["holds"], true, "{v}");
+    assert_eq!(v["checked"].as_u64().unwrap(), a.state.messages, "{v}");
     (sys, hub, leaf)
 }
 
@@ -109,24 +133,22 @@ async fn one_account_to_another_under_the_same_name_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leaf_domain_to_hub_domain_under_the_same_name_live() {
     let (sys, hub, _leaf) = same_name_live(1, &[]).await;
-    // The same command again: the target side has ORDERS now, refused
-    // before any write, naming it.
+    // The same command again: the move is done, said so (a newcomer's
+    // second run was told to delete the moved stream).
     let hubs = sys.hub_urls();
-    let again = cli(&[
-        "--server",
-        &hubs,
-        "--from-server",
-        sys.leaf.url(),
-        "run",
-        "--from",
-        "ORDERS",
-        "--to",
-        "ORDERS",
-        "--yes",
-    ]);
-    assert_eq!(again.code, 3, "{again:?}");
-    assert!(again.stderr.contains("the target side has a stream ORDERS already"), "{again:?}");
+    let conn = ["--server", &hubs, "--from-server", sys.leaf.url()];
+    let again = cli(&[&conn[..], &["run", "--from", "ORDERS", "--to", "ORDERS", "--yes"]].concat());
+    assert_eq!(again.code, 0, "{again:?}");
+    assert!(again.stdout.contains("lives on the target side under its own name"), "{again:?}");
     assert!(hub.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none());
+    // Another stream of that name on the target side: refused before any write.
+    let other = serde_json::json!({"name": "OTHER", "subjects": ["other.>"]});
+    _leaf.js.stream_create(&other).await.unwrap();
+    hub.js.stream_create(&other).await.unwrap();
+    let out = cli(&[&conn[..], &["run", "--from", "OTHER", "--to", "OTHER", "--yes"]].concat());
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.contains("no move of it by nats-cutover is journaled there"), "{out:?}");
+    assert!(hub.js.stream_info_opt("OTHER_CUTOVER").await.unwrap().is_none(), "nothing written");
 }
 
 /// Standalone (the leaf's own domain) to a 3-node cluster, R3 on the way.
@@ -493,6 +515,11 @@ async fn nats_py_kv_writer_and_watcher_reconnect_to_the_target_keeping_revisions
     let conn = ["--server", &hubs, "--from-server", sys.leaf.url()];
     let out = run(&[&conn[..], &["kv", "cfg", "--repoint-publishers", "--yes"]].concat());
     assert_eq!(out.code, 0, "{out:?}");
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        said.contains("repoint the publishers (and a bucket's clients) to the target side now"),
+        "{out:?}"
+    );
     std::fs::write(&leaf_stop, "").unwrap();
     assert!(writer.0.wait().unwrap().success());
     let on_leaf = writes(&leaf_w);
@@ -540,6 +567,8 @@ async fn nats_py_kv_writer_and_watcher_reconnect_to_the_target_keeping_revisions
         assert_eq!(m.subject, format!("$KV.cfg.{}", w["key"].as_str().unwrap()), "rev {rev}");
         assert_eq!(m.payload, w["i"].to_string().as_bytes(), "rev {rev}");
     }
+    let v = cli(&[&conn[..], &["--json", "verify", "--from", "KV_cfg", "--to", "KV_cfg"]].concat());
+    assert_eq!(v.code, 0, "verify holds for the bucket: {v:?}");
     let last_leaf = on_leaf.iter().map(|w| w["rev"].as_u64().unwrap()).max().unwrap();
     let first_hub = on_hub.iter().map(|w| w["rev"].as_u64().unwrap()).min().unwrap();
     assert!(

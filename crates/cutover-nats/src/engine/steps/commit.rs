@@ -6,7 +6,7 @@
 use super::catch_up::until_sourced;
 use crate::engine::bridge::Bridge;
 use crate::engine::ctx::{Ctx, Exposure};
-use crate::engine::events::{EventKind, StepResult, Warning};
+use crate::engine::events::{EventKind, Info, StepResult, Warning};
 use crate::engine::progress::source_progress;
 use crate::error::{Error, Result};
 use crate::journal::now_ms;
@@ -66,6 +66,14 @@ pub(in crate::engine) async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
     let closed = match committed {
         Ok(a_final) => {
             let window_ms = released.elapsed().as_secs_f64() * 1000.0;
+            let repoint = {
+                let j = ctx.journal.lock().await;
+                j.plan.external.as_ref().is_some_and(|e| e.repoint_publishers && !e.split_publishers)
+            };
+            if repoint {
+                let info = Info::RepointNow { to: to.clone() };
+                ctx.emit(Step::MovePublishers, EventKind::Info(info));
+            }
             ctx.done(
                 Step::MovePublishers,
                 t,

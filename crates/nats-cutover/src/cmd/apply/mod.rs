@@ -139,7 +139,8 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: ApplyArgs) -> Result<ExitCo
         // A pattern that selects nothing is most likely a typo.
         let names: Vec<String> = all.iter().map(|x| x.stream.clone()).collect();
         return Err(CliError::Flag(format!(
-            "--only/--except leave no asset: the files describe {}; patterns match an asset's name or its stream's, `*` for any characters (--only 'KV_*')",
+            "--only/--except leave no asset: the {} {}; patterns match an asset's name or its stream's, `*` for any characters (--only 'KV_*')",
+            if nfiles == 0 { "source side holds" } else { "files describe" },
             names.join(", ")
         )));
     }
@@ -522,7 +523,13 @@ async fn carry_out(
                         Ok(()) => (n, Some(done.into()), ms),
                         Err(e) => {
                             stop.store(true, Ordering::SeqCst);
-                            let msg = e.message();
+                            // The engine names `run --resume`; for a fleet
+                            // the same apply is the one command (across
+                            // systems it also brings the source side).
+                            let msg = format!(
+                                "{}; the same `nats-cutover apply` command continues it",
+                                e.message()
+                            );
                             let _ = put_record(store, item, "failed", Some(&msg)).await;
                             let mut f = first_error.lock().unwrap_or_else(|p| p.into_inner());
                             f.get_or_insert(e);
