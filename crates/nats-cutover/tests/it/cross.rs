@@ -310,7 +310,7 @@ async fn publishers_that_cannot_reach_b_are_refused_unless_repointed() {
 
 /// Push subscribers on `client` in queue group `g` of `deliver.orders`,
 /// counting each msg-id they processed and acknowledged (double ack).
-fn push_subscribers(
+pub(crate) fn push_subscribers(
     client: &async_nats::Client,
     n: usize,
     seen: &std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u64, u32>>>,
