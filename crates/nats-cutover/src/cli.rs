@@ -369,16 +369,23 @@ mod tests {
             ),
             (
                 "apply",
-                &["What changes", "Limits and timeouts", "Connection", "Across systems", "Output"],
+                &[
+                    "What changes",
+                    "Publishers",
+                    "Limits and timeouts",
+                    "Output",
+                    "Connection",
+                    "Across systems",
+                ],
             ),
             (
                 "kv",
                 &[
                     "Publishers",
                     "In place",
+                    "Across systems",
                     "Limits and timeouts",
                     "Connection",
-                    "Across systems",
                     "Output",
                 ],
             ),
@@ -625,11 +632,6 @@ pub struct ApplyArgs {
     /// `0s` is exact for them.
     #[arg(long, value_parser = humantime::parse_duration, help_heading = "Publishers")]
     pub retry_horizon: Option<Duration>,
-    /// With --yes: write the fleet's report, every asset's action, outcome
-    /// and time and each hop's figures, also when the apply fails: HTML
-    /// (self-contained), or JSON when FILE ends in .json; repeatable.
-    #[arg(long, value_name = "FILE", requires = "yes", help_heading = "Output")]
-    pub report: Vec<PathBuf>,
     /// How many live changes in place run at once (1 to 16). Each copies its
     /// stream twice and keeps the server busy meanwhile: the default 1 keeps
     /// publishers' stalls at the single change's (docs/benchmarks.md).
@@ -642,6 +644,11 @@ pub struct ApplyArgs {
     /// --max-pause`).
     #[arg(long, value_parser = parse_max_pause, default_value = "5s", help_heading = "Limits and timeouts")]
     pub max_pause: Duration,
+    /// With --yes: write the fleet's report, every asset's action, outcome
+    /// and time and each hop's figures, also when the apply fails: HTML
+    /// (self-contained), or JSON when FILE ends in .json; repeatable.
+    #[arg(long, value_name = "FILE", requires = "yes", help_heading = "Output")]
+    pub report: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]
