@@ -170,6 +170,17 @@ pub async fn in_place_under_way(js: &Js, req: &InPlaceRequest) -> Result<bool> {
     Ok(open(&j1) || open(&j2) || between)
 }
 
+/// Whether both hops of this in-place migration (or same-name move) are
+/// journaled done.
+pub async fn in_place_done(js: &Js, req: &InPlaceRequest) -> Result<bool> {
+    let Some(store) = JournalStore::open(js, IfMissing::ReturnNone).await? else {
+        return Ok(false);
+    };
+    let done = |j: &Option<Journal>| j.as_ref().is_some_and(|j| j.phase == Phase::Done);
+    let (j1, j2) = load_hops(&store, req).await?;
+    Ok(done(&j1) && done(&j2))
+}
+
 /// The journals of both hops (`A.VIA`, then `VIA.A`), where they exist.
 async fn load_hops(
     store: &JournalStore,

@@ -646,50 +646,5 @@ async fn a_same_name_move_killed_in_hop_1_rolls_back_then_moves() {
 /// every published message processed once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn push_subscribers_on_the_leaf_ride_through_a_same_name_move() {
-    use serde_json::json;
-    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
-    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
-    until_leaf_connected(&hub, &leaf).await;
-    leaf.js
-        .stream_create(&json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}))
-        .await
-        .unwrap();
-    let pusher = json!({"durable_name": "pusher", "ack_policy": "explicit", "deliver_subject": "deliver.orders", "deliver_group": "g", "max_ack_pending": 1000, "ack_wait": 30_000_000_000i64});
-    let create = cutover_nats::api::Action::Create;
-    leaf.js.consumer_create("ORDERS", "pusher", &pusher, create).await.unwrap();
-    let seen = std::sync::Arc::default();
-    let subs = crate::cross::push_subscribers(&leaf.client, 2, &seen);
-    let mut cfg = load_cfg(500, 20_000);
-    cfg.workers = 0;
-    let mut load = Load::start(leaf.client.clone(), cfg).await;
-    crate::common::wait_until("push subscribers to receive", Duration::from_secs(20), || async {
-        seen.lock().unwrap().len() > 200
-    })
-    .await;
-    let hubs = sys.hub_urls();
-    let conn = ["--server", &hubs, "--from-server", sys.leaf.url()];
-    let out = run(&[&conn[..], &["run", "--from", "ORDERS", "--to", "ORDERS", "--yes"]].concat());
-    assert_eq!(out.code, 0, "{out:?}");
-    let (_, c) = hub.js.consumer_info("ORDERS", "pusher").await.unwrap();
-    assert_eq!(c.config.deliver_subject.as_deref(), Some("deliver.orders"));
-    crate::run::until_published(&load, load.published() + 300).await;
-    load.finish_publishing().await;
-    // With no library workers, every published id is in `lost`: the published set.
-    let published = load.stop().await.lost;
-    crate::common::wait_until(
-        "push subscribers to process everything",
-        Duration::from_secs(20),
-        || async {
-            let s = seen.lock().unwrap();
-            published.iter().all(|id| s.contains_key(id))
-        },
-    )
-    .await;
-    let s = seen.lock().unwrap().clone();
-    let twice: Vec<_> = s.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "processed twice: {twice:?}");
-    assert_eq!(s.len(), published.len(), "processed exactly the published set");
-    subs.into_iter().for_each(|t| t.abort());
-    let v = cli(&[&conn[..], &["--json", "verify", "--from", "ORDERS", "--to", "ORDERS"]].concat());
-    assert_eq!(v.code, 0, "{v:?}");
+    crate::cross::push_through_a_move("ORDERS").await;
 }

@@ -10,9 +10,7 @@ use super::{Action, Item};
 use crate::cli::ApplyArgs;
 use crate::error::Result;
 use cutover_core::desired::{self, Asset};
-use cutover_core::journal::{migration_id, Phase};
 use cutover_nats::engine::{self, InPlaceRequest};
-use cutover_nats::journal::{IfMissing, JournalStore};
 use cutover_nats::{ErrorKind, Js};
 use serde_json::{json, Map, Value};
 
@@ -74,7 +72,7 @@ pub async fn judge(sides: &Sides, asset: &Asset, a: &ApplyArgs) -> Result<(Actio
     let source = sides.source.stream_info_opt(&asset.stream).await?;
     let target = sides.target.stream_info_opt(&asset.stream).await?;
     if target.is_some() {
-        if moved(&sides.target, &asset.stream, &probe.via()).await? {
+        if engine::in_place_done(&js, &probe).await? {
             return Ok((Action::Unchanged, false));
         }
         return Ok((
@@ -116,18 +114,6 @@ pub async fn judge(sides: &Sides, asset: &Asset, a: &ApplyArgs) -> Result<(Actio
         },
         false,
     ))
-}
-
-/// Whether both hops of the move of `stream` are journaled done on the
-/// target side.
-async fn moved(target: &Js, stream: &str, via: &str) -> Result<bool> {
-    let Some(store) = JournalStore::open(target, IfMissing::ReturnNone).await? else {
-        return Ok(false);
-    };
-    let done =
-        |j: Option<cutover_core::journal::Journal>| j.is_some_and(|j| j.phase == Phase::Done);
-    Ok(done(store.load(&migration_id(stream, via)).await?)
-        && done(store.load(&migration_id(via, stream)).await?))
 }
 
 /// The move of one item, run (or resumed) to its end.

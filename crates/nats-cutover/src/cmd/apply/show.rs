@@ -52,13 +52,7 @@ pub(super) fn item_json(i: &Item) -> Value {
                 .map(|(f, why)| json!({"field": f, "reason": why}))
                 .collect::<Vec<_>>());
             if let Some(o) = outline {
-                v["in_place"] = json!({
-                    "via": o.via,
-                    "copies_messages": o.copies_messages,
-                    "copies_bytes": o.copies_bytes,
-                    "estimate_ms": o.estimate_ms,
-                    "consumers": o.hop1.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
-                });
+                v["in_place"] = outline_json(o);
             }
         }
         Action::Refused { changes, reason, fix } => {
@@ -70,13 +64,7 @@ pub(super) fn item_json(i: &Item) -> Value {
             v["changes"] = json!(changes);
             v["resume"] = json!(i.resume);
             if let Some(o) = outline {
-                v["move"] = json!({
-                    "via": o.via,
-                    "copies_messages": o.copies_messages,
-                    "copies_bytes": o.copies_bytes,
-                    "estimate_ms": o.estimate_ms,
-                    "consumers": o.hop1.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
-                });
+                v["move"] = outline_json(o);
             }
         }
     }
@@ -88,6 +76,18 @@ pub(super) fn item_json(i: &Item) -> Value {
         v["ms"] = json!(i.ms);
     }
     v
+}
+
+/// A live change's (or move's) two hops as data: the copies, the estimate,
+/// the durables.
+fn outline_json(o: &cutover_core::plan::InPlaceOutline) -> Value {
+    json!({
+        "via": o.via,
+        "copies_messages": o.copies_messages,
+        "copies_bytes": o.copies_bytes,
+        "estimate_ms": o.estimate_ms,
+        "consumers": o.hop1.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+    })
 }
 
 fn summary_line(items: &[Item], others: usize) -> String {
