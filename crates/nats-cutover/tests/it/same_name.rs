@@ -14,6 +14,31 @@ use cutover_testkit::LeafSystem;
 use futures::StreamExt;
 use std::time::Duration;
 
+/// A leaf node with its own domain and a hub of `nodes` servers, connected
+/// (both domains answer from the other side) and the hub's meta leader
+/// elected; the hub's side and the leaf's.
+async fn leaf_and_hub(nodes: usize) -> (LeafSystem, Side, Side) {
+    let sys = LeafSystem::start(nodes).unwrap_or_else(|e| panic!("{e}"));
+    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
+    until_leaf_connected(&hub, &leaf).await;
+    crate::common::wait_until("the hub's meta leader", Duration::from_secs(30), || async {
+        hub.js.account_info().await.is_ok()
+    })
+    .await;
+    (sys, hub, leaf)
+}
+
+/// The library's workload for a live move: 500 msg/s for up to 5 min, its
+/// publisher retrying for 3 s (the retry horizon each hop waits on a
+/// cluster, passed as --retry-horizon).
+fn live_cfg() -> cutover_demo::load::LoadConfig {
+    cutover_demo::load::LoadConfig {
+        duration: Duration::from_secs(300),
+        retry_horizon: Duration::from_secs(3),
+        ..load_cfg(500, 150_000)
+    }
+}
+
 /// Each of the source side's messages is on the target side at the same
 /// sequence, with the same subject and payload.
 async fn same_sequences(src: &Side, dst: &Side, stream: &str) {
@@ -40,13 +65,7 @@ async fn same_sequences(src: &Side, dst: &Side, stream: &str) {
 /// message at its sequence, the durable on the target side's ORDERS, the
 /// source's ORDERS sealed and kept, the temporary stream gone.
 async fn same_name_live(hub_nodes: usize, extra: &[&str]) -> (LeafSystem, Side, Side) {
-    let sys = LeafSystem::start(hub_nodes).unwrap_or_else(|e| panic!("{e}"));
-    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
-    until_leaf_connected(&hub, &leaf).await;
-    crate::common::wait_until("the hub's meta leader", Duration::from_secs(30), || async {
-        hub.js.account_info().await.is_ok()
-    })
-    .await;
+    let (sys, hub, leaf) = leaf_and_hub(hub_nodes).await;
     orders_on(&leaf.js).await;
     // The plan says what the applications see across systems.
     let hubs = sys.hub_urls();
@@ -68,11 +87,7 @@ async fn same_name_live(hub_nodes: usize, extra: &[&str]) -> (LeafSystem, Side, 
     );
     assert!(!plan.stdout.contains("they resume by retrying"), "the one-system note: {plan:?}");
     // Short retry horizons: on a cluster each hop's commit waits one.
-    let cfg = cutover_demo::load::LoadConfig {
-        duration: Duration::from_secs(300),
-        retry_horizon: Duration::from_secs(3),
-        ..load_cfg(500, 150_000)
-    };
+    let cfg = live_cfg();
     let load = Load::start_across(leaf.client.clone(), hub.client.clone(), cfg).await;
     until_processed(&load, 300).await;
     let conn = ["--server", &hubs, "--from-server", sys.leaf.url()];
@@ -112,11 +127,7 @@ async fn one_account_to_another_under_the_same_name_live() {
     let server = accounts_server(&[]);
     let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
     orders_on(&src.js).await;
-    let cfg = cutover_demo::load::LoadConfig {
-        duration: Duration::from_secs(300),
-        retry_horizon: Duration::from_secs(3),
-        ..load_cfg(500, 150_000)
-    };
+    let cfg = live_cfg();
     let load = Load::start_across(src.client.clone(), dst.client.clone(), cfg).await;
     until_processed(&load, 300).await;
     let what = ["run", "--from", "ORDERS", "--to", "ORDERS", "--yes"];
@@ -167,9 +178,7 @@ async fn a_standalone_server_to_a_three_node_cluster_under_the_same_name_live() 
 /// revision read on the source side before the move succeeds on the target.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_kv_bucket_moves_to_another_system_keeping_its_revisions() {
-    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
-    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
-    until_leaf_connected(&hub, &leaf).await;
+    let (sys, hub, leaf) = leaf_and_hub(1).await;
     let src = async_nats::jetstream::new(leaf.client.clone());
     let kv = src
         .create_key_value(async_nats::jetstream::kv::Config {
@@ -231,9 +240,7 @@ async fn a_kv_bucket_moves_to_another_system_keeping_its_revisions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn nats_py_and_nats_js_workers_reconnect_to_the_target_after_a_same_name_move() {
     use crate::pyapps::{lines, processed, App};
-    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
-    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
-    until_leaf_connected(&hub, &leaf).await;
+    let (sys, hub, leaf) = leaf_and_hub(1).await;
     orders_on(&leaf.js).await;
     let dir = TempDir::new("same-name-apps");
     let worker = |url: &str, out: &std::path::Path, js: bool| {
@@ -328,13 +335,7 @@ fn json_line(out: &crate::common::Out, kind: &str) -> serde_json::Value {
 async fn a_whole_domain_of_20_assets_moves_to_a_cluster_killed_midway_then_resumed() {
     use async_nats::jetstream::{kv, object_store};
     use serde_json::json;
-    let sys = LeafSystem::start(3).unwrap_or_else(|e| panic!("{e}"));
-    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
-    until_leaf_connected(&hub, &leaf).await;
-    crate::common::wait_until("the hub's meta leader", Duration::from_secs(30), || async {
-        hub.js.account_info().await.is_ok()
-    })
-    .await;
+    let (sys, hub, leaf) = leaf_and_hub(3).await;
     let ctx = async_nats::jetstream::new(leaf.client.clone());
     for i in 0..14 {
         let name = format!("S{i}");
@@ -481,9 +482,7 @@ async fn a_whole_domain_of_20_assets_moves_to_a_cluster_killed_midway_then_resum
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn nats_py_kv_writer_and_watcher_reconnect_to_the_target_keeping_revisions() {
     use crate::pyapps::{lines, App};
-    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
-    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
-    until_leaf_connected(&hub, &leaf).await;
+    let (sys, hub, leaf) = leaf_and_hub(1).await;
     let src = async_nats::jetstream::new(leaf.client.clone());
     src.create_key_value(async_nats::jetstream::kv::Config {
         bucket: "cfg".into(),
@@ -601,15 +600,9 @@ async fn nats_py_kv_writer_and_watcher_reconnect_to_the_target_keeping_revisions
 /// throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_same_name_move_killed_in_hop_1_rolls_back_then_moves() {
-    let sys = LeafSystem::start(1).unwrap_or_else(|e| panic!("{e}"));
-    let (hub, leaf) = (side(&sys.hub_urls(), None).await, side(sys.leaf.url(), None).await);
-    until_leaf_connected(&hub, &leaf).await;
+    let (sys, hub, leaf) = leaf_and_hub(1).await;
     orders_on(&leaf.js).await;
-    let cfg = cutover_demo::load::LoadConfig {
-        duration: Duration::from_secs(300),
-        retry_horizon: Duration::from_secs(3),
-        ..load_cfg(500, 150_000)
-    };
+    let cfg = live_cfg();
     let load = Load::start_across(leaf.client.clone(), hub.client.clone(), cfg).await;
     until_processed(&load, 300).await;
     let hubs = sys.hub_urls();
