@@ -32,7 +32,7 @@ use cutover_nats::Js;
 use cutover_testkit::{Cluster, NatsServer, PINNED_VERSION};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 struct Knobs {
@@ -244,14 +244,7 @@ async fn one_run(k: &Knobs, nodes: usize, parallel: u16) -> Value {
     .await;
     assert!(warm, "the workloads did not start");
     // The apply, under /usr/bin/time -v for the runner's peak RSS.
-    let timed = Path::new("/usr/bin/time").exists();
-    let mut cmd = if timed {
-        let mut c = std::process::Command::new("/usr/bin/time");
-        c.arg("-v").arg(&k.bin);
-        c
-    } else {
-        std::process::Command::new(&k.bin)
-    };
+    let mut cmd = common::timed_command(&k.bin);
     cmd.args(["--server", &urls, "--json", "apply"]).arg(&dir);
     cmd.args(["--yes", "--parallel", &parallel.to_string()]);
     let t = Instant::now();
@@ -260,10 +253,7 @@ async fn one_run(k: &Knobs, nodes: usize, parallel: u16) -> Value {
     let code = out.status.code().unwrap_or(-1);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let rss_kib: Option<u64> = stderr
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes): "))
-        .and_then(|v| v.trim().parse().ok());
+    let rss_kib = common::peak_rss_kib(&stderr);
     let mut stalls = BTreeMap::new();
     let (mut lost, mut twice, mut failures, mut published) = (0u64, 0usize, 0u64, 0u64);
     for (a, mut l) in loaded.iter().zip(loads) {

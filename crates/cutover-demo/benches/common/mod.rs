@@ -75,3 +75,23 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
 }
+
+/// `bin` run under `/usr/bin/time -v` where it exists, for its peak RSS
+/// ([`peak_rss_kib`]); plain otherwise.
+pub fn timed_command(bin: &std::path::Path) -> std::process::Command {
+    if std::path::Path::new("/usr/bin/time").exists() {
+        let mut c = std::process::Command::new("/usr/bin/time");
+        c.arg("-v").arg(bin);
+        c
+    } else {
+        std::process::Command::new(bin)
+    }
+}
+
+/// The peak RSS `/usr/bin/time -v` reported on `stderr`, if it ran.
+pub fn peak_rss_kib(stderr: &str) -> Option<u64> {
+    stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes): "))
+        .and_then(|v| v.trim().parse().ok())
+}
