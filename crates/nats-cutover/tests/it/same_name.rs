@@ -495,7 +495,8 @@ async fn nats_py_kv_writer_and_watcher_reconnect_to_the_target_keeping_revisions
     let path = |n: &str| dir.0.join(n).to_str().unwrap().to_string();
     let app = |role: &str, url: &str, out: &str, until: Option<&str>| {
         let mut args = vec![role, "--server", url, "--bucket", "cfg", "--out", out];
-        args.extend(["--keys", "20", "--rate", "100"]);
+        // 200 keys: each keeps every write (history 64) however long the move takes.
+        args.extend(["--keys", "200", "--rate", "100"]);
         if let Some(u) = until {
             args.extend(["--until", u]);
         }
