@@ -478,7 +478,8 @@ async fn a_whole_domain_of_20_assets_moves_to_a_cluster_killed_midway_then_resum
 /// server never lets `$KV.>` cross a leaf between domains), then a writer
 /// and a watcher on the hub (the applications reconnected) go on. Every
 /// write acknowledged on the leaf is on the hub at its revision; the hub's
-/// writes continue the revisions; the hub's watcher sees each of them.
+/// writes continue the revisions; the hub's watchers, nats-py and nats.js
+/// (tests/apps/js/kv_watcher.mjs), see each of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn nats_py_kv_writer_and_watcher_reconnect_to_the_target_keeping_revisions() {
     use crate::pyapps::{lines, App};
@@ -538,6 +539,12 @@ async fn nats_py_kv_writer_and_watcher_reconnect_to_the_target_keeping_revisions
     let (hub_w, hub_watch, hub_stop) =
         (path("hub-writer.jsonl"), path("hub-watch.jsonl"), path("hub-stop"));
     let watcher = app("watcher", &hubs, &hub_watch, None);
+    // A nats.js watcher too (@nats-io/kv, updates only), on the hub.
+    let js_watch = path("hub-watch-js.jsonl");
+    let js_watcher = App::node(
+        "kv_watcher.mjs",
+        &["--server", &hubs, "--bucket", "cfg", "--updates", "--out", &js_watch],
+    );
     let mut writer = app("writer", &hubs, &hub_w, Some(&hub_stop));
     crate::common::wait_until("the hub writer writes", Duration::from_secs(30), || async {
         writes(&hub_w).len() >= 100
@@ -546,19 +553,28 @@ async fn nats_py_kv_writer_and_watcher_reconnect_to_the_target_keeping_revisions
     std::fs::write(&hub_stop, "").unwrap();
     assert!(writer.0.wait().unwrap().success());
     let on_hub = writes(&hub_w);
-    crate::common::wait_until(
-        "the hub watcher sees every hub write",
-        Duration::from_secs(30),
-        || async {
-            lines(std::path::Path::new(&hub_watch))
-                .iter()
-                .filter(|l| l.get("rev").is_some())
-                .count()
-                >= on_hub.len()
-        },
-    )
-    .await;
+    let w_entries = |f: &str| -> std::collections::BTreeSet<(String, u64)> {
+        lines(std::path::Path::new(f))
+            .iter()
+            .filter_map(|l| Some((l["key"].as_str()?.to_string(), l["rev"].as_u64()?)))
+            .filter(|(k, _)| k.starts_with("w."))
+            .collect()
+    };
+    for f in [&hub_watch, &js_watch] {
+        crate::common::wait_until(
+            "the hub watchers see every hub write",
+            Duration::from_secs(30),
+            || async { w_entries(f).len() >= on_hub.len() },
+        )
+        .await;
+    }
     watcher.stop();
+    js_watcher.stop();
+    let js_seen = w_entries(&js_watch);
+    for w in &on_hub {
+        let k = (w["key"].as_str().unwrap().to_string(), w["rev"].as_u64().unwrap());
+        assert!(js_seen.contains(&k), "the hub's nats.js watcher saw {k:?}");
+    }
     // Every write acknowledged on the leaf is on the hub at its revision.
     for w in &on_leaf {
         let rev = w["rev"].as_u64().unwrap();
