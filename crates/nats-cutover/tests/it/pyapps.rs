@@ -48,7 +48,7 @@ impl App {
             .spawn()
             .unwrap();
         let says_ready = ["worker.py", "fence_worker.py", "dual_publisher.py"].contains(&script);
-        if says_ready || args.first() == Some(&"watcher") {
+        if says_ready || matches!(args.first(), Some(&"watcher") | Some(&"obj-reader")) {
             // Bound to its durable, or registered: it says so (no sleep).
             let mut line = String::new();
             BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();

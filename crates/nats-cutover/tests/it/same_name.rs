@@ -658,3 +658,68 @@ async fn a_same_name_move_killed_in_hop_1_rolls_back_then_moves() {
 async fn push_subscribers_on_the_leaf_ride_through_a_same_name_move() {
     crate::cross::push_through_a_move("ORDERS").await;
 }
+
+/// An object store's nats-py applications (tests/apps/kv_app.py) through
+/// its move to the hub under its name: objects put on the leaf, a reader
+/// there reading them round and round throughout the move (every read
+/// answered is intact; after hop 1's commit its reads fail, below), and
+/// after the move a client connected to the hub reads each back intact from
+/// the store found by its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nats_py_object_store_apps_through_a_same_name_move() {
+    use crate::pyapps::{lines, App};
+    let (sys, hub, _leaf) = leaf_and_hub(1).await;
+    let dir = TempDir::new("same-name-obj-apps");
+    let path = |n: &str| dir.0.join(n).to_str().unwrap().to_string();
+    let hubs = sys.hub_urls();
+    let app = |role: &str, url: &str, out: &str, until: Option<&str>| {
+        let mut args = vec![role, "--server", url, "--bucket", "files", "--out", out];
+        args.extend(["--objects", "3", "--size", "300000"]);
+        if let Some(u) = until {
+            args.extend(["--until", u]);
+        }
+        App::start("kv_app.py", &args)
+    };
+    let mut put = app("obj-put", sys.leaf.url(), &path("put.jsonl"), None);
+    assert!(put.0.wait().unwrap().success(), "obj-put on the leaf");
+    let (read, stop) = (path("leaf-read.jsonl"), path("leaf-stop"));
+    let mut reader = app("obj-reader", sys.leaf.url(), &read, Some(&stop));
+    let conn = ["--server", &hubs, "--from-server", sys.leaf.url()];
+    let out = run(&[&conn[..], &["obj", "files", "--repoint-publishers", "--yes"]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    std::fs::write(&stop, "").unwrap();
+    assert!(reader.0.wait().unwrap().success());
+    let done = std::fs::read_to_string(&read).unwrap();
+    let done: serde_json::Value =
+        serde_json::from_str(done.lines().last().expect("the reader's counts")).unwrap();
+    assert!(done["reads"].as_u64().is_some_and(|n| n > 0), "{done}");
+    // Every read answered there was intact; from hop 1's commit on the
+    // reads fail: nats-py's get subscribes to the chunks by subject
+    // (object_store.py get → js.subscribe → find_stream_name_by_subject),
+    // and the sealed store on the leaf lists only its name as subject then,
+    // so the reader must reconnect to the hub (docs/cross-system.md).
+    assert_eq!(
+        (&done["wrong"], &done["not_found"]),
+        (&serde_json::json!(0), &serde_json::json!(0)),
+        "{done}"
+    );
+    assert!(done["intact"].as_u64().is_some_and(|n| n > 0), "{done}");
+    let (_, s) = hub.js.stream_info("OBJ_files").await.unwrap();
+    assert!(s.config.subjects.iter().any(|x| x.starts_with("$O.files.")), "{:?}", s.config);
+    let check = path("hub-check.jsonl");
+    let mut c = app("obj-check", &hubs, &check, None);
+    assert!(c.0.wait().unwrap().success(), "obj-check on the hub");
+    let objects: Vec<_> = lines(std::path::Path::new(&check))
+        .into_iter()
+        .filter(|l| l.get("name").is_some())
+        .collect();
+    assert_eq!(objects.len(), 3, "{objects:?}");
+    for o in &objects {
+        assert_eq!(
+            (&o["intact"], &o["size"]),
+            (&serde_json::json!(true), &serde_json::json!(300000)),
+            "{o}"
+        );
+    }
+    eprintln!("leaf reader during the move: {done}");
+}
