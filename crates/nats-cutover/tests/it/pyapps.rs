@@ -415,12 +415,8 @@ impl PyLoad {
             // Where each copy came from (stream, sequence, consumer,
             // delivery count), to tell a redelivery from a second copy.
             let first = twice.iter().map(|(id, _)| id.as_str()).min().unwrap_or("");
-            let copies: Vec<Value> = self
-                .files
-                .iter()
-                .flat_map(|f| lines(f))
-                .filter(|l| l["id"].as_str() == Some(first))
-                .collect();
+            let copies: Vec<&Value> =
+                records.iter().filter(|l| l["id"].as_str() == Some(first)).collect();
             panic!("processed twice: {twice:?}; the copies of {first}: {copies:?}");
         }
         let lost: Vec<_> = acked.iter().filter(|id| !p.contains_key(*id)).collect();

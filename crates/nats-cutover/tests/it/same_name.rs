@@ -472,6 +472,25 @@ async fn a_whole_domain_of_20_assets_moves_to_a_cluster_killed_midway_then_resum
     assert_eq!(again.code, 0, "{again:?}");
 }
 
+/// tests/apps/kv_app.py in `role` on `bucket` at `url`, its records in
+/// `out`, until the file `until` exists (where the role loops), with the
+/// role's own options `extra`.
+fn kv_app(
+    role: &str,
+    url: &str,
+    bucket: &str,
+    out: &str,
+    until: Option<&str>,
+    extra: &[&str],
+) -> crate::pyapps::App {
+    let mut args = vec![role, "--server", url, "--bucket", bucket, "--out", out];
+    args.extend(extra);
+    if let Some(u) = until {
+        args.extend(["--until", u]);
+    }
+    crate::pyapps::App::start("kv_app.py", &args)
+}
+
 /// A KV bucket's nats-py writer and watcher (tests/apps/kv_app.py) through
 /// its move to the hub under its name: the writer on the leaf writes until
 /// the move ended (from hop 1's commit its writes get "no responders": the
@@ -494,14 +513,9 @@ async fn nats_py_kv_writer_and_watcher_reconnect_to_the_target_keeping_revisions
     .unwrap();
     let dir = TempDir::new("same-name-kv-apps");
     let path = |n: &str| dir.0.join(n).to_str().unwrap().to_string();
+    // 200 keys: each keeps every write (history 64) however long the move takes.
     let app = |role: &str, url: &str, out: &str, until: Option<&str>| {
-        let mut args = vec![role, "--server", url, "--bucket", "cfg", "--out", out];
-        // 200 keys: each keeps every write (history 64) however long the move takes.
-        args.extend(["--keys", "200", "--rate", "100"]);
-        if let Some(u) = until {
-            args.extend(["--until", u]);
-        }
-        App::start("kv_app.py", &args)
+        kv_app(role, url, "cfg", out, until, &["--keys", "200", "--rate", "100"])
     };
     let (leaf_w, leaf_stop) = (path("leaf-writer.jsonl"), path("leaf-stop"));
     let mut writer = app("writer", sys.leaf.url(), &leaf_w, Some(&leaf_stop));
@@ -667,18 +681,13 @@ async fn push_subscribers_on_the_leaf_ride_through_a_same_name_move() {
 /// the store found by its name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn nats_py_object_store_apps_through_a_same_name_move() {
-    use crate::pyapps::{lines, App};
+    use crate::pyapps::lines;
     let (sys, hub, _leaf) = leaf_and_hub(1).await;
     let dir = TempDir::new("same-name-obj-apps");
     let path = |n: &str| dir.0.join(n).to_str().unwrap().to_string();
     let hubs = sys.hub_urls();
     let app = |role: &str, url: &str, out: &str, until: Option<&str>| {
-        let mut args = vec![role, "--server", url, "--bucket", "files", "--out", out];
-        args.extend(["--objects", "3", "--size", "300000"]);
-        if let Some(u) = until {
-            args.extend(["--until", u]);
-        }
-        App::start("kv_app.py", &args)
+        kv_app(role, url, "files", out, until, &["--objects", "3", "--size", "300000"])
     };
     let mut put = app("obj-put", sys.leaf.url(), &path("put.jsonl"), None);
     assert!(put.0.wait().unwrap().success(), "obj-put on the leaf");
