@@ -507,7 +507,9 @@ impl Journal {
     /// no stream at all (its publishes do not cross to A's side). Only going
     /// on is safe.
     pub fn publishers_split(&self) -> bool {
+        // (A hand-over's freeze, before the split, is SubjectsReleased too.)
         self.plan.external.as_ref().is_some_and(|e| e.split_publishers)
+            && self.shared.is_some()
             && matches!(self.phase, Phase::SubjectsShared | Phase::SubjectsReleased)
     }
 }
@@ -791,6 +793,11 @@ mod tests {
             split_publishers: true,
         };
         j.plan.external = Some(ext);
+        // A hand-over's freeze before the split is SubjectsReleased too: not
+        // split while B has not taken the subjects (`shared` unset).
+        j.phase = Phase::SubjectsReleased;
+        assert!(!j.publishers_split() && j.can_roll_back(), "the hand-over's freeze");
+        j.shared = Some(SharedAt { b_seq: 10, origin_seq: 10 });
         for (phase, split) in [
             (Phase::ConsumersMoved, false),
             (Phase::SubjectsShared, true),

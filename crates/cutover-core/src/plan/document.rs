@@ -78,7 +78,9 @@ pub struct Plan {
     /// is handed over from mirroring A to sourcing A with the window, in a
     /// short freeze (A releases its subjects until B holds exactly A's last
     /// message and its source is set up), and the commit waits one retry
-    /// horizon after it (docs/in-place.md, "On a cluster").
+    /// horizon after it (docs/in-place.md, "On a cluster"). Also strategy
+    /// mirror with the publishers split across systems, on any server
+    /// ([`Plan::split_publishers`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub handover: bool,
     /// In place, hop 1: the settings hop 2 gives the stream itself rather
@@ -116,8 +118,16 @@ impl Plan {
     /// still sources A, and A keeps its own (no conflict: they are on two
     /// systems), so a publisher on either side is served and nothing it
     /// publishes is lost; the run waits for the operator's go-ahead (or A
-    /// idle for `--seal-when-idle`) before it seals A. Refused (unsafe) where
-    /// that cannot be exact: a mirror takes no subjects while it mirrors;
+    /// idle for `--seal-when-idle`) before it seals A. A mirror takes no
+    /// subjects while it mirrors (a same-name move's hop 1 is one), and
+    /// records no msg-ids (stream.go `processJetStreamMsg`: no check for a
+    /// mirror): it is handed over first ([`Plan::handover`]: B becomes a
+    /// stream sourcing A from A's next sequence, with the window), and B
+    /// takes the subjects one retry horizon after that, so a retry of a
+    /// publish A stored before the hand-over cannot reach B (it is retried
+    /// into A, the only stream that has the subjects until then). B then
+    /// numbers what is published into it itself: its sequences are A's up
+    /// to the split. Refused (unsafe) where that cannot be exact:
     /// without an explicit duplicate window B would not match a retry sent
     /// once into A and once into B (a sourced and a direct copy share msg-id
     /// dedup only then: server stream.go `processJetStreamMsg` checks the
@@ -136,10 +146,9 @@ impl Plan {
                 reason: reason.into(),
             })
         };
-        if self.strategy == Strategy::Mirror {
-            refuse("strategy", "mirror".into(), "publishers repointed across systems need B to take A's subjects while it still copies A, and a mirror takes no subjects: use --strategy source");
-        }
-        if self.b_config["duplicate_window"].as_i64().unwrap_or(0) <= 0 {
+        let mirror = self.strategy == Strategy::Mirror;
+        // A mirror gets the window with its hand-over (steps/handover.rs).
+        if !mirror && self.b_config["duplicate_window"].as_i64().unwrap_or(0) <= 0 {
             refuse("duplicate_window", "0".into(), "publishers repointed across systems need B's duplicate window set explicitly: a retry sent once into A and once into B lands once only then; drop duplicate_window 0 from --to-config");
         }
         if self.features.duplicate_sourced_msg_id_stalls_source {
@@ -148,12 +157,26 @@ impl Plan {
         self.safe = self.safe && self.unsafe_findings().next().is_none();
         let keep = self.steps.iter().take_while(|s| !s.title.starts_with("commit point")).count();
         self.steps.truncate(keep);
+        let hand_over = mirror && !self.handover;
+        self.handover |= mirror;
         let (a, b, subjects) = (&self.from, &self.to, &self.b_final_subjects);
         let mut add = |title: &str, detail: String| {
             let n = self.steps.len() as u32 + 1;
             self.steps.push(Step { n, title: title.into(), detail });
         };
-        add("B takes the subjects (publishers split)", format!("update {b}: subjects {subjects:?} on the target side while it still sources {a}; {a} keeps its subjects on its side. From here repoint the publishers to the target side, any time: those repointed publish into {b}, those not yet publish into {a} and reach {b} through the source, and a retry sent once into each lands once ({b}'s duplicate window). No rollback from here (publishers may be on either side): only going on"));
+        let horizon = std::time::Duration::from_millis(self.retry_horizon_ms);
+        if hand_over {
+            add("hand over", format!("{b}, a mirror, takes no subjects and records no msg-ids, so before the split it becomes a stream sourcing {a}: update {a}: subjects released (a freeze of about 0.2 s: publishes get no responders and are retried); wait until {b} holds exactly {a}'s last message X-1; one update of {b}: mirror removed, source {a} from X with a duplicate window of at least the retry horizon ({horizon:?}); wait until its source is set up; {a} takes its subjects back. {b} takes the subjects one retry horizon after that, so a retry of a publish {a} stored before X is retried into {a}, which has its id"));
+        }
+        let numbered = match mirror {
+            true => format!(" {b}'s sequences are {a}'s up to here; from here {b} numbers the messages itself (a direct publish takes the next one), so `verify` matches the later ones by their origin in {a}."),
+            false => String::new(),
+        };
+        let after = match mirror {
+            true => format!(", once a retry horizon ({horizon:?}) passed since the hand-over"),
+            false => String::new(),
+        };
+        add("B takes the subjects (publishers split)", format!("update {b}: subjects {subjects:?} on the target side while it still sources {a}{after}; {a} keeps its subjects on its side.{numbered} From here repoint the publishers to the target side, any time: those repointed publish into {b}, those not yet publish into {a} and reach {b} through the source, and a retry sent once into each lands once ({b}'s duplicate window). No rollback from here (publishers may be on either side): only going on"));
         add("wait for the publishers", format!("the run waits, reporting every few seconds how many messages {a} stored meanwhile, until the operator confirms that every publisher was repointed: `nats-cutover run --resume {a}.{b} --proceed` (from any terminal; the waiting runner sees it), or with --seal-when-idle D until {a} stored nothing for D"));
         add("seal A and finish sourcing", format!("update {a}: subjects [] (a publisher still on its side gets no responders from here), wait until {b} holds every message {a} stored ({a}'s last sequence the same in two reads), seal {a}, remove {b}'s source"));
         add(

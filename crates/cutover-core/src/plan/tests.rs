@@ -69,11 +69,23 @@ fn split_publishers_wait_for_the_operator_and_refuse_what_cannot_be_exact() {
         p.steps.iter().map(|s| s.n).collect::<Vec<_>>(),
         (1..=titles.len() as u32).collect::<Vec<_>>()
     );
-    // A mirror takes no subjects; no window, no dedup across the two copies;
-    // a server whose sourcing stalls on a duplicate msg-id.
+    // A mirror (a same-name move's hop 1) is handed over to sourcing A
+    // first, and B takes the subjects after it; even with a window of 0
+    // asked for B (the hand-over sets one).
     let mut m = build(&across_req(Strategy::Mirror), &facts(plain_a(), explicit_c())).unwrap();
+    assert!(!m.handover, "one server keeps a mirror's window: no hand-over unsplit");
+    m.b_config["duplicate_window"] = json!(0);
     m.split_publishers();
-    assert!(!m.safe && m.unsafe_findings().any(|f| f.setting == "strategy"));
+    assert!(m.safe, "{:#?}", m.unsafe_findings().collect::<Vec<_>>());
+    assert!(m.handover, "handed over before the split");
+    let titles: Vec<&str> = m.steps.iter().map(|s| s.title.as_str()).collect();
+    let at = |t: &str| titles.iter().position(|x| x.starts_with(t)).unwrap_or(usize::MAX);
+    assert!(at("hand over") < at("B takes the subjects"), "{titles:?}");
+    assert_eq!(titles.iter().filter(|t| **t == "hand over").count(), 1, "{titles:?}");
+    let share = &m.steps[at("B takes the subjects")].detail;
+    assert!(share.contains("retry horizon") && share.contains("origin"), "{share}");
+    // No window, no dedup across the two copies; a server whose sourcing
+    // stalls on a duplicate msg-id.
     let mut w = build(&across_req(Strategy::Source), &facts(plain_a(), explicit_c())).unwrap();
     w.b_config["duplicate_window"] = json!(0);
     w.split_publishers();

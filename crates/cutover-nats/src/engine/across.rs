@@ -100,23 +100,29 @@ async fn publishers(js: &Js, plan: &Plan, repoint: bool) -> Result<(Finding, boo
             }
         }
     }
-    let mirror = plan.strategy == Strategy::Mirror;
+    // A bucket's clients find it by its stream's name, and a same-name
+    // move's hop 1 copies it into `KV_<B>_CUTOVER`: repointed before hop 2
+    // they would find no bucket, so they are not split. A stream's
+    // publishers are, its mirror handed over to sourcing A first
+    // (`Plan::split_publishers`).
+    let bucket = plan.strategy == Strategy::Mirror
+        && plan.b_final_subjects.iter().any(|s| s.starts_with("$KV.") || s.starts_with("$OBJ."));
     let (verdict, reason) = match (stranded.is_empty(), repoint, back.is_empty()) {
-        // A mirror takes no subjects while it copies, so the publishers
-        // cannot be split: they are repointed at the commit point. Until
+        // The publishers cannot be split: they are repointed at the commit
+        // point (hop 2's creates the bucket under its name). Until
         // then A stores what they publish (a publish from the target side
         // that reaches A too is mirrored to B once); from the commit point
         // a publish still sent on A's side finds no stream there ("no
         // responders": nothing stored) until its client reconnects to the
         // target side, where B answers.
-        (false, true, _) if mirror => (Verdict::ChangedOnPurpose, format!("publishes on A's side to {0} do not reach the target side: repoint the publishers (and a bucket's clients) to the target side at the commit point (the run says `commit point passed`); until then {1} stores what they write, and from then on a write still sent on A's side is answered \"no responders\" (nothing is stored) until its client reconnects to the target side, where {2} answers it; nothing is lost or stored twice", stranded.join(", "), plan.from, plan.to)),
+        (false, true, _) if bucket => (Verdict::ChangedOnPurpose, format!("publishes on A's side to {0} do not reach the target side: repoint the publishers (and a bucket's clients) to the target side at the commit point (the run says `commit point passed`); until then {1} stores what they write, and from then on a write still sent on A's side is answered \"no responders\" (nothing is stored) until its client reconnects to the target side, where {2} answers it; nothing is lost or stored twice", stranded.join(", "), plan.from, plan.to)),
         (true, _, _) => (Verdict::Ok, "a publish on A's side to B's subjects reaches the target side (probed; A refused the probe unstored): publishers keep their connection and move with the subjects at the commit point".to_string()),
-        (false, true, true) => (Verdict::ChangedOnPurpose, format!("publishes on A's side to {0} do not reach the target side, nor the reverse: repoint the publishers (--repoint-publishers). After the consumers moved, {1} takes the subjects on the target side while it still sources {2}, and {2} keeps them: repoint the publishers to the target side any time from then (those not yet repointed publish into {2}, whose messages reach {1} through the source; a retry sent once into each lands once); then confirm with `nats-cutover run --resume {2}.{1} --proceed` (or pass --seal-when-idle): the run waits for it before it seals {2}", stranded.join(", "), plan.to, plan.from)),
+        (false, true, true) => (Verdict::ChangedOnPurpose, format!("publishes on A's side to {0} do not reach the target side, nor the reverse: repoint the publishers (--repoint-publishers). After the consumers moved, {1} takes the subjects on the target side while it still sources {2}{3}, and {2} keeps them: repoint the publishers to the target side any time from then (those not yet repointed publish into {2}, whose messages reach {1} through the source; a retry sent once into each lands once); then confirm with `nats-cutover run --resume {2}.{1} --proceed` (or pass --seal-when-idle): the run waits for it before it seals {2}", stranded.join(", "), plan.to, plan.from, if plan.strategy == Strategy::Mirror { " (a mirror until then: it is handed over to sourcing A first, and takes the subjects one retry horizon later)" } else { "" })),
         (false, true, false) => (Verdict::Unsafe, format!("publishes on A's side to {} do not reach the target side, but publishes on the target side to {} reach A's: with the publishers repointed there, {} would store each of their messages too and {} would get it twice (directly and through the source); let the publishes cross both ways (across accounts, B's account exports service `{}` and A's account imports it), or stop the target side's subjects from crossing to A's side", stranded.join(", "), back.join(", "), plan.from, plan.to, stranded.join(", "))),
         (false, false, _) if stranded.iter().any(|s| s.starts_with("$KV.") || s.starts_with("$OBJ.")) => (Verdict::Unsafe, format!("publishes on A's side to {0} do not reach the target side: a bucket's writes cannot follow it there on their own (between JetStream domains a leaf connection never lets `$KV.>` and `$OBJ.>` cross: server jetstream_api.go `denyAllClientJs`; across accounts B's account would export service `{0}` and A's import it): repoint the bucket's clients to the target side and pass --repoint-publishers at the commit point)", stranded.join(", "))),
         (false, false, _) => (Verdict::Unsafe, format!("publishes on A's side to {0} do not reach the target side, so after the commit point publishers there would find no stream: across accounts, B's account exports service `{0}` and A's account imports it; across a leaf node, the connection must allow it; or repoint the publishers to the target side and pass --repoint-publishers", stranded.join(", "))),
     };
-    let split = !stranded.is_empty() && repoint && back.is_empty() && !mirror;
+    let split = !stranded.is_empty() && repoint && back.is_empty() && !bucket;
     let finding = Finding {
         scope: "plan".into(),
         setting: "publishers".into(),

@@ -359,7 +359,7 @@ impl Progress {
                 json!({ "remaining": remaining, "reported_lag": reported_lag })
             }
             Progress::WindowRestored { duplicate_window_ns, remaining_ms } => json!({
-                "message": format!("B's duplicate window of {} s was set while B was copying (after its older history, at the hand-over, or again after a restarted server cleared a mirror's: jetstream.go fixCfgMirrorWithDedupWindow); B records msg-ids only from then on, so the commit waits {} s more, until a whole retry horizon has passed", duplicate_window_ns / 1_000_000_000, remaining_ms.div_ceil(1000)),
+                "message": format!("B's duplicate window of {} s was set while B was copying (after its older history, at the hand-over, or again after a restarted server cleared a mirror's: jetstream.go fixCfgMirrorWithDedupWindow); B records msg-ids only from then on, so the commit (with the publishers split: B's taking of the subjects) waits {} s more, until a whole retry horizon has passed", duplicate_window_ns / 1_000_000_000, remaining_ms.div_ceil(1000)),
                 "duplicate_window_ns": duplicate_window_ns,
                 "remaining_ms": remaining_ms,
             }),

@@ -152,9 +152,14 @@ fn stopped(e: Error, j: &Journal, held: &[String], a_gone: bool) -> Error {
     // for good and finishing up to the fence (not "as it was").
     let fenced = names(&|p| p == ConsumerPhase::Fenced);
     let (state, next) = if j.publishers_split() {
+        // Hop 1 of a same-name move: its resume ends with hop 1.
+        let hop2 = match j.plan.in_place {
+            Some(cutover_core::plan::InPlaceHop::Out) => format!(" hop 1; then the move's own command (`run --from {0} --to {0}`, run again) makes hop 2", j.from),
+            _ => String::new(),
+        };
         (
             format!("publishers may be split between {} and {}: both hold the subjects, each on its own side, and {} still sources {}; no rollback is exact from here", j.from, j.to, j.to, j.from),
-            format!("once every publisher publishes on the target side, `nats-cutover run --resume {id} --proceed` seals {} and finishes", j.from),
+            format!("once every publisher publishes on the target side, `nats-cutover run --resume {id} --proceed` seals {} and finishes{hop2}", j.from),
         )
     } else if j.phase == Phase::RolledBack {
         (

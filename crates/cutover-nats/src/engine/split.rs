@@ -18,7 +18,7 @@
 use super::ctx::Ctx;
 use super::events::{EventKind, Progress, StepResult, Warning};
 use super::progress::source_progress;
-use super::steps::subjects::released_subjects;
+use super::steps::subjects::{released_subjects, taking_subjects};
 use crate::api::Js;
 use crate::error::{Error, Result};
 use cutover_core::journal::{Phase, SharedAt, Step};
@@ -63,7 +63,19 @@ async fn share_subjects(ctx: &Ctx<'_>) -> Result<()> {
     // A go-ahead left by an earlier migration of the same streams is not
     // this one's: the operator confirms after B took the subjects.
     ctx.store.delete_proceed(&ctx.id).await?;
-    let from = ctx.journal.lock().await.from.clone();
+    let (from, handed_over) = {
+        let j = ctx.journal.lock().await;
+        (j.from.clone(), j.handover.and_then(|h| h.x))
+    };
+    crate::engine::steps::recheck::none_appeared(ctx).await?;
+    // B's window as planned, and (a mirror handed over) a whole retry
+    // horizon since the hand-over: a publish A stored before it, mirrored
+    // without its id recorded, can only be retried into A from here on.
+    crate::engine::steps::recheck::window_holds(ctx, &to).await?;
+    if let Some(x) = handed_over {
+        // A's sequences up to the split, or it is refused (nothing shared).
+        crate::engine::steps::handover::sourced_aligned(ctx, &from, &to, x).await?;
+    }
     let p = source_progress(ctx.js, &to, &from).await?;
     let at = SharedAt { b_seq: p.b_last_seq, origin_seq: p.sourced_origin_seq.unwrap_or(0) };
     {
@@ -72,7 +84,8 @@ async fn share_subjects(ctx: &Ctx<'_>) -> Result<()> {
         j.shared = Some(at);
     }
     ctx.save().await?;
-    if let Err(e) = b_takes(ctx.js, &to, &subjects).await {
+    let promote_with = ctx.journal.lock().await.plan.promote_with.clone();
+    if let Err(e) = b_takes(ctx.js, &to, &subjects, &promote_with).await {
         let took = ctx.js.stream_info(&to).await.is_ok_and(|(_, b)| b.config.subjects == subjects);
         if !took {
             ctx.journal.lock().await.phase = Phase::ConsumersMoved;
@@ -84,13 +97,18 @@ async fn share_subjects(ctx: &Ctx<'_>) -> Result<()> {
     ctx.done(Step::ShareSubjects, t, Some(Phase::SubjectsShared), result).await
 }
 
-/// B holds `subjects` (idempotent).
-async fn b_takes(js: &Js, to: &str, subjects: &[String]) -> Result<()> {
+/// B holds `subjects` (idempotent), with what the plan keeps for the
+/// commit (a mirror handed over: what a mirror may not have, as its
+/// promotion would set; `subjects::taking_subjects`).
+async fn b_takes(
+    js: &Js,
+    to: &str,
+    subjects: &[String],
+    promote_with: &serde_json::Map<String, serde_json::Value>,
+) -> Result<()> {
     let (raw, b) = js.stream_info(to).await?;
     if b.config.subjects != subjects {
-        let mut cfg = raw["config"].clone();
-        cfg["subjects"] = json!(subjects);
-        js.stream_update(&cfg).await?;
+        js.stream_update(&taking_subjects(&raw, subjects, promote_with)).await?;
     }
     Ok(())
 }
@@ -164,7 +182,8 @@ async fn await_publishers(ctx: &Ctx<'_>) -> Result<()> {
         j.seal_when_idle_ms.map(Duration::from_millis)
     };
     let t = ctx.begin(Step::AwaitPublishers).await?;
-    b_takes(ctx.js, &to, &subjects).await?;
+    let promote_with = ctx.journal.lock().await.plan.promote_with.clone();
+    b_takes(ctx.js, &to, &subjects, &promote_with).await?;
     let next = format!("nats-cutover run --resume {} --proceed", ctx.id);
     let mut watch = Watch::new(ctx.js.stream_info(&from).await?.1.state.last_seq);
     let mut warned = false;

@@ -94,9 +94,10 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: VerifyArgs) -> Result<ExitC
 
 /// A same-name move across systems, once its temporary stream is gone (a
 /// newcomer found no `verify` that would run after one): the mirror hops
-/// kept every sequence, so the proof is the source side's sealed stream
-/// against the target side's under the same name, message by message at
-/// each sequence (subject and payload), and every moved durable on the
+/// kept every sequence (up to the split, where hop 1 split the publishers),
+/// so the proof is the source side's sealed stream against the target
+/// side's under the same name, message by message at each sequence
+/// (subject and payload; after a split, by origin), and every moved durable on the
 /// target side. A message the target no longer has counts as removed by
 /// its own limits only when a later message on its subject is there (a KV
 /// key written again after the move); otherwise it is missing. `None`:
@@ -124,10 +125,43 @@ async fn same_name(
         )));
     };
     let (_, a) = src.stream_info(name).await?;
-    let (mut checked, mut removed_later) = (0u64, 0u64);
+    // Publishers split in hop 1 (`Journal::shared`): up to the split the
+    // target holds A's messages at their sequences; after it, what it
+    // sourced from A is interleaved with what was published into it
+    // directly, so A's later messages are found by their origin (the
+    // `Nats-Stream-Source` header hop 1's source wrote, which hop 2's
+    // mirror kept).
+    let mut by_origin = std::collections::HashMap::new();
+    if let Some(at) = j.shared {
+        for seq in at.b_seq + 1..=b.state.last_seq {
+            if let Some(n) = target.get_msg(name, seq, Lookup::Exact, Via::Leader).await? {
+                if let Some(o) = n.origin_seq(name)? {
+                    by_origin.insert(o, n);
+                }
+            }
+        }
+    }
+    let split_at = j.shared.map(|at| at.origin_seq);
+    let (mut checked, mut removed_later, mut by_origin_checked) = (0u64, 0u64, 0u64);
     let (mut differ, mut missing) = (vec![], vec![]);
     for seq in a.state.first_seq..=a.state.last_seq.min(j.a_final_seq.unwrap_or(u64::MAX)) {
         let Some(m) = src.get_msg(name, seq, Lookup::Exact, Via::Leader).await? else { continue };
+        if let Some(at) = split_at.filter(|at| seq > *at) {
+            match by_origin.get(&seq) {
+                Some(n) if n.subject == m.subject && n.payload == m.payload => {
+                    checked += 1;
+                    by_origin_checked += 1;
+                }
+                Some(_) => differ.push(seq),
+                // (Removed by the target's limits if its subject has a
+                // message there after the split: a KV key written again.)
+                None => match target.next_matching(name, at + 1, &m.subject, false).await? {
+                    Some(_) => removed_later += 1,
+                    None => missing.push(seq),
+                },
+            }
+            continue;
+        }
         match target.get_msg(name, seq, Lookup::Exact, Via::Leader).await? {
             Some(n) if n.subject == m.subject && n.payload == m.payload => checked += 1,
             Some(_) => differ.push(seq),
@@ -149,6 +183,7 @@ async fn same_name(
         "source": {"first_seq": a.state.first_seq, "last_seq": a.state.last_seq, "messages": a.state.messages},
         "target": {"first_seq": b.state.first_seq, "last_seq": b.state.last_seq, "messages": b.state.messages},
         "checked": checked, "removed_by_target_limits": removed_later,
+        "split_at_origin_seq": split_at, "matched_by_origin": by_origin_checked,
         "differ": differ, "missing": missing,
         "durables": j.consumers.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
         "durables_missing": durables_missing,
@@ -157,12 +192,16 @@ async fn same_name(
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         outln!(
-            "Verification of the move of {name} to the target side under its name ({}): {}\n{} message(s) of the source side's {name} (sequences {}..{}) read: {checked} at the same sequence on the target side with the same subject and payload, {removed_later} since removed there by its limits (a later message on the subject), {} different, {} missing; durables on the target side: {} of {}",
+            "Verification of the move of {name} to the target side under its name ({}): {}\n{} message(s) of the source side's {name} (sequences {}..{}) read: {checked} on the target side with the same subject and payload ({}), {removed_later} since removed there by its limits (a later message on the subject), {} different, {} missing; durables on the target side: {} of {}",
             j.id,
             if holds { "HOLDS" } else { "DOES NOT HOLD" },
             checked + removed_later + (differ.len() + missing.len()) as u64,
             a.state.first_seq,
             a.state.last_seq,
+            match split_at {
+                Some(at) => format!("at the same sequence up to {at}, where the publishers split; the {by_origin_checked} after it by their origin, the target numbering its own"),
+                None => "each at the same sequence".to_string(),
+            },
             differ.len(),
             missing.len(),
             j.consumers.len() - report["durables_missing"].as_array().map_or(0, |v| v.len()),

@@ -451,11 +451,11 @@ async fn across_a_run_killed_in_the_commit_window_resumes_exactly() {
 
 /// `two_accounts_config`'s import that lets publishes on A's side reach B's
 /// account: without it, publishes cross in neither direction.
-const PUBLISHERS_IMPORT: &str = "account: DST, subject: \"orders.>\"";
+pub(crate) const PUBLISHERS_IMPORT: &str = "account: DST, subject: \"orders.>\"";
 
 /// A CLI process beside the test: its stdout collected as it comes, its
 /// stderr in a file.
-struct Running {
+pub(crate) struct Running {
     child: std::process::Child,
     out: std::sync::Arc<std::sync::Mutex<String>>,
     reader: std::thread::JoinHandle<()>,
@@ -463,7 +463,7 @@ struct Running {
 }
 
 impl Running {
-    fn spawn(args: &[&str], env: &[(&str, &str)], stderr: std::path::PathBuf) -> Self {
+    pub(crate) fn spawn(args: &[&str], env: &[(&str, &str)], stderr: std::path::PathBuf) -> Self {
         use std::io::BufRead;
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
         cmd.args(args).stdout(std::process::Stdio::piped());
@@ -494,12 +494,12 @@ impl Running {
     }
 
     /// The JSON events it printed so far.
-    fn events(&self) -> Vec<Value> {
+    pub(crate) fn events(&self) -> Vec<Value> {
         self.stdout().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
     }
 
     /// Its exit code once it ended (polled with a deadline).
-    async fn end(mut self, within: Duration) -> (Option<i32>, Vec<Value>) {
+    pub(crate) async fn end(mut self, within: Duration) -> (Option<i32>, Vec<Value>) {
         let deadline = std::time::Instant::now() + within;
         let status = loop {
             if let Some(s) = self.child.try_wait().unwrap() {
@@ -518,7 +518,7 @@ impl Running {
 }
 
 /// A progress event of the wait for the publishers: the runner waits.
-fn waiting(e: &Value) -> bool {
+pub(crate) fn waiting(e: &Value) -> bool {
     e["step"] == "await_publishers" && e["kind"] == "progress"
 }
 

@@ -732,3 +732,92 @@ async fn nats_py_object_store_apps_through_a_same_name_move() {
     }
     eprintln!("leaf reader during the move: {done}");
 }
+
+/// The publishers split under the same name (issue 27): two accounts
+/// whose publishes cross in neither direction, `run --from ORDERS --to
+/// ORDERS --repoint-publishers`. Hop 1's mirror is handed over to sourcing
+/// ORDERS, and one retry horizon later `ORDERS_CUTOVER` takes the subjects
+/// in the target account while the source's ORDERS keeps them; the run
+/// waits, the test repoints the publisher, the source's ORDERS goes idle
+/// and is sealed (`--seal-when-idle`), and hop 2 gives the stream its name
+/// on the target side. Exact, no publish failed, every message once on the
+/// target's ORDERS, and `verify --from ORDERS --to ORDERS` holds: the
+/// messages up to the split at their sequences, the later ones of the
+/// source's ORDERS found by their origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn publishers_split_under_the_same_name_across_accounts_live() {
+    use crate::cross::{
+        accounts_conn, accounts_server, waiting, Running, ACCOUNTS_PLAN, PUBLISHERS_IMPORT,
+    };
+    let server = accounts_server(&[PUBLISHERS_IMPORT]);
+    let (src, dst) = (side(server.url(), Some("src")).await, side(server.url(), Some("dst")).await);
+    orders_on(&src.js).await;
+    let cfg = cutover_demo::load::LoadConfig { duration: Duration::from_secs(120), ..live_cfg() };
+    let load = Load::start_across(src.client.clone(), dst.client.clone(), cfg).await;
+    until_processed(&load, 300).await;
+    let conn = accounts_conn(server.url());
+    let what = ["--json", "run", "--from", "ORDERS", "--to", "ORDERS", "--retry-horizon", "3s"];
+    let split = ["--repoint-publishers", "--seal-when-idle", "2s", "--yes"];
+    let plan = cli(&[
+        &conn[..],
+        &["plan", "--from", "ORDERS", "--to", "ORDERS"],
+        &ACCOUNTS_PLAN,
+        &split[..1],
+    ]
+    .concat());
+    assert_eq!(plan.code, 0, "{plan:?}");
+    for step in ["hand over", "B takes the subjects (publishers split)", "wait for the publishers"]
+    {
+        assert!(plan.stdout.contains(step), "{step}: {plan:?}");
+    }
+    let dir = TempDir::new("same-name-split");
+    let args = [&conn[..], &what, &ACCOUNTS_PLAN, &split].concat();
+    let runner = Running::spawn(&args, &[], dir.0.join("run.err"));
+    crate::common::wait_until(
+        "the run to wait for the publishers",
+        Duration::from_secs(90),
+        || async { runner.events().iter().any(waiting) },
+    )
+    .await;
+    let (_, a) = src.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(a.config.subjects, vec!["orders.>".to_string()], "A keeps its subjects");
+    let (_, b) = dst.js.stream_info("ORDERS_CUTOVER").await.unwrap();
+    assert_eq!(b.config.subjects, vec!["orders.>".to_string()], "B took them on its side");
+    assert!(b.config.mirror.is_none(), "handed over: {b:?}");
+    assert_eq!(b.config.sources.len(), 1, "B sources A: {b:?}");
+    assert!(b.config.duplicate_window >= 3_000_000_000, "the window: {b:?}");
+    let handed =
+        runner.events().into_iter().find(|e| e["step"] == "handover" && e["kind"] == "step_done");
+    let shared = runner
+        .events()
+        .into_iter()
+        .find(|e| e["step"] == "share_subjects" && e["kind"] == "step_done");
+    let (handed, shared) = (handed.expect("handed over"), shared.expect("shared"));
+    load.repoint_publisher(dst.client.clone());
+    let (code, events) = runner.end(Duration::from_secs(180)).await;
+    assert_eq!(code, Some(0), "{events:?}");
+    let done = events.iter().find(|e| e["step"] == "await_publishers" && e["kind"] == "step_done");
+    assert_eq!(done.expect("the wait ended")["detail"]["by"], "idle");
+    let r = finish_after(load, 300).await;
+    assert_exact(&r);
+    assert_eq!(r.publish_failures, 0, "both sides served every publish: {r:?}");
+    let (_, a) = src.js.stream_info("ORDERS").await.unwrap();
+    assert!(a.config.sealed, "the source's ORDERS sealed and kept");
+    let (_, b) = dst.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(b.config.subjects, vec!["orders.>".to_string()]);
+    assert!(b.config.mirror.is_none() && b.config.sources.is_empty(), "{b:?}");
+    assert_eq!(b.state.messages, r.published, "each message once on the target's ORDERS");
+    assert!(dst.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none());
+    assert_eq!(dst.js.consumer_names("ORDERS").await.unwrap(), vec!["worker".to_string()]);
+    let v = cli(&[&conn[..], &["--json", "verify", "--from", "ORDERS", "--to", "ORDERS"]].concat());
+    assert_eq!(v.code, 0, "{v:?}");
+    let v = v.json();
+    assert_eq!(v["holds"], true, "{v}");
+    assert_eq!(v["checked"].as_u64().unwrap(), a.state.messages, "{v}");
+    let by_origin = v["matched_by_origin"].as_u64().unwrap();
+    assert!(by_origin > 0, "the source stored messages after the split: {v}");
+    eprintln!(
+        "same-name split: published {} (source side {}, after the split {by_origin}), publish failures {} retries {} max stall {:.1} ms; hand-over {} / share {}",
+        r.published, a.state.messages, r.publish_failures, r.publish_retries, r.max_publish_stall_ms, handed["detail"], shared["detail"]
+    );
+}

@@ -241,7 +241,28 @@ pub(in crate::engine) async fn tail_exact(
             false => Err(shifted(from, to, x, b.state.last_seq, None)),
         };
     }
-    for seq in [x, b.state.last_seq] {
+    sourced_aligned(ctx, from, to, x).await?;
+    if b.state.last_seq != a.state.last_seq {
+        return Err(shifted(from, to, x, b.state.last_seq, Some(a.state.last_seq)));
+    }
+    Ok(())
+}
+
+/// Every message B sourced from X carries its own sequence as origin,
+/// checked on the first one at or after X and on B's last (a shift only
+/// moves later sequences down). Before the commit, or before B of a split
+/// takes the subjects (then it holds only what it sourced).
+pub(in crate::engine) async fn sourced_aligned(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    x: u64,
+) -> Result<()> {
+    let last = ctx.js.stream_info(to).await?.1.state.last_seq;
+    if last < x {
+        return Ok(());
+    }
+    for seq in [x, last] {
         let lookup = if seq == x { Lookup::AtOrAfter } else { Lookup::Exact };
         let m = ctx.js.get_msg(to, seq, lookup, Via::Leader).await?;
         if let Some(m) = m {
@@ -250,9 +271,6 @@ pub(in crate::engine) async fn tail_exact(
                 return Err(shifted(from, to, x, m.seq, origin));
             }
         }
-    }
-    if b.state.last_seq != a.state.last_seq {
-        return Err(shifted(from, to, x, b.state.last_seq, Some(a.state.last_seq)));
     }
     Ok(())
 }
