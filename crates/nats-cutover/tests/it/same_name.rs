@@ -844,3 +844,99 @@ async fn publishers_split_under_the_same_name_across_accounts_live() {
         r.published, a.state.messages, r.publish_failures, r.publish_retries, r.max_publish_stall_ms, handed["detail"], shared["detail"]
     );
 }
+
+/// Issue 27: the source side's server restarted (SIGTERM, its store kept)
+/// after every step of hop 1 of a same-name move leaf → hub, under the
+/// library's publisher (retrying lost answers with the same msg-id) and
+/// workers. B's external source, the runner's requests about A and the
+/// applications on the leaf all lose the server for a moment each time; a
+/// run that fails while it is away is run again (as the same command
+/// again does). Nothing lost, nothing processed twice, every message at
+/// its sequence on the hub, the durable there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_source_server_restarted_after_every_step_of_a_same_name_move_is_exact() {
+    use cutover_nats::engine::{events::Collect, run_in_place, InPlaceRequest, RunOptions};
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::{Arc, Mutex};
+    let (sys, hub, leaf) = leaf_and_hub(1).await;
+    orders_on(&leaf.js).await;
+    // A restart stalls the leaf's publisher for a second or more: a window
+    // and a horizon that cover it.
+    let cfg =
+        cutover_demo::load::LoadConfig { retry_horizon: Duration::from_secs(10), ..live_cfg() };
+    let load = Load::start_across(leaf.client.clone(), hub.client.clone(), cfg).await;
+    until_processed(&load, 300).await;
+    let sys = Arc::new(Mutex::new(sys));
+    let restarted = Arc::new(Mutex::new(Vec::<String>::new()));
+    let in_hop_1 = Arc::new(AtomicBool::new(true));
+    let hook = {
+        let (sys, restarted, in_hop_1) = (sys.clone(), restarted.clone(), in_hop_1.clone());
+        let (h, l) = (hub.client.clone(), leaf.client.clone());
+        Arc::new(move |step: &str| {
+            if !in_hop_1.load(Relaxed) {
+                return;
+            }
+            let mut r = restarted.lock().unwrap();
+            // Once per step: a resumed run passes some again.
+            if !r.iter().any(|s| s == step) {
+                sys.lock().unwrap().leaf.restart().unwrap();
+                r.push(step.to_string());
+                tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current().block_on(async {
+                        crate::common::wait_until(
+                            "the leaf back",
+                            Duration::from_secs(30),
+                            || async {
+                                let hub_sees =
+                                    h.request("$JS.leaf.API.INFO", "".into()).await.is_ok();
+                                hub_sees && l.request("$JS.hub.API.INFO", "".into()).await.is_ok()
+                            },
+                        )
+                        .await
+                    })
+                });
+            }
+            if step == "retire" {
+                in_hop_1.store(false, Relaxed);
+            }
+        })
+    };
+    let js = hub.js.clone().across(leaf.js.clone(), "ORDERS");
+    let req = InPlaceRequest {
+        stream: "ORDERS".into(),
+        via: None,
+        consumers: vec![],
+        all_consumers: true,
+        settings: None,
+        retry_horizon: Some(Duration::from_secs(10)),
+        repoint_publishers: false,
+        external: None,
+    };
+    let mut opts = RunOptions { after_step: Some(hook), ..Default::default() };
+    let mut failures: Vec<String> = vec![];
+    loop {
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        match run_in_place(&js, &req, &opts, &Collect::default(), rx).await {
+            Ok(_) => break,
+            // A run that failed with the leaf away: this test knows that
+            // runner ended (as the CLI's guard knows its runner died).
+            Err(cutover_nats::Error::Leased { holder, .. }) => opts.take_over = Some(holder),
+            Err(e) if failures.len() < 20 => failures.push(e.to_string()),
+            Err(e) => panic!("{e}; before: {failures:#?}"),
+        }
+    }
+    let restarted = restarted.lock().unwrap().clone();
+    assert!(restarted.len() >= 6, "the leaf restarted after each step of hop 1: {restarted:?}");
+    let r = finish_after(load, 300).await;
+    assert_exact(&r);
+    let (_, a) = leaf.js.stream_info("ORDERS").await.unwrap();
+    assert!(a.config.sealed, "sealed and kept on the leaf");
+    let (_, b) = hub.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(b.state.messages, r.published, "each message once on the hub");
+    assert_eq!(hub.js.consumer_names("ORDERS").await.unwrap(), vec!["worker".to_string()]);
+    same_sequences(&leaf, &hub, "ORDERS").await;
+    eprintln!(
+        "leaf restarted after {restarted:?}; runs that failed and were run again: {failures:#?}; published {}, retries {}, max stall {:.0} ms",
+        r.published, r.publish_retries, r.max_publish_stall_ms
+    );
+}
