@@ -182,6 +182,13 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         ..Default::default()
     };
     let js = super::connect_across(conn, Some(&req.stream)).await?;
+    if a.seal_when_idle.is_some() && !engine::in_place_under_way(&js, &req).await? {
+        // It would be ignored where hop 1 does not split the publishers.
+        let hop1 = engine::plan_in_place(&js, &req).await?;
+        if !hop1.external.as_ref().is_some_and(|e| e.split_publishers) {
+            return Err(CliError::Flag(format!("--seal-when-idle is for a move across systems whose publishers are split, and hop 1 of {} does not split them (its publishers reach the target side, or are repointed at the commit point): drop it; nothing was changed", req.stream)));
+        }
+    }
     execute(&js, &req, a.yes, &opts, json_out).await
 }
 

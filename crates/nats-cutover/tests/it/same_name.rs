@@ -160,6 +160,18 @@ async fn leaf_domain_to_hub_domain_under_the_same_name_live() {
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stderr.contains("no move of it by nats-cutover is journaled there"), "{out:?}");
     assert!(hub.js.stream_info_opt("OTHER_CUTOVER").await.unwrap().is_none(), "nothing written");
+    // --seal-when-idle where the publishers are not split (OTHER's subjects
+    // cross the leaf): it would be ignored, so it is refused, nothing written.
+    _leaf
+        .js
+        .stream_create(&serde_json::json!({"name": "THIRD", "subjects": ["third.>"]}))
+        .await
+        .unwrap();
+    let idle = ["run", "--from", "THIRD", "--to", "THIRD", "--repoint-publishers"];
+    let out = cli(&[&conn[..], &idle, &["--seal-when-idle", "2s", "--yes"]].concat());
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("does not split them"), "{out:?}");
+    assert!(hub.js.stream_info_opt("THIRD_CUTOVER").await.unwrap().is_none(), "nothing written");
 }
 
 /// Standalone (the leaf's own domain) to a 3-node cluster, R3 on the way.
