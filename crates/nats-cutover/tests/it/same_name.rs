@@ -952,3 +952,76 @@ async fn the_source_server_restarted_after_every_step_of_a_same_name_move_is_exa
         r.published, r.publish_retries, r.max_publish_stall_ms
     );
 }
+
+/// Issue 27, the crash sweep across systems: the runner of a same-name move
+/// leaf → hub killed (exit 86, `NATS_CUTOVER_TEST_CRASH_AFTER`) after every
+/// step of both hops in turn, inside hop 1's commit window too (A's subjects
+/// released), each time the same command run again (resuming, and killed at
+/// the next step), under the library's publisher and workers. The last run
+/// says the move is done; nothing lost, nothing twice, every message at its
+/// sequence on the hub, `verify` holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_same_name_move_killed_after_every_step_resumes_exactly() {
+    let (sys, hub, leaf) = leaf_and_hub(1).await;
+    orders_on(&leaf.js).await;
+    let load = Load::start_across(leaf.client.clone(), hub.client.clone(), live_cfg()).await;
+    until_processed(&load, 300).await;
+    let hubs = sys.hub_urls();
+    let conn = ["--server", &hubs, "--from-server", sys.leaf.url()];
+    let what = ["run", "--from", "ORDERS", "--to", "ORDERS", "--yes", "--lease-ttl", "1s"];
+    let args = [&conn[..], &what, &["--retry-horizon", "3s"]].concat();
+    let steps = [
+        "create_b",
+        "catch_up",
+        "consumer_created:worker",
+        "move_consumers",
+        "subjects_released",
+        "move_publishers",
+        "seal_a",
+        "remove_source",
+        "retire",
+    ];
+    let mut resumed_after = vec![];
+    for hop in 1..=2 {
+        for step in steps {
+            // The killed runner's lease lapses (1 s) before the next may run.
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            let out = loop {
+                let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
+                cmd.args(&args).env("NATS_CUTOVER_TEST_CRASH_AFTER", step);
+                let out = cmd.output().unwrap();
+                let held = String::from_utf8_lossy(&out.stderr).contains("is held by runner");
+                if out.status.code() != Some(86) && held && std::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                break out;
+            };
+            assert_eq!(out.status.code(), Some(86), "killed after hop {hop} {step}: {out:?}");
+            resumed_after.push(format!("hop {hop} {step}"));
+        }
+    }
+    let out = crate::cross::until_lease_lapsed(&args).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("lives on the target side under its own name"), "{out:?}");
+    let r = finish_after(load, 300).await;
+    assert_exact(&r);
+    let (_, a) = leaf.js.stream_info("ORDERS").await.unwrap();
+    assert!(a.config.sealed, "sealed and kept on the leaf");
+    let (_, b) = hub.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(b.state.messages, r.published, "each message once on the hub");
+    assert!(b.config.mirror.is_none() && b.config.sources.is_empty(), "{b:?}");
+    assert!(hub.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none());
+    assert_eq!(hub.js.consumer_names("ORDERS").await.unwrap(), vec!["worker".to_string()]);
+    same_sequences(&leaf, &hub, "ORDERS").await;
+    let v = cli(&[&conn[..], &["--json", "verify", "--from", "ORDERS", "--to", "ORDERS"]].concat());
+    assert_eq!(v.code, 0, "{v:?}");
+    assert_eq!(v.json()["holds"], true, "{v:?}");
+    eprintln!(
+        "killed after {} steps ({resumed_after:?}); published {}, retries {}, max stall {:.0} ms",
+        resumed_after.len(),
+        r.published,
+        r.publish_retries,
+        r.max_publish_stall_ms
+    );
+}
