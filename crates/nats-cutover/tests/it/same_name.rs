@@ -773,8 +773,9 @@ async fn nats_py_object_store_apps_through_a_same_name_move() {
 /// ORDERS --repoint-publishers`. Hop 1's mirror is handed over to sourcing
 /// ORDERS, and one retry horizon later `ORDERS_CUTOVER` takes the subjects
 /// in the target account while the source's ORDERS keeps them; the run
-/// waits, the test repoints the publisher, the source's ORDERS goes idle
-/// and is sealed (`--seal-when-idle`), and hop 2 gives the stream its name
+/// waits, the test repoints the publisher and gives the go-ahead from
+/// another command (`run --resume ORDERS.ORDERS_CUTOVER --proceed`), the
+/// source's ORDERS is sealed once idle, and hop 2 gives the stream its name
 /// on the target side. Exact, no publish failed, every message once on the
 /// target's ORDERS, and `verify --from ORDERS --to ORDERS` holds: the
 /// messages up to the split at their sequences, the later ones of the
@@ -792,7 +793,9 @@ async fn publishers_split_under_the_same_name_across_accounts_live() {
     until_processed(&load, 300).await;
     let conn = accounts_conn(server.url());
     let what = ["--json", "run", "--from", "ORDERS", "--to", "ORDERS", "--retry-horizon", "3s"];
-    let split = ["--repoint-publishers", "--seal-when-idle", "2s", "--yes"];
+    // The go-ahead ends the wait (A idle for 3 s then); --seal-when-idle,
+    // longer, is taken and journaled.
+    let split = ["--repoint-publishers", "--seal-when-idle", "30s", "--yes"];
     let plan = cli(&[
         &conn[..],
         &["plan", "--from", "ORDERS", "--to", "ORDERS"],
@@ -829,10 +832,18 @@ async fn publishers_split_under_the_same_name_across_accounts_live() {
         .find(|e| e["step"] == "share_subjects" && e["kind"] == "step_done");
     let (handed, shared) = (handed.expect("handed over"), shared.expect("shared"));
     load.repoint_publisher(dst.client.clone());
+    // The go-ahead from another command, by hop 1's id: recorded for the
+    // waiting runner, which holds the lease.
+    let go = ["--json", "run", "--resume", "ORDERS.ORDERS_CUTOVER", "--proceed"];
+    let go = cli(&[&conn[..], &go].concat());
+    assert_eq!(go.code, 0, "{go:?}");
+    assert!(go.stdout.contains("\"recorded\":true"), "{go:?}");
     let (code, events) = runner.end(Duration::from_secs(180)).await;
     assert_eq!(code, Some(0), "{events:?}");
     let done = events.iter().find(|e| e["step"] == "await_publishers" && e["kind"] == "step_done");
-    assert_eq!(done.expect("the wait ended")["detail"]["by"], "idle");
+    assert_eq!(done.expect("the wait ended")["detail"]["by"], "operator");
+    let result = events.iter().find(|e| e["kind"] == "result").expect("the result");
+    assert_eq!(result["hops"][0]["seal_when_idle_ms"], 30_000, "journaled: {result}");
     let r = finish_after(load, 300).await;
     assert_exact(&r);
     assert_eq!(r.publish_failures, 0, "both sides served every publish: {r:?}");
