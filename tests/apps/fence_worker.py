@@ -4,8 +4,9 @@
 It was written from docs/protocol.md alone (not from our Rust library): it
 registers in KV bucket CUTOVER (inst.<S>.<C>.<instance>, heartbeat every
 second), watches route.<S>.<C>, and fetches from the old and the new consumer
-concurrently: an old-consumer message above the fence is nak'd with the
-record's delay and never processed; the fence is acknowledged in the
+concurrently: an old-consumer message above the fence (the route's now, or
+the one in force when it was fetched) is nak'd with the record's delay and
+never processed; the fence is acknowledged in the
 registration as soon as the record is read. Acks are double acks (ack_sync).
 
 Output (--out), JSON lines, one per message processed, written once its ack
@@ -169,13 +170,13 @@ class App:
         await self.write_record()
 
     async def fetch_loop(self, role):
-        sub, sub_binding = None, None
+        sub, sub_binding, under = None, None, None
         expires = min(self.args.expires, 1.0) if role == "old" else self.args.expires
         while not self.stop.is_set():
             old, new = targets(self.route, self.home, self.args.app_version)
             want = old if role == "old" else new
             if sub is not None and sub_binding != want:
-                await self.leave(sub, role)
+                await self.leave(sub, role, under)
                 sub, sub_binding = None, None
             await self.set_bound(role, want)
             if want is None:
@@ -193,6 +194,10 @@ class App:
                     log(f"bind {want}: {e!r}")
                     await asyncio.sleep(0.05)
                     continue
+            # The route as the pull request goes out: what it brings stays
+            # held to this fence, even if a rollback deletes the route before
+            # it is handled (docs/protocol.md R14).
+            under = self.route
             try:
                 msgs = await sub.fetch(self.args.batch, timeout=expires)
             except nats.errors.TimeoutError:
@@ -202,11 +207,11 @@ class App:
                 await asyncio.sleep(0.05)
                 continue
             for m in msgs:
-                await self.handle(m, role)
+                await self.handle(m, role, under)
         if sub is not None:
-            await self.leave(sub, role)
+            await self.leave(sub, role, under)
 
-    async def leave(self, sub, role):
+    async def leave(self, sub, role, under):
         """Unsubscribes; handles what was already delivered to us (fence rule applies)."""
         try:
             await sub.unsubscribe()
@@ -216,19 +221,21 @@ class App:
         while not q.empty():
             m = q.get_nowait()
             if m.reply:  # not a status message
-                await self.handle(m, role)
+                await self.handle(m, role, under)
 
     # ---- one message ------------------------------------------------------
 
-    async def handle(self, m, role):
+    async def handle(self, m, role, under=None):
         meta = m.metadata
-        fence = fence_of(self.route)
-        if role == "old" and fence is not None and meta.sequence.stream > fence["fence"]:
-            # Above the fence: the new durable delivers it. Never process it here,
-            # never ack or term it: nak with the record's delay.
-            await m.nak(delay=max(self.route.get("nak_delay_ms", 30000), 1000) / 1000.0)
-            self.fenced_off += 1
-            return
+        # The fence now, and the one in force when it was fetched.
+        for route in (self.route, under):
+            fence = fence_of(route)
+            if role == "old" and fence is not None and meta.sequence.stream > fence["fence"]:
+                # Above the fence: the new durable delivers it. Never process it
+                # here, never ack or term it: nak with the record's delay.
+                await m.nak(delay=max(route.get("nak_delay_ms", 30000), 1000) / 1000.0)
+                self.fenced_off += 1
+                return
         hdrs = m.headers or {}
         acked = False
         for _ in range(3):

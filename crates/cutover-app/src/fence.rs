@@ -6,8 +6,10 @@
 //! route's old consumer while fenced) and the *new* one (the route's
 //! consumer). A slot changes its binding only between batches, so messages
 //! in hand are never dropped. Every message of the old consumer is checked
-//! against the fence just before it is handled: above it, it is nak'd with
-//! the record's delay and never handed to the handler. The fence is
+//! against the fence just before it is handled, and against the fence in
+//! force when its batch was fetched (a rollback may delete the route while
+//! the batch is in hand: docs/protocol.md R14): above either, it is nak'd
+//! with the record's delay and never handed to the handler. The fence is
 //! acknowledged in the registration as soon as the record is read, before
 //! any further message is handled. Acks are double acks.
 
@@ -58,12 +60,36 @@ struct Slot {
     binding: Option<Binding>,
     consumer: Option<(Binding, PullConsumer)>,
     batch: Option<pull::Batch>,
+    /// The old slot: the fence (and its nak delay) in force when the batch
+    /// in hand was fetched.
+    fetched_under: Option<Fence>,
     failed_at: Option<Instant>,
 }
 
 impl Slot {
     fn new(role: Role) -> Self {
-        Self { role, binding: None, consumer: None, batch: None, failed_at: None }
+        Self {
+            role,
+            binding: None,
+            consumer: None,
+            batch: None,
+            fetched_under: None,
+            failed_at: None,
+        }
+    }
+}
+
+/// A fence an old message is held to: F and the nak delay of its record.
+#[derive(Clone, Copy)]
+struct Fence {
+    f: u64,
+    delay: Duration,
+}
+
+impl Fence {
+    fn of(route: &Option<Route>) -> Option<Fence> {
+        let (f, r) = (fence_of(route)?, route.as_ref()?);
+        Some(Fence { f: f.fence, delay: Duration::from_millis(r.nak_delay_ms.max(1000)) })
     }
 }
 
@@ -130,13 +156,16 @@ where
         let idle = old.batch.is_none() && new.batch.is_none();
         tokio::select! {
             m = next(&mut old.batch) => match m {
-                Some(m) => if !handle(Role::Old, m, &route, &mut handler, &mut done).await {
-                    return Ok(done); // died holding it
-                },
+                Some(m) => {
+                    let fences = [Fence::of(&route), old.fetched_under];
+                    if !handle(Role::Old, m, fences, &mut handler, &mut done).await {
+                        return Ok(done); // died holding it
+                    }
+                }
                 None => old.batch = None,
             },
             m = next(&mut new.batch) => match m {
-                Some(m) => if !handle(Role::New, m, &route, &mut handler, &mut done).await {
+                Some(m) => if !handle(Role::New, m, [None, None], &mut handler, &mut done).await {
                     return Ok(done);
                 },
                 None => new.batch = None,
@@ -201,6 +230,9 @@ impl Loop {
             }
             slot.batch = fetch(&self.ctx, slot, self.opts.batch, expires).await;
             slot.failed_at = slot.batch.is_none().then(Instant::now);
+            // Read before the pull request went out: what it brings is held
+            // to this fence even if the route is gone when it is handled.
+            slot.fetched_under = Fence::of(route).filter(|_| slot.role == Role::Old);
         }
         let after: Vec<Option<Binding>> = self.slots.iter().map(|s| s.binding.clone()).collect();
         if before != after {
@@ -235,13 +267,20 @@ async fn fetch(
     }
 }
 
-/// One message: above the fence from the old consumer, nak'd with the
-/// record's delay and not handled; else handled and settled. False when the
-/// handler died holding it.
+/// The fence an old message at `seq` is above (and so nak'd with its
+/// delay), of the route's now and the one its batch was fetched under.
+fn above(seq: u64, fences: [Option<Fence>; 2]) -> Option<Fence> {
+    fences.into_iter().flatten().find(|f| seq > f.f)
+}
+
+/// One message: from the old consumer above a fence (the route's now, or
+/// the one its batch was fetched under), nak'd with the record's delay and
+/// not handled; else handled and settled. False when the handler died
+/// holding it.
 async fn handle<F, Fut>(
     role: Role,
     m: jetstream::Message,
-    route: &Option<Route>,
+    fences: [Option<Fence>; 2],
     handler: &mut F,
     done: &mut Consumed,
 ) -> bool
@@ -251,13 +290,10 @@ where
 {
     if role == Role::Old {
         let seq = m.info().map(|i| i.stream_sequence).unwrap_or(0);
-        if let (Some(f), Some(r)) = (fence_of(route), route.as_ref()) {
-            if seq > f.fence {
-                let delay = Duration::from_millis(r.nak_delay_ms.max(1000));
-                let _ = m.ack_with(AckKind::Nak(Some(delay))).await;
-                done.fenced_off += 1;
-                return true;
-            }
+        if let Some(f) = above(seq, fences) {
+            let _ = m.ack_with(AckKind::Nak(Some(f.delay))).await;
+            done.fenced_off += 1;
+            return true;
         }
     }
     let (outcome, m) = handler(m).await;
@@ -291,6 +327,25 @@ mod tests {
         r.fence = Some(10);
         r.ordered = ordered;
         Some(r)
+    }
+
+    /// R14: a message fetched under the fence stays held to it when the
+    /// route is gone (a rollback) by the time it is handled.
+    #[test]
+    fn a_message_fetched_under_the_fence_stays_held_to_it() {
+        let under = Fence::of(&fenced(RouteState::Fenced, false));
+        assert_eq!(under.map(|f| f.f), Some(10));
+        let gone: Option<Route> = None;
+        assert!(
+            above(11, [Fence::of(&gone), under]).is_some(),
+            "nak'd: above the fence it was fetched under"
+        );
+        assert!(above(10, [Fence::of(&gone), under]).is_none(), "at F: processed");
+        assert!(
+            above(11, [Fence::of(&gone), None]).is_none(),
+            "fetched after the rollback: processed"
+        );
+        assert!(above(11, [under, None]).is_some(), "the fence now");
     }
 
     #[test]

@@ -148,11 +148,17 @@ impl CutoverModel {
         }
     }
 
-    /// Fence mode: an old message above the fence the worker knows: never
-    /// processed, nak'd (docs/protocol.md; the rule is checked just before
-    /// processing).
+    /// Fence mode: an old message above the fence the worker knows, or
+    /// above the one it knew when it fetched the message: never processed,
+    /// nak'd (docs/protocol.md; the rule is checked just before processing).
+    /// Without the second, a delivery fetched under the fence and handled
+    /// after a rollback deleted the route was processed though the new
+    /// durable had processed it too (docs/model.md, finding 2).
     fn above_fence(&self, s: &State, h: Held) -> bool {
-        self.fence() && !h.new && s.knows >= Rs::Fenced && h.seq > s.known_f
+        let now = self.fence() && !h.new && s.knows >= Rs::Fenced && h.seq > s.known_f;
+        let then = self.mutant != Some(crate::mutants::Mutant::FenceAtHandling)
+            && h.fetched_under.is_some_and(|f| h.seq > f);
+        now || then
     }
 
     /// Before 2.12.6 a msg-id B already recorded, arriving again by source,
@@ -226,7 +232,9 @@ impl CutoverModel {
                     c.next += 1;
                     c.pending |= bit(seq);
                 }
-                s.held = Some(Held { new, seq, id, processed: false });
+                let fenced = self.fence() && !new && s.knows >= Rs::Fenced;
+                let fetched_under = fenced.then_some(s.known_f);
+                s.held = Some(Held { new, seq, id, processed: false, fetched_under });
             }
             Action::Process => {
                 let h = s.held.as_mut().expect("held");

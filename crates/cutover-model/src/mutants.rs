@@ -18,20 +18,25 @@ pub enum Mutant {
     /// Fence mode: the old durable is resumed for a dead instance's
     /// messages before the instance acknowledged the fence.
     ResumeBeforeFenceAck,
+    /// Fence mode: an old delivery is held to the fence the instance knows
+    /// when it handles it, not also to the one it knew when it fetched it
+    /// (docs/model.md, finding 2).
+    FenceAtHandling,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 5] = [
+    pub const ALL: [Mutant; 6] = [
         Mutant::AckFloor,
         Mutant::EffectBeforeJournal,
         Mutant::NoDedupWindow,
         Mutant::CommitBeforeCaughtUp,
         Mutant::ResumeBeforeFenceAck,
+        Mutant::FenceAtHandling,
     ];
 
     /// It breaks a rule of fence mode only.
     pub fn fence_only(self) -> bool {
-        self == Mutant::ResumeBeforeFenceAck
+        matches!(self, Mutant::ResumeBeforeFenceAck | Mutant::FenceAtHandling)
     }
 
     pub fn name(self) -> &'static str {
@@ -41,6 +46,7 @@ impl Mutant {
             Mutant::NoDedupWindow => "no-dedup-window",
             Mutant::CommitBeforeCaughtUp => "commit-before-caught-up",
             Mutant::ResumeBeforeFenceAck => "resume-before-fence-ack",
+            Mutant::FenceAtHandling => "fence-at-handling",
         }
     }
 
@@ -51,6 +57,7 @@ impl Mutant {
             Mutant::NoDedupWindow => "B never gets A's duplicate window (created without one, never raised; the runner's window checks skipped)",
             Mutant::CommitBeforeCaughtUp => "B takes the subjects without waiting until it holds A's tail (b_keeps_up and the commit window's wait skipped)",
             Mutant::ResumeBeforeFenceAck => "fence mode: the old durable is resumed for a dead instance's messages before the instance acknowledged the fence (--mode fence only)",
+            Mutant::FenceAtHandling => "fence mode: an old delivery is held only to the fence the instance knows when it handles it, not to the one it knew when it fetched it, so one fetched under the fence and handled after a rollback deleted the route is processed (--mode fence --strategy mirror --server 2.15.1: the rollback's consumer reset needs 2.14+)",
         }
     }
 

@@ -163,6 +163,11 @@ pub struct Held {
     pub seq: u8,
     pub id: u8,
     pub processed: bool,
+    /// Fence mode: the fence the worker knew when it fetched it (an old
+    /// delivery above it stays nak'd, even if the route is gone by the time
+    /// it is handled: docs/protocol.md, *The fence holds what was fetched
+    /// under it*).
+    pub fetched_under: Option<u8>,
 }
 
 /// The route record's state (docs/protocol.md): drain mode writes it

@@ -275,9 +275,13 @@ class App {
           consumer = await this.js.consumers.get(want[0], want[1]);
           consumerOf = want;
         }
+        // The route as the pull request goes out: what it brings stays held
+        // to this fence even if a rollback deletes the route before it is
+        // handled (docs/protocol.md R14).
+        const under = this.route;
         const iter = await consumer.fetch({ max_messages: args.batch, expires });
         for await (const m of iter) {
-          await this.handle(m, role);
+          await this.handle(m, role, under);
         }
       } catch (e) {
         // Consumer not found / deleted (after `moved`, or a rollback's new
@@ -294,15 +298,18 @@ class App {
 
   // ---- one message ----------------------------------------------------------
 
-  async handle(m, role) {
+  async handle(m, role, under = null) {
     const seq = m.info.streamSequence;
-    const fence = fenceOf(this.route);
-    if (role === "old" && fence !== null && seq > fence.fence) {
-      // Above the fence: the new durable delivers it. Never process it here,
-      // never ack or term it: nak with the record's delay (ms in nats.js).
-      m.nak(Math.max(this.route.nak_delay_ms || 0, 1000));
-      this.fencedOff++;
-      return;
+    // The fence now, and the one in force when it was fetched.
+    for (const route of [this.route, under]) {
+      const fence = fenceOf(route);
+      if (role === "old" && fence !== null && seq > fence.fence) {
+        // Above the fence: the new durable delivers it. Never process it here,
+        // never ack or term it: nak with the record's delay (ms in nats.js).
+        m.nak(Math.max(route.nak_delay_ms || 0, 1000));
+        this.fencedOff++;
+        return;
+      }
     }
     if (args.workMs > 0) await sleep(args.workMs);
     const id = m.headers?.get("Nats-Msg-Id") || null;

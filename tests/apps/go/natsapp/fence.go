@@ -467,6 +467,10 @@ type pullSub struct {
 func (a *fenceApp) fetchLoop(role string, wg *sync.WaitGroup) {
 	defer wg.Done()
 	var ps *pullSub
+	// The route as the last pull request went out: what it brings stays held
+	// to its fence, even if a rollback deletes the route before it is handled
+	// (R14).
+	var under *route
 	expires := a.newExpires
 	if role == "old" {
 		expires = a.oldExpires
@@ -482,7 +486,7 @@ func (a *fenceApp) fetchLoop(role string, wg *sync.WaitGroup) {
 				}
 				msgs, _ := ps.sub.Fetch(n, nats.MaxWait(50*time.Millisecond))
 				for _, m := range msgs {
-					a.handle(m, role)
+					a.handle(m, role, under)
 				}
 			}
 			ps.sub.Unsubscribe()
@@ -522,6 +526,7 @@ func (a *fenceApp) fetchLoop(role string, wg *sync.WaitGroup) {
 		}
 		var msgs []*nats.Msg
 		if err == nil {
+			under = r
 			msgs, err = ps.sub.Fetch(a.batch, nats.MaxWait(expires))
 		}
 		if err != nil && !errors.Is(err, nats.ErrTimeout) {
@@ -545,14 +550,14 @@ func (a *fenceApp) fetchLoop(role string, wg *sync.WaitGroup) {
 			errs = 0
 		}
 		for _, m := range msgs {
-			a.handle(m, role)
+			a.handle(m, role, under)
 		}
 	}
 }
 
 // ---- one message ------------------------------------------------------------
 
-func (a *fenceApp) handle(m *nats.Msg, role string) {
+func (a *fenceApp) handle(m *nats.Msg, role string, under *route) {
 	md, err := m.Metadata()
 	if err != nil {
 		logf("a message without JetStream metadata (%v): ignored", err)
@@ -561,9 +566,13 @@ func (a *fenceApp) handle(m *nats.Msg, role string) {
 	seq := md.Sequence.Stream
 	if role == "old" {
 		// The rule is checked just before processing, with the record in force
-		// now (R5), not the one when the batch was fetched.
-		r, _ := a.current()
-		if f := fenceOf(r); f != nil && seq > f.Fence {
+		// now (R5), and with the one in force when the batch was fetched (R14).
+		now, _ := a.current()
+		for _, r := range []*route{now, under} {
+			f := fenceOf(r)
+			if f == nil || seq <= f.Fence {
+				continue
+			}
 			// Above the fence: the new durable delivers it. Never process it
 			// here, never ack or term it: nak with the record's delay (R4),
 			// a time.Duration (NakWithDelay(30000) would be 30 µs).
