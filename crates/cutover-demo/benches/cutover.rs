@@ -15,7 +15,9 @@
 //! BENCH_PUSH (1: the durable is a push consumer with a deliver group and the
 //! workers push subscribers, drain mode only; writes push.json);
 //! BENCH_CLUSTER (0: one server per run; 3: a fresh 3-node loopback cluster
-//! per run, the stream and so B with that many replicas; writes cluster.json).
+//! per run, the stream and so B with that many replicas; writes cluster.json);
+//! BENCH_RETRY_HORIZON_S (120: the publisher's, and the run's --retry-horizon,
+//! which each hop of an in-place change on a cluster waits before its commit).
 
 use cutover_core::plan::Mode;
 use cutover_demo::load::LoadConfig;
@@ -45,6 +47,7 @@ struct Knobs {
     in_place: Option<serde_json::Map<String, serde_json::Value>>,
     push: bool,
     cluster: usize,
+    retry_horizon: Duration,
 }
 
 /// `k=v,k=v` as stream settings (a value is JSON when it reads as JSON).
@@ -70,6 +73,7 @@ impl Knobs {
             in_place: std::env::var("BENCH_IN_PLACE").ok().map(|s| settings(&s)),
             push: env_or("BENCH_PUSH", 0u8) == 1,
             cluster: env_or("BENCH_CLUSTER", 0),
+            retry_horizon: Duration::from_secs(env_or("BENCH_RETRY_HORIZON_S", 120)),
             modes: std::env::var("BENCH_MODES")
                 .unwrap_or_else(|_| "drain,fence".into())
                 .split(',')
@@ -177,7 +181,7 @@ fn scenario(k: &Knobs, mode: Mode) -> ScenarioConfig {
             workers: k.workers,
             processing: k.processing,
             batch: 32,
-            retry_horizon: Duration::from_secs(120),
+            retry_horizon: k.retry_horizon,
             protocol: false,
             push: k.push,
         },
