@@ -95,7 +95,7 @@ fn in_process(e: &(dyn std::error::Error + 'static)) -> bool {
 /// cluster restarted, an election), and nothing was stored, so sending it
 /// again is safe. Seen on a 3-node cluster with a node restarted after
 /// every step: the journal's write failed the run where the bucket's new
-/// leader answered a few ms later (`cluster::in_place_on_a_cluster_is_exact_with_a_node_killed_or_restarted_after_every_step`).
+/// leader answered a few ms later (`cluster::in_place_on_a_cluster_is_exact_with_a_node_killed_after_every_step`).
 fn no_leader(e: &(dyn std::error::Error + 'static)) -> bool {
     use async_nats::jetstream::context::{PublishError, PublishErrorKind};
     let mut cur = Some(e);
