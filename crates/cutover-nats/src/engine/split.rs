@@ -74,7 +74,8 @@ async fn share_subjects(ctx: &Ctx<'_>) -> Result<()> {
     crate::engine::steps::recheck::window_holds(ctx, &to).await?;
     if let Some(x) = handed_over {
         // A's sequences up to the split, or it is refused (nothing shared).
-        crate::engine::steps::handover::sourced_aligned(ctx, &from, &to, x).await?;
+        let last = ctx.js.stream_info(&to).await?.1.state.last_seq;
+        crate::engine::steps::handover::sourced_aligned(ctx, &from, &to, x, last).await?;
     }
     let p = source_progress(ctx.js, &to, &from).await?;
     let at = SharedAt { b_seq: p.b_last_seq, origin_seq: p.sourced_origin_seq.unwrap_or(0) };
@@ -84,8 +85,7 @@ async fn share_subjects(ctx: &Ctx<'_>) -> Result<()> {
         j.shared = Some(at);
     }
     ctx.save().await?;
-    let promote_with = ctx.journal.lock().await.plan.promote_with.clone();
-    if let Err(e) = b_takes(ctx.js, &to, &subjects, &promote_with).await {
+    if let Err(e) = b_takes(ctx).await {
         let took = ctx.js.stream_info(&to).await.is_ok_and(|(_, b)| b.config.subjects == subjects);
         if !took {
             ctx.journal.lock().await.phase = Phase::ConsumersMoved;
@@ -97,18 +97,17 @@ async fn share_subjects(ctx: &Ctx<'_>) -> Result<()> {
     ctx.done(Step::ShareSubjects, t, Some(Phase::SubjectsShared), result).await
 }
 
-/// B holds `subjects` (idempotent), with what the plan keeps for the
+/// B holds A's subjects (idempotent), with what the plan keeps for the
 /// commit (a mirror handed over: what a mirror may not have, as its
 /// promotion would set; `subjects::taking_subjects`).
-async fn b_takes(
-    js: &Js,
-    to: &str,
-    subjects: &[String],
-    promote_with: &serde_json::Map<String, serde_json::Value>,
-) -> Result<()> {
-    let (raw, b) = js.stream_info(to).await?;
+async fn b_takes(ctx: &Ctx<'_>) -> Result<()> {
+    let (to, subjects, promote_with) = {
+        let j = ctx.journal.lock().await;
+        (j.to.clone(), j.plan.b_final_subjects.clone(), j.plan.promote_with.clone())
+    };
+    let (raw, b) = ctx.js.stream_info(&to).await?;
     if b.config.subjects != subjects {
-        js.stream_update(&taking_subjects(&raw, subjects, promote_with)).await?;
+        ctx.js.stream_update(&taking_subjects(&raw, &subjects, &promote_with)).await?;
     }
     Ok(())
 }
@@ -169,10 +168,7 @@ impl Watch {
 /// a resumed run waits again. B takes the subjects again first: a runner
 /// killed between journaling the share and B's update left B without them.
 async fn await_publishers(ctx: &Ctx<'_>) -> Result<()> {
-    let (from, to, subjects) = {
-        let j = ctx.journal.lock().await;
-        (j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone())
-    };
+    let from = ctx.journal.lock().await.from.clone();
     // Journaled (by `begin`'s save): a resume without the flag keeps it.
     let seal_when_idle = {
         let mut j = ctx.journal.lock().await;
@@ -182,8 +178,7 @@ async fn await_publishers(ctx: &Ctx<'_>) -> Result<()> {
         j.seal_when_idle_ms.map(Duration::from_millis)
     };
     let t = ctx.begin(Step::AwaitPublishers).await?;
-    let promote_with = ctx.journal.lock().await.plan.promote_with.clone();
-    b_takes(ctx.js, &to, &subjects, &promote_with).await?;
+    b_takes(ctx).await?;
     let next = format!("nats-cutover run --resume {} --proceed", ctx.id);
     let mut watch = Watch::new(ctx.js.stream_info(&from).await?.1.state.last_seq);
     let mut warned = false;

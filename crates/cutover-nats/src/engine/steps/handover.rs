@@ -241,7 +241,7 @@ pub(in crate::engine) async fn tail_exact(
             false => Err(shifted(from, to, x, b.state.last_seq, None)),
         };
     }
-    sourced_aligned(ctx, from, to, x).await?;
+    sourced_aligned(ctx, from, to, x, b.state.last_seq).await?;
     if b.state.last_seq != a.state.last_seq {
         return Err(shifted(from, to, x, b.state.last_seq, Some(a.state.last_seq)));
     }
@@ -249,16 +249,16 @@ pub(in crate::engine) async fn tail_exact(
 }
 
 /// Every message B sourced from X carries its own sequence as origin,
-/// checked on the first one at or after X and on B's last (a shift only
-/// moves later sequences down). Before the commit, or before B of a split
-/// takes the subjects (then it holds only what it sourced).
+/// checked on the first one at or after X and on B's last, `last` (a
+/// shift only moves later sequences down). Before the commit, or before B
+/// of a split takes the subjects (then it holds only what it sourced).
 pub(in crate::engine) async fn sourced_aligned(
     ctx: &Ctx<'_>,
     from: &str,
     to: &str,
     x: u64,
+    last: u64,
 ) -> Result<()> {
-    let last = ctx.js.stream_info(to).await?.1.state.last_seq;
     if last < x {
         return Ok(());
     }
