@@ -146,26 +146,20 @@ async fn same_name(
     let (mut differ, mut missing) = (vec![], vec![]);
     for seq in a.state.first_seq..=a.state.last_seq.min(j.a_final_seq.unwrap_or(u64::MAX)) {
         let Some(m) = src.get_msg(name, seq, Lookup::Exact, Via::Leader).await? else { continue };
-        if let Some(at) = split_at.filter(|at| seq > *at) {
-            match by_origin.get(&seq) {
-                Some(n) if n.subject == m.subject && n.payload == m.payload => {
-                    checked += 1;
-                    by_origin_checked += 1;
-                }
-                Some(_) => differ.push(seq),
-                // (Removed by the target's limits if its subject has a
-                // message there after the split: a KV key written again.)
-                None => match target.next_matching(name, at + 1, &m.subject, false).await? {
-                    Some(_) => removed_later += 1,
-                    None => missing.push(seq),
-                },
+        // The target's copy (after the split: found by origin), and from
+        // where a later message on its subject says its limits removed it.
+        let after_split = j.shared.filter(|at| seq > at.origin_seq);
+        let (copy, later_from) = match after_split {
+            Some(at) => (by_origin.remove(&seq), at.b_seq + 1),
+            None => (target.get_msg(name, seq, Lookup::Exact, Via::Leader).await?, seq + 1),
+        };
+        match copy {
+            Some(n) if n.subject == m.subject && n.payload == m.payload => {
+                checked += 1;
+                by_origin_checked += u64::from(after_split.is_some());
             }
-            continue;
-        }
-        match target.get_msg(name, seq, Lookup::Exact, Via::Leader).await? {
-            Some(n) if n.subject == m.subject && n.payload == m.payload => checked += 1,
             Some(_) => differ.push(seq),
-            None => match target.next_matching(name, seq + 1, &m.subject, false).await? {
+            None => match target.next_matching(name, later_from, &m.subject, false).await? {
                 Some(_) => removed_later += 1,
                 None => missing.push(seq),
             },
