@@ -820,7 +820,7 @@ async fn no_publish_waits_for_its_timeout_in_the_commit_windows_of_a_cluster() {
 /// this does not try to provoke.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_place_on_a_cluster_is_exact_with_a_node_killed_after_every_step() {
-    use cutover_nats::engine::{events::Collect, run_in_place, InPlaceRequest, RunOptions};
+    use cutover_nats::engine::{InPlaceRequest, RunOptions};
     use std::sync::{Arc, Mutex};
     let cluster = Arc::new(Mutex::new(Cluster::start(3).unwrap_or_else(|e| panic!("{e}"))));
     let (urls, url) = {
@@ -893,23 +893,8 @@ async fn in_place_on_a_cluster_is_exact_with_a_node_killed_after_every_step() {
         repoint_publishers: false,
         external: None,
     };
-    let mut opts = RunOptions { after_step: Some(hook), ..Default::default() };
-    let mut failures: Vec<String> = vec![];
-    let mut hops = 0;
-    loop {
-        let (_tx, rx) = tokio::sync::watch::channel(false);
-        match run_in_place(&js, &req, &opts, &Collect::default(), rx).await {
-            Ok(_) => break,
-            // A run that failed on a node away may not have released its
-            // lease (the bucket did not answer): this test knows that
-            // runner ended, as the CLI's guard knows its runner died.
-            Err(cutover_nats::Error::Leased { holder, .. }) => opts.take_over = Some(holder),
-            Err(e) if failures.len() < 20 => failures.push(e.to_string()),
-            Err(e) => panic!("{e}; before: {failures:#?}"),
-        }
-        hops += 1;
-        assert!(hops < 40, "{failures:#?}");
-    }
+    let opts = RunOptions { after_step: Some(hook), ..Default::default() };
+    let failures = in_place_until_done(&js, &req, opts).await;
     let restarted = restarted.lock().unwrap().clone();
     eprintln!(
         "{} restarts: {restarted:?}; runs that failed and were resumed: {failures:#?}",
@@ -932,6 +917,31 @@ async fn in_place_on_a_cluster_is_exact_with_a_node_killed_after_every_step() {
     let (_, s) = js.stream_info("ORDERS").await.unwrap();
     assert_eq!((s.config.storage.as_str(), s.config.num_replicas), ("memory", 3));
     assert_eq!((s.state.messages, s.state.last_seq), (6000, 6000), "stored once, sequences kept");
+}
+
+/// Runs (and resumes) the in-place change `req` until it is done, as the
+/// same command run again does, while the test's hook faults a server: a
+/// run that failed on a server away may not have released its lease (the
+/// bucket did not answer), and this test knows that runner ended, as the
+/// CLI's guard knows its runner died. Returns the runs' failures (at most
+/// 20, and 40 runs).
+pub(crate) async fn in_place_until_done(
+    js: &Js,
+    req: &cutover_nats::engine::InPlaceRequest,
+    mut opts: cutover_nats::engine::RunOptions,
+) -> Vec<String> {
+    use cutover_nats::engine::{events::Collect, run_in_place};
+    let mut failures: Vec<String> = vec![];
+    for _ in 0..40 {
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        match run_in_place(js, req, &opts, &Collect::default(), rx).await {
+            Ok(_) => return failures,
+            Err(cutover_nats::Error::Leased { holder, .. }) => opts.take_over = Some(holder),
+            Err(e) if failures.len() < 20 => failures.push(e.to_string()),
+            Err(e) => panic!("{e}; before: {failures:#?}"),
+        }
+    }
+    panic!("not done after 40 runs: {failures:#?}");
 }
 
 /// Until node `k` serves every replicated stream of the test and its

@@ -59,6 +59,37 @@ async fn same_sequences(src: &Side, dst: &Side, stream: &str) {
     }
 }
 
+/// The end of a move of ORDERS under its name: sealed and kept on the
+/// source side; on the target side promoted, with its subjects, each of the
+/// `published` messages once, the temporary stream gone, the durable
+/// `worker` there. Returns the source side's ORDERS.
+async fn assert_moved_under_its_name(
+    src: &Side,
+    dst: &Side,
+    published: u64,
+) -> cutover_core::model::StreamInfo {
+    let (_, a) = src.js.stream_info("ORDERS").await.unwrap();
+    assert!(a.config.sealed, "ORDERS sealed and kept on the source side");
+    let (_, b) = dst.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(b.config.subjects, vec!["orders.>".to_string()]);
+    assert!(b.config.mirror.is_none() && b.config.sources.is_empty(), "promoted: {b:?}");
+    assert_eq!(b.state.messages, published, "the target's ORDERS holds each message once");
+    assert!(dst.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none(), "temporary gone");
+    let durables = dst.js.consumer_names("ORDERS").await.unwrap();
+    assert_eq!(durables, vec!["worker".to_string()], "the durable on the target's ORDERS");
+    a
+}
+
+/// `verify --from ORDERS --to ORDERS` with both sides (`conn`): it holds.
+/// Returns its JSON report.
+fn verify_holds(conn: &[&str]) -> serde_json::Value {
+    let v = cli(&[conn, &["--json", "verify", "--from", "ORDERS", "--to", "ORDERS"]].concat());
+    assert_eq!(v.code, 0, "{v:?}");
+    let v = v.json();
+    assert_eq!(v["holds"], true, "{v}");
+    v
+}
+
 /// A stream with a live publisher and a pull worker (the library's, which
 /// follows its route on the target side) moves from a leaf node's domain
 /// to the hub's under its own name: nothing lost or processed twice, every
@@ -98,21 +129,10 @@ async fn same_name_live(hub_nodes: usize, extra: &[&str]) -> (LeafSystem, Side, 
     assert!(out.stdout.contains("lives on the target side under its own name"), "{out:?}");
     let r = finish_after(load, 300).await;
     assert_exact(&r);
-    let (_, a) = leaf.js.stream_info("ORDERS").await.unwrap();
-    assert!(a.config.sealed, "ORDERS sealed and kept on the source side");
-    let (_, b) = hub.js.stream_info("ORDERS").await.unwrap();
-    assert_eq!(b.config.subjects, vec!["orders.>".to_string()]);
-    assert!(b.config.mirror.is_none() && b.config.sources.is_empty(), "promoted: {b:?}");
-    assert_eq!(b.state.messages, r.published, "the target's ORDERS holds each message once");
-    assert!(hub.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none(), "temporary gone");
-    let durables = hub.js.consumer_names("ORDERS").await.unwrap();
-    assert_eq!(durables, vec!["worker".to_string()], "the durable on the target's ORDERS");
+    let a = assert_moved_under_its_name(&leaf, &hub, r.published).await;
     same_sequences(&leaf, &hub, "ORDERS").await;
     // verify: the source's sealed ORDERS against the target's, by sequence.
-    let v = cli(&[&conn[..], &["--json", "verify", "--from", "ORDERS", "--to", "ORDERS"]].concat());
-    assert_eq!(v.code, 0, "{v:?}");
-    let v = v.json();
-    assert_eq!(v["holds"], true, "{v}");
+    let v = verify_holds(&conn);
     assert_eq!(v["checked"].as_u64().unwrap(), a.state.messages, "{v}");
     (sys, hub, leaf)
 }
@@ -847,18 +867,8 @@ async fn publishers_split_under_the_same_name_across_accounts_live() {
     let r = finish_after(load, 300).await;
     assert_exact(&r);
     assert_eq!(r.publish_failures, 0, "both sides served every publish: {r:?}");
-    let (_, a) = src.js.stream_info("ORDERS").await.unwrap();
-    assert!(a.config.sealed, "the source's ORDERS sealed and kept");
-    let (_, b) = dst.js.stream_info("ORDERS").await.unwrap();
-    assert_eq!(b.config.subjects, vec!["orders.>".to_string()]);
-    assert!(b.config.mirror.is_none() && b.config.sources.is_empty(), "{b:?}");
-    assert_eq!(b.state.messages, r.published, "each message once on the target's ORDERS");
-    assert!(dst.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none());
-    assert_eq!(dst.js.consumer_names("ORDERS").await.unwrap(), vec!["worker".to_string()]);
-    let v = cli(&[&conn[..], &["--json", "verify", "--from", "ORDERS", "--to", "ORDERS"]].concat());
-    assert_eq!(v.code, 0, "{v:?}");
-    let v = v.json();
-    assert_eq!(v["holds"], true, "{v}");
+    let a = assert_moved_under_its_name(&src, &dst, r.published).await;
+    let v = verify_holds(&conn);
     assert_eq!(v["checked"].as_u64().unwrap(), a.state.messages, "{v}");
     let by_origin = v["matched_by_origin"].as_u64().unwrap();
     assert!(by_origin > 0, "the source stored messages after the split: {v}");
@@ -878,7 +888,7 @@ async fn publishers_split_under_the_same_name_across_accounts_live() {
 /// its sequence on the hub, the durable there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_source_server_restarted_after_every_step_of_a_same_name_move_is_exact() {
-    use cutover_nats::engine::{events::Collect, run_in_place, InPlaceRequest, RunOptions};
+    use cutover_nats::engine::{InPlaceRequest, RunOptions};
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     use std::sync::{Arc, Mutex};
     let (sys, hub, leaf) = leaf_and_hub(1).await;
@@ -935,28 +945,13 @@ async fn the_source_server_restarted_after_every_step_of_a_same_name_move_is_exa
         repoint_publishers: false,
         external: None,
     };
-    let mut opts = RunOptions { after_step: Some(hook), ..Default::default() };
-    let mut failures: Vec<String> = vec![];
-    loop {
-        let (_tx, rx) = tokio::sync::watch::channel(false);
-        match run_in_place(&js, &req, &opts, &Collect::default(), rx).await {
-            Ok(_) => break,
-            // A run that failed with the leaf away: this test knows that
-            // runner ended (as the CLI's guard knows its runner died).
-            Err(cutover_nats::Error::Leased { holder, .. }) => opts.take_over = Some(holder),
-            Err(e) if failures.len() < 20 => failures.push(e.to_string()),
-            Err(e) => panic!("{e}; before: {failures:#?}"),
-        }
-    }
+    let opts = RunOptions { after_step: Some(hook), ..Default::default() };
+    let failures = crate::cluster::in_place_until_done(&js, &req, opts).await;
     let restarted = restarted.lock().unwrap().clone();
     assert!(restarted.len() >= 6, "the leaf restarted after each step of hop 1: {restarted:?}");
     let r = finish_after(load, 300).await;
     assert_exact(&r);
-    let (_, a) = leaf.js.stream_info("ORDERS").await.unwrap();
-    assert!(a.config.sealed, "sealed and kept on the leaf");
-    let (_, b) = hub.js.stream_info("ORDERS").await.unwrap();
-    assert_eq!(b.state.messages, r.published, "each message once on the hub");
-    assert_eq!(hub.js.consumer_names("ORDERS").await.unwrap(), vec!["worker".to_string()]);
+    assert_moved_under_its_name(&leaf, &hub, r.published).await;
     same_sequences(&leaf, &hub, "ORDERS").await;
     eprintln!(
         "leaf restarted after {restarted:?}; runs that failed and were run again: {failures:#?}; published {}, retries {}, max stall {:.0} ms",
@@ -1017,17 +1012,9 @@ async fn a_same_name_move_killed_after_every_step_resumes_exactly() {
     assert!(out.stdout.contains("lives on the target side under its own name"), "{out:?}");
     let r = finish_after(load, 300).await;
     assert_exact(&r);
-    let (_, a) = leaf.js.stream_info("ORDERS").await.unwrap();
-    assert!(a.config.sealed, "sealed and kept on the leaf");
-    let (_, b) = hub.js.stream_info("ORDERS").await.unwrap();
-    assert_eq!(b.state.messages, r.published, "each message once on the hub");
-    assert!(b.config.mirror.is_none() && b.config.sources.is_empty(), "{b:?}");
-    assert!(hub.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none());
-    assert_eq!(hub.js.consumer_names("ORDERS").await.unwrap(), vec!["worker".to_string()]);
+    assert_moved_under_its_name(&leaf, &hub, r.published).await;
     same_sequences(&leaf, &hub, "ORDERS").await;
-    let v = cli(&[&conn[..], &["--json", "verify", "--from", "ORDERS", "--to", "ORDERS"]].concat());
-    assert_eq!(v.code, 0, "{v:?}");
-    assert_eq!(v.json()["holds"], true, "{v:?}");
+    verify_holds(&conn);
     eprintln!(
         "killed after {} steps ({resumed_after:?}); published {}, retries {}, max stall {:.0} ms",
         resumed_after.len(),
