@@ -3,6 +3,7 @@
 //! (engine/rollback.rs, step by step).
 
 use crate::env::Action;
+use crate::mutants::Mutant;
 use crate::world::{Cons, Cph, Pause, Pc, Ph, Run, State};
 use crate::CutoverModel;
 use cutover_core::journal::{ConsumerPhase as C, Phase as P};
@@ -46,6 +47,28 @@ impl CutoverModel {
     }
 
     /// Fence mode: the old durable delivered above the journaled fence.
+    /// Consumer reset (2.14+) of the old durable to deliver from `seq`:
+    /// its pending messages and delivery counts forgotten (consumer.go
+    /// `resetLocalStartingSeq`: `o.pending, o.rdc = nil, nil`). Fence
+    /// mode holds it first (rollback.rs `hold_old`).
+    fn reset_old(&self, s: &mut State, seq: u8) {
+        if self.holds_old() {
+            s.old.paused = Pause::Forever;
+        }
+        s.old.next = seq;
+        s.old.pending = 0;
+        s.old.due = 0;
+        s.old.again = 0;
+        s.old.nakd = 0;
+        s.old.exhausted = 0;
+    }
+
+    /// Fence mode's rollback holds the old durable from its settle until
+    /// the instances followed the route's deletion (unless mutated).
+    fn holds_old(&self) -> bool {
+        self.fence() && self.mutant != Some(Mutant::RollbackUnheld)
+    }
+
     pub(crate) fn old_above_fence(&self, s: &State) -> bool {
         s.journal.checkpoint.is_some_and(|f| s.old.exists && s.old.delivered() > f)
     }
@@ -157,18 +180,14 @@ impl CutoverModel {
                             s.pc = Pc::Idle;
                             return;
                         }
-                        s.old.next = o + 1;
-                        s.old.pending = 0;
-                        s.old.due = 0;
+                        self.reset_old(s, o + 1);
                     }
                 } else if a_serving && self.fence() && self.old_above_fence(s) {
                     // rollback.rs reset_old_to_fence (finding 3 of
                     // docs/model.md): the old durable back to F + 1, so a
                     // message nak'd there until max_deliver is not lost.
                     if self.rules.features.consumer_reset {
-                        s.old.next = s.journal.checkpoint.expect("fence") + 1;
-                        s.old.pending = 0;
-                        s.old.due = 0;
+                        self.reset_old(s, s.journal.checkpoint.expect("fence") + 1);
                     } else if self.cfg.max_deliver > 0 {
                         s.new.paused = Pause::No;
                         s.run = Run::Stopped;
@@ -176,12 +195,34 @@ impl CutoverModel {
                         return;
                     }
                 }
+                // Fence mode: the old durable held from here until the
+                // instances follow the route's deletion (`hold_old`): a
+                // fenced instance naks what it delivers above F, and
+                // `max_deliver` naks give a message up (finding 3).
+                if self.holds_old() && a_serving && s.old.exists {
+                    s.old.paused = Pause::Forever;
+                }
                 s.new = Cons::gone();
                 s.pc = Pc::RbConsumer;
             }
             Pc::RbConsumer => {
-                // The route deleted, the old durable given back its state.
+                // The route deleted, the old durable given back its state
+                // (fence mode: once no instance fetches from the new one).
                 s.route = false;
+                if self.holds_old() && s.journal.c.0 >= C::Creating {
+                    if a_serving && s.old.exists {
+                        s.old.paused = Pause::Forever;
+                    }
+                    s.pc = Pc::RbAwaitFollow;
+                    return;
+                }
+                if a_serving && s.old.exists {
+                    s.old.paused = Pause::No;
+                }
+                s.pc = Pc::RbDeleteB;
+            }
+            Pc::RbAwaitFollow => {
+                // await_followers: no live instance lists the new durable.
                 if a_serving && s.old.exists {
                     s.old.paused = Pause::No;
                 }

@@ -199,8 +199,12 @@ pub fn journal(m: &CutoverModel, s: &State) -> Option<&'static str> {
         }
     }
     if s.route && s.rstate >= Rs::Settled && s.old.exists {
+        // (Pending above F is nak'd there, and a message up to F given up
+        // after max_deliver is the application's: neither is unacknowledged
+        // up to F.)
         let f = s.route_f;
-        if !(s.old.ack_floor() >= f || s.old.pending == 0) {
+        let up_to_f = s.old.pending & (bit(f + 1) - 1);
+        if !(s.old.ack_floor() >= f || up_to_f == 0) {
             return Some("the route says settled or moved, and the old durable has messages up to F unacknowledged");
         }
     }

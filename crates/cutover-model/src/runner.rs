@@ -116,6 +116,18 @@ impl CutoverModel {
                 }
                 s.fence_acked
             }
+            Pc::RbAwaitFollow => {
+                // rollback.rs await_followers: no live instance lists the
+                // new durable in `bound` (it followed the route's deletion,
+                // R1, and dropped its fence). With `max_deliver` unlimited
+                // the wait has a deadline (a nak'd message comes back after
+                // its delay); limited, none (a nak there may be the last).
+                let on_new = s.knows >= Rs::Fenced || s.held.is_some_and(|h| h.new);
+                if on_new && self.cfg.max_deliver == 0 {
+                    out.push(Action::FenceAckTimeout);
+                }
+                !on_new
+            }
             Pc::RbSettleNew => {
                 // Fence mode: a reset forgets what is pending, so the old
                 // durable settles to F first (settle_old_to_fence).
@@ -219,6 +231,13 @@ impl CutoverModel {
             Action::SettleTimeout => {
                 self.undo_consumer(s);
                 self.fail(s);
+            }
+            Action::FenceAckTimeout if s.pc == Pc::RbAwaitFollow => {
+                // The deadline: the old durable given back anyway.
+                if !s.a.sealed && s.old.exists {
+                    s.old.paused = Pause::No;
+                }
+                s.pc = Pc::RbDeleteB;
             }
             Action::FenceAckTimeout => s.pc = Pc::FPublishMoved,
             Action::RollbackTimeout => {

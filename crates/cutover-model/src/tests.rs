@@ -66,6 +66,16 @@ fn a_rollback_in_fence_mode_does_not_process_a_delivery_fetched_under_the_fence(
     clean(cfg);
 }
 
+/// Finding 3 (docs/model.md): a fence-mode rollback holds the old durable
+/// from its settle until the instance followed the route's deletion, so a
+/// message above F is not nak'd there until `max_deliver` gives it up;
+/// `every_mutant_has_a_counterexample` keeps it found without that
+/// (`rollback-unheld`).
+#[test]
+fn a_fence_rollback_gives_no_message_up_to_max_deliver() {
+    clean(Config { lost_answers: 0, max_deliver: 1, ..fence_small() });
+}
+
 #[test]
 fn nor_in_fence_mode() {
     // Without a lost answer here (a third of the states in a debug build);

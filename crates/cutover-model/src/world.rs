@@ -281,6 +281,7 @@ pub enum Pc {
     RbPauseNew,
     RbSettleNew,
     RbConsumer,
+    RbAwaitFollow,
     RbDeleteB,
     RbJournal,
 }

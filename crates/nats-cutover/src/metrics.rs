@@ -314,6 +314,7 @@ pub fn record_event(reg: &Registry, from: &str, e: &Event) {
                 | Progress::Fenced { .. }
                 | Progress::FenceSettled { .. }
                 | Progress::Rollout { .. }
+                | Progress::AwaitFollowers { .. }
                 | Progress::AwaitPublishers { .. } => {}
             }
         }

@@ -116,6 +116,12 @@ pub enum Progress {
     /// Mode rolling: the live instances still bound to the old consumer and
     /// those on the new durable (`instance@version`), reported on change.
     Rollout { on_old: Vec<String>, on_new: Vec<String> },
+    /// Fence-mode rollback, the route deleted: the live instances that
+    /// still fetch from the deleted new durable `consumer` (`bound`); the
+    /// old durable stays held until none does, or for `deadline_ms` at
+    /// most (`None`: the old durable's `max_deliver` is limited, no
+    /// deadline), reported on change.
+    AwaitFollowers { consumer: String, instances: Vec<String>, deadline_ms: Option<u64> },
     /// Publishers split across systems, waiting for the operator: A stored
     /// `a_stored` messages in the last `interval_ms` (publishers still on
     /// its side), `idle_ms` since its last one; `next` is the command that
@@ -215,6 +221,11 @@ pub enum Warning {
     /// takes nothing new; their applications must bind to B. `verify`
     /// does not hold while they are there.
     Stranded { stream: String, durables: Vec<String> },
+    /// Fence-mode rollback: these live instances still fetched from the
+    /// deleted new durable `consumer` at the deadline; the old durable was
+    /// given back anyway (its `max_deliver` is unlimited, so a message they
+    /// nak as above the fence comes back after the nak's delay).
+    StillOnNewDurable { consumer: String, instances: Vec<String> },
 }
 
 /// The wire shape of an event.
@@ -309,6 +320,11 @@ impl EventKind {
                     "checkpoint": checkpoint,
                     "delivered": delivered,
                 }),
+                Warning::StillOnNewDurable { consumer, instances } => json!({
+                    "message": format!("instance(s) {} still fetch from {consumer}, deleted by the rollback, after the route's deletion: the old consumer is given back anyway (its max_deliver is unlimited, so a message they nak as above the fence comes back after the nak's delay); check that they follow the route record (docs/protocol.md R1)", instances.join(", ")),
+                    "consumer": consumer,
+                    "instances": instances,
+                }),
                 Warning::ProceededWithout { instances } => json!({
                     "message": format!("going on although instances {} are still bound to the old consumer (told to proceed): it is settled to the fence, so they process nothing more; it is deleted at the end unless --keep-old-consumers keeps it paused for them to idle until replaced", instances.join(", ")),
                     "instances": instances,
@@ -384,6 +400,9 @@ impl Progress {
                 "fence": fence, "settle_ms": settle_ms, "ack_pending": ack_pending, "settled": true,
             }),
             Progress::Rollout { on_old, on_new } => json!({ "on_old": on_old, "on_new": on_new }),
+            Progress::AwaitFollowers { consumer, instances, deadline_ms } => json!({
+                "awaiting_followers": instances, "on": consumer, "deadline_ms": deadline_ms,
+            }),
             Progress::AwaitPublishers {
                 a_stored,
                 interval_ms,

@@ -25,6 +25,15 @@ use std::time::{Duration, Instant};
 /// writing A only (the runner's `fence_ack_timeout` default).
 const DUAL_ACK_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Fence mode: how long a rollback waits, with the old durable held, for the
+/// live instances to stop fetching from the deleted new durable before it
+/// gives the old one back anyway (only where its `max_deliver` is unlimited:
+/// a message a stale instance naks there comes back after its delay).
+const FOLLOW_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Paused "for good": until the rollback gives the durable back.
+const HELD: &str = "9999-01-01T00:00:00Z";
+
 pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -> Result<Journal> {
     let (store, j) = load_migration(js, id).await?;
     if j.phase == Phase::RolledBack {
@@ -288,6 +297,9 @@ impl Undo<'_> {
     ) -> Result<()> {
         // From `creating` on, the new durable may exist (its create request was
         // journaled first): the server says whether it does.
+        // Fence mode: from the settle on, the old durable is held until the
+        // instances followed the route's deletion (`hold_old`).
+        let fenced = j.plan.mode.is_fenced() && a_serving;
         if c.phase >= ConsumerPhase::Creating {
             let on_b = match b_exists {
                 true => self.js.consumer_info_opt(&j.to, &c.name).await?,
@@ -302,26 +314,40 @@ impl Undo<'_> {
                 self.js.consumer_delete(&j.to, &c.name).await?;
             } else if let Some((_, bc)) = on_b {
                 let f_b = self.settle_new_durable(j, &c.name, &bc).await?;
-                if f_b >= c.b_start.unwrap_or(u64::MAX) && a_serving {
-                    if j.plan.mode.is_fenced() {
-                        // A reset forgets what is pending: the old consumer's
-                        // messages up to the fence must be acknowledged first.
-                        self.settle_old_to_fence(j, c).await?;
+                let past = f_b >= c.b_start.unwrap_or(u64::MAX) && a_serving;
+                let undone = async {
+                    if past {
+                        if fenced {
+                            // A reset forgets what is pending: the old
+                            // consumer's messages up to the fence must be
+                            // acknowledged first.
+                            self.settle_old_to_fence(j, c).await?;
+                            self.hold_old(j, c).await?;
+                        }
+                        self.reset_old_past(j, c, f_b).await
+                    } else if fenced {
+                        self.reset_old_to_fence(j, c).await
+                    } else {
+                        Ok(())
                     }
-                    if let Err(e) = self.reset_old_past(j, c, f_b).await {
-                        // The new durable serves on: never leave it held.
-                        let _ = self.js.consumer_pause(&j.to, &c.name, None).await;
-                        return Err(e);
-                    }
-                } else if a_serving && j.plan.mode.is_fenced() {
-                    if let Err(e) = self.reset_old_to_fence(j, c).await {
-                        let _ = self.js.consumer_pause(&j.to, &c.name, None).await;
-                        return Err(e);
-                    }
+                };
+                if let Err(e) = undone.await {
+                    // The new durable serves on: never leave it held.
+                    let _ = self.js.consumer_pause(&j.to, &c.name, None).await;
+                    return Err(e);
+                }
+                if fenced {
+                    self.hold_old(j, c).await?;
                 }
                 self.js.consumer_delete(&j.to, &c.name).await?;
             }
+            if fenced {
+                self.hold_old(j, c).await?;
+            }
             self.store.delete_route(&j.from, &c.name).await?;
+            if fenced {
+                self.await_followers(j, c).await?;
+            }
         }
         // As the operator left it: running, or paused until the same time (a
         // durable deleted since, with its stream moved on, stays gone).
@@ -338,7 +364,7 @@ impl Undo<'_> {
     /// Holds the new durable still and returns what it settled: its delivered
     /// stream sequence once nothing is ack-pending.
     async fn settle_new_durable(&self, j: &Journal, name: &str, bc: &ConsumerInfo) -> Result<u64> {
-        self.js.consumer_pause(&j.to, name, Some("9999-01-01T00:00:00Z")).await?;
+        self.js.consumer_pause(&j.to, name, Some(HELD)).await?;
         let deadline = Instant::now()
             + Duration::from_secs(60).max(cutover_core::model::nanos(bc.config.ack_wait) * 3);
         loop {
@@ -394,7 +420,77 @@ impl Undo<'_> {
             return Err(Error::Unsafe(format!("consumer {}/{} delivered messages above its fence {f} and gives a message up after max_deliver deliveries; giving it back needs consumer reset (2.14+), which this server lacks; roll forward instead: `nats-cutover run --resume {}`", j.from, c.name, j.id)));
         }
         self.settle_old_to_fence(j, c).await?;
-        self.reset_old_to(j, c, f + 1).await
+        // Held before it is read again: what it delivered until then is
+        // what the reset forgets.
+        self.hold_old(j, c).await?;
+        match self.js.consumer_info_opt(&j.from, &c.name).await? {
+            Some((_, oc)) if oc.delivered.stream_seq > f => self.reset_old_to(j, c, f + 1).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Fence mode: the old durable paused from the settle on until the
+    /// instances followed the route's deletion. Resumed meanwhile (the
+    /// settle's resume for a dead instance's messages, left running by a
+    /// killed runner), it delivered above F to instances that still knew
+    /// the fence, which nak'd each delivery until `max_deliver` gave the
+    /// message up there: after the rollback nobody processed it (found by
+    /// the model checker: docs/model.md, finding 3). Paused, it delivers
+    /// nothing, acks still count, and a reset (consumer.go
+    /// `resetLocalStartingSeq` forgets pending messages and their delivery
+    /// counts, `o.pending, o.rdc = nil, nil`) starts it afresh.
+    async fn hold_old(&self, j: &Journal, c: &ConsumerProgress) -> Result<()> {
+        match self.js.consumer_pause(&j.from, &c.name, Some(HELD)).await {
+            Ok(_) | Err(Error::ConsumerNotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Fence mode, the route deleted: waits until no live instance lists
+    /// the new durable in its `bound` (docs/protocol.md R9: it drops it once
+    /// it saw the deletion, R1, and with it the fence) before the old
+    /// durable is given back, so none naks what it then delivers as above a
+    /// fence it no longer has. With `max_deliver` unlimited a nak only
+    /// delays a message: after `FOLLOW_TIMEOUT` the old durable is given
+    /// back anyway, with a warning naming them; limited, the wait has no
+    /// deadline (one nak there may be a message's last delivery) and names
+    /// them as it goes.
+    async fn await_followers(&self, j: &Journal, c: &ConsumerProgress) -> Result<()> {
+        let Some((_, oc)) = self.js.consumer_info_opt(&j.from, &c.name).await? else {
+            return Ok(());
+        };
+        let limited = oc.config.max_deliver > 0;
+        let on_new = format!("{}/{}", j.to, c.name);
+        let step = Step::Consumer(c.name.clone());
+        let deadline = Instant::now() + FOLLOW_TIMEOUT;
+        let mut last: Option<Vec<String>> = None;
+        loop {
+            let live = self.store.instances(Some((&j.from, &c.name))).await?;
+            let still: Vec<String> = live
+                .into_iter()
+                .filter(|i| i.live && i.record.bound.contains(&on_new))
+                .map(|i| i.record.instance)
+                .collect();
+            if still.is_empty() {
+                return Ok(());
+            }
+            if !limited && Instant::now() > deadline {
+                let w = Warning::StillOnNewDurable { consumer: on_new, instances: still };
+                self.emit(j, step, EventKind::Warning(w));
+                return Ok(());
+            }
+            if last.as_ref() != Some(&still) {
+                let left = deadline.saturating_duration_since(Instant::now()).as_millis() as u64;
+                let p = super::events::Progress::AwaitFollowers {
+                    consumer: on_new.clone(),
+                    instances: still.clone(),
+                    deadline_ms: (!limited).then_some(left),
+                };
+                self.emit(j, step.clone(), EventKind::Progress(p));
+                last = Some(still);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The new durable processed B messages up to `f_b`: the old one must

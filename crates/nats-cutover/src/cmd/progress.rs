@@ -69,6 +69,20 @@ impl Render {
                     e.migration
                 )
             }
+            // A fence rollback waits for the instances to follow the route's deletion.
+            EventKind::Progress(cutover_nats::engine::Progress::AwaitFollowers {
+                consumer,
+                instances,
+                deadline_ms,
+            }) => format!(
+                "{} waiting for {} to stop fetching from {consumer} (the route is deleted; their registrations still list it in `bound`) before the old consumer is given back{}",
+                e.step,
+                instances.join(", "),
+                match deadline_ms {
+                    Some(ms) => format!(", {} at most", render::ms(*ms as f64)),
+                    None => ": its max_deliver is limited, so a message they nak as above the fence could be given up; no deadline: stop an instance that does not follow the route record and the rollback goes on once its registration lapses".into(),
+                }
+            ),
             // Publishers split across systems: what A still stores, and the way on.
             EventKind::Progress(cutover_nats::engine::Progress::AwaitPublishers {
                 a_stored,

@@ -484,6 +484,16 @@ async fn fence_crash_then(rollback: bool) {
         assert!(!c.paused, "the old durable delivers again");
         // The new durable processed past F meanwhile: the old one resumes after it.
         assert!(out.stdout.contains("reset_to"), "{out:?}");
+        // The old durable was given back only once no live instance fetched
+        // from the deleted new one (docs/model.md, finding 3).
+        let store = JournalStore::open(&e.js, IfMissing::ReturnNone).await.unwrap().unwrap();
+        let on_new: Vec<_> = store.instances(Some(("ORDERS", "worker"))).await.unwrap();
+        let on_new: Vec<_> = on_new
+            .into_iter()
+            .filter(|i| i.live && i.record.bound.iter().any(|b| b == "ORDERS_V2/worker"))
+            .map(|i| i.record.instance)
+            .collect();
+        assert!(on_new.is_empty(), "still fetching from the deleted durable: {on_new:?}");
     } else {
         assert_eq!(j.phase, Phase::Done);
     }
