@@ -67,7 +67,7 @@ impl Mutant {
             Mutant::CommitBeforeCaughtUp => "B takes the subjects without waiting until it holds A's tail (b_keeps_up and the commit window's wait skipped)",
             Mutant::ResumeBeforeFenceAck => "fence mode: the old durable is resumed for a dead instance's messages before the instance acknowledged the fence (--mode fence only)",
             Mutant::FenceAtHandling => "fence mode: an old delivery is held only to the fence the instance knows when it handles it, not to the one it knew when it fetched it, so one fetched under the fence and handled after a rollback deleted the route is processed (--mode fence --strategy mirror --server 2.15.1: the rollback's consumer reset needs 2.14+)",
-            Mutant::RollbackUnheld => "fence mode: the rollback resumes the old durable as it deletes the route, without holding it from the settle on or waiting until no instance fetches from the new durable, so an instance that still knows the fence naks a message above F until max_deliver gives it up: lost (--mode fence, max_deliver 2)",
+            Mutant::RollbackUnheld => "fence mode: the rollback resumes the old durable as it deletes the route, without holding it before it reads it or waiting until no instance fetches from the new durable, so an instance that still knows the fence naks a message above F until max_deliver gives it up: lost (--mode fence, max_deliver 2)",
         }
     }
 

@@ -158,6 +158,14 @@ impl CutoverModel {
                 s.pc = if new_may_exist { Pc::RbPauseNew } else { Pc::RbConsumer };
             }
             Pc::RbPauseNew => {
+                // Fence mode: the old durable held before anything of it is
+                // read (`undo_consumer`), until the instances follow the
+                // route's deletion (`hold_old`): a fenced instance naks what
+                // it delivers above F, and `max_deliver` naks give a message
+                // up (finding 3).
+                if self.holds_old() && a_serving && s.old.exists {
+                    s.old.paused = Pause::Forever;
+                }
                 s.new.paused = Pause::Forever;
                 s.pc = Pc::RbSettleNew;
             }
@@ -194,13 +202,6 @@ impl CutoverModel {
                         s.pc = Pc::Idle;
                         return;
                     }
-                }
-                // Fence mode: the old durable held from here until the
-                // instances follow the route's deletion (`hold_old`): a
-                // fenced instance naks what it delivers above F, and
-                // `max_deliver` naks give a message up (finding 3).
-                if self.holds_old() && a_serving && s.old.exists {
-                    s.old.paused = Pause::Forever;
                 }
                 s.new = Cons::gone();
                 s.pc = Pc::RbConsumer;

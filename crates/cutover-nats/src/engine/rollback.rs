@@ -297,10 +297,15 @@ impl Undo<'_> {
     ) -> Result<()> {
         // From `creating` on, the new durable may exist (its create request was
         // journaled first): the server says whether it does.
-        // Fence mode: from the settle on, the old durable is held until the
-        // instances followed the route's deletion (`hold_old`).
+        // Fence mode: the old durable is held first, before anything of it
+        // is read, and stays held until the instances followed the route's
+        // deletion (`hold_old`): what the reads below see is then all it
+        // delivered.
         let fenced = j.plan.mode.is_fenced() && a_serving;
         if c.phase >= ConsumerPhase::Creating {
+            if fenced {
+                self.hold_old(j, c).await?;
+            }
             let on_b = match b_exists {
                 true => self.js.consumer_info_opt(&j.to, &c.name).await?,
                 false => None,
@@ -322,7 +327,6 @@ impl Undo<'_> {
                             // consumer's messages up to the fence must be
                             // acknowledged first.
                             self.settle_old_to_fence(j, c).await?;
-                            self.hold_old(j, c).await?;
                         }
                         self.reset_old_past(j, c, f_b).await
                     } else if fenced {
@@ -332,17 +336,14 @@ impl Undo<'_> {
                     }
                 };
                 if let Err(e) = undone.await {
-                    // The new durable serves on: never leave it held.
+                    // The new durable serves on: never leave it held (the
+                    // old one stays held, as the run holds it between its
+                    // steps in fence mode; a resume or a rollback again
+                    // gives it back).
                     let _ = self.js.consumer_pause(&j.to, &c.name, None).await;
                     return Err(e);
                 }
-                if fenced {
-                    self.hold_old(j, c).await?;
-                }
                 self.js.consumer_delete(&j.to, &c.name).await?;
-            }
-            if fenced {
-                self.hold_old(j, c).await?;
             }
             self.store.delete_route(&j.from, &c.name).await?;
             if fenced {
@@ -406,7 +407,10 @@ impl Undo<'_> {
     /// reset to F + 1 (consumer reset, 2.14+; without it, an unlimited
     /// `max_deliver` redelivers them after their nak delay, and a limited
     /// one makes `refuse_without_reset` refuse the rollback before any
-    /// change).
+    /// change). The old durable is held already (`undo_consumer`), so the
+    /// delivered read here cannot grow before the reset: read running, a
+    /// delivery above F between the read and the hold would be nak'd once,
+    /// its last delivery with `max_deliver` 1.
     async fn reset_old_to_fence(&self, j: &Journal, c: &ConsumerProgress) -> Result<()> {
         let Some(f) = c.checkpoint else { return Ok(()) };
         let limited = match self.js.consumer_info_opt(&j.from, &c.name).await? {
@@ -419,18 +423,14 @@ impl Undo<'_> {
             }
             return Err(Error::Unsafe(format!("consumer {}/{} delivered messages above its fence {f} and gives a message up after max_deliver deliveries; giving it back needs consumer reset (2.14+), which this server lacks; roll forward instead: `nats-cutover run --resume {}`", j.from, c.name, j.id)));
         }
+        // Held, it delivers nothing more; acks still count (a paused
+        // consumer accepts them), so its instances finish what is theirs.
         self.settle_old_to_fence(j, c).await?;
-        // Held before it is read again: what it delivered until then is
-        // what the reset forgets.
-        self.hold_old(j, c).await?;
-        match self.js.consumer_info_opt(&j.from, &c.name).await? {
-            Some((_, oc)) if oc.delivered.stream_seq > f => self.reset_old_to(j, c, f + 1).await,
-            _ => Ok(()),
-        }
+        self.reset_old_to(j, c, f + 1).await
     }
 
-    /// Fence mode: the old durable paused from the settle on until the
-    /// instances followed the route's deletion. Resumed meanwhile (the
+    /// Fence mode: the old durable paused before the rollback reads it, until
+    /// the instances followed the route's deletion. Resumed meanwhile (the
     /// settle's resume for a dead instance's messages, left running by a
     /// killed runner), it delivered above F to instances that still knew
     /// the fence, which nak'd each delivery until `max_deliver` gave the
