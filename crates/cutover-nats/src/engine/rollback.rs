@@ -31,6 +31,16 @@ const DUAL_ACK_TIMEOUT: Duration = Duration::from_secs(10);
 /// a message a stale instance naks there comes back after its delay).
 const FOLLOW_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Fence mode: how long the old durable stays held once the last instance
+/// dropped the new durable from `bound`. It dropped it on seeing the route
+/// deleted, but a pull request it sent on the old durable just before, under
+/// the fence, may still wait there: what the resume delivers into it is
+/// nak'd as above the fence it was fetched under (docs/protocol.md R14),
+/// one of the message's `max_deliver` deliveries and a `nak_delay_ms` wait
+/// (30 s in a live test before this hold). R5: such a request MUST expire
+/// within 1 s; a quarter second more for it to reach the consumer.
+const OLD_FETCH_EXPIRY: Duration = Duration::from_millis(1250);
+
 /// Paused "for good": until the rollback gives the durable back.
 const HELD: &str = "9999-01-01T00:00:00Z";
 
@@ -454,7 +464,8 @@ impl Undo<'_> {
     /// delays a message: after `FOLLOW_TIMEOUT` the old durable is given
     /// back anyway, with a warning naming them; limited, the wait has no
     /// deadline (one nak there may be a message's last delivery) and names
-    /// them as it goes.
+    /// them as it goes. Once none lists it, the old durable stays held for
+    /// `OLD_FETCH_EXPIRY`, until a pull request sent under the fence expired.
     async fn await_followers(&self, j: &Journal, c: &ConsumerProgress) -> Result<()> {
         let Some((_, oc)) = self.js.consumer_info_opt(&j.from, &c.name).await? else {
             return Ok(());
@@ -472,6 +483,8 @@ impl Undo<'_> {
                 .map(|i| i.record.instance)
                 .collect();
             if still.is_empty() {
+                // Seen now; its last fetch under the fence went out before.
+                tokio::time::sleep(OLD_FETCH_EXPIRY).await;
                 return Ok(());
             }
             if !limited && Instant::now() > deadline {

@@ -512,6 +512,100 @@ async fn fence_rolls_back_after_a_crash_once_the_fence_is_published() {
     fence_crash_then(true).await;
 }
 
+/// Fence mode, rolled back after a crash once the fence is published, with
+/// one more live registration that still lists the new durable in `bound`
+/// (an instance that does not follow the route's deletion): the rollback
+/// holds the old durable, says which instance it waits for, and gives the
+/// old durable back only once that registration drops the binding
+/// (docs/protocol.md R9; docs/model.md, finding 3). The workload stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fence_rollback_waits_for_an_instance_still_on_the_new_durable() {
+    use crate::run::{finish, run_cli, until_published};
+    use cutover_core::journal::InstanceRecord;
+    use tokio::io::AsyncBufReadExt;
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    let load =
+        Load::start(e.js.client.clone(), LoadConfig { protocol: true, ..load_cfg(500, 20_000) })
+            .await;
+    until_registered(&e, 4).await;
+    until_processed(&load, 200).await;
+    let tail = ["--yes", "--lease-ttl", "1s"];
+    let args =
+        move_args(&["--json", "run", "--mode", "fence"], "ORDERS", "ORDERS_V2", "worker", &tail);
+    let out = run_cli(&e, &args, Some("consumer_fenced:worker"));
+    assert_eq!(out.code, 86, "the runner dies once the fence is published: {out:?}");
+    let store = JournalStore::open(&e.js, IfMissing::ReturnNone).await.unwrap().unwrap();
+    let stale = |bound: &[&str]| InstanceRecord {
+        version: cutover_core::journal::INSTANCE_VERSION,
+        instance: "stale".into(),
+        app_version: String::new(),
+        lang: "test".into(),
+        stream: "ORDERS".into(),
+        consumer: "worker".into(),
+        bound: bound.iter().map(|b| b.to_string()).collect(),
+        fence_ack: None,
+        ttl_ms: 600_000,
+        heartbeat_ms: 0,
+    };
+    store.put_instance(&stale(&["ORDERS/worker", "ORDERS_V2/worker"])).await.unwrap();
+    let id = "ORDERS.ORDERS_V2";
+    // The rollback in the background, its events read as they come; again
+    // while the crashed runner's lease has not lapsed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (mut child, mut lines, waiting) = loop {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+            .args(["--server", e.server.url(), "--json", "rollback", id, "--lease-ttl", "1s"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut waiting = None;
+        // Reported on change: the workload's own instances follow, the
+        // stale one is left.
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if v["detail"]["awaiting_followers"] == json!(["stale"]) {
+                waiting = Some(v);
+                break;
+            }
+        }
+        if let Some(w) = waiting {
+            break (child, lines, w);
+        }
+        let o = child.wait_with_output().await.unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            stderr.contains("is held by runner") && std::time::Instant::now() < deadline,
+            "the rollback ended without waiting for the stale instance: {}: {stderr}",
+            o.status
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(waiting["detail"]["on"], "ORDERS_V2/worker", "{waiting}");
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(c.paused, "the old durable is held while an instance may still nak above F");
+    // The instance follows the route's deletion: it drops the binding.
+    store.put_instance(&stale(&["ORDERS/worker"])).await.unwrap();
+    let mut rest = String::new();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        rest.push_str(&line);
+        rest.push('\n');
+    }
+    let status = child.wait().await.unwrap();
+    assert!(status.success(), "the rollback: {status}: {rest}");
+    assert!(!rest.contains("still fetch from"), "given back before the instance followed: {rest}");
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, id).await.unwrap();
+    assert_eq!(j.phase, Phase::RolledBack);
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused, "the old durable delivers again");
+    let after = load.published() + 200;
+    until_published(&load, after).await;
+    assert_exact(&finish(load).await);
+}
+
 /// What one run of nats-py apps through a handoff measured.
 struct PyRun {
     /// The longest time between two processed messages that overlaps the
