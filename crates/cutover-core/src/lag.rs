@@ -14,8 +14,9 @@
 //! 2. **stalled**: messages awaited an ack in every read of a full window and
 //!    there was no ack progress: the ack floor did not move and no delivery was
 //!    acknowledged (see [`acked_between`]). A worker holds them, or the consumer is at
-//!    `max_ack_pending` and cannot deliver more; only `ack_wait` expiry
-//!    (redelivery) moves it on.
+//!    `max_ack_pending` and cannot deliver more; running, `ack_wait` expiry
+//!    (redelivery) moves it on, paused nothing does (the reason says which,
+//!    and that a resumed push consumer may wait for a new message).
 //! 3. **stopped**: not paused, messages are pending, and across a full window
 //!    nothing was delivered (`delivered.stream_seq` unchanged) while no pull
 //!    request waits (`num_waiting == 0` in the latest read): no worker is pulling.
@@ -51,6 +52,10 @@ pub struct LagSample {
     pub delivered_consumer_seq: u64,
     pub ack_floor_stream_seq: u64,
     pub paused: bool,
+    /// A push consumer (it has a deliver subject): what moves a held
+    /// message on differs (the stalled rule's reason).
+    #[serde(default)]
+    pub push: bool,
 }
 
 impl From<&ConsumerInfo> for LagSample {
@@ -63,6 +68,7 @@ impl From<&ConsumerInfo> for LagSample {
             delivered_consumer_seq: c.delivered.consumer_seq,
             ack_floor_stream_seq: c.ack_floor.stream_seq,
             paused: c.paused,
+            push: c.config.is_push(),
         }
     }
 }
@@ -187,11 +193,26 @@ fn stalled(r: &Regime) -> Option<Verdict> {
         return None;
     }
     let last = r.last();
+    // What moves them on: nothing while paused (a paused consumer holds
+    // redeliveries; acks still count: consumer.go loopAndGatherMsgs sends
+    // nothing before the pause deadline); running, a redelivery once a
+    // message's ack_wait expired, which a push consumer resumed by a pause
+    // request without a deadline does not make until a new message arrives:
+    // the resume only stops the unpause timer, without signalling the
+    // delivery loop (consumer.go updatePauseState; 2.11 to 2.15; cutover-nats
+    // api.rs consumer_pause resumes with a pause ending a moment later).
+    let cause = match (last.paused, last.push) {
+        (true, _) => "the consumer is paused, and a paused consumer redelivers nothing (acks still count): a worker holds them, or one that died held them and they come back once the consumer is resumed and their ack_wait expired",
+        (false, false) => "a worker holds them, or max_ack_pending is reached; each comes back once its ack_wait expired, to a worker that fetches",
+        (false, true) => "a subscriber holds them, or max_ack_pending is reached; each comes back once its ack_wait expired, but a push consumer resumed by a pause request without a deadline redelivers nothing until a new message arrives on its stream (nats-server 2.11 to 2.15); resume it with a pause that ends a second from now, or publish to its stream",
+    };
     Some(Verdict {
         status: Status::Stalled,
         reason: format!(
-            "{} message(s) await an ack and none was acknowledged for {} ticks (ack floor stuck at {}): a worker holds them or max_ack_pending is reached; only ack_wait expiry moves them",
-            last.num_ack_pending, r.ticks(), last.ack_floor_stream_seq
+            "{} message(s) await an ack and none was acknowledged for {} ticks (ack floor stuck at {}): {cause}",
+            last.num_ack_pending,
+            r.ticks(),
+            last.ack_floor_stream_seq
         ),
     })
 }
@@ -343,6 +364,16 @@ mod tests {
         w.extend(vec![s(15, 5, 5, 0); 5]);
         let v = status(&w, 5);
         assert_eq!(v.status, Status::Stalled, "{}", v.reason);
+        assert!(v.reason.contains("a worker holds them"), "{}", v.reason);
+        // Paused all window long: nothing redelivers until it is resumed.
+        let held: Vec<LagSample> = w.iter().map(|x| paused(*x)).collect();
+        let v = status(&held, 5);
+        assert_eq!(v.status, Status::Stalled, "{}", v.reason);
+        assert!(v.reason.contains("a paused consumer redelivers nothing"), "{}", v.reason);
+        // A push consumer: the resume that does not wake it is named.
+        let push: Vec<LagSample> = w.iter().map(|x| LagSample { push: true, ..*x }).collect();
+        let v = status(&push, 5);
+        assert!(v.reason.contains("until a new message arrives"), "{}", v.reason);
         // While the delivery is still inside the window it is progress of sorts:
         // not stopped, and not yet stalled either (the ack pending rose, not fell).
         let v = status(&w[..6], 5);
@@ -431,8 +462,9 @@ mod props {
     use proptest::prelude::*;
 
     fn sample() -> impl Strategy<Value = LagSample> {
-        (0u64..50, 0u64..10, 0u64..3, 0u64..100, 0u64..100, 0u64..100, any::<bool>()).prop_map(
-            |(p, ap, w, d, dc, f, paused)| LagSample {
+        let counts = (0u64..50, 0u64..10, 0u64..3, 0u64..100, 0u64..100, 0u64..100);
+        (counts, any::<bool>(), any::<bool>()).prop_map(|((p, ap, w, d, dc, f), paused, push)| {
+            LagSample {
                 num_pending: p,
                 num_ack_pending: ap,
                 num_waiting: w,
@@ -440,8 +472,9 @@ mod props {
                 delivered_consumer_seq: dc,
                 ack_floor_stream_seq: f,
                 paused,
-            },
-        )
+                push,
+            }
+        })
     }
 
     proptest! {

@@ -80,6 +80,54 @@ async fn a_push_consumer_drained_on_an_idle_stream_gets_a_dead_subscribers_messa
     assert_eq!((handled[0]["seq"].as_u64(), handled[0]["acked"].as_bool()), (Some(1), Some(true)));
 }
 
+/// Issue 24, case 4's messages: a drain that times out names what the
+/// consumer's state shows instead of "check its workers": here a worker
+/// fetched a message and went away without acking it (no pull request
+/// waits), and its ack_wait (60 s) outlasts the settle timeout. The
+/// consumer is resumed, nothing moved, and the message still comes to a
+/// worker that fetches.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_that_times_out_names_the_held_message_and_that_nobody_fetches() {
+    let e = env().await;
+    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"]})).await;
+    let pull =
+        json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 60_000_000_000i64});
+    e.consumer("ORDERS", pull).await;
+    e.publish("orders.eu", "a", 3).await;
+    let c = e.pull_consumer("ORDERS", "worker").await;
+    let mut batch = c.fetch().max_messages(1).messages().await.unwrap();
+    use futures::StreamExt;
+    let held = batch.next().await.unwrap().unwrap();
+    assert_eq!(held.info().unwrap().stream_sequence, 1);
+    drop(batch);
+    let run = ["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker"];
+    let opts = ["--max-pause", "200ms", "--settle-timeout", "2s", "--yes"];
+    let out = e.cli(&[&run[..], &opts[..]].concat());
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "did not settle in 2 s: 1 message(s) still unacknowledged (ack floor 0, delivered 1;"
+        ),
+        "{out:?}"
+    );
+    assert!(out.stderr.contains("no worker fetches from it (no pull request waits)"), "{out:?}");
+    assert!(!out.stderr.contains("check its workers"), "{out:?}");
+    let (_, ci) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!ci.paused, "given back running");
+    assert!(
+        e.js.consumer_info_opt("ORDERS_V2", "worker").await.unwrap().is_none(),
+        "nothing moved"
+    );
+    // The held message is acked now: the consumer settles and moves.
+    held.double_ack().await.unwrap();
+    let mut rest = c.fetch().max_messages(2).messages().await.unwrap();
+    for _ in 0..2 {
+        rest.next().await.unwrap().unwrap().double_ack().await.unwrap();
+    }
+    let out = e.cli(&["run", "--resume", "ORDERS.ORDERS_V2", "--yes"]);
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
 /// Issue 24, case 1: a durable a nats-py application creates on A during a
 /// move (here once B caught up, before the consumers move), with deliver
 /// all, and consumes while publishers write. It is planned against the same

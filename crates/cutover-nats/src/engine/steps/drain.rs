@@ -75,8 +75,10 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
     ctx.js.consumer_pause(stream, name, Some(&rfc3339_in(ctx.opts.drain_pause))).await?;
     let (_, first) = ctx.js.consumer_info(stream, name).await?;
     let ack_wait = nanos(first.config.ack_wait).max(Duration::from_millis(1));
+    let started = Instant::now();
     let mut d = Drain {
         ctx,
+        cuts: 0,
         stream,
         name,
         step: Step::Consumer(name.to_string()),
@@ -106,10 +108,7 @@ async fn drain(ctx: &Ctx<'_>, stream: &str, name: &str) -> Result<(u64, Consumer
         }
         d.keep_paused().await?;
         if Instant::now() > d.deadline {
-            return Err(Error::Stuck(format!(
-                "consumer {stream}/{name} did not settle: {} message(s) still unacknowledged; the consumer was resumed, nothing moved; check its workers",
-                ci.num_ack_pending
-            )));
+            return Err(Error::Stuck(d.unsettled(&ci, started.elapsed())));
         }
         last = Some(ci);
         ctx.tick(true).await?;
@@ -130,6 +129,8 @@ struct Drain<'a, 'c> {
     longest: Duration,
     last_progress: Instant,
     last_emit: Instant,
+    /// Pauses cut so the server could redeliver (`cut_pause`).
+    cuts: u32,
 }
 
 impl Drain<'_, '_> {
@@ -218,7 +219,30 @@ impl Drain<'_, '_> {
         self.attempt_started = Instant::now();
         self.last_progress = Instant::now();
         self.ctx.journal.lock().await.consumer_mut(name).unwrap().nudges += 1;
+        self.cuts += 1;
         Ok(())
+    }
+
+    /// The settle timeout's message: what is held, and by whom as far as
+    /// the consumer's state tells (a pull consumer nobody fetches from, or
+    /// workers that hold messages past `ack_wait` though the pause was cut
+    /// for their redelivery).
+    fn unsettled(&self, ci: &ConsumerInfo, waited: Duration) -> String {
+        let (stream, name) = (self.stream, self.name);
+        let ack_wait = nanos(ci.config.ack_wait).as_secs_f64();
+        let cause = match &ci.config.deliver_subject {
+            Some(subject) => format!("its subscribers on {subject} hold them unacknowledged past its ack_wait of {ack_wait:.0} s, or nobody is subscribed there"),
+            None if ci.num_waiting == 0 => "no worker fetches from it (no pull request waits): start its workers".to_string(),
+            None => format!("its workers fetch but hold them unacknowledged past its ack_wait of {ack_wait:.0} s: check that they ack each message (or nak or term it)"),
+        };
+        format!(
+            "consumer {stream}/{name} did not settle in {:.0} s: {} message(s) still unacknowledged (ack floor {}, delivered {}; the pause was cut {} time(s) for the server to redeliver them); {cause}; the consumer was resumed, nothing moved; run again once they are acknowledged",
+            waited.as_secs_f64(),
+            ci.num_ack_pending,
+            ci.ack_floor.stream_seq,
+            ci.delivered.stream_seq,
+            self.cuts,
+        )
     }
 
     /// Keeps the drain pause from lapsing while we wait.
