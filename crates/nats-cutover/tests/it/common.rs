@@ -16,6 +16,29 @@ impl Env {
         cli(&full)
     }
 
+    /// As [`Env::cli`], awaited instead of blocking a runtime thread: for a
+    /// test whose own tasks (a load's workers) must go on while the CLI waits
+    /// for them (a task woken by a blocked worker thread can wait in its
+    /// queue until the thread is free). Killed if the test drops it.
+    pub async fn cli_async(&self, args: &[&str]) -> Out {
+        let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+            .arg("--server")
+            .arg(self.server.url())
+            .args(args)
+            .env_remove("NATS_URL")
+            .env_remove("NATS_CONTEXT")
+            .env("HOME", std::env::temp_dir().join("nats-cutover-test-home"))
+            .kill_on_drop(true)
+            .output()
+            .await
+            .expect("run nats-cutover");
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into(),
+            stderr: String::from_utf8_lossy(&o.stderr).into(),
+        }
+    }
+
     /// The pull durable `name` on `stream`, to fetch from as an application does.
     pub async fn pull_consumer(
         &self,
