@@ -67,7 +67,6 @@ async fn share_subjects(ctx: &Ctx<'_>) -> Result<()> {
         let j = ctx.journal.lock().await;
         (j.from.clone(), j.handover.and_then(|h| h.x))
     };
-    crate::engine::steps::recheck::none_appeared(ctx).await?;
     // B's window as planned, and (a mirror handed over) a whole retry
     // horizon since the hand-over: a publish A stored before it, mirrored
     // without its id recorded, can only be retried into A from here on.
@@ -77,6 +76,9 @@ async fn share_subjects(ctx: &Ctx<'_>) -> Result<()> {
         let last = ctx.js.stream_info(&to).await?.1.state.last_seq;
         crate::engine::steps::handover::sourced_aligned(ctx, &from, &to, x, last).await?;
     }
+    // After the waits above: a durable created while they waited stops the
+    // run here (recheck::none_appeared).
+    crate::engine::steps::recheck::none_appeared(ctx).await?;
     let p = source_progress(ctx.js, &to, &from).await?;
     let at = SharedAt { b_seq: p.b_last_seq, origin_seq: p.sourced_origin_seq.unwrap_or(0) };
     {

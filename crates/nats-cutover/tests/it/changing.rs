@@ -362,7 +362,8 @@ async fn a_deny_purge_stream_becomes_a_work_queue_in_place() {
 /// 26 to 38 messages stored twice and `run` ended 0. Right before the commit
 /// the run finds the window gone, sets it again and waits one retry horizon
 /// (2 s here), so a publish stored in A during that wait and retried after
-/// the commit meets its mirrored copy in B.
+/// the commit meets its mirrored copy in B. A durable created during that
+/// wait stops the run before the release; the next resume moves it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_mirror_whose_window_a_restart_cleared_waits_a_retry_horizon_before_the_commit() {
     let mut e = env().await;
@@ -408,8 +409,21 @@ async fn a_mirror_whose_window_a_restart_cleared_waits_a_retry_horizon_before_th
     let first =
         ctx.publish_with_headers("orders.eu", h.clone(), "w".into()).await.unwrap().await.unwrap();
     assert_eq!(first.stream, "ORDERS");
+    // An application creates a durable on A while the commit waits (issue
+    // 24, case 1): the last look for durables comes after the wait, so the
+    // run stops before anything is released instead of leaving it on the
+    // sealed A; the next resume moves it too.
+    let late = json!({"durable_name": "late", "ack_policy": "explicit"});
+    e.consumer("ORDERS", late).await;
     let (code, err) = r.exited().await;
-    assert_eq!(code, 0, "{err}");
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("durable(s) late appeared on ORDERS just before the commit"), "{err}");
+    let (_, a) = js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(a.config.subjects, vec!["orders.>".to_string()], "nothing released");
+    let out = e.cli(&resume);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, moved) = js.consumer_info("ORDERS_V2", "late").await.unwrap();
+    assert_eq!(moved.delivered.stream_seq, 0, "at its position: {moved:?}");
     let retry = ctx.publish_with_headers("orders.eu", h, "w".into()).await.unwrap().await.unwrap();
     assert_eq!(retry.stream, "ORDERS_V2");
     assert!(retry.duplicate, "the retry meets its mirrored copy: {retry:?}");

@@ -54,9 +54,12 @@ pub(in crate::engine) async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
             )
             .await;
     }
-    super::recheck::none_appeared(ctx).await?;
     super::recheck::window_holds(ctx, &to).await?;
     b_keeps_up(ctx, &from, &to).await?;
+    // Last: the window's check may wait a whole retry horizon, and a
+    // durable an application creates meanwhile must stop the run here, not
+    // be found on the sealed A after the commit.
+    super::recheck::none_appeared(ctx).await?;
     // Intent before effect: from here a crash is reconciled with the server.
     ctx.journal.lock().await.phase = Phase::SubjectsReleased;
     ctx.save().await?;
