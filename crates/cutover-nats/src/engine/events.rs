@@ -166,6 +166,14 @@ pub enum Info {
     Appeared {
         consumers: Vec<String>,
     },
+    /// A moved durable's configuration on A changed after the plan (an
+    /// application or operator updated it): the new durable on B is made
+    /// from it as it is now; `changed` names the keys of B's configuration
+    /// that differ from the plan's.
+    ConsumerChanged {
+        consumer: String,
+        changed: Vec<String>,
+    },
     /// In place, hop 1: the applications' ordered consumers (KV and object
     /// store watchers, ordered subscriptions) read before the stream is
     /// deleted, for hop 2 to create again (`steps::watchers`).
@@ -280,6 +288,11 @@ impl EventKind {
                 Info::RepointNow { to } => json!({
                     "message": format!("commit point passed: repoint the publishers (and a bucket's clients) to the target side now, where {to} holds the subjects; a write still sent to the source side is answered \"no responders\" (nothing stored) until its client reconnects"),
                     "stream": to,
+                }),
+                Info::ConsumerChanged { consumer, changed } => json!({
+                    "message": format!("consumer {consumer} was changed on the old stream after the plan ({}): its new durable takes the configuration it has now", changed.join(", ")),
+                    "consumer": consumer,
+                    "changed": changed,
                 }),
                 Info::Appeared { consumers } => json!({
                     "message": format!("durable(s) {} appeared on the old stream after the plan (created by an application meanwhile): moved like the others", consumers.join(", ")),

@@ -138,6 +138,14 @@ async fn fence(
     let name = cp.name.as_str();
     let started = Instant::now();
     let f = take_fence(ctx, cp, ends.0, prior).await?;
+    // Its configuration as it is now (recheck::consumer_as_planned).
+    let cp = &match super::steps::recheck::consumer_as_planned(ctx, cp, ends.0).await {
+        Ok(cp) => cp,
+        Err(e) => {
+            let _ = super::steps::undo::undo_consumer(ctx, ends.0, name, prior).await;
+            return Err(e);
+        }
+    };
     // Before the new durable exists the old consumer is paused for good (the
     // gate's pause would lapse after a crash and deliver past F to instances
     // that know no fence yet), while F is translated. Then F is journaled

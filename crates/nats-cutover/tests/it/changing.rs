@@ -80,6 +80,38 @@ async fn a_push_consumer_drained_on_an_idle_stream_gets_a_dead_subscribers_messa
     assert_eq!((handled[0]["seq"].as_u64(), handled[0]["acked"].as_bool()), (Some(1), Some(true)));
 }
 
+/// Issue 24, re-check at the moment of effect, the consumer's state: a
+/// durable updated on A after the plan (here between catch-up and the
+/// consumers' move, as an operator's `nats consumer edit` would: its
+/// ack_wait and max_ack_pending) gets a new durable on B made from its
+/// configuration as it is then, named by the run; it used to be made from
+/// the plan's, undoing the update without a word.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_durable_updated_after_the_plan_moves_with_its_configuration_as_it_is() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 10).await;
+    let run = ["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"];
+    let out = run_cli(&e, &run, Some("catch_up"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let (raw, _) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    let mut cfg = raw["config"].clone();
+    cfg["max_ack_pending"] = json!(77);
+    cfg["ack_wait"] = json!(45_000_000_000i64);
+    let update = cutover_nats::api::Action::CreateOrUpdate;
+    e.js.consumer_create("ORDERS", "worker", &cfg, update).await.unwrap();
+    let resume = ["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--yes"];
+    let out = crate::run::retry_cli(&e, &resume, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout
+            .contains("was changed on the old stream after the plan (ack_wait, max_ack_pending)"),
+        "{out:?}"
+    );
+    let (_, b) = e.js.consumer_info("ORDERS_V2", "worker").await.unwrap();
+    assert_eq!((b.config.max_ack_pending, b.config.ack_wait), (77, 45_000_000_000), "{b:?}");
+}
+
 /// Issue 24, case 4's messages: a drain that times out names what the
 /// consumer's state shows instead of "check its workers": here a worker
 /// fetched a message and went away without acking it (no pull request

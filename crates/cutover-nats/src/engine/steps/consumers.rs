@@ -87,6 +87,13 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
     }
     let (from, to, prior) = ctx.consumer_state(&cp.name).await;
     let (f, held_since) = checkpoint(ctx, cp, &from, &prior).await?;
+    let cp = &match super::recheck::consumer_as_planned(ctx, cp, &from).await {
+        Ok(cp) => cp,
+        Err(e) => {
+            let _ = super::undo::undo_consumer(ctx, &from, &cp.name, &prior).await;
+            return Err(e);
+        }
+    };
     let pos = position(ctx, cp, (&from, &to), f, &prior, async { Ok(()) }).await?;
     moved(ctx, &cp.name, &from, &to, f, pos, held_since).await
 }

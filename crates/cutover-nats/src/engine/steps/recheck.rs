@@ -10,7 +10,7 @@ use crate::engine::events::{EventKind, Info, Progress, Warning};
 use crate::error::{Error, Result};
 use crate::journal::now_ms;
 use cutover_core::journal::{ConsumerProgress, Phase, Step};
-use cutover_core::plan::{appeared_consumer, Mode};
+use cutover_core::plan::{appeared_consumer, ConsumerPlan, Mode};
 use serde_json::json;
 use serde_json::Value;
 use std::time::Duration;
@@ -82,6 +82,68 @@ pub(in crate::engine) async fn carry_appeared(ctx: &Ctx<'_>) -> Result<usize> {
     ctx.save().await?;
     ctx.emit(Step::MoveConsumers, EventKind::Info(Info::Appeared { consumers: names.clone() }));
     Ok(names.len())
+}
+
+/// Right before a moved durable's new one is created (the old one held, its
+/// checkpoint taken): its configuration on A as it is now, planned again
+/// against the same B (`plan::appeared_consumer`, the plan's own rules).
+/// An application or operator may have updated it since the plan (its
+/// filters, ack_wait, max_ack_pending...): the new durable is made from it
+/// as it is (journaled in the plan, named by an event), and one the plan's
+/// rules now refuse stops this consumer's move, given back, with the
+/// reason. The translation uses the filters as they are now, which are the
+/// ones the checkpoint was taken under.
+pub(in crate::engine) async fn consumer_as_planned(
+    ctx: &Ctx<'_>,
+    cp: &ConsumerPlan,
+    from: &str,
+) -> Result<ConsumerPlan> {
+    let Some((raw, _)) = ctx.js.consumer_info_opt(from, &cp.name).await? else {
+        return Ok(cp.clone());
+    };
+    let (replanned, id) = {
+        let j = ctx.journal.lock().await;
+        (appeared_consumer(&j.plan, &raw), j.id.clone())
+    };
+    let now = match replanned {
+        Ok((now, _)) => now,
+        Err(why) => {
+            return Err(Error::Unsafe(format!(
+                "consumer {from}/{} was changed after the plan and cannot move as it is now: {why}; it was given back as it was, nothing of it moved; change it back, then `nats-cutover run --resume {id}`, or undo with `nats-cutover rollback {id}` and plan again",
+                cp.name
+            )))
+        }
+    };
+    // The server's own metadata (`_nats.*`: the API level and version it
+    // writes on each create or update) is not a change of the operator's.
+    let keys = |v: &Value| {
+        let mut c = v.as_object().cloned().unwrap_or_default();
+        if let Some(m) = c.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.retain(|k, _| !k.starts_with("_nats."));
+            if m.is_empty() {
+                c.remove("metadata");
+            }
+        }
+        c
+    };
+    let (was, is) = (keys(&cp.b_config), keys(&now.b_config));
+    if was == is && now.b_filters == cp.b_filters {
+        return Ok(cp.clone());
+    }
+    let mut changed: Vec<String> =
+        was.keys().chain(is.keys()).filter(|k| was.get(*k) != is.get(*k)).cloned().collect();
+    changed.sort();
+    changed.dedup();
+    {
+        let mut j = ctx.journal.lock().await;
+        if let Some(p) = j.plan.consumers.iter_mut().find(|p| p.name == cp.name) {
+            *p = now.clone();
+        }
+    }
+    ctx.save().await?;
+    let info = Info::ConsumerChanged { consumer: cp.name.clone(), changed };
+    ctx.emit(Step::Consumer(cp.name.clone()), EventKind::Info(info));
+    Ok(now)
 }
 
 /// Right before A releases its subjects: the last look for durables that
