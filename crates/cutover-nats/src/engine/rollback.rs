@@ -327,8 +327,8 @@ impl Undo<'_> {
                 // durable does not redeliver what its instances nak'd as
                 // claimed elsewhere).
                 self.js.consumer_delete(&j.to, &c.name).await?;
-            } else if let Some((_, bc)) = on_b {
-                let f_b = self.settle_new_durable(j, &c.name, &bc).await?;
+            } else if on_b.is_some() {
+                let f_b = self.settle_new_durable(j, &c.name).await?;
                 let past = f_b >= c.b_start.unwrap_or(u64::MAX) && a_serving;
                 let undone = async {
                     if past {
@@ -373,39 +373,126 @@ impl Undo<'_> {
     }
 
     /// Holds the new durable still and returns what it settled: its delivered
-    /// stream sequence once nothing is ack-pending.
-    async fn settle_new_durable(&self, j: &Journal, name: &str, bc: &ConsumerInfo) -> Result<u64> {
+    /// stream sequence once nothing is ack-pending. Held, it redelivers
+    /// nothing, so its hold is cut when no ack comes (`settle_held`): what
+    /// it delivers then is processed there as before the rollback, and the
+    /// old durable is reset past it.
+    async fn settle_new_durable(&self, j: &Journal, name: &str) -> Result<u64> {
         self.js.consumer_pause(&j.to, name, Some(HELD)).await?;
-        let deadline = Instant::now()
-            + Duration::from_secs(60).max(cutover_core::model::nanos(bc.config.ack_wait) * 3);
+        match self.settle_held(j, name, &j.to, true, |ci| assess(ci).stable).await? {
+            Ok(ci) => Ok(ci.delivered.stream_seq),
+            Err((ci, cuts)) => {
+                let _ = self.js.consumer_pause(&j.to, name, None).await;
+                let on = format!("{}/{name}", j.to);
+                let holders: Vec<String> = self
+                    .store
+                    .instances(Some((&j.from, name)))
+                    .await
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|i| i.live && i.record.bound.contains(&on))
+                    .map(|i| i.record.instance)
+                    .collect();
+                let by = match holders.is_empty() {
+                    true => String::new(),
+                    false => {
+                        format!(" (live instance(s) fetching from it: {})", holders.join(", "))
+                    }
+                };
+                Err(Error::Stuck(format!("consumer {on} did not settle for the rollback: {} message(s) still unacknowledged though it was resumed {cuts} time(s) for their redelivery{by}: its workers hold them; it serves on, nothing was undone; try the rollback again", ci.num_ack_pending)))
+            }
+        }
+    }
+
+    /// Waits, with `stream/name` held, until `settled` holds on a read taken
+    /// while held. A held consumer redelivers nothing, so a message an
+    /// instance died holding would wait for ever (a newcomer's rollback on
+    /// R3 failed after 60 s, again and again): with `can_cut`, when no ack
+    /// comes for min(ack_wait, 2 s), the hold is cut as the run's drain cuts
+    /// its pause: resumed until the ack floor moves, nothing is pending or an
+    /// ack_wait passed, then held again. `Err((last read, cuts))` after
+    /// max(60 s, 3 × ack_wait).
+    async fn settle_held(
+        &self,
+        j: &Journal,
+        name: &str,
+        stream: &str,
+        can_cut: bool,
+        settled: impl Fn(&ConsumerInfo) -> bool,
+    ) -> Result<std::result::Result<ConsumerInfo, (ConsumerInfo, u32)>> {
+        let hold = || async {
+            match self.js.consumer_pause(stream, name, Some(HELD)).await {
+                Ok(_) | Err(Error::ConsumerNotFound { .. }) => Ok(()),
+                Err(e) => Err(e),
+            }
+        };
+        let (_, first) = self.js.consumer_info(stream, name).await?;
+        let ack_wait =
+            cutover_core::model::nanos(first.config.ack_wait).max(Duration::from_millis(1));
+        let stall = ack_wait.min(Duration::from_secs(2));
+        let deadline = Instant::now() + Duration::from_secs(60).max(ack_wait * 3);
+        let (mut floor, mut moved_at, mut cuts) =
+            (first.ack_floor.stream_seq, Instant::now(), 0u32);
         loop {
-            let (_, ci) = self.js.consumer_info(&j.to, name).await?;
-            if assess(&ci).stable {
-                return Ok(ci.delivered.stream_seq);
+            let (_, ci) = self.js.consumer_info(stream, name).await?;
+            if settled(&ci) {
+                return Ok(Ok(ci));
+            }
+            if ci.ack_floor.stream_seq != floor {
+                (floor, moved_at) = (ci.ack_floor.stream_seq, Instant::now());
             }
             if Instant::now() > deadline {
-                let _ = self.js.consumer_pause(&j.to, name, None).await;
-                return Err(Error::Stuck(format!("consumer {}/{name} did not settle for the rollback; its workers hold messages; try again", j.to)));
+                return Ok(Err((ci, cuts)));
+            }
+            if can_cut && moved_at.elapsed() > stall {
+                let cut = Warning::PauseCut {
+                    stall_ms: stall.as_millis() as u64,
+                    ack_pending: ci.num_ack_pending,
+                };
+                self.emit(j, Step::Consumer(name.into()), EventKind::Warning(cut));
+                self.js.consumer_pause(stream, name, None).await?;
+                let resumed = Instant::now();
+                let cut = loop {
+                    let read = self.js.consumer_info(stream, name).await;
+                    let done = match &read {
+                        Ok((_, n)) => n.num_ack_pending == 0 || n.ack_floor.stream_seq != floor,
+                        Err(_) => true,
+                    };
+                    if done || resumed.elapsed() > ack_wait {
+                        break read.map(|_| ());
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                };
+                // Held again before anything else, even after a failed read.
+                hold().await?;
+                cut?;
+                (cuts, moved_at) = (cuts + 1, Instant::now());
+                continue;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
     /// Fence mode: waits until the old consumer has nothing unacknowledged up
-    /// to the fence (its instances finish them while the route still stands).
+    /// to the fence (its instances finish them; the old durable is held, and
+    /// a held consumer still counts acks). Its hold is cut for a dead
+    /// instance's messages (`settle_held`) only where a reset follows
+    /// (consumer reset, 2.14+): the reset forgets what was pending and every
+    /// delivery count (`resetLocalStartingSeq`), so what a cut delivers
+    /// above F, nak'd by instances that still know the fence, is as if
+    /// undelivered.
     async fn settle_old_to_fence(&self, j: &Journal, c: &ConsumerProgress) -> Result<()> {
         let f = c.checkpoint.unwrap_or(0);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (_, ci) = self.js.consumer_info(&j.from, &c.name).await?;
-            if ci.ack_floor.stream_seq >= f || ci.num_ack_pending == 0 {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(Error::Stuck(format!("consumer {}/{} still has {} unacknowledged message(s) up to the fence {f}: its instances hold them; try the rollback again, or finish with `nats-cutover run --resume {}`", j.from, c.name, ci.num_ack_pending, j.id)));
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let can_cut = self.js.server_version().is_some_and(|v| v.features().consumer_reset);
+        let settled = |ci: &ConsumerInfo| ci.ack_floor.stream_seq >= f || ci.num_ack_pending == 0;
+        let Err((ci, cuts)) = self.settle_held(j, &c.name, &j.from, can_cut, settled).await? else {
+            return Ok(());
+        };
+        let why = match can_cut {
+            true => format!("they were not acknowledged though the consumer was resumed {cuts} time(s) for their redelivery: its instances hold them"),
+            false => "it is held, and a held consumer redelivers nothing: an instance that died holding them gets them back only once it runs (this server has no consumer reset, so the rollback cannot let it run here)".to_string(),
+        };
+        Err(Error::Stuck(format!("consumer {}/{} still has {} unacknowledged message(s) up to the fence {f} (ack floor {}): {why}; try the rollback again, or finish with `nats-cutover run --resume {}`", j.from, c.name, ci.num_ack_pending, ci.ack_floor.stream_seq, j.id)))
     }
 
     /// Fence mode, the new durable delivered nothing of its own: the old one

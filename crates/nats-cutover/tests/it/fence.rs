@@ -512,6 +512,57 @@ async fn fence_rolls_back_after_a_crash_once_the_fence_is_published() {
     fence_crash_then(true).await;
 }
 
+/// Fence mode, rolled back after a crash once the fence is published, while
+/// messages up to F are held by an instance that died (a newcomer's trial
+/// on R3: the held old durable never redelivered them, and every rollback
+/// failed after 60 s). The rollback cuts the old durable's hold for their
+/// redelivery to a live instance, then resets it: the workload exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fence_rollback_gets_a_dead_instances_messages_redelivered() {
+    use crate::run::{finish, retry_cli, run_cli, until_published};
+    use futures::StreamExt;
+    let e = env().await;
+    orders_stream(&e, 2_000).await;
+    let load =
+        Load::start(e.js.client.clone(), LoadConfig { protocol: true, ..load_cfg(500, 20_000) })
+            .await;
+    until_registered(&e, 4).await;
+    until_processed(&load, 200).await;
+    // The dead instance: fetched three, never acks them.
+    let c = e.pull_consumer("ORDERS", "worker").await;
+    let mut held = vec![];
+    while held.len() < 3 {
+        let mut batch = c.fetch().max_messages(3 - held.len()).messages().await.unwrap();
+        while let Some(Ok(m)) = batch.next().await {
+            held.push(m.info().unwrap().stream_sequence);
+        }
+    }
+    let tail = ["--yes", "--lease-ttl", "1s"];
+    let args =
+        move_args(&["--json", "run", "--mode", "fence"], "ORDERS", "ORDERS_V2", "worker", &tail);
+    let out = run_cli(&e, &args, Some("consumer_fenced:worker"));
+    assert_eq!(out.code, 86, "the runner dies once the fence is published: {out:?}");
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
+    let f = j.consumers[0].checkpoint.unwrap();
+    assert!(held.iter().all(|s| *s <= f), "held {held:?} up to the fence {f}");
+    let id = "ORDERS.ORDERS_V2";
+    let out =
+        retry_cli(&e, &["--json", "rollback", id, "--lease-ttl", "1s"], &["is held by runner"])
+            .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("no ack progress for"), "the hold was cut: {out:?}");
+    // Reset past what the new durable processed: the settle to F came first.
+    assert!(out.stdout.contains("reset_to"), "{out:?}");
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, id).await.unwrap();
+    assert_eq!(j.phase, Phase::RolledBack);
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused, "the old durable delivers again");
+    let after = load.published() + 200;
+    until_published(&load, after).await;
+    let r = finish(load).await;
+    assert_exact(&r);
+}
+
 /// Fence mode, rolled back after a crash once the fence is published, with
 /// one more live registration that still lists the new durable in `bound`
 /// (an instance that does not follow the route's deletion): the rollback
