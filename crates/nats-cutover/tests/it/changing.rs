@@ -387,6 +387,40 @@ async fn a_deny_purge_stream_becomes_a_work_queue_in_place() {
     assert_eq!((s.config.retention.as_str(), s.config.deny_purge), ("workqueue", true));
 }
 
+/// Issue 24, re-check of purge permission: in place limits to work queue,
+/// the copy's `deny_purge` set by someone else after catch-up (the plan
+/// keeps it off until the commit): the purge before the work-queue durable
+/// is refused by the run itself, naming the setting and the command, with
+/// the consumer given back and nothing of it moved. The server cannot take
+/// deny_purge back (10052): the rollback the message names deletes the
+/// copy, and the same command then runs from the start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_given_deny_purge_after_the_plan_is_named_before_its_purge() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 10).await;
+    let run = ["run", "--in-place", "ORDERS", "--set", "retention=workqueue", "--yes"];
+    let out = run_cli(&e, &run, Some("catch_up"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let (raw, _) = e.js.stream_info("ORDERS_CUTOVER").await.unwrap();
+    let mut cfg = raw["config"].clone();
+    cfg["deny_purge"] = json!(true);
+    e.js.stream_update(&cfg).await.unwrap();
+    let out = crate::run::retry_cli(&e, &run, &["is held by runner"]).await;
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("ORDERS_CUTOVER was given deny_purge after the plan"), "{out:?}");
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused, "given back");
+    assert!(e.js.consumer_info_opt("ORDERS_CUTOVER", "worker").await.unwrap().is_none());
+    assert!(out.stderr.contains("nats-cutover rollback ORDERS.ORDERS_CUTOVER"), "{out:?}");
+    let out = e.cli(&["rollback", "ORDERS.ORDERS_CUTOVER"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = e.cli(&run);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(s.config.retention.as_str(), "workqueue");
+}
+
 /// Issue 23: a server restart after catch-up clears a mirror's duplicate
 /// window (jetstream.go `fixCfgMirrorWithDedupWindow` when it recovers its
 /// streams, standalone too) and does not rebuild the msg-id map: a

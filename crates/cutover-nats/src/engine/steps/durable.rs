@@ -66,6 +66,16 @@ pub(in crate::engine) async fn position(
 
 /// Purges `stream` below `start` on each filter (all of it with none).
 async fn purge_below(ctx: &Ctx<'_>, stream: &str, filters: &[String], start: u64) -> Result<()> {
+    // Read again right before the purge: the plan keeps `deny_purge` off B
+    // until the commit, but someone may have set it since (the purge would
+    // fail with the server's bare refusal).
+    let (_, b) = ctx.js.stream_info(stream).await?;
+    if b.config.deny_purge {
+        let id = ctx.id.clone();
+        return Err(Error::Unsafe(format!(
+            "stream {stream} was given deny_purge after the plan (by someone else: the run sets it only at the commit), and its copies below {start} must be purged before the durable that delivers all is created there; the consumer was given back, nothing of it moved; the server cannot take deny_purge back (error 10052), so undo with `nats-cutover rollback {id}` (it deletes {stream}) and run again"
+        )));
+    }
     if filters.is_empty() {
         ctx.js.stream_purge_below(stream, None, start).await?;
     }
