@@ -139,7 +139,7 @@ async fn fence(
     let started = Instant::now();
     let f = take_fence(ctx, cp, ends.0, prior).await?;
     // Its configuration as it is now (recheck::consumer_as_planned).
-    let cp = &match super::steps::recheck::consumer_as_planned(ctx, cp, ends.0).await {
+    let cp = &match super::steps::recheck::consumer_as_planned(ctx, cp, ends.0, prior).await {
         Ok(cp) => cp,
         Err(e) => {
             let _ = super::steps::undo::undo_consumer(ctx, ends.0, name, prior).await;

@@ -332,13 +332,20 @@ impl Undo<'_> {
                 let past = f_b >= c.b_start.unwrap_or(u64::MAX) && a_serving;
                 let undone = async {
                     if past {
+                        // Where the old durable resumes, known before its
+                        // settle: only a settle a reset follows may cut its
+                        // hold (`settle_old_to_fence`).
+                        let target = self.past_origin(j, c, f_b).await?;
                         if fenced {
                             // A reset forgets what is pending: the old
                             // consumer's messages up to the fence must be
                             // acknowledged first.
-                            self.settle_old_to_fence(j, c).await?;
+                            self.settle_old_to_fence(j, c, target.is_some()).await?;
                         }
-                        self.reset_old_past(j, c, f_b).await
+                        match target {
+                            Some(o) => self.reset_old_past(j, c, o).await,
+                            None => Ok(()),
+                        }
                     } else if fenced {
                         self.reset_old_to_fence(j, c).await
                     } else {
@@ -379,9 +386,15 @@ impl Undo<'_> {
     /// old durable is reset past it.
     async fn settle_new_durable(&self, j: &Journal, name: &str) -> Result<u64> {
         self.js.consumer_pause(&j.to, name, Some(HELD)).await?;
-        match self.settle_held(j, name, &j.to, true, |ci| assess(ci).stable).await? {
-            Ok(ci) => Ok(ci.delivered.stream_seq),
-            Err((ci, cuts)) => {
+        let settled = self.settle_held(j, name, &j.to, true, |ci| assess(ci).stable).await;
+        match settled {
+            Ok(Ok(ci)) => Ok(ci.delivered.stream_seq),
+            Err(e) => {
+                // It serves on: never left held.
+                let _ = self.js.consumer_pause(&j.to, name, None).await;
+                Err(e)
+            }
+            Ok(Err((ci, cuts))) => {
                 let _ = self.js.consumer_pause(&j.to, name, None).await;
                 let on = format!("{}/{name}", j.to);
                 let holders: Vec<String> = self
@@ -450,7 +463,11 @@ impl Undo<'_> {
                     ack_pending: ci.num_ack_pending,
                 };
                 self.emit(j, Step::Consumer(name.into()), EventKind::Warning(cut));
-                self.js.consumer_pause(stream, name, None).await?;
+                if let Err(e) = self.js.consumer_pause(stream, name, None).await {
+                    // Its answer may be lost with the resume applied.
+                    hold().await?;
+                    return Err(e);
+                }
                 let resumed = Instant::now();
                 let cut = loop {
                     let read = self.js.consumer_info(stream, name).await;
@@ -481,9 +498,15 @@ impl Undo<'_> {
     /// delivery count (`resetLocalStartingSeq`), so what a cut delivers
     /// above F, nak'd by instances that still know the fence, is as if
     /// undelivered.
-    async fn settle_old_to_fence(&self, j: &Journal, c: &ConsumerProgress) -> Result<()> {
+    async fn settle_old_to_fence(
+        &self,
+        j: &Journal,
+        c: &ConsumerProgress,
+        resets: bool,
+    ) -> Result<()> {
         let f = c.checkpoint.unwrap_or(0);
-        let can_cut = self.js.server_version().is_some_and(|v| v.features().consumer_reset);
+        let can_cut =
+            resets && self.js.server_version().is_some_and(|v| v.features().consumer_reset);
         let settled = |ci: &ConsumerInfo| ci.ack_floor.stream_seq >= f || ci.num_ack_pending == 0;
         let Err((ci, cuts)) = self.settle_held(j, &c.name, &j.from, can_cut, settled).await? else {
             return Ok(());
@@ -522,7 +545,7 @@ impl Undo<'_> {
         }
         // Held, it delivers nothing more; acks still count (a paused
         // consumer accepts them), so its instances finish what is theirs.
-        self.settle_old_to_fence(j, c).await?;
+        self.settle_old_to_fence(j, c, true).await?;
         self.reset_old_to(j, c, f + 1).await
     }
 
@@ -595,7 +618,14 @@ impl Undo<'_> {
 
     /// The new durable processed B messages up to `f_b`: the old one must
     /// resume after their origin sequence (consumer reset, 2.14+).
-    async fn reset_old_past(&self, j: &Journal, c: &ConsumerProgress, f_b: u64) -> Result<()> {
+    /// The origin on A of the new durable's last delivery `f_b`, if above
+    /// the checkpoint: the old durable resumes after it.
+    async fn past_origin(
+        &self,
+        j: &Journal,
+        c: &ConsumerProgress,
+        f_b: u64,
+    ) -> Result<Option<u64>> {
         let (_, b) = self.js.stream_info(&j.to).await?;
         let via = Via::direct_if(b.config.exact_direct_gets());
         let origin = if j.plan.strategy == Strategy::Mirror {
@@ -607,7 +637,11 @@ impl Undo<'_> {
                 None => None,
             }
         };
-        let Some(o) = origin.filter(|o| Some(*o) > c.checkpoint) else { return Ok(()) };
+        Ok(origin.filter(|o| Some(*o) > c.checkpoint))
+    }
+
+    /// The old durable resumes after origin `o` (`past_origin`).
+    async fn reset_old_past(&self, j: &Journal, c: &ConsumerProgress, o: u64) -> Result<()> {
         if !self.js.server_version().is_some_and(|v| v.features().consumer_reset) {
             return Err(Error::Unsafe(format!("consumer {} processed messages on {} up to origin {o}; moving the old durable past them needs consumer reset (2.14+), which this server lacks; nothing was undone; roll forward instead: `nats-cutover run --resume {}`", c.name, j.to, j.id)));
         }

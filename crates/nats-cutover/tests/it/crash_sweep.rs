@@ -215,8 +215,7 @@ async fn sweep(undo: bool, strategy: &'static str) {
 }
 
 /// Kill points two at a time, each on its own server and its own task (a
-/// point mostly waits: for its load, its leases, its resume, some of it in a
-/// blocking CLI call), taken in order; the first whose run ends before its
+/// point mostly waits: for its load, its leases, its resume), taken in order; the first whose run ends before its
 /// kill ends the sweep, and the one beside it is aborted (its server and
 /// runner go with it).
 async fn sweep_mode(undo: bool, strategy: &'static str, mode: &'static str) {

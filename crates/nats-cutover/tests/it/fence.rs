@@ -522,7 +522,9 @@ async fn fence_rollback_gets_a_dead_instances_messages_redelivered() {
     use crate::run::{finish, retry_cli, run_cli, until_published};
     use futures::StreamExt;
     let e = env().await;
-    orders_stream(&e, 2_000).await;
+    // Long enough that the three held below are still out when the run
+    // takes its fence on a loaded machine, short enough for the test.
+    orders_stream(&e, 6_000).await;
     let load =
         Load::start(e.js.client.clone(), LoadConfig { protocol: true, ..load_cfg(500, 20_000) })
             .await;

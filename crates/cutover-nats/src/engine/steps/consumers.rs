@@ -87,7 +87,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
     }
     let (from, to, prior) = ctx.consumer_state(&cp.name).await;
     let (f, held_since) = checkpoint(ctx, cp, &from, &prior).await?;
-    let cp = &match super::recheck::consumer_as_planned(ctx, cp, &from).await {
+    let cp = &match super::recheck::consumer_as_planned(ctx, cp, &from, &prior).await {
         Ok(cp) => cp,
         Err(e) => {
             let _ = super::undo::undo_consumer(ctx, &from, &cp.name, &prior).await;

@@ -92,12 +92,21 @@ pub(in crate::engine) async fn carry_appeared(ctx: &Ctx<'_>) -> Result<usize> {
 /// as it is (journaled in the plan, named by an event), and one the plan's
 /// rules now refuse stops this consumer's move, given back, with the
 /// reason. The translation uses the filters as they are now, which are the
-/// ones the checkpoint was taken under.
+/// ones the checkpoint was taken under. A resumed move past its intent to
+/// create (`creating`: the new durable may exist, made from the plan as
+/// journaled) is not planned again. The changed plan is kept in the
+/// journal held in memory and saved with the step's end, not here: a whole
+/// save beside the other consumers' concurrent record writes could write
+/// their records from a stale copy.
 pub(in crate::engine) async fn consumer_as_planned(
     ctx: &Ctx<'_>,
     cp: &ConsumerPlan,
     from: &str,
+    prior: &ConsumerProgress,
 ) -> Result<ConsumerPlan> {
+    if prior.phase >= cutover_core::journal::ConsumerPhase::Creating {
+        return Ok(cp.clone());
+    }
     let Some((raw, _)) = ctx.js.consumer_info_opt(from, &cp.name).await? else {
         return Ok(cp.clone());
     };
@@ -140,7 +149,6 @@ pub(in crate::engine) async fn consumer_as_planned(
             *p = now.clone();
         }
     }
-    ctx.save().await?;
     let info = Info::ConsumerChanged { consumer: cp.name.clone(), changed };
     ctx.emit(Step::Consumer(cp.name.clone()), EventKind::Info(info));
     Ok(now)
