@@ -632,7 +632,7 @@ async fn a_work_queue_moves_to_a_limits_stream_live() {
     e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000})).await;
     let load = live_load(&e, 500, 200).await;
     let cfg = to_config(&e, "limits", json!({"retention": "limits"}));
-    let out = e.cli(&run_orders(&[], &["--to-config", &cfg]));
+    let out = e.cli_async(&run_orders(&[], &["--to-config", &cfg])).await;
     assert_eq!(out.code, 0, "{out:?}");
     exact_after(load, 200).await;
     let (_, b) = e.js.stream_info("ORDERS_V2").await.unwrap();
@@ -769,7 +769,7 @@ async fn strategy_mirror_moves_live_and_keeps_sequences() {
     let e = env().await;
     crate::run::orders_stream(&e, 30_000).await;
     let load = live_load(&e, 500, 200).await;
-    let out = e.cli(&run_orders(&[], &["--strategy", "mirror"]));
+    let out = e.cli_async(&run_orders(&[], &["--strategy", "mirror"])).await;
     assert_eq!(out.code, 0, "{out:?}");
     let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     let c = &j.consumers[0];
@@ -916,7 +916,9 @@ async fn mirror_move_to_a_work_queue_is_exact() {
     let load = live_load(&e, 500, 200).await;
     let cfg = to_config(&e, "wq", json!({"retention": "workqueue"}));
     let args = ["run", "--strategy", "mirror", "--from", "ORDERS", "--to", "ORDERS_WQ"];
-    let out = e.cli(&[&args[..], &["--to-config", &cfg, "--consumer", "worker", "--yes"]].concat());
+    let out = e
+        .cli_async(&[&args[..], &["--to-config", &cfg, "--consumer", "worker", "--yes"]].concat())
+        .await;
     assert_eq!(out.code, 0, "{out:?}");
     exact_after(load, 200).await;
     let out = e.cli(&["verify", "--migration", "ORDERS.ORDERS_WQ"]);
