@@ -433,12 +433,6 @@ impl Undo<'_> {
         can_cut: bool,
         settled: impl Fn(&ConsumerInfo) -> bool,
     ) -> Result<std::result::Result<ConsumerInfo, (ConsumerInfo, u32)>> {
-        let hold = || async {
-            match self.js.consumer_pause(stream, name, Some(HELD)).await {
-                Ok(_) | Err(Error::ConsumerNotFound { .. }) => Ok(()),
-                Err(e) => Err(e),
-            }
-        };
         let (_, first) = self.js.consumer_info(stream, name).await?;
         let ack_wait =
             cutover_core::model::nanos(first.config.ack_wait).max(Duration::from_millis(1));
@@ -465,7 +459,7 @@ impl Undo<'_> {
                 self.emit(j, Step::Consumer(name.into()), EventKind::Warning(cut));
                 if let Err(e) = self.js.consumer_pause(stream, name, None).await {
                     // Its answer may be lost with the resume applied.
-                    hold().await?;
+                    self.hold(stream, name).await?;
                     return Err(e);
                 }
                 let resumed = Instant::now();
@@ -481,7 +475,7 @@ impl Undo<'_> {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 };
                 // Held again before anything else, even after a failed read.
-                hold().await?;
+                self.hold(stream, name).await?;
                 cut?;
                 (cuts, moved_at) = (cuts + 1, Instant::now());
                 continue;
@@ -560,7 +554,13 @@ impl Undo<'_> {
     /// `resetLocalStartingSeq` forgets pending messages and their delivery
     /// counts, `o.pending, o.rdc = nil, nil`) starts it afresh.
     async fn hold_old(&self, j: &Journal, c: &ConsumerProgress) -> Result<()> {
-        match self.js.consumer_pause(&j.from, &c.name, Some(HELD)).await {
+        self.hold(&j.from, &c.name).await
+    }
+
+    /// Pauses `stream/name` until the rollback gives it back (`HELD`); a
+    /// durable that is gone needs no hold.
+    async fn hold(&self, stream: &str, name: &str) -> Result<()> {
+        match self.js.consumer_pause(stream, name, Some(HELD)).await {
             Ok(_) | Err(Error::ConsumerNotFound { .. }) => Ok(()),
             Err(e) => Err(e),
         }

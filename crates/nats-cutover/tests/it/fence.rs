@@ -449,23 +449,35 @@ async fn an_ordered_consumer_processes_nothing_after_the_fence_first() {
     );
 }
 
+/// ORDERS and its durable (ack_wait in ms) under the protocol's workers at
+/// 500 msg/s: four registered, 200 processed.
+async fn fence_load(e: &Env, ack_wait_ms: i64) -> Load {
+    orders_stream(e, ack_wait_ms).await;
+    let cfg = LoadConfig { protocol: true, ..load_cfg(500, 20_000) };
+    let load = Load::start(e.js.client.clone(), cfg).await;
+    until_registered(e, 4).await;
+    until_processed(&load, 200).await;
+    load
+}
+
+/// A fence-mode move of worker to ORDERS_V2 whose runner dies right after
+/// the fence was published.
+fn crash_once_fenced(e: &Env) {
+    let tail = ["--yes", "--lease-ttl", "1s"];
+    let args =
+        move_args(&["--json", "run", "--mode", "fence"], "ORDERS", "ORDERS_V2", "worker", &tail);
+    let out = crate::run::run_cli(e, &args, Some("consumer_fenced:worker"));
+    assert_eq!(out.code, 86, "the runner dies once the fence is published: {out:?}");
+}
+
 /// A fence-mode runner killed right after the fence was published (the new
 /// durable serves, the old one still finishes up to F), then resumed or
 /// rolled back under live load with the protocol's workers: exact both ways.
 async fn fence_crash_then(rollback: bool) {
-    use crate::run::{finish, retry_cli, run_cli, until_published};
+    use crate::run::retry_cli;
     let e = env().await;
-    orders_stream(&e, 30_000).await;
-    let load =
-        Load::start(e.js.client.clone(), LoadConfig { protocol: true, ..load_cfg(500, 20_000) })
-            .await;
-    until_registered(&e, 4).await;
-    until_processed(&load, 200).await;
-    let tail = ["--yes", "--lease-ttl", "1s"];
-    let args =
-        move_args(&["--json", "run", "--mode", "fence"], "ORDERS", "ORDERS_V2", "worker", &tail);
-    let out = run_cli(&e, &args, Some("consumer_fenced:worker"));
-    assert_eq!(out.code, 86, "the runner dies once the fence is published: {out:?}");
+    let load = fence_load(&e, 30_000).await;
+    crash_once_fenced(&e);
     let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     assert_eq!(j.consumers[0].phase, ConsumerPhase::Fenced);
     let held = ["is held by runner"];
@@ -497,9 +509,7 @@ async fn fence_crash_then(rollback: bool) {
     } else {
         assert_eq!(j.phase, Phase::Done);
     }
-    let after = load.published() + 200;
-    until_published(&load, after).await;
-    assert_exact(&finish(load).await);
+    assert_exact(&crate::run::finish_after(load, 200).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -519,17 +529,12 @@ async fn fence_rolls_back_after_a_crash_once_the_fence_is_published() {
 /// redelivery to a live instance, then resets it: the workload exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fence_rollback_gets_a_dead_instances_messages_redelivered() {
-    use crate::run::{finish, retry_cli, run_cli, until_published};
+    use crate::run::retry_cli;
     use futures::StreamExt;
     let e = env().await;
     // Long enough that the three held below are still out when the run
     // takes its fence on a loaded machine, short enough for the test.
-    orders_stream(&e, 6_000).await;
-    let load =
-        Load::start(e.js.client.clone(), LoadConfig { protocol: true, ..load_cfg(500, 20_000) })
-            .await;
-    until_registered(&e, 4).await;
-    until_processed(&load, 200).await;
+    let load = fence_load(&e, 6_000).await;
     // The dead instance: fetched three, never acks them.
     let c = e.pull_consumer("ORDERS", "worker").await;
     let mut held = vec![];
@@ -539,11 +544,7 @@ async fn fence_rollback_gets_a_dead_instances_messages_redelivered() {
             held.push(m.info().unwrap().stream_sequence);
         }
     }
-    let tail = ["--yes", "--lease-ttl", "1s"];
-    let args =
-        move_args(&["--json", "run", "--mode", "fence"], "ORDERS", "ORDERS_V2", "worker", &tail);
-    let out = run_cli(&e, &args, Some("consumer_fenced:worker"));
-    assert_eq!(out.code, 86, "the runner dies once the fence is published: {out:?}");
+    crash_once_fenced(&e);
     let (_, j) = cutover_nats::journal::load_migration(&e.js, "ORDERS.ORDERS_V2").await.unwrap();
     let f = j.consumers[0].checkpoint.unwrap();
     assert!(held.iter().all(|s| *s <= f), "held {held:?} up to the fence {f}");
@@ -559,10 +560,7 @@ async fn fence_rollback_gets_a_dead_instances_messages_redelivered() {
     assert_eq!(j.phase, Phase::RolledBack);
     let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert!(!c.paused, "the old durable delivers again");
-    let after = load.published() + 200;
-    until_published(&load, after).await;
-    let r = finish(load).await;
-    assert_exact(&r);
+    assert_exact(&crate::run::finish_after(load, 200).await);
 }
 
 /// Fence mode, rolled back after a crash once the fence is published, with
@@ -573,21 +571,11 @@ async fn fence_rollback_gets_a_dead_instances_messages_redelivered() {
 /// (docs/protocol.md R9; docs/model.md, finding 3). The workload stays exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fence_rollback_waits_for_an_instance_still_on_the_new_durable() {
-    use crate::run::{finish, run_cli, until_published};
     use cutover_core::journal::InstanceRecord;
     use tokio::io::AsyncBufReadExt;
     let e = env().await;
-    orders_stream(&e, 30_000).await;
-    let load =
-        Load::start(e.js.client.clone(), LoadConfig { protocol: true, ..load_cfg(500, 20_000) })
-            .await;
-    until_registered(&e, 4).await;
-    until_processed(&load, 200).await;
-    let tail = ["--yes", "--lease-ttl", "1s"];
-    let args =
-        move_args(&["--json", "run", "--mode", "fence"], "ORDERS", "ORDERS_V2", "worker", &tail);
-    let out = run_cli(&e, &args, Some("consumer_fenced:worker"));
-    assert_eq!(out.code, 86, "the runner dies once the fence is published: {out:?}");
+    let load = fence_load(&e, 30_000).await;
+    crash_once_fenced(&e);
     let store = JournalStore::open(&e.js, IfMissing::ReturnNone).await.unwrap().unwrap();
     let stale = |bound: &[&str]| InstanceRecord {
         version: cutover_core::journal::INSTANCE_VERSION,
@@ -654,9 +642,7 @@ async fn fence_rollback_waits_for_an_instance_still_on_the_new_durable() {
     assert_eq!(j.phase, Phase::RolledBack);
     let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
     assert!(!c.paused, "the old durable delivers again");
-    let after = load.published() + 200;
-    until_published(&load, after).await;
-    assert_exact(&finish(load).await);
+    assert_exact(&crate::run::finish_after(load, 200).await);
 }
 
 /// What one run of nats-py apps through a handoff measured.
