@@ -8,6 +8,10 @@ concurrently: an old-consumer message above the fence (the route's now, or
 the one in force when it was fetched) is nak'd with the record's delay and
 never processed; the fence is acknowledged in the
 registration as soon as the record is read. Acks are double acks (ack_sync).
+Route entries apply in revision order (R8). The registration is the
+instance's lease (R15): when a write of it is taken after the record may have
+been ttl old (the process was stopped, or the bucket out of reach), every
+message fetched before is dropped unanswered and the route read again.
 
 Output (--out), JSON lines, one per message processed, written once its ack
 attempt is over:
@@ -19,6 +23,7 @@ stdout: `ready` once registered and fetching. Logs go to stderr.
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 import time
@@ -50,6 +55,13 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--expires", type=float, default=0.3, help="seconds a fetch waits (old consumer: at most 1)")
     p.add_argument("--ttl", type=float, default=5.0, help="registration ttl, seconds")
+    p.add_argument("--work-ms", type=float, default=0.0, help="time each message takes to process")
+    p.add_argument(
+        "--stop-at",
+        type=int,
+        default=0,
+        help="fault injection: stop this process (SIGSTOP) in the middle of processing message N",
+    )
     return p.parse_args(argv)
 
 
@@ -99,8 +111,16 @@ class App:
         }
         self.key = f"inst.{args.stream}.{args.consumer}.{args.instance}"
         self.bound = {"old": None, "new": None}
-        self.processed = self.acked = self.fenced_off = 0
+        self.processed = self.acked = self.fenced_off = self.dropped = 0
         self.out = None
+        # The lease (R15): when the last write the server took began, and how
+        # often the record may have been ttl old before the next one landed.
+        self.written = time.monotonic()
+        self.epoch = 0
+        self.reread = False
+        self.reread_lock = asyncio.Lock()
+        # R8: the revision of the route entry applied last.
+        self.route_rev = 0
 
     # ---- KV: bucket, registration, route -----------------------------------
 
@@ -111,8 +131,42 @@ class App:
             return await self.js.create_key_value(api.KeyValueConfig(bucket=BUCKET, history=1))
 
     async def write_record(self):
+        start = time.monotonic()
         self.record["heartbeat_ms"] = now_ms()
         await self.kv.put(self.key, json.dumps(self.record).encode())
+        if time.monotonic() - self.written >= self.args.ttl:
+            # The runner may have counted this instance dead in between.
+            self.epoch += 1
+            self.reread = True
+            log(f"registration lapsed (epoch {self.epoch}): dropping what was fetched before")
+        self.written = max(self.written, start)
+
+    async def lease(self):
+        """The lease's epoch, confirmed: written first when half the ttl passed."""
+        while time.monotonic() - self.written >= self.args.ttl / 2:
+            try:
+                await self.write_record()
+            except Exception as e:  # noqa: BLE001 - act on nothing until it is taken
+                log("registration:", repr(e))
+                await asyncio.sleep(0.1)
+        return self.epoch
+
+    async def reread_route(self):
+        """After a lapse: the route as the bucket has it now, before either
+        fetch loop fetches again."""
+        async with self.reread_lock:
+            if not self.reread:
+                return
+            try:
+                e = await self.kv.get(f"route.{self.home[0]}.{self.home[1]}")
+                await self.apply_route(e.value, e.revision)
+            except nats.js.errors.KeyNotFoundError as err:
+                await self.apply_route(None, err.entry.revision if err.entry else 0)
+            except Exception as e:  # noqa: BLE001 - read again on the next turn
+                log("reading the route again:", repr(e))
+                await asyncio.sleep(0.1)
+                return
+            self.reread = False
 
     async def heartbeat(self):
         while not self.stop.is_set():
@@ -125,7 +179,10 @@ class App:
             except asyncio.TimeoutError:
                 pass
 
-    async def apply_route(self, value):
+    async def apply_route(self, value, revision):
+        if revision and revision <= self.route_rev:
+            return  # R8: older than what is in force
+        self.route_rev = max(self.route_rev, revision or 0)
         try:
             route = None if value is None else json.loads(value)
         except ValueError as e:
@@ -153,7 +210,8 @@ class App:
                         continue
                     if e is None:
                         continue
-                    await self.apply_route(None if e.operation in ("DEL", "PURGE") else e.value)
+                    value = None if e.operation in ("DEL", "PURGE") else e.value
+                    await self.apply_route(value, e.revision)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001
@@ -170,13 +228,13 @@ class App:
         await self.write_record()
 
     async def fetch_loop(self, role):
-        sub, sub_binding, under = None, None, None
+        sub, sub_binding, under, epoch = None, None, None, 0
         expires = min(self.args.expires, 1.0) if role == "old" else self.args.expires
         while not self.stop.is_set():
             old, new = targets(self.route, self.home, self.args.app_version)
             want = old if role == "old" else new
             if sub is not None and sub_binding != want:
-                await self.leave(sub, role, under)
+                await self.leave(sub, role, under, epoch)
                 sub, sub_binding = None, None
             await self.set_bound(role, want)
             if want is None:
@@ -194,9 +252,13 @@ class App:
                     log(f"bind {want}: {e!r}")
                     await asyncio.sleep(0.05)
                     continue
-            # The route as the pull request goes out: what it brings stays
-            # held to this fence, even if a rollback deletes the route before
-            # it is handled (docs/protocol.md R14).
+            # The lease first (R15), then the route as the pull request goes
+            # out: what it brings stays held to this fence, even if a rollback
+            # deletes the route before it is handled (docs/protocol.md R14).
+            epoch = await self.lease()
+            if self.reread:
+                await self.reread_route()
+                continue
             under = self.route
             try:
                 msgs = await sub.fetch(self.args.batch, timeout=expires)
@@ -206,12 +268,14 @@ class App:
                 log(f"fetch {want}: {e!r}")
                 await asyncio.sleep(0.05)
                 continue
-            for m in msgs:
-                await self.handle(m, role, under)
+            for i, m in enumerate(msgs):
+                if not await self.handle(m, role, under, epoch):
+                    self.dropped += len(msgs) - i
+                    break
         if sub is not None:
-            await self.leave(sub, role, under)
+            await self.leave(sub, role, under, epoch)
 
-    async def leave(self, sub, role, under):
+    async def leave(self, sub, role, under, epoch):
         """Unsubscribes; handles what was already delivered to us (fence rule applies)."""
         try:
             await sub.unsubscribe()
@@ -220,12 +284,13 @@ class App:
         q = sub._sub._pending_queue
         while not q.empty():
             m = q.get_nowait()
-            if m.reply:  # not a status message
-                await self.handle(m, role, under)
+            if m.reply and not await self.handle(m, role, under, epoch):  # not a status message
+                break
 
     # ---- one message ------------------------------------------------------
 
-    async def handle(self, m, role, under=None):
+    async def handle(self, m, role, under, epoch):
+        """False when the lease lapsed since the message was fetched: dropped."""
         meta = m.metadata
         # The fence now, and the one in force when it was fetched.
         for route in (self.route, under):
@@ -233,9 +298,21 @@ class App:
             if role == "old" and fence is not None and meta.sequence.stream > fence["fence"]:
                 # Above the fence: the new durable delivers it. Never process it
                 # here, never ack or term it: nak with the record's delay.
+                if await self.lease() != epoch:
+                    return False
                 await m.nak(delay=max(route.get("nak_delay_ms", 30000), 1000) / 1000.0)
                 self.fenced_off += 1
-                return
+                return True
+        if self.args.stop_at and self.processed + 1 == self.args.stop_at:
+            log(f"stopping in the middle of message {self.args.stop_at} (SIGSTOP), messages in hand")
+            self.args.stop_at = 0  # once
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if self.args.work_ms > 0:
+            await asyncio.sleep(self.args.work_ms / 1000.0)
+        # The effect (here the ack and the record) only under the lease the
+        # message was fetched under (R15).
+        if await self.lease() != epoch:
+            return False
         hdrs = m.headers or {}
         acked = False
         for _ in range(3):
@@ -257,6 +334,7 @@ class App:
             "t_ms": time.time() * 1000.0,
         }
         self.out.write(json.dumps(rec) + "\n")
+        return True
 
     # ---- main -------------------------------------------------------------
 
@@ -270,9 +348,9 @@ class App:
         self.kv = await self.open_bucket()
         try:
             e = await self.kv.get(f"route.{self.home[0]}.{self.home[1]}")
-            await self.apply_route(e.value)
-        except nats.js.errors.KeyNotFoundError:
-            pass
+            await self.apply_route(e.value, e.revision)
+        except nats.js.errors.KeyNotFoundError as err:
+            self.route_rev = err.entry.revision if err.entry else 0
         await self.write_record()
         tasks = [asyncio.create_task(t) for t in (self.heartbeat(), self.watch_route())]
         loops = [asyncio.create_task(self.fetch_loop(r)) for r in ("old", "new")]
@@ -288,7 +366,13 @@ class App:
             await self.kv.delete(self.key)
         except Exception as e:  # noqa: BLE001
             log("deregister:", repr(e))
-        done = {"done": True, "processed": self.processed, "acked": self.acked, "fenced_off": self.fenced_off}
+        done = {
+            "done": True,
+            "processed": self.processed,
+            "acked": self.acked,
+            "fenced_off": self.fenced_off,
+            "dropped_lapsed": self.dropped,
+        }
         self.out.write(json.dumps(done) + "\n")
         self.out.close()
         await self.nc.close()

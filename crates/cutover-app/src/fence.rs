@@ -12,6 +12,11 @@
 //! with the record's delay and never handed to the handler. The fence is
 //! acknowledged in the registration as soon as the record is read, before
 //! any further message is handled. Acks are double acks.
+//!
+//! Before a message is acted on (handled, acknowledged or nak'd) the
+//! registration's lease is confirmed (R15): an instance the runner may have
+//! counted dead meanwhile (stopped or cut off for its ttl) drops every
+//! message it fetched before, reads the route again and fetches anew.
 
 use crate::follow::{Binding, RouteWatch};
 use crate::instance::{InstanceOptions, Registration};
@@ -46,6 +51,9 @@ pub struct Consumed {
     pub acked: u64,
     /// Old-consumer messages above the fence nak'd without being handled.
     pub fenced_off: u64,
+    /// Times the registration's lease lapsed and the messages in hand were
+    /// dropped (R15).
+    pub dropped_lapsed: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -63,6 +71,8 @@ struct Slot {
     /// The old slot: the fence (and its nak delay) in force when the batch
     /// in hand was fetched.
     fetched_under: Option<Fence>,
+    /// The registration's lease epoch when the batch in hand was fetched.
+    epoch: u64,
     failed_at: Option<Instant>,
 }
 
@@ -74,6 +84,7 @@ impl Slot {
             consumer: None,
             batch: None,
             fetched_under: None,
+            epoch: 0,
             failed_at: None,
         }
     }
@@ -154,26 +165,57 @@ where
         l.refill(&route).await?;
         let [old, new] = &mut l.slots;
         let idle = old.batch.is_none() && new.batch.is_none();
+        let mut lapsed = false;
         tokio::select! {
             m = next(&mut old.batch) => match m {
                 Some(m) => {
                     let fences = [Fence::of(&route), old.fetched_under];
-                    if !handle(Role::Old, m, fences, &mut handler, &mut done).await {
+                    if l.reg.epoch().await != old.epoch {
+                        lapsed = true;
+                    } else if !handle(Role::Old, m, fences, &mut handler, &mut done).await {
                         return Ok(done); // died holding it
                     }
                 }
                 None => old.batch = None,
             },
             m = next(&mut new.batch) => match m {
-                Some(m) => if !handle(Role::New, m, [None, None], &mut handler, &mut done).await {
-                    return Ok(done);
-                },
+                Some(m) => {
+                    if l.reg.epoch().await != new.epoch {
+                        lapsed = true;
+                    } else if !handle(Role::New, m, [None, None], &mut handler, &mut done).await {
+                        return Ok(done);
+                    }
+                }
                 None => new.batch = None,
             },
             _ = routes.changed() => route = routes.borrow_and_update().clone(),
             // A dropped sender: nobody can ask to stop any more.
             res = shutdown.changed(), if open => open = res.is_ok(),
             _ = tokio::time::sleep(Duration::from_millis(20)), if idle => {}
+        }
+        if lapsed {
+            // R15: the runner may have gone on without this instance. What
+            // it fetched before is dropped unanswered (redelivered after
+            // ack_wait, or forgotten by a reset), and the route read again
+            // from the bucket's leader before anything is fetched.
+            for s in &mut l.slots {
+                (s.batch, s.fetched_under) = (None, None);
+            }
+            done.dropped_lapsed += 1;
+            tracing::warn!(
+                "instance {}: its registration lapsed (stopped or cut off for its ttl): dropped the messages in hand",
+                l.opts.instance.id
+            );
+            route = loop {
+                match watch.reread().await {
+                    Ok(r) => break r,
+                    Err(e) => {
+                        tracing::warn!("reading the route again: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            };
+            routes.borrow_and_update();
         }
     }
     l.reg.stop().await?;
@@ -228,6 +270,9 @@ impl Loop {
             if slot.failed_at.is_some_and(|t| t.elapsed() < Duration::from_millis(20)) {
                 continue;
             }
+            // The epoch first: a lapse found after the request went out
+            // drops what it brings.
+            slot.epoch = self.reg.epoch().await;
             slot.batch = fetch(&self.ctx, slot, self.opts.batch, expires).await;
             slot.failed_at = slot.batch.is_none().then(Instant::now);
             // Read before the pull request went out: what it brings is held

@@ -51,8 +51,8 @@ impl Follower {
             Some(r) => Binding { stream: r.stream, consumer: r.consumer, routed: true },
             None => original.clone(),
         };
-        let (rx, task) = watch_route(client, stream, consumer, map).await?;
-        Ok(Self { rx, task })
+        let w = watch_route(client, stream, consumer, map).await?;
+        Ok(Self { rx: w.rx, task: w.task })
     }
 
     pub fn current(&self) -> Binding {
@@ -70,6 +70,9 @@ impl Follower {
 /// (docs/protocol.md).
 pub struct RouteWatch {
     rx: watch::Receiver<Option<Route>>,
+    applied: Arc<Applied<Option<Route>>>,
+    store: JournalStore,
+    key: String,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -85,17 +88,77 @@ impl RouteWatch {
         stream: &str,
         consumer: &str,
     ) -> Result<Self, async_nats::Error> {
-        let (rx, task) = watch_route(client, stream, consumer, |r| r).await?;
-        Ok(Self { rx, task })
+        let w = watch_route(client, stream, consumer, |r| r).await?;
+        Ok(Self { rx: w.rx, applied: w.applied, store: w.store, key: w.key, task: w.task })
     }
 
     /// A receiver that wakes when the record changes.
     pub fn subscribe(&self) -> watch::Receiver<Option<Route>> {
         self.rx.clone()
     }
+
+    /// Reads the record again from the bucket's leader and applies it (unless
+    /// the watch already applied a later one): what an instance whose lease
+    /// lapsed does before it fetches again (R15), since its watch may still
+    /// be delivering what was written while it was stopped.
+    pub async fn reread(&self) -> Result<Option<Route>, async_nats::Error> {
+        let e = self.store.entry(&self.key, "cannot read the route").await?;
+        self.applied.apply(Seen::Reread(e), |r| r);
+        Ok(self.rx.borrow().clone())
+    }
 }
 
-type Watched<T> = (watch::Receiver<T>, tokio::task::JoinHandle<()>);
+/// The value a watch keeps current, and the revision of the entry it was
+/// last set from (R8: an entry at or below it is older, whatever its source).
+struct Applied<T> {
+    tx: watch::Sender<T>,
+    revision: std::sync::Mutex<u64>,
+}
+
+impl<T: PartialEq> Applied<T> {
+    /// Applies what was seen unless it is older than what was applied; a
+    /// change that is not a route is skipped.
+    fn apply(&self, seen: Seen, map: impl Fn(Option<Route>) -> T) {
+        let (revision, r) = match seen {
+            Seen::Changed(e) => {
+                let r = match e.operation {
+                    Operation::Put => serde_json::from_slice::<Route>(&e.value).ok().map(Some),
+                    // A rollback deletes the route: back to the original.
+                    _ => Some(None),
+                };
+                (e.revision, r)
+            }
+            Seen::Reread(e) => {
+                let revision = e.as_ref().map_or(0, |e| e.revision);
+                let r = match e {
+                    // R2: a record that does not parse is ignored, here too.
+                    Some(e) if e.operation == Operation::Put => {
+                        serde_json::from_slice::<Route>(&e.value).ok().map(Some)
+                    }
+                    _ => Some(None),
+                };
+                (revision, r)
+            }
+        };
+        let mut last = self.revision.lock().expect("revision");
+        if revision < *last || (revision == *last && revision != 0) {
+            return;
+        }
+        *last = revision;
+        if let Some(r) = r {
+            send_changed(&self.tx, map(r));
+        }
+    }
+}
+
+/// A watched route: the value, what applies changes to it, and the task.
+struct Watched<T> {
+    rx: watch::Receiver<T>,
+    applied: Arc<Applied<T>>,
+    store: JournalStore,
+    key: String,
+    task: tokio::task::JoinHandle<()>,
+}
 
 /// Watches `route.<stream>.<consumer>` (creating the bucket if the engine has
 /// not yet) and keeps `map(record)` current in a watch channel.
@@ -107,25 +170,23 @@ async fn watch_route<T, M>(
 ) -> Result<Watched<T>, async_nats::Error>
 where
     T: PartialEq + Send + Sync + 'static,
-    M: Fn(Option<Route>) -> T + Send + Sync + 'static,
+    M: Fn(Option<Route>) -> T + Clone + Send + Sync + 'static,
 {
     let stats = client.statistics();
     let js = cutover_nats::Js::new(client, std::time::Duration::from_secs(5));
     let store =
         cutover_nats::journal::JournalStore::open(&js, IfMissing::Create).await?.expect("bucket");
     let key = route_key(stream, consumer);
-    // Watch first, then read: an update between the two is not missed.
+    // Watch first, then read: an update between the two is not missed, and
+    // the watch's first value, which may be older than the read, is skipped
+    // by its revision.
     let watch = store.kv().watch(&key).await?;
-    let first = map(read_route(&store, &key).await?);
-    let (tx, rx) = watch::channel(first);
-    let task = tokio::spawn(follow(store, key, map, tx, watch, stats));
-    Ok((rx, task))
-}
-
-/// The route as the bucket's leader has it (a direct get may be answered by a
-/// replica that lags: `JournalStore::entry`).
-async fn read_route(store: &JournalStore, key: &str) -> Result<Option<Route>, async_nats::Error> {
-    Ok(route_of(store.entry(key, "cannot read the route").await?))
+    let first = store.entry(&key, "cannot read the route").await?;
+    let revision = first.as_ref().map_or(0, |e| e.revision);
+    let (tx, rx) = watch::channel(map(route_of(first)));
+    let applied = Arc::new(Applied { tx, revision: std::sync::Mutex::new(revision) });
+    let task = tokio::spawn(follow(store.clone(), key.clone(), map, applied.clone(), watch, stats));
+    Ok(Watched { rx, applied, store, key, task })
 }
 
 /// The route an entry read holds (`None`: none, or not a route).
@@ -147,32 +208,22 @@ fn send_changed<T: PartialEq>(tx: &watch::Sender<T>, v: T) {
     });
 }
 
-/// Applies route updates for as long as the follower lives (see
-/// [`follow_key`]); dropping `tx` would tell the workers the route is gone.
+/// Applies route updates, in revision order (R8), for as long as the
+/// follower lives (see [`follow_key`]); dropping the sender would tell the
+/// workers the route is gone.
 async fn follow<T: PartialEq, M: Fn(Option<Route>) -> T>(
     store: JournalStore,
     key: String,
     map: M,
-    tx: watch::Sender<T>,
+    applied: Arc<Applied<T>>,
     w: kv::Watch,
     stats: Arc<async_nats::Statistics>,
 ) {
     let apply = |seen: Seen| {
-        let r = match seen {
-            Seen::Changed(e) => match e.operation {
-                Operation::Put => serde_json::from_slice::<Route>(&e.value).ok().map(Some),
-                // A rollback deletes the route: back to the original.
-                _ => Some(None),
-            },
-            Seen::Reread(e) => Some(route_of(e)),
-        };
-        // A change that is not a route is skipped.
-        if let Some(r) = r {
-            send_changed(&tx, map(r));
-        }
+        applied.apply(seen, &map);
         std::future::ready(())
     };
-    follow_key(&store, &key, w, stats, || !tx.is_closed(), apply).await
+    follow_key(&store, &key, w, stats, || !applied.tx.is_closed(), apply).await
 }
 
 /// What [`follow_key`] saw of its key.

@@ -3,11 +3,18 @@
 //! binding or fence acknowledgement changes; deleted when it stops cleanly.
 //! `nats-cutover status` lists the registrations: which instance runs which
 //! version on which stream.
+//!
+//! The registration is also the instance's lease (docs/protocol.md R15): the
+//! runner counts an instance dead once its record is `ttl` old, and goes on
+//! without it. An instance that was stopped or cut off that long (SIGSTOP, a
+//! VM paused, the bucket out of reach) finds it at its next write, and its
+//! [`Registration::epoch`] changes: what it fetched before must then be
+//! dropped, neither processed nor acknowledged nor nak'd.
 
 use cutover_core::journal::{valid_instance_id, FenceAck, InstanceRecord, INSTANCE_VERSION};
 use cutover_nats::journal::{now_ms, IfMissing, JournalStore};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
 /// Who an instance is and how often it says it lives.
@@ -40,7 +47,44 @@ impl InstanceOptions {
 pub struct Registration {
     store: JournalStore,
     record: Arc<Mutex<InstanceRecord>>,
+    lease: Arc<std::sync::Mutex<Lease>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// When the last write of the record that the server took began, and how
+/// many times the record had been older than its ttl by the next one.
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    written: Instant,
+    ttl: Duration,
+    epoch: u64,
+}
+
+impl Lease {
+    /// A write that began at `start` was taken now. Lapsed when the record
+    /// may have been `ttl` old before it landed: the server stamped the
+    /// previous write no earlier than it began, and this one no later than
+    /// now, so the runner (which reads that stamp) may have counted the
+    /// instance dead in between.
+    fn taken(&mut self, start: Instant) {
+        if self.written.elapsed() >= self.ttl {
+            self.epoch += 1;
+        }
+        self.written = self.written.max(start);
+    }
+}
+
+/// Writes `r` (stamped now) and records it in the lease once the server took it.
+async fn write(
+    store: &JournalStore,
+    r: &mut InstanceRecord,
+    lease: &std::sync::Mutex<Lease>,
+) -> Result<(), async_nats::Error> {
+    let start = Instant::now();
+    r.heartbeat_ms = now_ms();
+    store.put_instance(r).await?;
+    lease.lock().expect("lease").taken(start);
+    Ok(())
 }
 
 impl Drop for Registration {
@@ -74,10 +118,35 @@ impl Registration {
             ttl_ms: opts.ttl.as_millis() as u64,
             heartbeat_ms: now_ms(),
         };
+        let start = Instant::now();
         store.put_instance(&record).await?;
+        let lease = Lease { written: start, ttl: opts.ttl, epoch: 0 };
+        let lease = Arc::new(std::sync::Mutex::new(lease));
         let record = Arc::new(Mutex::new(record));
-        let task = tokio::spawn(heartbeat(store.clone(), record.clone(), opts.heartbeat));
-        Ok(Self { store, record, task })
+        let task =
+            tokio::spawn(heartbeat(store.clone(), record.clone(), lease.clone(), opts.heartbeat));
+        Ok(Self { store, record, lease, task })
+    }
+
+    /// The lease's epoch, confirmed: when the record's last write began half
+    /// its ttl ago or more, it is written first (again until the server takes
+    /// it), so the runner counts this instance live for a while yet. A
+    /// message fetched under an older epoch MUST be dropped (R15): the
+    /// runner may have gone on without this instance meanwhile and had it
+    /// delivered to another.
+    pub async fn epoch(&self) -> u64 {
+        loop {
+            let l = *self.lease.lock().expect("lease");
+            if l.written.elapsed() < l.ttl / 2 {
+                return l.epoch;
+            }
+            let mut r = self.record.lock().await;
+            if let Err(e) = write(&self.store, &mut r, &self.lease).await {
+                tracing::warn!("registration of instance {}: {e}", r.instance);
+                drop(r);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
     }
 
     /// The fence this instance acknowledged, if any.
@@ -94,9 +163,7 @@ impl Registration {
         // older copy.
         let mut r = self.record.lock().await;
         change(&mut r);
-        r.heartbeat_ms = now_ms();
-        self.store.put_instance(&r).await?;
-        Ok(())
+        write(&self.store, &mut r, &self.lease).await
     }
 
     /// Stops heartbeating and removes the record.
@@ -108,14 +175,41 @@ impl Registration {
     }
 }
 
-async fn heartbeat(store: JournalStore, record: Arc<Mutex<InstanceRecord>>, every: Duration) {
+async fn heartbeat(
+    store: JournalStore,
+    record: Arc<Mutex<InstanceRecord>>,
+    lease: Arc<std::sync::Mutex<Lease>>,
+    every: Duration,
+) {
     let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
         let mut r = record.lock().await;
-        r.heartbeat_ms = now_ms();
-        if let Err(e) = store.put_instance(&r).await {
+        if let Err(e) = write(&store, &mut r, &lease).await {
             tracing::warn!("heartbeat of instance {}: {e}", r.instance);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_older_than_its_ttl_before_the_next_write_lapses_the_lease() {
+        let ttl = Duration::from_secs(5);
+        let t0 = Instant::now();
+        let mut l = Lease { written: t0, ttl, epoch: 0 };
+        l.taken(t0);
+        assert_eq!(l.epoch, 0, "in time");
+        // The previous write began more than ttl ago: the runner may have
+        // counted the instance dead.
+        l.written = t0.checked_sub(ttl).unwrap();
+        let start = Instant::now();
+        l.taken(start);
+        assert_eq!(l.epoch, 1, "lapsed");
+        assert_eq!(l.written, start);
+        l.taken(Instant::now());
+        assert_eq!(l.epoch, 1, "live again");
     }
 }

@@ -4,7 +4,7 @@
 //
 //   node fence_worker.mjs --server URL --stream S --consumer C --instance ID --out FILE
 //        [--app-version V] [--batch 32] [--expires 1] [--ttl 5]
-//        [--work-ms 0] [--lose-acks 0]
+//        [--work-ms 0] [--lose-acks 0] [--stop-at 0]
 //
 // The same flags and output as tests/apps/fence_worker.py (tests/apps/README.md):
 // it registers as inst.S.C.ID in KV bucket CUTOVER (heartbeat every second,
@@ -18,14 +18,21 @@
 // Extra flags for the conformance check: --work-ms, time spent "processing"
 // each message (an instance killed then holds messages up to the fence);
 // --lose-acks N, the first attempt of every N-th double ack is not sent (a
-// lost ack or a lost reply: the retry must send it again).
+// lost ack or a lost reply: the retry must send it again); --stop-at N, the
+// process stops itself (SIGSTOP) in the middle of processing its N-th message.
+//
+// The registration is its lease (R15): when a write of it is taken after the
+// record may have been ttl old (the process was stopped, the bucket out of
+// reach), everything fetched before is dropped unanswered and the route read
+// again before the next fetch.
 // --break RULE makes it break one rule on purpose, to see the check fail:
 // `ackack-retry` retries the double ack with m.ackAck() (which sends nothing
 // the second time), `parse-deleted` parses a deleted route entry as JSON.
 //
 // Lines (--out), per processed message: {"begin", "stream", "seq"} before its
 // ack, {"id", "stream", "seq", "delivered", "instance", "acked", "t_ms"} once
-// its ack attempts are over; last {"done": true, "processed", "acked", "fenced_off"}. stdout: `ready`.
+// its ack attempts are over; last {"done": true, "processed", "acked", "fenced_off",
+// "dropped_lapsed"}. stdout: `ready`.
 // Logs go to stderr.
 import { connect } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
@@ -38,11 +45,11 @@ const te = new TextEncoder();
 
 // ---- flags -----------------------------------------------------------------
 
-const args = { appVersion: "js-1", batch: 32, expires: 1, ttl: 5, workMs: 0, loseAcks: 0, break: "" };
+const args = { appVersion: "js-1", batch: 32, expires: 1, ttl: 5, workMs: 0, loseAcks: 0, stopAt: 0, break: "" };
 const names = {
   server: "server", stream: "stream", consumer: "consumer", instance: "instance", out: "out",
   "app-version": "appVersion", batch: "batch", expires: "expires", ttl: "ttl",
-  "work-ms": "workMs", "lose-acks": "loseAcks", break: "break",
+  "work-ms": "workMs", "lose-acks": "loseAcks", "stop-at": "stopAt", break: "break",
 };
 for (let i = 2; i < process.argv.length; i++) {
   const k = names[process.argv[i].replace(/^--/, "")];
@@ -58,7 +65,7 @@ for (const k of ["server", "stream", "consumer", "instance", "out"]) {
     process.exit(2);
   }
 }
-for (const k of ["batch", "expires", "ttl", "workMs", "loseAcks"]) args[k] = Number(args[k]);
+for (const k of ["batch", "expires", "ttl", "workMs", "loseAcks", "stopAt"]) args[k] = Number(args[k]);
 args.appVersion = String(args.appVersion); // app_version is a JSON string, always
 // Instance ids are one KV key token (no dots: a host name must be mapped).
 if (!/^[A-Za-z0-9_-]+$/.test(args.instance)) {
@@ -151,8 +158,14 @@ class App {
     this.bound = { old: null, new: null };
     this.writes = Promise.resolve(); // registration writes, one at a time
     this.applies = Promise.resolve(); // route entries, one at a time
-    this.processed = this.acked = this.fencedOff = 0;
+    this.processed = this.acked = this.fencedOff = this.dropped = 0;
     this.acks = 0; // double acks begun
+    // The lease (R15): when the last write the server took began (monotonic
+    // ms), and how often the record may have been ttl old before the next.
+    this.written = performance.now();
+    this.epoch = 0;
+    this.reread = false;
+    this.rereading = null;
   }
 
   // Every write of the registration goes through here, in order, each from the
@@ -160,11 +173,51 @@ class App {
   // over a fence acknowledgement.
   writeRecord() {
     const w = this.writes.then(async () => {
+      const start = performance.now();
       this.record.heartbeat_ms = Date.now();
       await this.kv.put(this.key, JSON.stringify(this.record));
+      if (performance.now() - this.written >= args.ttl * 1000) {
+        // The runner may have counted this instance dead in between.
+        this.epoch++;
+        this.reread = true;
+        log(`registration lapsed (epoch ${this.epoch}): dropping what was fetched before`);
+      }
+      this.written = Math.max(this.written, start);
     });
     this.writes = w.catch(() => {});
     return w;
+  }
+
+  // The lease's epoch, confirmed: the record is written first when half its
+  // ttl passed since the last write began (again until the server takes it).
+  async lease() {
+    while (performance.now() - this.written >= args.ttl * 500) {
+      try {
+        await this.writeRecord();
+      } catch (e) {
+        log("registration:", e.message);
+        await sleep(100);
+      }
+    }
+    return this.epoch;
+  }
+
+  // After a lapse: the route as the bucket has it now, before either loop
+  // fetches again (the watch may still deliver what was written meanwhile;
+  // older entries are skipped by revision, R8).
+  async rereadRoute() {
+    this.rereading ??= (async () => {
+      try {
+        await this.applyEntry(await this.kv.get(`route.${this.home[0]}.${this.home[1]}`));
+        this.reread = false;
+      } catch (e) {
+        log("reading the route again:", e.message);
+        await sleep(100);
+      } finally {
+        this.rereading = null;
+      }
+    })();
+    await this.rereading;
   }
 
   async heartbeat() {
@@ -275,13 +328,21 @@ class App {
           consumer = await this.js.consumers.get(want[0], want[1]);
           consumerOf = want;
         }
-        // The route as the pull request goes out: what it brings stays held
-        // to this fence even if a rollback deletes the route before it is
-        // handled (docs/protocol.md R14).
+        // The lease first (R15), then the route as the pull request goes
+        // out: what it brings stays held to this fence even if a rollback
+        // deletes the route before it is handled (docs/protocol.md R14).
+        const epoch = await this.lease();
+        if (this.reread) {
+          await this.rereadRoute();
+          continue;
+        }
         const under = this.route;
         const iter = await consumer.fetch({ max_messages: args.batch, expires });
         for await (const m of iter) {
-          await this.handle(m, role, under);
+          if (!(await this.handle(m, role, under, epoch))) {
+            this.dropped++;
+            break; // the rest of the batch is dropped with it
+          }
         }
       } catch (e) {
         // Consumer not found / deleted (after `moved`, or a rollback's new
@@ -298,7 +359,8 @@ class App {
 
   // ---- one message ----------------------------------------------------------
 
-  async handle(m, role, under = null) {
+  // False when the lease lapsed since the message was fetched: dropped.
+  async handle(m, role, under, epoch) {
     const seq = m.info.streamSequence;
     // The fence now, and the one in force when it was fetched.
     for (const route of [this.route, under]) {
@@ -306,12 +368,21 @@ class App {
       if (role === "old" && fence !== null && seq > fence.fence) {
         // Above the fence: the new durable delivers it. Never process it here,
         // never ack or term it: nak with the record's delay (ms in nats.js).
+        if ((await this.lease()) !== epoch) return false;
         m.nak(Math.max(route.nak_delay_ms || 0, 1000));
         this.fencedOff++;
-        return;
+        return true;
       }
     }
+    if (args.stopAt && this.processed + 1 === args.stopAt) {
+      args.stopAt = 0;
+      log(`stopping in the middle of message ${this.processed + 1} (SIGSTOP), messages in hand`);
+      process.kill(process.pid, "SIGSTOP");
+    }
     if (args.workMs > 0) await sleep(args.workMs);
+    // The effect (here the ack and the records) only under the lease the
+    // message was fetched under (R15).
+    if ((await this.lease()) !== epoch) return false;
     const id = m.headers?.get("Nats-Msg-Id") || null;
     // Processed; its ack under way (an instance killed now may or may not
     // have acknowledged it: the check counts this line for a killed one).
@@ -328,6 +399,7 @@ class App {
       acked,
       t_ms: Date.now(),
     });
+    return true;
   }
 
   // +ACK with a reply, waiting for the server, sent again on a timeout or "no
@@ -432,7 +504,13 @@ class App {
     } catch (e) {
       log("deregister:", e.message);
     }
-    this.line({ done: true, processed: this.processed, acked: this.acked, fenced_off: this.fencedOff });
+    this.line({
+      done: true,
+      processed: this.processed,
+      acked: this.acked,
+      fenced_off: this.fencedOff,
+      dropped_lapsed: this.dropped,
+    });
     closeSync(this.fd);
     await this.nc.close();
   }

@@ -44,7 +44,11 @@ impl App {
             .arg(root().join("tests/apps").join(script))
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(if std::env::var_os("DEBUG_APPS").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .unwrap();
         let says_ready = ["worker.py", "fence_worker.py", "dual_publisher.py"].contains(&script);
@@ -106,9 +110,20 @@ impl App {
 
     /// [`App::publisher`] to `subject`.0 .. `subject`.3.
     pub fn publisher_on(url: &str, subject: &str, count: u32, rate: u32, out: &Path) -> App {
+        App::publisher_ids(url, subject, (count, rate), "m", out)
+    }
+
+    /// [`App::publisher_on`] with msg-ids `prefix`-0, `prefix`-1, ...
+    pub fn publisher_ids(
+        url: &str,
+        subject: &str,
+        (count, rate): (u32, u32),
+        prefix: &str,
+        out: &Path,
+    ) -> App {
         let (count, rate) = (count.to_string(), rate.to_string());
         let args = ["--server", url, "--subject", subject, "--subjects-count", "4"];
-        let rest = ["--count", &count, "--rate", &rate, "--id-prefix", "m"];
+        let rest = ["--count", &count, "--rate", &rate, "--id-prefix", prefix];
         let out = ["--out", out.to_str().unwrap()];
         App::start("publisher.py", &[&args[..], &rest[..], &out[..]].concat())
     }

@@ -32,7 +32,14 @@ package main
 // Lines (--out): {"begin", "stream", "seq"} once a message is processed and
 // before its ack; {"id", "stream", "seq", "delivered", "instance", "acked",
 // "t_ms"} once its ack attempts are over; last {"done": true, "processed",
-// "acked", "fenced_off"}. stdout: `ready` once registered and fetching.
+// "acked", "fenced_off", "dropped_lapsed"}. stdout: `ready` once registered
+// and fetching.
+//
+// The registration is its lease (R15): when a write of it is taken after the
+// record may have been ttl old (the process was stopped, the bucket out of
+// reach), everything fetched before is dropped unanswered and the route read
+// again before the next fetch. --stop-at N stops the process itself
+// (SIGSTOP) in the middle of its N-th message (fault injection).
 
 import (
 	"bytes"
@@ -40,11 +47,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -269,6 +278,16 @@ type fenceApp struct {
 	bound    map[string]*binding // "old", "new"
 	fenceAck *fenceAck
 
+	// The lease (R15): when the last registration write the server took
+	// began, and how often the record may have been ttl old before the
+	// next one landed; reread: the route must be read again before a fetch.
+	leaseMu sync.Mutex
+	written time.Time
+	epoch   uint64
+	reread  bool
+	stopAt  int64 // fault injection: SIGSTOP in the middle of message N
+	dropped int64 // lapses that dropped messages in hand (atomic)
+
 	acks                        int64 // double acks begun (atomic)
 	resent                      int64 // double acks confirmed only by a later attempt (atomic)
 	processed, acked, fencedOff int64 // atomic
@@ -304,8 +323,61 @@ func (a *fenceApp) writeRegistration() error {
 		"heartbeat_ms": nowMs(),
 	}
 	b, _ := json.Marshal(rec)
-	_, err := a.kv.Put(a.key, b)
-	return err
+	start := time.Now()
+	if _, err := a.kv.Put(a.key, b); err != nil {
+		return err
+	}
+	a.leaseMu.Lock()
+	defer a.leaseMu.Unlock()
+	if time.Since(a.written) >= a.ttl {
+		// The runner may have counted this instance dead in between.
+		a.epoch++
+		a.reread = true
+		logf("registration lapsed (epoch %d): dropping what was fetched before", a.epoch)
+	}
+	if start.After(a.written) {
+		a.written = start
+	}
+	return nil
+}
+
+// lease returns the lease's epoch, confirmed: the registration is written
+// first when half its ttl passed since the last write began (again until the
+// server takes it). A message fetched under an older epoch is dropped (R15).
+func (a *fenceApp) lease() uint64 {
+	for {
+		a.leaseMu.Lock()
+		w, ep := a.written, a.epoch
+		a.leaseMu.Unlock()
+		if time.Since(w) < a.ttl/2 {
+			return ep
+		}
+		if err := a.register(); err != nil {
+			a.rl.logf("register", "registration: %v", err)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// rereadRoute reads the route again after a lapse, before either loop
+// fetches (the watch may still deliver what was written meanwhile; older
+// entries are skipped by revision, R8). False: not read, try again.
+func (a *fenceApp) rereadRoute() bool {
+	a.leaseMu.Lock()
+	need := a.reread
+	a.leaseMu.Unlock()
+	if !need {
+		return true
+	}
+	if err := a.readRoute(); err != nil {
+		a.rl.logf("read", "reading the route again: %v", err)
+		time.Sleep(100 * time.Millisecond)
+		return false
+	}
+	a.leaseMu.Lock()
+	a.reread = false
+	a.leaseMu.Unlock()
+	return true
 }
 
 func (a *fenceApp) register() error {
@@ -471,6 +543,7 @@ func (a *fenceApp) fetchLoop(role string, wg *sync.WaitGroup) {
 	// to its fence, even if a rollback deletes the route before it is handled
 	// (R14).
 	var under *route
+	var lastEpoch uint64 // the lease's epoch when the last pull request went out
 	expires := a.newExpires
 	if role == "old" {
 		expires = a.oldExpires
@@ -486,7 +559,9 @@ func (a *fenceApp) fetchLoop(role string, wg *sync.WaitGroup) {
 				}
 				msgs, _ := ps.sub.Fetch(n, nats.MaxWait(50*time.Millisecond))
 				for _, m := range msgs {
-					a.handle(m, role, under)
+					if !a.handle(m, role, under, lastEpoch) {
+						break
+					}
 				}
 			}
 			ps.sub.Unsubscribe()
@@ -524,9 +599,19 @@ func (a *fenceApp) fetchLoop(role string, wg *sync.WaitGroup) {
 				ps = &pullSub{*want, sub}
 			}
 		}
+		// The lease first (R15), then the route as the pull request goes out.
+		epoch := a.lease()
+		a.leaseMu.Lock()
+		reread := a.reread
+		a.leaseMu.Unlock()
+		if reread {
+			a.rereadRoute()
+			continue
+		}
 		var msgs []*nats.Msg
 		if err == nil {
 			under = r
+			lastEpoch = epoch
 			msgs, err = ps.sub.Fetch(a.batch, nats.MaxWait(expires))
 		}
 		if err != nil && !errors.Is(err, nats.ErrTimeout) {
@@ -550,18 +635,23 @@ func (a *fenceApp) fetchLoop(role string, wg *sync.WaitGroup) {
 			errs = 0
 		}
 		for _, m := range msgs {
-			a.handle(m, role, under)
+			if !a.handle(m, role, under, epoch) {
+				atomic.AddInt64(&a.dropped, 1)
+				break // the rest of the batch is dropped with it
+			}
 		}
 	}
 }
 
 // ---- one message ------------------------------------------------------------
 
-func (a *fenceApp) handle(m *nats.Msg, role string, under *route) {
+// handle returns false when the lease lapsed since the message was fetched
+// (R15): then it is dropped, neither processed nor acknowledged nor nak'd.
+func (a *fenceApp) handle(m *nats.Msg, role string, under *route, epoch uint64) bool {
 	md, err := m.Metadata()
 	if err != nil {
 		logf("a message without JetStream metadata (%v): ignored", err)
-		return
+		return true
 	}
 	seq := md.Sequence.Stream
 	if role == "old" {
@@ -580,15 +670,28 @@ func (a *fenceApp) handle(m *nats.Msg, role string, under *route) {
 			if delay < 1000 {
 				delay = 1000
 			}
+			if a.lease() != epoch {
+				return false
+			}
 			if err := m.NakWithDelay(time.Duration(delay) * time.Millisecond); err != nil {
 				a.rl.logf("nak", "nak of %s %d: %v", md.Stream, seq, err)
 			}
 			atomic.AddInt64(&a.fencedOff, 1)
-			return
+			return true
 		}
+	}
+	if a.stopAt > 0 && atomic.LoadInt64(&a.processed)+1 == a.stopAt {
+		a.stopAt = 0
+		logf("stopping in the middle of message %d (SIGSTOP), messages in hand", atomic.LoadInt64(&a.processed)+1)
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 	}
 	if a.work > 0 {
 		time.Sleep(a.work)
+	}
+	// The effect (here the ack and the records) only under the lease the
+	// message was fetched under (R15).
+	if a.lease() != epoch {
+		return false
 	}
 	var id interface{}
 	if v := m.Header.Get("Nats-Msg-Id"); v != "" {
@@ -604,6 +707,7 @@ func (a *fenceApp) handle(m *nats.Msg, role string, under *route) {
 	}
 	a.o.line(map[string]interface{}{"id": id, "stream": md.Stream, "seq": seq, "delivered": md.NumDelivered,
 		"instance": a.instance, "acked": acked, "t_ms": nowMs()})
+	return true
 }
 
 // doubleAck: +ACK with a reply (AckSync), waiting for the server, sent again
@@ -691,6 +795,7 @@ func fence(argv []string) {
 	ttl := fs.Float64("ttl", 5, "registration ttl, seconds")
 	workMs := fs.Int("work-ms", 0, "milliseconds spent processing each message")
 	loseAcks := fs.Int("lose-acks", 0, "the first attempt of every N-th double ack is lost")
+	stopAt := fs.Int("stop-at", 0, "fault injection: stop this process (SIGSTOP) in the middle of processing message N")
 	fs.Parse(argv)
 	if *server == "" || *stream == "" || *consumer == "" || *instance == "" || *outPath == "" {
 		fatal("--server, --stream, --consumer, --instance, --out are required")
@@ -712,6 +817,8 @@ func fence(argv []string) {
 		ttl:        sec(*ttl),
 		work:       time.Duration(*workMs) * time.Millisecond,
 		loseAcks:   int64(*loseAcks),
+		stopAt:     int64(*stopAt),
+		written:    time.Now(),
 		changed:    make(chan struct{}),
 		bound:      map[string]*binding{},
 	}
@@ -759,7 +866,8 @@ func fence(argv []string) {
 	}
 	a.regMu.Unlock()
 	a.o.line(map[string]interface{}{"done": true, "processed": atomic.LoadInt64(&a.processed),
-		"acked": atomic.LoadInt64(&a.acked), "fenced_off": atomic.LoadInt64(&a.fencedOff)})
+		"acked": atomic.LoadInt64(&a.acked), "fenced_off": atomic.LoadInt64(&a.fencedOff),
+		"dropped_lapsed": atomic.LoadInt64(&a.dropped)})
 	logf("done: processed=%d acked=%d fenced_off=%d acks_resent=%d", a.processed, a.acked, a.fencedOff, a.resent)
 	a.nc.Close()
 }
