@@ -107,18 +107,30 @@ impl std::fmt::Debug for Out {
 }
 
 pub fn cli(args: &[&str]) -> Out {
-    let o = Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
-        .args(args)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
+    cmd.args(args)
         .env_remove("NATS_URL")
         .env_remove("NATS_CONTEXT")
-        .env("HOME", std::env::temp_dir().join("nats-cutover-test-home"))
-        .output()
-        .expect("run nats-cutover");
+        .env("HOME", std::env::temp_dir().join("nats-cutover-test-home"));
+    let o = output_off_runtime(&mut cmd);
     Out {
         code: o.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&o.stdout).into(),
         stderr: String::from_utf8_lossy(&o.stderr).into(),
     }
+}
+
+/// `cmd.output()`, waited for off the test's runtime where it is a
+/// multi-thread one (`block_in_place` hands this worker's other tasks to
+/// another thread first): a blocking wait beside a live load otherwise holds
+/// up the load's tasks woken on this thread, so the load ran past its end
+/// ("published: only 14999 of 15058", fresh-clone CI runs of stop 36 and 37).
+pub fn output_off_runtime(cmd: &mut Command) -> std::process::Output {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let multi =
+        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    let o = if multi { tokio::task::block_in_place(|| cmd.output()) } else { cmd.output() };
+    o.expect("run nats-cutover")
 }
 
 /// The arguments of a command about moving `consumer` from stream `from` to

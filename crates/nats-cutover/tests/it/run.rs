@@ -168,7 +168,7 @@ pub fn run_cli(e: &Env, args: &[&str], crash_after: Option<&str>) -> Out {
     if let Some(s) = crash_after {
         cmd.env("NATS_CUTOVER_TEST_CRASH_AFTER", s);
     }
-    let o = cmd.output().expect("run nats-cutover");
+    let o = crate::common::output_off_runtime(&mut cmd);
     Out {
         code: o.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&o.stdout).into(),
