@@ -40,6 +40,7 @@ impl ServerVersion {
             // Before 2.12.6 a msg-id that B already holds, arriving again by source,
             // stalls the source (observed on 2.10..2.12.5). See DEVELOPERS notes.
             duplicate_sourced_msg_id_stalls_source: !self.at_least(2, 12, 6),
+            mirror_durable_consumer: self.at_least(2, 14, 0),
         }
     }
 }
@@ -61,6 +62,11 @@ pub struct Features {
     pub consumer_reset: bool,
     pub sourcing_streams_get_no_default_dedup_window: bool,
     pub duplicate_sourced_msg_id_stalls_source: bool,
+    /// A mirror may read its origin through a durable push consumer named in
+    /// its config (`mirror.consumer`, ack policy `flow_control`: stream.go
+    /// `setupMirrorConsumer`, 2.14's reliable sourcing), whose
+    /// `max_ack_pending` bounds what the copy has in flight.
+    pub mirror_durable_consumer: bool,
 }
 
 #[cfg(test)]

@@ -158,7 +158,17 @@ fn parse_header_block(b: &[u8]) -> Vec<(String, String)> {
 pub fn is_application_durable(consumer_info: &Value) -> bool {
     let c = &consumer_info["config"];
     let servers = c["direct"].as_bool() == Some(true) || c["sourcing"].as_bool() == Some(true);
-    c["durable_name"].as_str().is_some_and(|s| !s.is_empty()) && !servers
+    let name = c["durable_name"].as_str().unwrap_or_default();
+    !name.is_empty() && !servers && !name.starts_with(MIRROR_CONSUMER_PREFIX)
+}
+
+/// The durable a paced copy reads A through (`engine::steps::create`):
+/// `CUTOVER_MIRROR_<B>` on A. Ours, never an application's.
+pub const MIRROR_CONSUMER_PREFIX: &str = "CUTOVER_MIRROR_";
+
+/// [`MIRROR_CONSUMER_PREFIX`] for copy `b`.
+pub fn mirror_consumer_name(b: &str) -> String {
+    format!("{MIRROR_CONSUMER_PREFIX}{b}")
 }
 
 /// How long after a resume a paused push consumer's pause ends (see

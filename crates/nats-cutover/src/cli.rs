@@ -522,6 +522,15 @@ pub struct RunArgs {
     /// server sometimes leaves it unanswered until the publisher's timeout).
     #[arg(long, help_heading = "Publishers")]
     pub no_answer_publishes: bool,
+    /// Messages a mirror's copy may have in flight from the old stream
+    /// (servers 2.14+, a limits stream: the copy reads it through a durable
+    /// CUTOVER_MIRROR_<COPY> with this max_ack_pending, deleted with the
+    /// mirror). Smaller: publishes to the old stream wait less behind the
+    /// copy, and the copy takes longer; 0: the server's own mirror consumer
+    /// (copies fastest; publishes waited up to 0.6 s behind a copy of a
+    /// million messages).
+    #[arg(long, default_value_t = cutover_nats::engine::DEFAULT_COPY_WINDOW, help_heading = "Publishers")]
+    pub copy_window: u64,
     /// --strategy dual-write: how long old and new consumers run side by side
     /// (publishers writing both streams) before writes to the old stream stop.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "0s", help_heading = "Strategy and mode")]
@@ -559,6 +568,9 @@ pub struct BucketArgs {
     /// window is answered "no responders" at once.
     #[arg(long, help_heading = "Publishers")]
     pub no_answer_publishes: bool,
+    /// Messages each copy may have in flight (see `run --copy-window`).
+    #[arg(long, default_value_t = cutover_nats::engine::DEFAULT_COPY_WINDOW, help_heading = "Publishers")]
+    pub copy_window: u64,
     /// A new setting, OPTION=VALUE with the nats CLI's option names
     /// (--set history=10 --set storage=memory --set ttl=24h); repeatable.
     /// Required unless the bucket moves to another system as it is

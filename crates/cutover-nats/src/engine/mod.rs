@@ -40,7 +40,7 @@ mod run;
 mod split;
 mod steps;
 
-pub use ctx::{Exposure, ExposureHook, RunOptions, StepHook};
+pub use ctx::{Exposure, ExposureHook, RunOptions, StepHook, DEFAULT_COPY_WINDOW};
 pub use events::{Event, EventKind, Info, Progress, Sink, StepResult, Warning, WireEvent};
 pub use inplace::{
     in_place_done, in_place_under_way, outline_in_place, plan_in_place, run_in_place,

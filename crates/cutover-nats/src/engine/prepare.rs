@@ -31,7 +31,9 @@ pub async fn prepare_plan(js: &Js, req: &PlanRequest) -> Result<Plan> {
     let (a_raw, _) = js.stream_info(&req.from).await?;
     refuse_other_migrations(js, req).await?;
     let b_raw = js.stream_info_opt(&req.to).await?.map(|(raw, _)| raw);
-    let all = js.consumer_names(&req.from).await?;
+    // A paced copy's durable (steps::create) is ours, not A's.
+    let mut all = js.consumer_names(&req.from).await?;
+    all.retain(|n| !n.starts_with(crate::api::MIRROR_CONSUMER_PREFIX));
     let names = if req.all_consumers { all.clone() } else { req.consumers.clone() };
     let mut consumers_raw = vec![];
     for n in &names {

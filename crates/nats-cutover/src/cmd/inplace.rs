@@ -175,6 +175,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         // Both hops' commit windows (it was left out: a client matrix found
         // non-retrying publishers' errors unchanged with the flag).
         answer_publishes: !a.no_answer_publishes,
+        copy_window: a.copy_window,
         // Across systems with the publishers split in hop 1.
         seal_when_idle: a.seal_when_idle,
         after_step: cutover_nats::test_hooks::crash_after_step(),
@@ -303,6 +304,7 @@ pub async fn bucket(
         lease_ttl: a.lease_ttl,
         max_pause: a.max_pause,
         answer_publishes: !a.no_answer_publishes,
+        copy_window: a.copy_window,
         after_step: cutover_nats::test_hooks::crash_after_step(),
         on_exposed: crate::guard::exposure_hook(),
         ..Default::default()

@@ -228,6 +228,7 @@ fn run_options(a: &RunArgs, plan: &Plan) -> RunOptions {
         answer_publishes: !a.no_answer_publishes
             && !plan.external.as_ref().is_some_and(|e| e.split_publishers),
         seal_when_idle: a.seal_when_idle,
+        copy_window: a.copy_window,
         // Only in the binary the tests run: die after a named step.
         after_step: cutover_nats::test_hooks::crash_after_step(),
         on_exposed: crate::guard::exposure_hook(),

@@ -1081,3 +1081,57 @@ pub(crate) fn run_with_fault(
         .output()
         .unwrap()
 }
+
+/// Issue 23 item 5: a mirror's copy reads A through a durable of ours
+/// (2.14+, ack policy flow_control) whose max_ack_pending bounds what is in
+/// flight, so that publishes to A do not queue behind the copy (the
+/// server's own mirror consumer lets 32 MiB through A's one outgoing queue:
+/// stalls of 405–586 ms while a million messages were copied). The durable
+/// is never taken for an application's, goes with a rollback, and is gone
+/// once the change is done; `--copy-window 0` leaves the copy to the
+/// server's own consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_copy_reads_its_stream_through_a_paced_durable_gone_with_its_mirror() {
+    use crate::run::run_cli;
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 50).await;
+    let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
+    let out = run_cli(&e, &args, Some("create_b"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let (raw, _) = e.js.stream_info("ORDERS_CUTOVER").await.unwrap();
+    let name = "CUTOVER_MIRROR_ORDERS_CUTOVER";
+    assert_eq!(raw["config"]["mirror"]["consumer"]["name"], name, "{:#}", raw["config"]);
+    let c = e.js.consumer_info_raw("ORDERS", name).await.unwrap();
+    assert_eq!(c["config"]["ack_policy"], "flow_control", "{c:#}");
+    assert_eq!(c["config"]["max_ack_pending"], 1000, "{c:#}");
+    wait_until("the copy holds A", std::time::Duration::from_secs(10), || async {
+        e.js.stream_info("ORDERS_CUTOVER").await.unwrap().1.state.messages == 50
+    })
+    .await;
+    // Not an application's durable: `plan` of the same change names only
+    // the worker.
+    let plan = e.cli(&["--json", "plan", "--in-place", "ORDERS", "--set", "storage=memory"]);
+    let (hop1, consumer) = (&plan.json()["hop1"], format!("consumer {name}"));
+    let names: Vec<_> = hop1["consumers"].as_array().unwrap().iter().map(|c| &c["name"]).collect();
+    assert_eq!(names, ["worker"], "{plan:?}");
+    assert!(!plan.stdout.contains(&consumer), "{plan:?}");
+    let out = e.cli(&["rollback", "ORDERS.ORDERS_CUTOVER"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(e.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none());
+    assert!(!e.js.consumer_names("ORDERS").await.unwrap().contains(&name.to_string()));
+    // The whole change: no durable of ours left anywhere.
+    let out = e.cli(&args);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((a.config.storage.as_str(), a.state.messages), ("memory", 50));
+    assert_eq!(e.js.consumer_names("ORDERS").await.unwrap(), vec!["worker".to_string()]);
+    // --copy-window 0: the server's own mirror consumer.
+    let zero =
+        ["run", "--in-place", "ORDERS", "--set", "storage=file", "--copy-window", "0", "--yes"];
+    let out = run_cli(&e, &zero, Some("create_b"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let (raw, _) = e.js.stream_info("ORDERS_CUTOVER").await.unwrap();
+    assert!(raw["config"]["mirror"]["consumer"].is_null(), "{:#}", raw["config"]);
+    assert_eq!(e.js.consumer_names("ORDERS").await.unwrap(), vec!["worker".to_string()]);
+}

@@ -170,3 +170,26 @@ async fn live_cutover_on_2_12() {
 async fn live_cutover_on_2_14() {
     live_on("2.14.6").await;
 }
+
+/// The paced copy (steps::create: the mirror reads A through a durable of
+/// ours, 2.14+) on the oldest line that has it, and the server's own mirror
+/// consumer on 2.12: in place under load, exact, no durable of ours left.
+async fn in_place_live_on(version: &str) {
+    let e = env_on(version).await;
+    let load = crate::run::orders_under_load(&e, 30_000, 500, 200).await;
+    let out = e.cli(&["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"]);
+    assert_eq!(out.code, 0, "on {version}: {out:?}");
+    assert_exact(&crate::run::finish_after(load, 200).await);
+    let names = e.js.consumer_names("ORDERS").await.unwrap();
+    assert!(names.iter().all(|n| !n.starts_with("CUTOVER_MIRROR_")), "on {version}: {names:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_place_on_2_14_reads_through_the_paced_durable() {
+    in_place_live_on("2.14.6").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_place_on_2_12_reads_through_the_servers_mirror_consumer() {
+    in_place_live_on("2.12.8").await;
+}

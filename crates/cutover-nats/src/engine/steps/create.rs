@@ -42,11 +42,63 @@ pub(in crate::engine) async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
                 // checker found a retry after the commit stored twice).
                 cfg["duplicate_window"] = json!(0);
             }
+            pace(ctx, &from, &to, &mut cfg).await?;
             ctx.js.stream_create(&cfg).await?;
             true
         }
     };
     ctx.done(Step::CreateB, t, Some(Phase::BReady), StepResult::CreateB { created }).await
+}
+
+/// A mirror's copy, paced (issue 23): the server's own mirror consumer
+/// (stream.go `setupMirrorConsumer`: ack none, flow control, a window of
+/// `JsFlowControlMaxPending`, 32 MiB) queues on A's one outgoing queue
+/// (consumer.go `outq: mset.outq`), which A's publish acks share
+/// (`processJetStreamMsg`), and A's one `internalLoop` sends all of it
+/// first: publishes to A waited 405–586 ms while a million messages were
+/// copied (docs/benchmarks.md). From 2.14 a mirror may read A through a
+/// durable named in its config (`mirror.consumer`) with ack policy
+/// `flow_control`, whose `max_ack_pending` caps what is in flight
+/// (`checkConsumerCfg` wants flow control, a 1 s heartbeat and no ack wait
+/// or max deliver). Only for a limits stream on this system, a mirror of all
+/// of it: on a work-queue or interest stream the durable's acks would count
+/// as consumption (ADR-60). The durable is ours (`api::mirror_consumer_name`,
+/// never moved as an application's) and deleted once B no longer mirrors A
+/// (handover, retire) or with B (rollback); made anew here, so a
+/// copy started again never inherits an old one's position.
+async fn pace(ctx: &Ctx<'_>, from: &str, to: &str, cfg: &mut serde_json::Value) -> Result<()> {
+    let window = ctx.opts.copy_window;
+    let Some(m) = cfg.get("mirror").filter(|m| m.is_object()) else { return Ok(()) };
+    let whole =
+        ["filter_subject", "subject_transforms", "external", "opt_start_seq", "opt_start_time"]
+            .iter()
+            .all(|k| {
+                m.get(*k).is_none_or(|v| {
+                    v.is_null()
+                        || v.as_array().is_some_and(|a| a.is_empty())
+                        || v.as_str() == Some("")
+                })
+            });
+    let can = ctx.js.target_version().is_some_and(|v| v.features().mirror_durable_consumer);
+    if window == 0 || !whole || !can {
+        return Ok(());
+    }
+    let (a_raw, _) = ctx.js.stream_info(from).await?;
+    if a_raw["config"]["retention"].as_str().unwrap_or("limits") != "limits" {
+        return Ok(());
+    }
+    let name = crate::api::mirror_consumer_name(to);
+    let deliver = format!("_CUTOVER.MIRROR.{to}");
+    ctx.js.consumer_delete(from, &name).await?;
+    let c = json!({
+        "name": name, "durable_name": name, "deliver_subject": deliver,
+        "deliver_policy": "all", "ack_policy": "flow_control", "flow_control": true,
+        "idle_heartbeat": 1_000_000_000u64, "max_ack_pending": window,
+        "description": format!("nats-cutover: the copy {to} reads {from} through it (paced); deleted with the copy's mirror"),
+    });
+    ctx.js.consumer_create(from, &name, &c, crate::api::Action::Create).await?;
+    cfg["mirror"]["consumer"] = json!({"name": name, "deliver_subject": deliver});
+    Ok(())
 }
 
 /// Whether A holds messages stored more than `window_ns` ago (msg-ids it
