@@ -115,7 +115,10 @@ class App:
         self.out = None
         # The lease (R15): when the last write the server took began, and how
         # often the record may have been ttl old before the next one landed.
+        # On both clocks: the monotonic one may stand still while a VM is
+        # paused, the wall clock does not.
         self.written = time.monotonic()
+        self.written_wall = time.time()
         self.epoch = 0
         self.reread = False
         self.reread_lock = asyncio.Lock()
@@ -130,20 +133,24 @@ class App:
         except nats.js.errors.BucketNotFoundError:
             return await self.js.create_key_value(api.KeyValueConfig(bucket=BUCKET, history=1))
 
+    def lease_age(self):
+        return max(time.monotonic() - self.written, time.time() - self.written_wall)
+
     async def write_record(self):
-        start = time.monotonic()
+        start, start_wall = time.monotonic(), time.time()
         self.record["heartbeat_ms"] = now_ms()
         await self.kv.put(self.key, json.dumps(self.record).encode())
-        if time.monotonic() - self.written >= self.args.ttl:
+        if self.lease_age() >= self.args.ttl:
             # The runner may have counted this instance dead in between.
             self.epoch += 1
             self.reread = True
             log(f"registration lapsed (epoch {self.epoch}): dropping what was fetched before")
-        self.written = max(self.written, start)
+        if start > self.written:
+            self.written, self.written_wall = start, start_wall
 
     async def lease(self):
         """The lease's epoch, confirmed: written first when half the ttl passed."""
-        while time.monotonic() - self.written >= self.args.ttl / 2:
+        while self.lease_age() >= self.args.ttl / 2:
             try:
                 await self.write_record()
             except Exception as e:  # noqa: BLE001 - act on nothing until it is taken

@@ -160,52 +160,28 @@ where
     let mut l = Loop { ctx, opts, reg, home, slots: [Slot::new(Role::Old), Slot::new(Role::New)] };
     let mut route = routes.borrow_and_update().clone();
     let (mut done, mut open) = (Consumed::default(), true);
+    // The lease's epoch the route was last read under, and whether a
+    // message was dropped for a lapse since.
+    let (mut seen, mut dropped) = (l.reg.epoch().await, false);
     while !*shutdown.borrow() {
-        l.acknowledge(&route).await?;
-        l.refill(&route).await?;
-        let [old, new] = &mut l.slots;
-        let idle = old.batch.is_none() && new.batch.is_none();
-        let mut lapsed = false;
-        tokio::select! {
-            m = next(&mut old.batch) => match m {
-                Some(m) => {
-                    let fences = [Fence::of(&route), old.fetched_under];
-                    if l.reg.epoch().await != old.epoch {
-                        lapsed = true;
-                    } else if !handle(Role::Old, m, fences, &mut handler, &mut done).await {
-                        return Ok(done); // died holding it
-                    }
-                }
-                None => old.batch = None,
-            },
-            m = next(&mut new.batch) => match m {
-                Some(m) => {
-                    if l.reg.epoch().await != new.epoch {
-                        lapsed = true;
-                    } else if !handle(Role::New, m, [None, None], &mut handler, &mut done).await {
-                        return Ok(done);
-                    }
-                }
-                None => new.batch = None,
-            },
-            _ = routes.changed() => route = routes.borrow_and_update().clone(),
-            // A dropped sender: nobody can ask to stop any more.
-            res = shutdown.changed(), if open => open = res.is_ok(),
-            _ = tokio::time::sleep(Duration::from_millis(20)), if idle => {}
-        }
-        if lapsed {
+        let epoch = l.reg.epoch().await;
+        if epoch != seen {
             // R15: the runner may have gone on without this instance. What
             // it fetched before is dropped unanswered (redelivered after
             // ack_wait, or forgotten by a reset), and the route read again
-            // from the bucket's leader before anything is fetched.
+            // from the bucket's leader before anything is fetched (its watch
+            // may still be delivering what was written meanwhile).
+            let held = dropped || l.slots.iter().any(|s| s.batch.is_some());
             for s in &mut l.slots {
                 (s.batch, s.fetched_under) = (None, None);
             }
-            done.dropped_lapsed += 1;
-            tracing::warn!(
-                "instance {}: its registration lapsed (stopped or cut off for its ttl): dropped the messages in hand",
-                l.opts.instance.id
-            );
+            if held {
+                done.dropped_lapsed += 1;
+                tracing::warn!(
+                    "instance {}: its registration lapsed (stopped or cut off for its ttl): dropped the messages in hand",
+                    l.opts.instance.id
+                );
+            }
             route = loop {
                 match watch.reread().await {
                     Ok(r) => break r,
@@ -216,6 +192,38 @@ where
                 }
             };
             routes.borrow_and_update();
+            (seen, dropped) = (epoch, false);
+        }
+        l.acknowledge(&route).await?;
+        l.refill(&route, seen).await?;
+        let [old, new] = &mut l.slots;
+        let idle = old.batch.is_none() && new.batch.is_none();
+        tokio::select! {
+            m = next(&mut old.batch) => match m {
+                Some(m) => {
+                    let fences = [Fence::of(&route), old.fetched_under];
+                    if l.reg.epoch().await != old.epoch {
+                        dropped = true; // and the rest, at the top
+                    } else if !handle(Role::Old, m, fences, &mut handler, &mut done).await {
+                        return Ok(done); // died holding it
+                    }
+                }
+                None => old.batch = None,
+            },
+            m = next(&mut new.batch) => match m {
+                Some(m) => {
+                    if l.reg.epoch().await != new.epoch {
+                        dropped = true;
+                    } else if !handle(Role::New, m, [None, None], &mut handler, &mut done).await {
+                        return Ok(done);
+                    }
+                }
+                None => new.batch = None,
+            },
+            _ = routes.changed() => route = routes.borrow_and_update().clone(),
+            // A dropped sender: nobody can ask to stop any more.
+            res = shutdown.changed(), if open => open = res.is_ok(),
+            _ = tokio::time::sleep(Duration::from_millis(20)), if idle => {}
         }
     }
     l.reg.stop().await?;
@@ -254,7 +262,9 @@ impl Loop {
 
     /// Rebinds each slot without a batch in hand to its target and starts a
     /// fetch; updates the registration when the bindings change.
-    async fn refill(&mut self, route: &Option<Route>) -> Result<(), async_nats::Error> {
+    /// `seen`: the lease's epoch `route` was read under; under another, no
+    /// fetch goes out (the loop reads the route again first).
+    async fn refill(&mut self, route: &Option<Route>, seen: u64) -> Result<(), async_nats::Error> {
         let (old, new) = targets(route, &self.home, &self.opts.instance.app_version);
         let before: Vec<Option<Binding>> = self.slots.iter().map(|s| s.binding.clone()).collect();
         for (i, want) in [old, new].into_iter().enumerate() {
@@ -271,8 +281,12 @@ impl Loop {
                 continue;
             }
             // The epoch first: a lapse found after the request went out
-            // drops what it brings.
+            // drops what it brings; one found now, before it, goes back to
+            // the loop's top, which reads the route again.
             slot.epoch = self.reg.epoch().await;
+            if slot.epoch != seen {
+                return Ok(());
+            }
             slot.batch = fetch(&self.ctx, slot, self.opts.batch, expires).await;
             slot.failed_at = slot.batch.is_none().then(Instant::now);
             // Read before the pull request went out: what it brings is held

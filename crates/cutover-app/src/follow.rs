@@ -141,7 +141,10 @@ impl<T: PartialEq> Applied<T> {
             }
         };
         let mut last = self.revision.lock().expect("revision");
-        if revision < *last || (revision == *last && revision != 0) {
+        // A re-read that finds no entry at all (the bucket made again, the
+        // marker compacted away) is no record now, whatever came before.
+        let none_now = revision == 0;
+        if !none_now && revision <= *last {
             return;
         }
         *last = revision;

@@ -56,21 +56,38 @@ pub struct Registration {
 #[derive(Debug, Clone, Copy)]
 struct Lease {
     written: Instant,
+    /// The same moment on the wall clock: the monotonic one leaves out a
+    /// host's suspend and may stand still while a VM is paused, the wall
+    /// clock does not (a wall clock set forward only lapses a lease early:
+    /// messages dropped and delivered again, never acted on twice).
+    written_wall: std::time::SystemTime,
     ttl: Duration,
     epoch: u64,
 }
 
 impl Lease {
+    fn new(start: Instant, ttl: Duration) -> Self {
+        Lease { written: start, written_wall: std::time::SystemTime::now(), ttl, epoch: 0 }
+    }
+
+    /// How long ago the last taken write began, by either clock.
+    fn age(&self) -> Duration {
+        let wall = self.written_wall.elapsed().unwrap_or_default();
+        self.written.elapsed().max(wall)
+    }
+
     /// A write that began at `start` was taken now. Lapsed when the record
     /// may have been `ttl` old before it landed: the server stamped the
     /// previous write no earlier than it began, and this one no later than
     /// now, so the runner (which reads that stamp) may have counted the
     /// instance dead in between.
-    fn taken(&mut self, start: Instant) {
-        if self.written.elapsed() >= self.ttl {
+    fn taken(&mut self, start: Instant, start_wall: std::time::SystemTime) {
+        if self.age() >= self.ttl {
             self.epoch += 1;
         }
-        self.written = self.written.max(start);
+        if start > self.written {
+            (self.written, self.written_wall) = (start, start_wall);
+        }
     }
 }
 
@@ -80,10 +97,10 @@ async fn write(
     r: &mut InstanceRecord,
     lease: &std::sync::Mutex<Lease>,
 ) -> Result<(), async_nats::Error> {
-    let start = Instant::now();
+    let (start, start_wall) = (Instant::now(), std::time::SystemTime::now());
     r.heartbeat_ms = now_ms();
     store.put_instance(r).await?;
-    lease.lock().expect("lease").taken(start);
+    lease.lock().expect("lease").taken(start, start_wall);
     Ok(())
 }
 
@@ -120,7 +137,7 @@ impl Registration {
         };
         let start = Instant::now();
         store.put_instance(&record).await?;
-        let lease = Lease { written: start, ttl: opts.ttl, epoch: 0 };
+        let lease = Lease::new(start, opts.ttl);
         let lease = Arc::new(std::sync::Mutex::new(lease));
         let record = Arc::new(Mutex::new(record));
         let task =
@@ -137,7 +154,7 @@ impl Registration {
     pub async fn epoch(&self) -> u64 {
         loop {
             let l = *self.lease.lock().expect("lease");
-            if l.written.elapsed() < l.ttl / 2 {
+            if l.age() < l.ttl / 2 {
                 return l.epoch;
             }
             let mut r = self.record.lock().await;
@@ -197,19 +214,25 @@ mod tests {
 
     #[test]
     fn a_record_older_than_its_ttl_before_the_next_write_lapses_the_lease() {
+        use std::time::SystemTime;
         let ttl = Duration::from_secs(5);
         let t0 = Instant::now();
-        let mut l = Lease { written: t0, ttl, epoch: 0 };
-        l.taken(t0);
+        let mut l = Lease::new(t0, ttl);
+        l.taken(t0, SystemTime::now());
         assert_eq!(l.epoch, 0, "in time");
         // The previous write began more than ttl ago: the runner may have
         // counted the instance dead.
         l.written = t0.checked_sub(ttl).unwrap();
         let start = Instant::now();
-        l.taken(start);
+        l.taken(start, SystemTime::now());
         assert_eq!(l.epoch, 1, "lapsed");
         assert_eq!(l.written, start);
-        l.taken(Instant::now());
+        l.taken(Instant::now(), SystemTime::now());
         assert_eq!(l.epoch, 1, "live again");
+        // A monotonic clock that stood still (a paused VM): the wall clock
+        // says the record is ttl old.
+        l.written_wall = SystemTime::now() - ttl;
+        l.taken(Instant::now(), SystemTime::now());
+        assert_eq!(l.epoch, 2, "lapsed by the wall clock");
     }
 }

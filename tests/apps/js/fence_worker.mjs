@@ -162,7 +162,9 @@ class App {
     this.acks = 0; // double acks begun
     // The lease (R15): when the last write the server took began (monotonic
     // ms), and how often the record may have been ttl old before the next.
+    // On both clocks: the monotonic one may stand still while a VM is paused.
     this.written = performance.now();
+    this.writtenWall = Date.now();
     this.epoch = 0;
     this.reread = false;
     this.rereading = null;
@@ -174,24 +176,29 @@ class App {
   writeRecord() {
     const w = this.writes.then(async () => {
       const start = performance.now();
+      const startWall = Date.now();
       this.record.heartbeat_ms = Date.now();
       await this.kv.put(this.key, JSON.stringify(this.record));
-      if (performance.now() - this.written >= args.ttl * 1000) {
+      if (this.leaseAge() >= args.ttl * 1000) {
         // The runner may have counted this instance dead in between.
         this.epoch++;
         this.reread = true;
         log(`registration lapsed (epoch ${this.epoch}): dropping what was fetched before`);
       }
-      this.written = Math.max(this.written, start);
+      if (start > this.written) [this.written, this.writtenWall] = [start, startWall];
     });
     this.writes = w.catch(() => {});
     return w;
   }
 
+  leaseAge() {
+    return Math.max(performance.now() - this.written, Date.now() - this.writtenWall);
+  }
+
   // The lease's epoch, confirmed: the record is written first when half its
   // ttl passed since the last write began (again until the server takes it).
   async lease() {
-    while (performance.now() - this.written >= args.ttl * 500) {
+    while (this.leaseAge() >= args.ttl * 500) {
       try {
         await this.writeRecord();
       } catch (e) {

@@ -329,7 +329,7 @@ func (a *fenceApp) writeRegistration() error {
 	}
 	a.leaseMu.Lock()
 	defer a.leaseMu.Unlock()
-	if time.Since(a.written) >= a.ttl {
+	if a.leaseAge() >= a.ttl {
 		// The runner may have counted this instance dead in between.
 		a.epoch++
 		a.reread = true
@@ -341,15 +341,26 @@ func (a *fenceApp) writeRegistration() error {
 	return nil
 }
 
+// leaseAge is how long ago the last taken write began, by the monotonic
+// clock and by the wall clock (the monotonic one may stand still while a VM
+// is paused); the caller holds leaseMu.
+func (a *fenceApp) leaseAge() time.Duration {
+	mono, wall := time.Since(a.written), time.Now().Round(0).Sub(a.written.Round(0))
+	if wall > mono {
+		return wall
+	}
+	return mono
+}
+
 // lease returns the lease's epoch, confirmed: the registration is written
 // first when half its ttl passed since the last write began (again until the
 // server takes it). A message fetched under an older epoch is dropped (R15).
 func (a *fenceApp) lease() uint64 {
 	for {
 		a.leaseMu.Lock()
-		w, ep := a.written, a.epoch
+		age, ep := a.leaseAge(), a.epoch
 		a.leaseMu.Unlock()
-		if time.Since(w) < a.ttl/2 {
+		if age < a.ttl/2 {
 			return ep
 		}
 		if err := a.register(); err != nil {
