@@ -21,6 +21,7 @@ pub(in crate::engine) async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
             if !takes_a {
                 return Err(Error::Unsafe(format!("stream {to} exists but does not source {from}; it was changed since the plan was made")));
             }
+            repace(ctx, &from, &to).await?;
             journaled
         }
         None => {
@@ -87,17 +88,64 @@ async fn pace(ctx: &Ctx<'_>, from: &str, to: &str, cfg: &mut serde_json::Value) 
     if a_raw["config"]["retention"].as_str().unwrap_or("limits") != "limits" {
         return Ok(());
     }
+    // A's consumer limits would be the durable's too (consumer.go
+    // setConsumerConfigDefaults): an inactive_threshold deletes it while B
+    // is away (a leader election), and the mirror then waits for it for
+    // good; the server's own consumer is made again by the mirror.
+    let limits = &a_raw["config"]["consumer_limits"];
+    if limits.as_object().is_some_and(|l| l.values().any(|v| v.as_i64().unwrap_or(0) != 0)) {
+        return Ok(());
+    }
     let name = crate::api::mirror_consumer_name(to);
     let deliver = format!("_CUTOVER.MIRROR.{to}");
     ctx.js.consumer_delete(from, &name).await?;
-    let c = json!({
-        "name": name, "durable_name": name, "deliver_subject": deliver,
+    match ctx.js.consumer_create(from, &name, &paced(from, to, window, None), crate::api::Action::Create).await {
+        Ok(_) => cfg["mirror"]["consumer"] = json!({"name": name, "deliver_subject": deliver}),
+        // A's account or stream at its consumer limit, say: the copy is made
+        // as the server makes it.
+        Err(e) => tracing::warn!("{from}: the paced copy's durable {name} could not be made ({e}); {to} copies through the server's own mirror consumer"),
+    }
+    Ok(())
+}
+
+/// The paced copy's durable on `from` for copy `to`, delivering from
+/// `start` (all without).
+fn paced(from: &str, to: &str, window: u64, start: Option<u64>) -> serde_json::Value {
+    let name = crate::api::mirror_consumer_name(to);
+    let mut c = json!({
+        "name": name, "durable_name": name, "deliver_subject": format!("_CUTOVER.MIRROR.{to}"),
         "deliver_policy": "all", "ack_policy": "flow_control", "flow_control": true,
         "idle_heartbeat": 1_000_000_000u64, "max_ack_pending": window,
         "description": format!("nats-cutover: the copy {to} reads {from} through it (paced); deleted with the copy's mirror"),
     });
+    if let Some(s) = start {
+        c["deliver_policy"] = json!("by_start_sequence");
+        c["opt_start_seq"] = json!(s);
+    }
+    c
+}
+
+/// A resumed run whose B reads A through the paced durable: if the durable
+/// is gone (an operator, a limit), B's mirror would wait for it for good
+/// (stream.go: it asks the named consumer for a reset, and nothing
+/// answers): it is made again from B's next sequence.
+async fn repace(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
+    let (b_raw, b) = ctx.js.stream_info(to).await?;
+    let m = &b_raw["config"]["mirror"];
+    let name = crate::api::mirror_consumer_name(to);
+    if m["consumer"]["name"].as_str() != Some(name.as_str()) {
+        return Ok(());
+    }
+    if ctx.js.consumer_info_opt(from, &name).await?.is_some() {
+        return Ok(());
+    }
+    let window = if ctx.opts.copy_window > 0 {
+        ctx.opts.copy_window
+    } else {
+        crate::engine::ctx::DEFAULT_COPY_WINDOW
+    };
+    let c = paced(from, to, window, Some(b.state.last_seq + 1));
     ctx.js.consumer_create(from, &name, &c, crate::api::Action::Create).await?;
-    cfg["mirror"]["consumer"] = json!({"name": name, "deliver_subject": deliver});
     Ok(())
 }
 

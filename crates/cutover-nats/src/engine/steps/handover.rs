@@ -183,11 +183,9 @@ async fn freeze(
     cfg["sources"] = json!([source]);
     cfg["duplicate_window"] = json!(window);
     cfg["metadata"][HANDOVER_KEY] = json!(x.to_string());
+    // (The paced copy's durable on A, steps::create, goes at retire or with
+    // a rollback: not here, inside the freeze.)
     ctx.js.stream_update(&cfg).await?;
-    if mirror.get("consumer").is_some_and(|c| c.is_object()) {
-        // The paced copy's durable (steps::create): B sources A now.
-        ctx.js.consumer_delete(from, &crate::api::mirror_consumer_name(to)).await?;
-    }
     let (_, b) = ctx.js.stream_info(to).await?;
     if sourcing_from(&b, from) != Some(x) || b.config.duplicate_window < wanted {
         return Err(Error::Unsafe(format!(
