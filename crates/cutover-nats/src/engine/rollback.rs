@@ -58,7 +58,13 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
     let result = match store.load(id).await {
         Ok(Some(j)) if j.phase == Phase::RolledBack => Ok(j),
         Ok(Some(j)) => match refuse_rollback(&j) {
-            Ok(()) => Undo { js, store: &store, sink }.run(j).await,
+            Ok(()) => {
+                let r = Undo { js, store: &store, sink }.run(j).await;
+                if let Err(e) = &r {
+                    note_failure(&store, id, e).await;
+                }
+                r
+            }
             Err(e) => Err(e),
         },
         Ok(None) => Err(Error::NoMigration(format!(
@@ -68,6 +74,20 @@ pub async fn rollback(js: &Js, id: &str, sink: &dyn Sink, lease_ttl: Duration) -
     };
     let _ = lease.release(&store).await;
     result
+}
+
+/// A rollback that failed part way says so in the journal, so that `status`
+/// shows it as the migration's last error (it showed the run's, or none).
+/// A refusal changes nothing and is not noted.
+async fn note_failure(store: &JournalStore, id: &str, e: &Error) {
+    if matches!(e, Error::Leased { .. }) {
+        return; // another runner's journal now
+    }
+    if let Ok(Some(mut j)) = store.load(id).await {
+        j.error = Some(format!("rollback: {e}"));
+        j.updated_ms = now_ms();
+        let _ = store.save(&j).await;
+    }
 }
 
 /// Why migration `j` cannot be rolled back, if it cannot.

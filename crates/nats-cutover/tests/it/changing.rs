@@ -661,3 +661,113 @@ async fn a_memory_stream_lost_in_a_restart_before_the_commit_is_finished_from_it
     let (_, c) = js.consumer_info("ORDERS", "worker").await.unwrap();
     assert_eq!(c.num_pending, 20, "its position: {c:?}");
 }
+
+/// Issue 24: a runner killed right after it asked for the work-queue durable
+/// on the copy (in place, limits to work queue: the purge below the
+/// durable's start comes first), the copy then given deny_purge by someone
+/// else, and the run resumed. The durable exists, so the purge is done:
+/// it is not tried again (refused, it gave the old durable back beside the
+/// new one and stopped); the resume finishes with the old durable's
+/// messages processed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resume_past_the_work_queue_durable_does_not_purge_again() {
+    use futures::StreamExt;
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 10).await;
+    let run = [
+        "run",
+        "--in-place",
+        "ORDERS",
+        "--set",
+        "retention=workqueue",
+        "--lease-ttl",
+        "1s",
+        "--yes",
+    ];
+    // Watch the runner's requests; kill it once it asked for the durable.
+    let mut reqs = e.js.client.subscribe("$JS.API.CONSUMER.>").await.unwrap();
+    let mut runner = tokio::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .arg("--server")
+        .arg(e.server.url())
+        .args(run)
+        .env("NATS_CUTOVER_GUARD", "off")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let asked = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(m) = reqs.next().await {
+            let s = m.subject.as_str();
+            if s.contains("CREATE.ORDERS_CUTOVER.worker") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    runner.start_kill().unwrap();
+    let _ = runner.wait().await;
+    assert_eq!(asked, Ok(true), "the runner asked for the durable on the copy");
+    wait_until("the durable exists on the copy", Duration::from_secs(10), || async {
+        e.js.consumer_info_opt("ORDERS_CUTOVER", "worker").await.unwrap().is_some()
+    })
+    .await;
+    let (raw, _) = e.js.stream_info("ORDERS_CUTOVER").await.unwrap();
+    let mut cfg = raw["config"].clone();
+    cfg["deny_purge"] = json!(true);
+    e.js.stream_update(&cfg).await.unwrap();
+    let out = crate::run::retry_cli(&e, &run, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((s.config.retention.as_str(), s.state.messages), ("workqueue", 10));
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert_eq!(c.num_pending, 10, "the durable's 10 messages, each delivered once from here");
+}
+
+/// Issue 24 item 1, B's limits against the messages as B will store them:
+/// in place to memory with `max_msgs` 15, which fit ORDERS's 10 messages
+/// when planned. ORDERS grew to 20 before the durable moved, and the copy
+/// (discard old) dropped the 5 oldest, which the durable had not delivered:
+/// moved, it would have skipped them. The move stops before the durable is
+/// made on the copy, naming it, with the consumer given back; limits of the
+/// copy changed since the plan are named too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_copy_that_dropped_what_the_durable_needs_is_named_before_the_move() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 10).await;
+    let set = ["--set", "storage=memory", "--set", "max_msgs=15"];
+    let run =
+        [&["run", "--in-place", "ORDERS"][..], &set, &["--lease-ttl", "1s", "--yes"]].concat();
+    let out = run_cli(&e, &run, Some("catch_up"));
+    assert_eq!(out.code, 86, "{out:?}");
+    e.publish("orders.eu", "b", 10).await;
+    wait_until("the copy drops its oldest", Duration::from_secs(10), || async {
+        let (_, b) = e.js.stream_info("ORDERS_CUTOVER").await.unwrap();
+        b.state.first_seq == 6 && b.state.last_seq == 20
+    })
+    .await;
+    let out = crate::run::retry_cli(&e, &run, &["is held by runner"]).await;
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("ORDERS_CUTOVER no longer holds the messages from 1 on"),
+        "{out:?}"
+    );
+    let (_, c) = e.js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert!(!c.paused, "given back");
+    assert!(e.js.consumer_info_opt("ORDERS_CUTOVER", "worker").await.unwrap().is_none());
+    // Its limits changed: named as such.
+    let (raw, _) = e.js.stream_info("ORDERS_CUTOVER").await.unwrap();
+    let mut cfg = raw["config"].clone();
+    cfg["max_msgs"] = json!(100);
+    e.js.stream_update(&cfg).await.unwrap();
+    let out = crate::run::retry_cli(&e, &run, &["is held by runner"]).await;
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("limits were changed after the plan (max_msgs 100 (planned 15))"),
+        "{out:?}"
+    );
+    assert!(e.js.consumer_info_opt("ORDERS_CUTOVER", "worker").await.unwrap().is_none());
+}

@@ -411,6 +411,11 @@ async fn dual_write_rolled_back_after_the_new_durable_is_exact() {
     let out = retry_lease(&e, &["rollback", "ORDERS.ORDERS_V2"]).await;
     assert_ne!(out.code, 0, "{out:?}");
     assert!(out.stderr.contains("stuck") && out.stderr.contains("ORDERS_V2 is kept"), "{out:?}");
+    // `status` names the failed rollback as the migration's last error.
+    let st = e.cli(&["--json", "status"]).json();
+    let m = st["migrations"].as_array().unwrap().iter().find(|m| m["id"] == "ORDERS.ORDERS_V2");
+    let error = m.map(|m| m["error"].to_string()).unwrap_or_default();
+    assert!(error.contains("rollback:") && error.contains("stuck"), "{st:#}");
     assert!(e.js.stream_info_opt("ORDERS_V2").await.unwrap().is_some(), "B kept");
     assert!(store.kv().get(publisher_key("ORDERS")).await.unwrap().is_none(), "record removed");
     stuck(serde_json::Value::Null).await;

@@ -34,16 +34,34 @@ pub(in crate::engine) async fn position(
             return Err(e);
         }
     };
+    if let Err(e) = super::recheck::b_holds_from(ctx, to, start).await {
+        let _ = undo_consumer(ctx, from, name, prior).await;
+        return Err(e);
+    }
     let mut cfg = cp.b_config.clone();
     let work_queue = cfg["deliver_policy"] == "all";
     if work_queue {
         // A work-queue B (the plan allows it only as a mirror): the durable
         // delivers all, so B's copies below its start on its filters go first;
         // the old durable processed them (nothing was ack-pending at F).
-        // Purging again on resume removes nothing more.
-        if let Err(e) = purge_below(ctx, to, &cp.b_filters, start).await {
-            let _ = undo_consumer(ctx, from, name, prior).await;
-            return Err(e);
+        // Purging again on resume removes nothing more; once the durable
+        // exists (a resume past the intent to create it) the purge, which
+        // comes first, is done and must not be tried again: its failure
+        // (someone gave B deny_purge since) would give the old durable back
+        // beside the new one.
+        let made = if prior.phase >= ConsumerPhase::Creating {
+            match ctx.js.consumer_info_opt(to, name).await {
+                Ok(c) => c.is_some(),
+                Err(e) => return Err(Error::Stuck(format!("reading consumer {to}/{name} failed ({e}): whether it exists decides what comes next; the old durable stays paused; run again to continue or roll back"))),
+            }
+        } else {
+            false
+        };
+        if !made {
+            if let Err(e) = purge_below(ctx, to, &cp.b_filters, start).await {
+                let _ = undo_consumer(ctx, from, name, prior).await;
+                return Err(e);
+            }
         }
     } else {
         cfg["opt_start_seq"] = json!(start);

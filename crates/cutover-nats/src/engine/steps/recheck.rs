@@ -261,3 +261,58 @@ pub(in crate::engine) async fn window_holds(ctx: &Ctx<'_>, to: &str) -> Result<(
         }
     }
 }
+
+/// The limits of B that decide which messages it keeps: compared with the
+/// plan's right before a durable is made on B.
+const B_LIMITS: [&str; 7] = [
+    "max_msgs",
+    "max_bytes",
+    "max_age",
+    "max_msgs_per_subject",
+    "max_msg_size",
+    "discard",
+    "discard_new_per_subject",
+];
+
+/// Right before a new durable is made on `to` at `start`: B still has the
+/// limits the plan gave it, and still holds every message from `start` on.
+/// `plan` checked B's limits against what A held then; A keeps growing (a
+/// B whose `max_msgs` fit A's 10 messages dropped the oldest of the 20 A
+/// held by the move, and the durable would have started past messages it
+/// never delivered), and someone may update B meanwhile. Either stops the
+/// move of this consumer (the caller gives it back) with the reason.
+pub(in crate::engine) async fn b_holds_from(ctx: &Ctx<'_>, to: &str, start: u64) -> Result<()> {
+    let (planned, id) = {
+        let j = ctx.journal.lock().await;
+        (j.plan.b_config.clone(), j.id.clone())
+    };
+    let (raw, b) = ctx.js.stream_info(to).await?;
+    let changed: Vec<String> = B_LIMITS
+        .iter()
+        .filter_map(|k| {
+            let (want, now) = (planned.get(*k)?, &raw["config"][*k]);
+            (!want.is_null() && want != now).then(|| format!("{k} {now} (planned {want})"))
+        })
+        .collect();
+    if !changed.is_empty() {
+        return Err(Error::Unsafe(format!(
+            "{to}'s limits were changed after the plan ({}): they decide which messages it keeps, so the durables do not move onto it; the consumer was given back; set them back (nats stream edit {to}) and run `nats-cutover run --resume {id}`, or undo with `nats-cutover rollback {id}`",
+            changed.join(", ")
+        )));
+    }
+    // Dropping the oldest: at its message or byte limit, or with an age
+    // limit (a first past the start is then a message B no longer has; else
+    // it comes from this run's own purge, or nothing was there).
+    let (c, st) = (&raw["config"], &raw["state"]);
+    let limit = |k: &str| c[k].as_i64().filter(|v| *v > 0);
+    let full = limit("max_msgs").is_some_and(|m| st["messages"].as_i64().unwrap_or(0) >= m)
+        || limit("max_bytes").is_some_and(|m| st["bytes"].as_i64().unwrap_or(0) >= m / 10 * 9)
+        || limit("max_age").is_some();
+    if full && b.state.messages > 0 && b.state.first_seq > start {
+        return Err(Error::Unsafe(format!(
+            "{to} no longer holds the messages from {start} on that the durable must deliver (its first is {}: its limits dropped the oldest while the stream grew since the plan); moved, the durable would skip them; the consumer was given back, nothing of it moved; undo with `nats-cutover rollback {id}` and plan again with limits that hold the stream",
+            b.state.first_seq
+        )));
+    }
+    Ok(())
+}
