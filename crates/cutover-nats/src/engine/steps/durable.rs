@@ -34,7 +34,7 @@ pub(in crate::engine) async fn position(
             return Err(e);
         }
     };
-    if let Err(e) = super::recheck::b_holds_from(ctx, to, start).await {
+    if let Err(e) = super::recheck::b_holds_from(ctx, (from, to), start).await {
         let _ = undo_consumer(ctx, from, name, prior).await;
         return Err(e);
     }

@@ -281,7 +281,11 @@ const B_LIMITS: [&str; 7] = [
 /// held by the move, and the durable would have started past messages it
 /// never delivered), and someone may update B meanwhile. Either stops the
 /// move of this consumer (the caller gives it back) with the reason.
-pub(in crate::engine) async fn b_holds_from(ctx: &Ctx<'_>, to: &str, start: u64) -> Result<()> {
+pub(in crate::engine) async fn b_holds_from(
+    ctx: &Ctx<'_>,
+    (from, to): (&str, &str),
+    start: u64,
+) -> Result<()> {
     let (planned, id) = {
         let j = ctx.journal.lock().await;
         (j.plan.b_config.clone(), j.id.clone())
@@ -308,7 +312,15 @@ pub(in crate::engine) async fn b_holds_from(ctx: &Ctx<'_>, to: &str, start: u64)
     let full = limit("max_msgs").is_some_and(|m| st["messages"].as_i64().unwrap_or(0) >= m)
         || limit("max_bytes").is_some_and(|m| st["bytes"].as_i64().unwrap_or(0) >= m / 10 * 9)
         || limit("max_age").is_some();
-    if full && b.state.messages > 0 && b.state.first_seq > start {
+    // A mirror, with A's sequences (a source's drops are found by the
+    // translation, from the origins); what A no longer holds either
+    // (expired there by the same max_age) is not the move's to lose.
+    let mirror = b.config.mirror.as_ref().is_some_and(|m| m.name == from);
+    let a_first = match ctx.js.stream_info_opt(from).await {
+        Ok(Some((_, a))) if mirror => a.state.first_seq,
+        _ => u64::MAX,
+    };
+    if full && b.state.messages > 0 && b.state.first_seq > start.max(a_first) {
         return Err(Error::Unsafe(format!(
             "{to} no longer holds the messages from {start} on that the durable must deliver (its first is {}: its limits dropped the oldest while the stream grew since the plan); moved, the durable would skip them; the consumer was given back, nothing of it moved; undo with `nats-cutover rollback {id}` and plan again with limits that hold the stream",
             b.state.first_seq
