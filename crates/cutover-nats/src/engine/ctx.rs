@@ -138,8 +138,9 @@ impl Default for RunOptions {
 }
 
 /// [`RunOptions::copy_window`]'s default: publisher stalls under 100 ms while
-/// a million messages are copied at 5,000 msg/s on 2 cores (1,000: 27–73 ms,
-/// copy 1.6× slower; 5,000: 111 ms; the server's own: 405–586 ms).
+/// a million messages are copied at 5,000 msg/s on 2 cores (1,000: 26–28 ms
+/// in 3 runs, the copies 1.25 times as long; 5,000: 111 ms, one run; the
+/// server's own consumer: 463 ms; docs/benchmarks.md).
 pub const DEFAULT_COPY_WINDOW: u64 = 1000;
 
 /// Consumer pause exists from 2.11; without it drain takes the
