@@ -399,6 +399,10 @@ pub struct Journal {
     /// sourcing A went (journaled before each of its writes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handover: Option<Handover>,
+    /// The durable on A a paced copy reads A through (`CUTOVER_MIRROR_<B>`),
+    /// journaled before it is made: retire and rollback delete it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paced_by: Option<String>,
 }
 
 /// B's hand-over from mirroring A to sourcing A (see [`Plan::handover`]).
@@ -471,6 +475,7 @@ impl Journal {
             window_since_ms: None,
             watchers: vec![],
             handover: None,
+            paced_by: None,
             plan,
         }
     }

@@ -174,15 +174,11 @@ impl Undo<'_> {
             self.js.stream_delete(&j.to).await?;
             self.done(&j, Step::DeleteB, StepResult::BDeleted { stream: j.to.clone() });
         }
-        // The paced copy's durable on A (steps::create: a mirror on this
-        // system), gone with B's mirror.
-        let m = &j.plan.b_config["mirror"];
-        if j.created_b
-            && m.is_object()
-            && m["external"].is_null()
-            && self.js.stream_info_opt(&j.from).await?.is_some()
-        {
-            self.js.consumer_delete(&j.from, &crate::api::mirror_consumer_name(&j.to)).await?;
+        // The paced copy's durable on A (steps::create), gone with B's mirror.
+        if let Some(paced) = j.paced_by.clone() {
+            if self.js.stream_info_opt(&j.from).await?.is_some() {
+                self.js.consumer_delete(&j.from, &paced).await?;
+            }
         }
         j.phase = Phase::RolledBack;
         j.in_progress = None;

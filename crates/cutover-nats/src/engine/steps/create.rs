@@ -98,12 +98,34 @@ async fn pace(ctx: &Ctx<'_>, from: &str, to: &str, cfg: &mut serde_json::Value) 
     }
     let name = crate::api::mirror_consumer_name(to);
     let deliver = format!("_CUTOVER.MIRROR.{to}");
-    ctx.js.consumer_delete(from, &name).await?;
-    match ctx.js.consumer_create(from, &name, &paced(from, to, window, None), crate::api::Action::Create).await {
-        Ok(_) => cfg["mirror"]["consumer"] = json!({"name": name, "deliver_subject": deliver}),
-        // A's account or stream at its consumer limit, say: the copy is made
-        // as the server makes it.
-        Err(e) => tracing::warn!("{from}: the paced copy's durable {name} could not be made ({e}); {to} copies through the server's own mirror consumer"),
+    // Intent first: retire and rollback delete what it names.
+    ctx.journal.lock().await.paced_by = Some(name.clone());
+    ctx.save().await?;
+    let made = match ctx.js.consumer_delete(from, &name).await {
+        Ok(()) => ctx
+            .js
+            .consumer_create(
+                from,
+                &name,
+                &paced(from, to, window, None),
+                crate::api::Action::Create,
+            )
+            .await
+            .map(|_| ()),
+        Err(e) => Err(e),
+    };
+    match made {
+        Ok(()) => cfg["mirror"]["consumer"] = json!({"name": name, "deliver_subject": deliver}),
+        // Not granted (docs/permissions.md), or A's account at its consumer
+        // limit: the copy is made as the server makes it.
+        Err(e) => {
+            tracing::warn!("{from}: the paced copy's durable {name} could not be made ({e}); {to} copies through the server's own mirror consumer");
+            // Not made, or not ours to see (not granted): nothing to delete.
+            if !matches!(ctx.js.consumer_info_opt(from, &name).await, Ok(Some(_))) {
+                ctx.journal.lock().await.paced_by = None;
+                ctx.save().await?;
+            }
+        }
     }
     Ok(())
 }

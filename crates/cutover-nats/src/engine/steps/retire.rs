@@ -128,7 +128,9 @@ pub(in crate::engine) async fn retire(ctx: &Ctx<'_>) -> Result<()> {
         super::recheck::stranded(ctx, &from).await?;
         last_look(ctx, &from, &names).await?;
         // The paced copy's durable (steps::create), if B read A through one.
-        ctx.js.consumer_delete(&from, &crate::api::mirror_consumer_name(&to)).await?;
+        if let Some(paced) = ctx.journal.lock().await.paced_by.clone() {
+            ctx.js.consumer_delete(&from, &paced).await?;
+        }
     }
     if !keep {
         // Deletes are idempotent (a resumed retire deletes again): sent
