@@ -318,10 +318,7 @@ async fn a_message_too_large_for_b_with_its_source_header_is_named() {
     ];
     let out = run_cli(&e, &run, Some("create_b"));
     assert_eq!(out.code, 86, "{out:?}");
-    let (raw, _) = e.js.stream_info("ORDERS_V2").await.unwrap();
-    let mut b = raw["config"].clone();
-    b["max_msg_size"] = json!(2048);
-    e.js.stream_update(&b).await.unwrap();
+    e.set_stream("ORDERS_V2", "max_msg_size", json!(2048)).await;
     // A nats-py publisher's 2,000-byte message: it fits A, not B with its header.
     let dir = TempDir::new("big");
     let out = dir.0.join("pub.jsonl");
@@ -400,10 +397,7 @@ async fn a_copy_given_deny_purge_after_the_plan_is_named_before_its_purge() {
     let run = ["run", "--in-place", "ORDERS", "--set", "retention=workqueue", "--yes"];
     let out = run_cli(&e, &run, Some("catch_up"));
     assert_eq!(out.code, 86, "{out:?}");
-    let (raw, _) = e.js.stream_info("ORDERS_CUTOVER").await.unwrap();
-    let mut cfg = raw["config"].clone();
-    cfg["deny_purge"] = json!(true);
-    e.js.stream_update(&cfg).await.unwrap();
+    e.set_stream("ORDERS_CUTOVER", "deny_purge", json!(true)).await;
     let out = crate::run::retry_cli(&e, &run, &["is held by runner"]).await;
     assert_ne!(out.code, 0, "{out:?}");
     assert!(out.stderr.contains("ORDERS_CUTOVER was given deny_purge after the plan"), "{out:?}");
@@ -714,10 +708,7 @@ async fn a_resume_past_the_work_queue_durable_does_not_purge_again() {
         e.js.consumer_info_opt("ORDERS_CUTOVER", "worker").await.unwrap().is_some()
     })
     .await;
-    let (raw, _) = e.js.stream_info("ORDERS_CUTOVER").await.unwrap();
-    let mut cfg = raw["config"].clone();
-    cfg["deny_purge"] = json!(true);
-    e.js.stream_update(&cfg).await.unwrap();
+    e.set_stream("ORDERS_CUTOVER", "deny_purge", json!(true)).await;
     let out = crate::run::retry_cli(&e, &run, &["is held by runner"]).await;
     assert_eq!(out.code, 0, "{out:?}");
     let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
@@ -759,10 +750,7 @@ async fn a_copy_that_dropped_what_the_durable_needs_is_named_before_the_move() {
     assert!(!c.paused, "given back");
     assert!(e.js.consumer_info_opt("ORDERS_CUTOVER", "worker").await.unwrap().is_none());
     // Its limits changed: named as such.
-    let (raw, _) = e.js.stream_info("ORDERS_CUTOVER").await.unwrap();
-    let mut cfg = raw["config"].clone();
-    cfg["max_msgs"] = json!(100);
-    e.js.stream_update(&cfg).await.unwrap();
+    e.set_stream("ORDERS_CUTOVER", "max_msgs", json!(100)).await;
     let out = crate::run::retry_cli(&e, &run, &["is held by runner"]).await;
     assert_ne!(out.code, 0, "{out:?}");
     assert!(

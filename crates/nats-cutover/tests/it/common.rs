@@ -10,6 +10,15 @@ pub use server::*;
 use std::process::Command;
 
 impl Env {
+    /// Sets one key of `stream`'s configuration, as someone else's `nats
+    /// stream edit` would while a run is under way.
+    pub async fn set_stream(&self, stream: &str, key: &str, value: Value) {
+        let (raw, _) = self.js.stream_info(stream).await.unwrap();
+        let mut cfg = raw["config"].clone();
+        cfg[key] = value;
+        self.js.stream_update(&cfg).await.unwrap();
+    }
+
     pub fn cli(&self, args: &[&str]) -> Out {
         let mut full = vec!["--server", self.server.url()];
         full.extend_from_slice(args);

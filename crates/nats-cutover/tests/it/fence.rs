@@ -1149,6 +1149,18 @@ fn protocol_instance(
     (id, version): (&str, &str),
     out: &std::path::Path,
 ) -> crate::pyapps::App {
+    protocol_instance_with(client, url, (id, version), out, &[])
+}
+
+/// [`protocol_instance`] in nats.js (`js`), nats.go (`go`) or nats-py
+/// (`py`: tests/apps/fence_worker.py), with `extra` flags.
+fn protocol_instance_with(
+    client: &str,
+    url: &str,
+    (id, version): (&str, &str),
+    out: &std::path::Path,
+    extra: &[&str],
+) -> crate::pyapps::App {
     let args = [
         "--server",
         url,
@@ -1163,8 +1175,10 @@ fn protocol_instance(
         "--out",
         out.to_str().unwrap(),
     ];
+    let args = [&args[..], extra].concat();
     match client {
         "js" => crate::pyapps::App::node("fence_worker.mjs", &args),
+        "py" => crate::pyapps::App::start("fence_worker.py", &args),
         _ => crate::pyapps::App::go(&[&["fence"][..], &args[..]].concat()),
     }
 }
@@ -1357,31 +1371,9 @@ async fn instances_stopped_past_their_ttl_act_on_nothing_they_held() {
         .zip(&files)
         .map(|(id, f)| {
             let stop_at = if *id == "live" { "0" } else { "40" };
-            let args = [
-                "--server",
-                url,
-                "--stream",
-                "ORDERS",
-                "--consumer",
-                "worker",
-                "--instance",
-                id,
-                "--out",
-                f.to_str().unwrap(),
-                "--batch",
-                "64",
-                "--work-ms",
-                "5",
-                "--ttl",
-                "3",
-                "--stop-at",
-                stop_at,
-            ];
-            match &id[..2] {
-                "js" => App::node("fence_worker.mjs", &args),
-                "go" => App::go(&[&["fence"][..], &args[..]].concat()),
-                _ => App::start("fence_worker.py", &args),
-            }
+            let extra = ["--batch", "64", "--work-ms", "5", "--ttl", "3", "--stop-at", stop_at];
+            let client = if *id == "live" { "py" } else { &id[..2] };
+            protocol_instance_with(client, url, (id, "1"), f, &extra)
         })
         .collect();
     let rust_file = dir.join("rust-0.jsonl");

@@ -44,6 +44,7 @@ impl App {
             .arg(root().join("tests/apps").join(script))
             .args(args)
             .stdout(Stdio::piped())
+            // DEBUG_APPS=1: the apps' logs on the test's stderr.
             .stderr(if std::env::var_os("DEBUG_APPS").is_some() {
                 Stdio::inherit()
             } else {

@@ -603,10 +603,7 @@ async fn rollback_of_an_old_journal_after_the_streams_moved_on() {
     // The operator gave up on it and moved A on by hand.
     e.js.stream_delete("ORDERS_V2").await.unwrap();
     e.js.consumer_delete("ORDERS", "worker").await.unwrap();
-    let (raw, _) = e.js.stream_info("ORDERS").await.unwrap();
-    let mut cfg = raw["config"].clone();
-    cfg["sealed"] = json!(true);
-    e.js.stream_update(&cfg).await.unwrap();
+    e.set_stream("ORDERS", "sealed", json!(true)).await;
     let out = crate::run::retry_cli(
         &e,
         &["rollback", "ORDERS.ORDERS_V2", "--lease-ttl", "1s"],
@@ -750,10 +747,7 @@ async fn verify_refuses_to_prove_a_move_whose_old_stream_sources_another() {
     e.stream(json!({"name": "X", "subjects": ["x.>"]})).await;
     let plan =
         engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
-    let (raw, _) = e.js.stream_info("ORDERS").await.unwrap();
-    let mut cfg = raw["config"].clone();
-    cfg["sources"] = json!([{"name": "X"}]);
-    e.js.stream_update(&cfg).await.unwrap();
+    e.set_stream("ORDERS", "sources", json!([{"name": "X"}])).await;
     let (_tx, rx) = tokio::sync::watch::channel(false);
     engine::run(&e.js, plan, &RunOptions::default(), &Collect::default(), rx).await.unwrap();
     let out = e.cli(&["verify", "--migration", "ORDERS.ORDERS_V2"]);

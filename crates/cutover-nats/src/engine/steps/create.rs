@@ -97,25 +97,21 @@ async fn pace(ctx: &Ctx<'_>, from: &str, to: &str, cfg: &mut serde_json::Value) 
         return Ok(());
     }
     let name = crate::api::mirror_consumer_name(to);
-    let deliver = format!("_CUTOVER.MIRROR.{to}");
     // Intent first: retire and rollback delete what it names.
     ctx.journal.lock().await.paced_by = Some(name.clone());
     ctx.save().await?;
-    let made = match ctx.js.consumer_delete(from, &name).await {
-        Ok(()) => ctx
-            .js
-            .consumer_create(
-                from,
-                &name,
-                &paced(from, to, window, None),
-                crate::api::Action::Create,
-            )
-            .await
-            .map(|_| ()),
-        Err(e) => Err(e),
-    };
+    let c = paced(from, to, window, None);
+    let made: Result<()> = async {
+        ctx.js.consumer_delete(from, &name).await?;
+        ctx.js.consumer_create(from, &name, &c, crate::api::Action::Create).await?;
+        Ok(())
+    }
+    .await;
     match made {
-        Ok(()) => cfg["mirror"]["consumer"] = json!({"name": name, "deliver_subject": deliver}),
+        Ok(()) => {
+            cfg["mirror"]["consumer"] =
+                json!({"name": name, "deliver_subject": c["deliver_subject"]})
+        }
         // Not granted (docs/permissions.md), or A's account at its consumer
         // limit: the copy is made as the server makes it.
         Err(e) => {
