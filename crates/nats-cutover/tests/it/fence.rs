@@ -535,11 +535,22 @@ async fn fence_rollback_gets_a_dead_instances_messages_redelivered() {
     // Long enough that the three held below are still out when the run
     // takes its fence on a loaded machine, short enough for the test.
     let load = fence_load(&e, 6_000).await;
-    // The dead instance: fetched three, never acks them.
+    // The dead instance: fetched three, never acks them. A waiting pull
+    // request (not `fetch`, which is no_wait: on a quiet machine the live
+    // instances' waiting requests take every message as it comes, and a
+    // no_wait request finds none pending, forever: the CI run of stop 37).
     let c = e.pull_consumer("ORDERS", "worker").await;
     let mut held = vec![];
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while held.len() < 3 {
-        let mut batch = c.fetch().max_messages(3 - held.len()).messages().await.unwrap();
+        assert!(std::time::Instant::now() < deadline, "fetched only {held:?} in 30 s");
+        let mut batch = c
+            .batch()
+            .max_messages(3 - held.len())
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await
+            .unwrap();
         while let Some(Ok(m)) = batch.next().await {
             held.push(m.info().unwrap().stream_sequence);
         }
