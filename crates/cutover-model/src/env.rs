@@ -27,6 +27,11 @@ pub enum Action {
     AckFence,
     /// The drain's (or the gate's) pause lapses: nobody renews it.
     PauseLapses,
+    /// A retry horizon (`--retry-horizon`, 2 minutes by default) passes
+    /// after B's window was raised over copies it had made without one: a
+    /// message first sent before the raise is retried no more (the model's
+    /// one tick of time; docs/model.md, finding 1).
+    HorizonPasses,
     /// The runner (or the rollback) performs its next step.
     Step,
     /// The drain cuts its pause (no ack progress: a worker holds or died).
@@ -68,6 +73,7 @@ impl Action {
             | Action::Follow
             | Action::AckFence => "worker",
             Action::PauseLapses => "server",
+            Action::HorizonPasses => "time",
             Action::Step
             | Action::CutPause
             | Action::SettleTimeout
@@ -127,6 +133,9 @@ impl CutoverModel {
         }
         if s.old.paused == Pause::Drain && s.run != Run::Running {
             out.push(Action::PauseLapses);
+        }
+        if s.window_since {
+            out.push(Action::HorizonPasses);
         }
     }
 
@@ -204,6 +213,7 @@ impl CutoverModel {
                     s.lost_left -= 1;
                 } else {
                     s.next_pub += 1;
+                    s.pub_old = false;
                 }
             }
             Action::Source => {
@@ -290,6 +300,16 @@ impl CutoverModel {
             }
             Action::AckFence => s.fence_acked = true,
             Action::PauseLapses => s.old.paused = Pause::No,
+            Action::HorizonPasses => {
+                // The publisher's retries of a message sent before the
+                // raise end here (its answer was lost, it is stored: sent
+                // before the raise, it went to A, which held the subjects).
+                s.window_since = false;
+                if s.pub_old {
+                    s.pub_old = false;
+                    s.next_pub += 1;
+                }
+            }
             _ => unreachable!("not an environment action: {a:?}"),
         }
     }

@@ -83,6 +83,8 @@ impl CutoverModel {
             b_ours: false,
             gave_up: 0,
             dup_in_b: false,
+            window_since: false,
+            pub_old: false,
             unguarded: false,
             seen: 0,
             commit_failures_left: self.cfg.commit_failures,
@@ -124,7 +126,8 @@ impl Model for CutoverModel {
             | Action::Die
             | Action::Follow
             | Action::AckFence
-            | Action::PauseLapses => self.env_apply(&mut n, a),
+            | Action::PauseLapses
+            | Action::HorizonPasses => self.env_apply(&mut n, a),
             Action::Step
             | Action::CutPause
             | Action::SettleTimeout

@@ -1,7 +1,7 @@
 //! `cutover-model`: checks the protocol's model (see docs/model.md).
 //!
 //! ```text
-//! cutover-model [--mutant NAME|list] [--brief] [--threads N] [--small] [--no-guard] [--track-recovery] [--journal-fault settled|creating|created]... [--depth N] [--strategy source|mirror] [--mode drain|fence] [--max-deliver 0|1|2]
+//! cutover-model [--mutant NAME|list] [--brief] [--first] [--threads N] [--small] [--no-guard] [--track-recovery] [--journal-fault settled|creating|created]... [--depth N] [--strategy source|mirror] [--mode drain|fence] [--max-deliver 0|1|2]
 //!               [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N]
 //!               [--ops N] [--commit-failures N]
 //! ```
@@ -15,7 +15,7 @@ use cutover_model::mutants::Mutant;
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
-    eprintln!("usage: cutover-model [--mutant NAME|list] [--brief] [--threads N] [--small] [--no-guard] [--track-recovery] [--journal-fault settled|creating|created]... [--depth N] [--strategy source|mirror] [--mode drain|fence] [--max-deliver 0|1|2] [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N] [--ops N] [--commit-failures N]");
+    eprintln!("usage: cutover-model [--mutant NAME|list] [--brief] [--first] [--threads N] [--small] [--no-guard] [--track-recovery] [--journal-fault settled|creating|created]... [--depth N] [--strategy source|mirror] [--mode drain|fence] [--max-deliver 0|1|2] [--server X.Y.Z] [--msgs N] [--lost N] [--crashes N] [--deaths N] [--ops N] [--commit-failures N]");
     ExitCode::from(2)
 }
 
@@ -32,6 +32,8 @@ fn main() -> ExitCode {
     };
     let mut mutant = None;
     let mut brief = false;
+    // Stop at the first counterexample (a mutant's check needs only one).
+    let mut first = false;
     let mut list = false;
     let mut threads = 1;
     let mut args = std::env::args().skip(1);
@@ -79,6 +81,7 @@ fn main() -> ExitCode {
                 _ => return usage(),
             },
             "--brief" => brief = true,
+            "--first" => first = true,
             "--threads" => match value().and_then(|v| v.parse().ok()) {
                 Some(n) => threads = n,
                 None => return usage(),
@@ -113,7 +116,7 @@ fn main() -> ExitCode {
     }
     let what = mutant.map(|m| format!("mutant {}", m.name())).unwrap_or("the real rules".into());
     println!("checking {what}: {cfg:?}");
-    let out = cutover_model::check_with(cfg, mutant, false, threads);
+    let out = cutover_model::check_with(cfg, mutant, first, threads);
     println!(
         "states explored: {}, unique states: {}, depth reached: {}, time: {:.2} s",
         out.states,

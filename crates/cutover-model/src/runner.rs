@@ -80,6 +80,9 @@ impl CutoverModel {
                     || s.b_holds_a()
             }
             Pc::CommitWait => self.mutant(Mutant::CommitBeforeCaughtUp) || s.b_holds_a(),
+            // recheck::window_holds: a retry horizon after B's window was
+            // raised over its copies, before anything is released.
+            Pc::Commit => s.b_owns() || !s.window_since,
             Pc::Translate => s.b.as_ref().is_some_and(|b| match b.mirror {
                 true => mirror_start(b, s.a.last_seq(), s.local.f).is_some(),
                 false => sourced_enough(b, s.a.last_seq(), s.local.f),
@@ -294,6 +297,14 @@ impl CutoverModel {
                 let b = s.b.as_mut().expect("B exists from b_ready");
                 if !b.s.dedup && self.rules.plan_window_ns > 0 && !nodedup {
                     b.s.dedup = true;
+                    // raise_window: B copied (young) messages without a
+                    // window, so a retry of one after the commit would be
+                    // stored again: window_since_ms is kept and the commit
+                    // waits a retry horizon (finding 1, closed).
+                    if b.sourced > 0 && !self.mutant(Mutant::NoHorizonWait) {
+                        s.window_since = true;
+                        s.pub_old = s.a.msgs.iter().any(|m| m.id == s.next_pub);
+                    }
                 }
                 let window = if b.s.dedup { self.rules.plan_window_ns } else { 0 };
                 if !nodedup && !self.rules.window_covers_horizon(window) {
@@ -489,8 +500,9 @@ impl CutoverModel {
                     s.journal.phase = Ph(P::SubjectsMoved);
                     return self.drive(s);
                 }
-                // recheck::window_holds (its wait of a retry horizon is not
-                // modelled: the model's windows outlast every retry).
+                // recheck::window_holds (its wait of a retry horizon after a
+                // raise is the step's readiness above; after a restart, not
+                // modelled: the model's servers do not restart).
                 let b = s.b.as_mut().expect("B");
                 if !b.s.dedup && !self.mutant(Mutant::NoDedupWindow) {
                     b.s.dedup = true;

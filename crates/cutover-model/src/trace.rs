@@ -38,6 +38,7 @@ fn what(s: &State, a: Action) -> String {
         Action::Follow => "reads the route".into(),
         Action::AckFence => "acknowledges the fence".into(),
         Action::PauseLapses => "the old durable's pause lapses".into(),
+        Action::HorizonPasses => "a retry horizon passes since B's window was raised".into(),
         Action::FenceAckTimeout => "fence acknowledgement timeout".into(),
         Action::Process => held(s.held, "processes"),
         Action::Ack => held(s.held, "acks"),

@@ -347,6 +347,13 @@ pub struct State {
     pub seen: u8,
     /// Ghost: a publish to B was answered as a duplicate (B's window knew its id).
     pub dup_in_b: bool,
+    /// Journaled (`window_since_ms`): B's window was raised over copies it
+    /// had made without one, and a retry horizon has not passed since: the
+    /// commit waits (recheck::window_holds).
+    pub window_since: bool,
+    /// The publisher's current message was first sent before that raise:
+    /// once the horizon passes it is retried no more.
+    pub pub_old: bool,
     /// Ghost: msg-ids some durable gave up on (`max_deliver` exhausted):
     /// the application's own setting, not the migration's loss.
     pub gave_up: u8,
