@@ -174,6 +174,13 @@ pub enum Info {
         consumer: String,
         changed: Vec<String>,
     },
+    /// A moved durable was paused on A after the plan (by an operator or an
+    /// application): the pause is kept, on the old durable if it is given
+    /// back and on the new one, until the same time.
+    OperatorPaused {
+        consumer: String,
+        until: String,
+    },
     /// In place, hop 1: the applications' ordered consumers (KV and object
     /// store watchers, ordered subscriptions) read before the stream is
     /// deleted, for hop 2 to create again (`steps::watchers`).
@@ -293,6 +300,11 @@ impl EventKind {
                     "message": format!("consumer {consumer} was changed on the old stream after the plan ({}): its new durable takes the configuration it has now", changed.join(", ")),
                     "consumer": consumer,
                     "changed": changed,
+                }),
+                Info::OperatorPaused { consumer, until } => json!({
+                    "message": format!("consumer {consumer} was paused on the old stream after the plan (until {until}): the pause is kept, on its new durable too"),
+                    "consumer": consumer,
+                    "until": until,
                 }),
                 Info::Appeared { consumers } => json!({
                     "message": format!("durable(s) {} appeared on the old stream after the plan (created by an application meanwhile): moved like the others", consumers.join(", ")),

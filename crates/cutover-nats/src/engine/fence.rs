@@ -62,6 +62,7 @@ async fn publish(
 /// One consumer's fence handoff, or what is left of it after a resume.
 pub(in crate::engine) async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
     let (from, to, prior) = ctx.consumer_state(&cp.name).await;
+    let prior = crate::engine::steps::recheck::operator_pause(ctx, &from, prior).await?;
     let name = cp.name.as_str();
     let ends = (from.as_str(), to.as_str());
     let step = Step::Consumer(name.into());

@@ -112,6 +112,35 @@ async fn a_durable_updated_after_the_plan_moves_with_its_configuration_as_it_is(
     assert_eq!((b.config.max_ack_pending, b.config.ack_wait), (77, 45_000_000_000), "{b:?}");
 }
 
+/// Issue 24, re-check at the moment of effect, the consumer's pause: a
+/// durable paused on A after the plan (between catch-up and the move, as
+/// `nats consumer pause` would) keeps its pause on B, until the same time,
+/// named by the run. The drain's own pauses took its place and the new
+/// durable delivered at once: the operator's pause was gone without a word.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_durable_paused_after_the_plan_stays_paused_on_the_new_stream() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 10).await;
+    let run = ["run", "--from", "ORDERS", "--to", "ORDERS_V2", "--consumer", "worker", "--yes"];
+    let out = run_cli(&e, &run, Some("catch_up"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let until = "2090-06-01T00:00:00Z";
+    e.js.consumer_pause("ORDERS", "worker", Some(until)).await.unwrap();
+    let resume = ["--json", "run", "--resume", "ORDERS.ORDERS_V2", "--yes"];
+    let out = crate::run::retry_cli(&e, &resume, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains("was paused on the old stream after the plan (until 2090-06-01"),
+        "{out:?}"
+    );
+    let (raw, b) = e.js.consumer_info("ORDERS_V2", "worker").await.unwrap();
+    assert!(b.paused, "the new durable is paused: {raw}");
+    assert!(raw["config"]["pause_until"].as_str().unwrap().starts_with("2090-06-01"), "{raw}");
+    // Nothing was delivered meanwhile: all ten wait for the pause's end.
+    assert_eq!((b.num_pending, b.delivered.stream_seq), (10, 0), "{raw}");
+}
+
 /// Issue 24, case 4's messages: a drain that times out names what the
 /// consumer's state shows instead of "check its workers": here a worker
 /// fetched a message and went away without acking it (no pull request

@@ -86,6 +86,7 @@ async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -> Result<()> {
         return fence::move_consumer(ctx, cp).await;
     }
     let (from, to, prior) = ctx.consumer_state(&cp.name).await;
+    let prior = super::recheck::operator_pause(ctx, &from, prior).await?;
     let (f, held_since) = checkpoint(ctx, cp, &from, &prior).await?;
     let cp = &match super::recheck::consumer_as_planned(ctx, cp, &from, &prior).await {
         Ok(cp) => cp,

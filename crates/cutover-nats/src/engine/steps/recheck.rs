@@ -9,7 +9,7 @@ use crate::engine::ctx::Ctx;
 use crate::engine::events::{EventKind, Info, Progress, Warning};
 use crate::error::{Error, Result};
 use crate::journal::now_ms;
-use cutover_core::journal::{ConsumerProgress, Phase, Step};
+use cutover_core::journal::{ConsumerPhase, ConsumerProgress, Phase, Step};
 use cutover_core::plan::{appeared_consumer, ConsumerPlan, Mode};
 use serde_json::json;
 use serde_json::Value;
@@ -152,6 +152,49 @@ pub(in crate::engine) async fn consumer_as_planned(
     let info = Info::ConsumerChanged { consumer: cp.name.clone(), changed };
     ctx.emit(Step::Consumer(cp.name.clone()), EventKind::Info(info));
     Ok(now)
+}
+
+/// Right before a durable's move first touches it (its drain's or fence's
+/// pause): whether it was paused on A after the plan, by an operator or an
+/// application. The run's own pauses would take its place and its new
+/// durable would deliver at once: the pause the operator asked for was
+/// lost. Kept instead, journaled as the plan's were (`was_paused`,
+/// `paused_until`): the new durable is made paused until the same time,
+/// and a move given back pauses the old one again (`undo_consumer`). Only
+/// on the move's first attempt: a resumed one cannot tell a pause of an
+/// earlier runner's (left by a runner killed with its guard) from one of
+/// the operator's, and takes none.
+pub(in crate::engine) async fn operator_pause(
+    ctx: &Ctx<'_>,
+    from: &str,
+    prior: ConsumerProgress,
+) -> Result<ConsumerProgress> {
+    let first_attempt = {
+        let j = ctx.journal.lock().await;
+        j.steps.iter().filter(|s| s.step == Step::MoveConsumers).count() <= 1
+    };
+    if prior.phase != ConsumerPhase::Waiting || prior.was_paused || !first_attempt {
+        return Ok(prior);
+    }
+    let Some((raw, ci)) = ctx.js.consumer_info_opt(from, &prior.name).await? else {
+        return Ok(prior);
+    };
+    if !ci.paused {
+        return Ok(prior);
+    }
+    let until = raw["config"]["pause_until"]
+        .as_str()
+        .map(String::from)
+        .unwrap_or_else(|| crate::engine::ctx::FOREVER.into());
+    let u = until.clone();
+    ctx.journal_consumer(&prior.name, |p| {
+        p.was_paused = true;
+        p.paused_until = Some(u);
+    })
+    .await?;
+    let info = Info::OperatorPaused { consumer: prior.name.clone(), until: until.clone() };
+    ctx.emit(Step::Consumer(prior.name.clone()), EventKind::Info(info));
+    Ok(ConsumerProgress { was_paused: true, paused_until: Some(until), ..prior })
 }
 
 /// Right before A releases its subjects: the last look for durables that
