@@ -301,7 +301,8 @@ pub fn record_event(reg: &Registry, from: &str, e: &Event) {
             let l = [("stream_name", from), ("consumer_name", consumer)];
             match p {
                 Progress::Draining { ack_pending, .. }
-                | Progress::DrainingUnpaused { ack_pending, .. } => {
+                | Progress::DrainingUnpaused { ack_pending, .. }
+                | Progress::RollbackSettling { ack_pending, .. } => {
                     reg.set(&NUM_ACK_PENDING, &l, *ack_pending as f64)
                 }
                 Progress::Settled { checkpoint, .. } => {

@@ -122,6 +122,19 @@ pub enum Progress {
     /// most (`None`: the old durable's `max_deliver` is limited, no
     /// deadline), reported on change.
     AwaitFollowers { consumer: String, instances: Vec<String>, deadline_ms: Option<u64> },
+    /// A rollback holds `stream`'s durable (the step's consumer) still and
+    /// waits until it is settled (the new durable) or has acknowledged up
+    /// to the fence (fence mode's old one): its state, how long it waited
+    /// and how long it may (then the rollback fails, the durable serving).
+    /// Every second while it waits.
+    RollbackSettling {
+        stream: String,
+        ack_pending: u64,
+        delivered: u64,
+        ack_floor: u64,
+        waited_ms: u64,
+        timeout_ms: u64,
+    },
     /// Publishers split across systems, waiting for the operator: A stored
     /// `a_stored` messages in the last `interval_ms` (publishers still on
     /// its side), `idle_ms` since its last one; `next` is the command that
@@ -427,6 +440,17 @@ impl Progress {
             Progress::Rollout { on_old, on_new } => json!({ "on_old": on_old, "on_new": on_new }),
             Progress::AwaitFollowers { consumer, instances, deadline_ms } => json!({
                 "awaiting_followers": instances, "on": consumer, "deadline_ms": deadline_ms,
+            }),
+            Progress::RollbackSettling {
+                stream,
+                ack_pending,
+                delivered,
+                ack_floor,
+                waited_ms,
+                timeout_ms,
+            } => json!({
+                "settling_on": stream, "ack_pending": ack_pending, "delivered": delivered,
+                "ack_floor": ack_floor, "waited_ms": waited_ms, "timeout_ms": timeout_ms,
             }),
             Progress::AwaitPublishers {
                 a_stored,

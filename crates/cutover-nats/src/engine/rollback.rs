@@ -463,13 +463,29 @@ impl Undo<'_> {
         let ack_wait =
             cutover_core::model::nanos(first.config.ack_wait).max(Duration::from_millis(1));
         let stall = ack_wait.min(Duration::from_secs(2));
-        let deadline = Instant::now() + Duration::from_secs(60).max(ack_wait * 3);
+        let timeout = Duration::from_secs(60).max(ack_wait * 3);
+        let (started, mut last_emit) = (Instant::now(), Instant::now());
+        let deadline = started + timeout;
         let (mut floor, mut moved_at, mut cuts) =
             (first.ack_floor.stream_seq, Instant::now(), 0u32);
         loop {
             let (_, ci) = self.js.consumer_info(stream, name).await?;
             if settled(&ci) {
                 return Ok(Ok(ci));
+            }
+            // Not silent while it waits (a newcomer saw nothing for a
+            // minute but the cuts' warnings).
+            if last_emit.elapsed() >= Duration::from_secs(1) {
+                let p = super::events::Progress::RollbackSettling {
+                    stream: stream.into(),
+                    ack_pending: ci.num_ack_pending,
+                    delivered: ci.delivered.stream_seq,
+                    ack_floor: ci.ack_floor.stream_seq,
+                    waited_ms: started.elapsed().as_millis() as u64,
+                    timeout_ms: timeout.as_millis() as u64,
+                };
+                self.emit(j, Step::Consumer(name.into()), EventKind::Progress(p));
+                last_emit = Instant::now();
             }
             if ci.ack_floor.stream_seq != floor {
                 (floor, moved_at) = (ci.ack_floor.stream_seq, Instant::now());

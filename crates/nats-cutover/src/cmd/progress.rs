@@ -83,6 +83,20 @@ impl Render {
                     None => ": its max_deliver is limited, so a message they nak as above the fence could be given up; no deadline: stop an instance that does not follow the route record and the rollback goes on once its registration lapses".into(),
                 }
             ),
+            // A rollback's settle: what it waits for, for how long.
+            EventKind::Progress(cutover_nats::engine::Progress::RollbackSettling {
+                stream,
+                ack_pending,
+                delivered,
+                ack_floor,
+                waited_ms,
+                timeout_ms,
+            }) => format!(
+                "{} held on {stream} for the rollback, waiting for its workers' acks: {ack_pending} unacknowledged (delivered {delivered}, ack floor {ack_floor}), {} of {} waited; past that the rollback fails with it serving",
+                e.step,
+                render::ms(*waited_ms as f64),
+                render::ms(*timeout_ms as f64),
+            ),
             // Publishers split across systems: what A still stores, and the way on.
             EventKind::Progress(cutover_nats::engine::Progress::AwaitPublishers {
                 a_stored,
@@ -200,6 +214,29 @@ mod tests {
         assert!(line.contains("waiting for l2@1 (still on the old consumer)"), "{line}");
         assert!(line.contains("on the new durable: none yet"), "{line}");
         assert!(line.contains("`nats-cutover run --resume A.B --proceed`"), "{line}");
+    }
+
+    #[test]
+    fn a_rollback_settle_says_what_it_waits_for_and_how_long_it_may() {
+        let r = Render::new(Mode::Lines);
+        let settling = cutover_nats::engine::Progress::RollbackSettling {
+            stream: "ORDERS_V2".into(),
+            ack_pending: 3,
+            delivered: 40,
+            ack_floor: 37,
+            waited_ms: 2000,
+            timeout_ms: 60000,
+        };
+        let e = Event {
+            ts_ms: r.t0,
+            kind: EventKind::Progress(settling),
+            step: Step::Consumer("worker".into()),
+            migration: "A.B".into(),
+        };
+        let line = r.line(&e).unwrap();
+        assert!(line.contains("held on ORDERS_V2 for the rollback"), "{line}");
+        assert!(line.contains("3 unacknowledged (delivered 40, ack floor 37)"), "{line}");
+        assert!(line.contains("2000 ms of 1m waited"), "{line}");
     }
 
     #[test]

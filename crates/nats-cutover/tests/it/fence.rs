@@ -565,6 +565,8 @@ async fn fence_rollback_gets_a_dead_instances_messages_redelivered() {
             .await;
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("no ack progress for"), "the hold was cut: {out:?}");
+    // Not silent meanwhile: the settle says what it waits for, each second.
+    assert!(out.stdout.contains(r#""settling_on":"ORDERS""#), "{out:?}");
     // Reset past what the new durable processed: the settle to F came first.
     assert!(out.stdout.contains("reset_to"), "{out:?}");
     let (_, j) = cutover_nats::journal::load_migration(&e.js, id).await.unwrap();
