@@ -144,6 +144,10 @@ pub(in crate::engine) struct Answered {
     /// Of those, already stored by a stream (the overlaps): acked as
     /// duplicates, stored once.
     pub duplicates: u64,
+    /// Of those, a publisher's retry of a msg-id the bridge held already in
+    /// this window (acked as a duplicate of the copy it stored): not an
+    /// overlap, so not counted in `duplicates`.
+    pub retries: u64,
     /// Publishes the bridge could not store before giving up (their
     /// publishers time out).
     pub failed: u64,
@@ -260,14 +264,26 @@ impl Bridge {
         // it, a retried one aside): a window's held publishes stored one at
         // a time (a replicated write each) kept the last of a few thousand
         // waiting for seconds, past their publishers' timeouts.
-        let stores = futures::stream::iter(held.into_iter().filter(|m| m.reply.is_some()))
-            .map(|m| async move {
+        // A msg-id held before in this window: the publisher sent it again
+        // while it waited (its own retry), stored after the first copy.
+        let mut ids = std::collections::HashSet::new();
+        let held: Vec<(bool, Message)> = held
+            .into_iter()
+            .filter(|m| m.reply.is_some())
+            .map(|m| {
+                let id = m.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id"));
+                let id = id.map(|v| v.as_str().to_string()).unwrap_or_default();
+                (!ids.insert(id), m)
+            })
+            .collect();
+        let stores = futures::stream::iter(held)
+            .map(|(retry, m)| async move {
                 let ack = store(client, &m, deadline).await;
-                (m.reply, ack)
+                (retry, m.reply, ack)
             })
             .buffered(STORES_AT_ONCE);
         futures::pin_mut!(stores);
-        while let Some((reply, ack)) = stores.next().await {
+        while let Some((retry, reply, ack)) = stores.next().await {
             let Some(reply) = reply else { continue };
             match ack {
                 Some(ack) => {
@@ -275,7 +291,10 @@ impl Bridge {
                     if serde_json::from_slice::<serde_json::Value>(&ack.payload)
                         .is_ok_and(|v| v["duplicate"] == true)
                     {
-                        a.duplicates += 1;
+                        match retry {
+                            true => a.retries += 1,
+                            false => a.duplicates += 1,
+                        }
                     }
                     let h = ack.headers.unwrap_or_default();
                     let _ = client.publish_with_headers(reply, h, ack.payload).await;
@@ -390,6 +409,7 @@ pub(in crate::engine) async fn close(ctx: &crate::engine::ctx::Ctx<'_>, b: Bridg
     let info = Info::Bridged {
         stored: a.stored,
         duplicates: a.duplicates,
+        retries: a.retries,
         failed: a.failed,
         no_responders: a.no_responders,
     };

@@ -166,11 +166,14 @@ pub enum Info {
     },
     /// What the runner answered during the commit window (`engine::bridge`;
     /// on unless `--no-answer-publishes`): publishes with a msg-id stored
-    /// once a stream held the subjects, found already stored, not stored
-    /// in time; publishes without one answered "no responders".
+    /// once a stream held the subjects, of them found already stored by a
+    /// stream (`duplicates`) or sent again by their publisher while held
+    /// (`retries`), not stored in time; publishes without one answered "no
+    /// responders".
     Bridged {
         stored: u64,
         duplicates: u64,
+        retries: u64,
         failed: u64,
         no_responders: u64,
     },
@@ -293,9 +296,9 @@ impl EventKind {
                 Info::Resuming { phase, in_progress } => {
                     json!({ "phase": phase, "in_progress": in_progress })
                 }
-                Info::Bridged { stored, duplicates, failed, no_responders } => json!({
-                    "message": format!("publishes answered during the commit window: {stored} with a msg-id stored ({duplicates} of them already stored), {failed} not stored in time, {no_responders} without a msg-id answered \"no responders\""),
-                    "stored": stored, "duplicates": duplicates, "failed": failed, "no_responders": no_responders,
+                Info::Bridged { stored, duplicates, retries, failed, no_responders } => json!({
+                    "message": format!("publishes answered during the commit window: {stored} with a msg-id stored ({duplicates} of them already stored by a stream, {retries} a publisher's retry of one held), {failed} not stored in time, {no_responders} without a msg-id answered \"no responders\""),
+                    "stored": stored, "duplicates": duplicates, "retries": retries, "failed": failed, "no_responders": no_responders,
                 }),
                 Info::WatchersKept { stream, count } => json!({
                     "message": format!("{count} ordered consumer(s) on {stream} (KV or object store watchers, ordered subscriptions) kept before its deletion, to be created again on its new stream"),

@@ -132,3 +132,74 @@ async fn publishes_without_msg_ids_get_no_responders_from_the_runner_and_are_sto
     assert_eq!((m.failed, m.twice, m.unknown), (0, 0, 0), "{:?}", m.errors);
     assert!(m.no_responders > 0, "the runner answered none of the window's publishes");
 }
+
+/// A publisher that sends one msg-id twice inside the window (its retry of a
+/// request the runner holds) has it stored once; the runner's account calls
+/// the second a retry, not a publish a stream had stored already (it used
+/// to count every duplicate ack as an overlap with a stream).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_inside_the_window_is_stored_once_and_counted_as_a_retry() {
+    let e = env().await;
+    orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "before", 3).await;
+    let plan =
+        engine::prepare_plan(&e.js, &request("ORDERS", "ORDERS_V2", &["worker"])).await.unwrap();
+    let in_window = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (n, answered) = (in_window.clone(), std::sync::Arc::new(std::sync::Barrier::new(2)));
+    let a = answered.clone();
+    // The window held open until both publishes were sent.
+    let hold = std::sync::Arc::new(move |step: &str| {
+        if step == "subjects_released" {
+            n.notify_one();
+            a.wait();
+        }
+    });
+    let client = e.js.client.clone();
+    let publisher = tokio::spawn(async move {
+        use futures::StreamExt;
+        let inbox = client.new_inbox();
+        let mut answers = client.subscribe(format!("{inbox}.*")).await.unwrap();
+        in_window.notified().await;
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("Nats-Msg-Id", "r-1");
+        for n in ["1", "2"] {
+            let reply = format!("{inbox}.{n}");
+            client
+                .publish_with_reply_and_headers("orders.eu", reply, h.clone(), "r".into())
+                .await
+                .unwrap();
+        }
+        // Both on the wire, in this order, before the window goes on.
+        client.flush().await.unwrap();
+        tokio::task::block_in_place(|| answered.wait());
+        let (a, b) = (answers.next().await.unwrap(), answers.next().await.unwrap());
+        if a.subject.ends_with(".1") {
+            (a, b)
+        } else {
+            (b, a)
+        }
+    });
+    let opts = RunOptions { after_step: Some(hold), ..Default::default() };
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let events = Collect::default();
+    engine::run(&e.js, plan, &opts, &events, rx).await.unwrap();
+    let (first, second) = publisher.await.unwrap();
+    let ack = |m: &async_nats::Message| serde_json::from_slice::<serde_json::Value>(&m.payload);
+    let (first, second) = (ack(&first).unwrap(), ack(&second).unwrap());
+    assert_eq!((first["stream"].as_str(), first["seq"].as_u64()), (Some("ORDERS_V2"), Some(4)));
+    assert_eq!((second["seq"].as_u64(), second["duplicate"].as_bool()), (Some(4), Some(true)));
+    let bridged: Vec<Info> = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|ev| match &ev.kind {
+            EventKind::Info(i @ Info::Bridged { .. }) => Some(i.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        bridged,
+        [Info::Bridged { stored: 2, duplicates: 0, retries: 1, failed: 0, no_responders: 0 }]
+    );
+}
