@@ -142,6 +142,11 @@ pub async fn outline_in_place(js: &Js, req: &InPlaceRequest) -> Result<InPlaceOu
     let horizons = if hop1.handover { 2 * hop1.retry_horizon_ms } else { 0 };
     let (_, a) = js.stream_info(&req.stream).await?;
     let (messages, bytes) = (a.state.messages, a.state.bytes);
+    // The copy's kind, as steps/create.rs makes it: replicated (the larger
+    // of A's and the new setting's), and paced from 2.14 on a limits stream.
+    let replicas = a.config.num_replicas.max(hop1.b_config["num_replicas"].as_i64().unwrap_or(1));
+    let paced = hop1.features.mirror_durable_consumer
+        && a.config.retention == cutover_core::model::RetentionPolicy::Limits;
     Ok(InPlaceOutline {
         stream: req.stream.clone(),
         via: req.via(),
@@ -151,7 +156,8 @@ pub async fn outline_in_place(js: &Js, req: &InPlaceRequest) -> Result<InPlaceOu
         // On a cluster each hop's commit waits one retry horizon
         // (steps/handover.rs): a newcomer's estimate said 6 ms for a
         // change that took 4 minutes of 120 s windows.
-        estimate_ms: 2 * copy_estimate(messages, bytes).as_millis() as u64 + horizons,
+        estimate_ms: 2 * copy_estimate(messages, bytes, replicas, paced).as_millis() as u64
+            + horizons,
     })
 }
 
