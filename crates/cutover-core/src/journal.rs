@@ -504,6 +504,28 @@ impl Journal {
         !self.phase.committed() && self.phase != Phase::RolledBack && !self.publishers_split()
     }
 
+    /// The commands that go on from here, for the messages that stop a run:
+    /// `run --resume`, and `rollback` only where one is accepted (before the
+    /// commit point, and never for hop 2 of an in-place change, whose old
+    /// copy hop 1 deleted). A newcomer was told "rollback undoes it" after
+    /// hop 1's commit and after a kill in hop 2, and each rollback refused.
+    /// Hop 1's resume goes on through hop 2.
+    pub fn way_on(&self) -> String {
+        let id = &self.id;
+        if self.publishers_split() {
+            return format!("publishers may be split between {} and {} (no rollback is exact from here): once every publisher publishes on the target side, `nats-cutover run --resume {id} --proceed` seals {} and finishes", self.from, self.to, self.from);
+        }
+        let then = match self.plan.in_place {
+            Some(crate::plan::InPlaceHop::Out) => " through both hops of the in-place change",
+            _ => "",
+        };
+        if self.can_roll_back() && self.plan.in_place != Some(crate::plan::InPlaceHop::Back) {
+            format!("`nats-cutover run --resume {id}` continues{then}, `nats-cutover rollback {id}` undoes it")
+        } else {
+            format!("`nats-cutover run --resume {id}` continues{then} (only finishing it is safe from here)")
+        }
+    }
+
     /// Across systems with publishers repointed by the operator: B holds
     /// A's subjects on the target side (or is about to), so publishers may
     /// write into either stream. No rollback can be exact from here: one

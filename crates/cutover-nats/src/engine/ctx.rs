@@ -246,10 +246,7 @@ impl Ctx<'_> {
         if interruptible && *self.shutdown.borrow() {
             let j = self.journal.lock().await;
             let id = &j.id;
-            let next = match j.publishers_split() {
-                true => format!("publishers may be split between {} and {} (no rollback is exact from here): once every publisher publishes on the target side, `nats-cutover run --resume {id} --proceed` seals {} and finishes", j.from, j.to, j.from),
-                false => format!("resume with `nats-cutover run --resume {id}` or undo with `nats-cutover rollback {id}`"),
-            };
+            let next = j.way_on();
             return Err(Error::Interrupted {
                 id: id.clone(),
                 step: j

@@ -735,8 +735,14 @@ fn finish_hint(j: &Journal) -> String {
             )
         }
     };
+    let resume = match j.plan.in_place {
+        Some(InPlaceHop::Out) => {
+            format!("`nats-cutover run --resume {}` (it goes on through hop 2)", j.id)
+        }
+        _ => format!("`nats-cutover run --resume {}`", j.id),
+    };
     format!(
-        "only finishing the in-place change of {stream} is safe: run its command again (`nats-cutover run --in-place {stream} --set ...`, or `nats-cutover kv|obj BUCKET --set ...` for a bucket, with the same settings); it resumes whichever hop is under way"
+        "only finishing the in-place change of {stream} is safe: {resume}, or its own command again (`nats-cutover run --in-place {stream}`, `nats-cutover kv|obj BUCKET` for a bucket, with the same settings); either resumes whichever hop is under way"
     )
 }
 

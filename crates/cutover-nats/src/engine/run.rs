@@ -172,10 +172,7 @@ fn stopped(e: Error, j: &Journal, held: &[String], a_gone: bool) -> Error {
             format!("`nats-cutover run --resume {id}` makes {} take {}'s subjects once every durable moved; do not roll back (it would delete {})", j.to, j.from, j.to),
         )
     } else if j.phase.committed() {
-        (
-            format!("past the commit point: {} serves the publishers", j.to),
-            format!("`nats-cutover run --resume {id}` finishes the migration"),
-        )
+        (format!("past the commit point: {} serves the publishers", j.to), j.way_on())
     } else {
         (
             format!(
@@ -193,7 +190,7 @@ fn stopped(e: Error, j: &Journal, held: &[String], a_gone: bool) -> Error {
                     (false, false) => format!("moved to {}: {}; fenced (the new durable serves new messages, the old one is paused for good): {}", j.to, moved.join(", "), fenced.join(", ")),
                 }
             ),
-            format!("`nats-cutover run --resume {id}` continues, `nats-cutover rollback {id}` undoes it"),
+            j.way_on(),
         )
     };
     Error::RunStopped { cause: Box::new(e), state, next }

@@ -168,7 +168,53 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         ));
     }
     let req = request(&a.plan, &a.more, conn.across())?;
-    let opts = RunOptions {
+    let opts = options(&a);
+    let js = super::connect_across(conn, Some(&req.stream)).await?;
+    if a.seal_when_idle.is_some() && !engine::in_place_under_way(&js, &req).await? {
+        // It would be ignored where hop 1 does not split the publishers.
+        let hop1 = engine::plan_in_place(&js, &req).await?;
+        if !hop1.external.as_ref().is_some_and(|e| e.split_publishers) {
+            return Err(CliError::Flag(format!("--seal-when-idle is for a move across systems whose publishers are split, and hop 1 of {} does not split them (its publishers reach the target side, or are repointed at the commit point): drop it; nothing was changed", req.stream)));
+        }
+    }
+    execute(&js, &req, a.yes, &opts, json_out).await
+}
+
+/// `run --resume ID` of an in-place change's hop 1 (every message of hop 1
+/// names that id): both hops, as the `--in-place` command would go on. A
+/// resume of hop 1 alone finished it and ended 0 with the stream under
+/// the temporary name and its apps bound by name getting "consumer not
+/// found" (a newcomer's trial, 5 of 5). `None` when hop 1 is not an
+/// in-place hop under way on one system (then it is resumed as any).
+pub async fn resume_hop1(
+    js: &Js,
+    json_out: bool,
+    a: &RunArgs,
+    j: &cutover_core::journal::Journal,
+) -> Result<Option<ExitCode>> {
+    if j.plan.in_place != Some(cutover_core::plan::InPlaceHop::Out) || js.source_side().is_some() {
+        return Ok(None);
+    }
+    let req = InPlaceRequest {
+        stream: j.from.clone(),
+        via: Some(j.to.clone()),
+        consumers: vec![],
+        all_consumers: true,
+        // Hop 1's journal holds them (run_in_place resumes from it).
+        settings: None,
+        retry_horizon: Some(std::time::Duration::from_millis(j.plan.retry_horizon_ms)),
+        repoint_publishers: false,
+        external: None,
+    };
+    if !engine::in_place_under_way(js, &req).await? {
+        return Ok(None);
+    }
+    execute(js, &req, true, &options(a), json_out).await.map(Some)
+}
+
+/// The run options of both hops from `run`'s flags.
+fn options(a: &RunArgs) -> RunOptions {
+    RunOptions {
         lease_ttl: a.lease_ttl,
         settle_timeout: a.settle_timeout,
         max_pause: a.max_pause,
@@ -181,16 +227,7 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         after_step: cutover_nats::test_hooks::crash_after_step(),
         on_exposed: crate::guard::exposure_hook(),
         ..Default::default()
-    };
-    let js = super::connect_across(conn, Some(&req.stream)).await?;
-    if a.seal_when_idle.is_some() && !engine::in_place_under_way(&js, &req).await? {
-        // It would be ignored where hop 1 does not split the publishers.
-        let hop1 = engine::plan_in_place(&js, &req).await?;
-        if !hop1.external.as_ref().is_some_and(|e| e.split_publishers) {
-            return Err(CliError::Flag(format!("--seal-when-idle is for a move across systems whose publishers are split, and hop 1 of {} does not split them (its publishers reach the target side, or are repointed at the commit point): drop it; nothing was changed", req.stream)));
-        }
     }
-    execute(&js, &req, a.yes, &opts, json_out).await
 }
 
 /// `run`/`plan --from S --to S` with a source side (--from-server or

@@ -52,6 +52,13 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: RunArgs) -> Result<ExitCode
         refuse_plan_contradictions(&a)?;
     }
     let js = super::connect_across(conn, run_from(&a)?.as_deref()).await?;
+    if let Some(id) = &a.resume {
+        if let Ok((_, j)) = cutover_nats::journal::load_migration(&js, id).await {
+            if let Some(code) = super::inplace::resume_hop1(&js, json_out, &a, &j).await? {
+                return Ok(code);
+            }
+        }
+    }
     if already_complete(&js, &a, json_out).await {
         return Ok(ExitCode::Ok);
     }
@@ -319,13 +326,7 @@ pub fn print_journal(j: &Journal) {
         outln!("last error: {e}");
     }
     if !finished {
-        if j.publishers_split() {
-            outln!("publishers may be split between {} and {} (no rollback from here): once every publisher publishes on the target side, `nats-cutover run --resume {} --proceed` seals {} and finishes", j.from, j.to, j.id, j.from);
-        } else if j.can_roll_back() {
-            outln!("resume with `nats-cutover run --resume {}` or undo with `nats-cutover rollback {}`", j.id, j.id);
-        } else {
-            outln!("past the commit point: resume with `nats-cutover run --resume {}` (only rolling forward is safe)", j.id);
-        }
+        outln!("{}", j.way_on());
     }
 }
 

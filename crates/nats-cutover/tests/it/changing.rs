@@ -788,3 +788,88 @@ async fn a_copy_that_dropped_what_the_durable_needs_is_named_before_the_move() {
     );
     assert!(e.js.consumer_info_opt("ORDERS_CUTOVER", "worker").await.unwrap().is_none());
 }
+
+/// A newcomer's trial: in place, the copy's `max_msgs` lowered during the
+/// run (it dropped the oldest), the run stopped as it should, and its
+/// advice (set the limit back, resume) finished the hop, deleting the old
+/// stream with the only copy of what the copy had dropped (80,205 messages
+/// to 1,000). Now the stop says the drop cannot be undone that way and
+/// names the rollback; and set back and resumed all the same, the hop stops
+/// before the old stream is deleted: it is kept, sealed, with every
+/// message, and the message says how to go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_that_dropped_messages_never_costs_the_old_stream_its_only_copy() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 40).await;
+    let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
+    let out = run_cli(&e, &args, Some("catch_up"));
+    assert_eq!(out.code, 86, "{out:?}");
+    e.set_stream("ORDERS_CUTOVER", "max_msgs", json!(10)).await;
+    let out = run_cli(&e, &args, None);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("already dropped messages ORDERS holds (ORDERS_CUTOVER holds 10 message(s) from sequence 31, ORDERS 40 from 1)"), "{out:?}");
+    assert!(
+        out.stderr.contains("undo with `nats-cutover rollback ORDERS.ORDERS_CUTOVER`"),
+        "{out:?}"
+    );
+    // The advice not taken: the limit set back, the change run again.
+    e.set_stream("ORDERS_CUTOVER", "max_msgs", json!(-1)).await;
+    let out = run_cli(&e, &args, None);
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("the copy lacks messages its limits would keep"), "{out:?}");
+    assert!(out.stderr.contains("delete ORDERS yourself (nats stream rm ORDERS)"), "{out:?}");
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((a.state.messages, a.state.first_seq, a.config.sealed), (40, 1, true), "{a:?}");
+    // The way on it names: ORDERS deleted by hand, then hop 1's resume,
+    // which goes on through hop 2 (it used to finish hop 1 alone, exit 0,
+    // the stream left under the temporary name).
+    e.js.stream_delete("ORDERS").await.unwrap();
+    let out = run_cli(&e, &["run", "--resume", "ORDERS.ORDERS_CUTOVER"], None);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("ORDERS has its new settings under its own name"), "{out:?}");
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((a.state.messages, a.state.first_seq), (10, 31), "{a:?}");
+    assert_eq!(a.config.storage, cutover_core::model::StorageType::Memory);
+    assert!(e.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none());
+    e.js.consumer_info("ORDERS", "worker").await.unwrap();
+}
+
+/// A newcomer's trial: every message of hop 1 of an in-place change named
+/// `run --resume` of hop 1's id, which finished hop 1 alone and ended 0
+/// with the stream under the temporary name (5 of 5), and past hop 1's
+/// commit they named a `rollback` that then refused (3 of 3). Past the
+/// commit, `status` and the refusal name only what works, and hop 1's
+/// resume goes on through hop 2.
+#[tokio::test(flavor = "multi_thread")]
+async fn past_hop_1s_commit_the_messages_name_the_resume_that_finishes_both_hops() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 20).await;
+    let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
+    let out = run_cli(&e, &args, Some("seal_a"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let id = "ORDERS.ORDERS_CUTOVER";
+    let status = e.cli(&["status", id]);
+    assert!(
+        status.stdout.contains(&format!("`nats-cutover run --resume {id}` continues through both hops of the in-place change (only finishing it is safe from here)")),
+        "{status:?}"
+    );
+    assert!(!status.stdout.contains("nats-cutover rollback"), "{status:?}");
+    let rollback = e.cli(&["rollback", id]);
+    assert_ne!(rollback.code, 0, "{rollback:?}");
+    assert!(
+        rollback
+            .stderr
+            .contains(&format!("`nats-cutover run --resume {id}` (it goes on through hop 2)")),
+        "{rollback:?}"
+    );
+    let out = crate::run::retry_cli(&e, &["run", "--resume", id], &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(
+        (a.state.messages, a.config.storage),
+        (20, cutover_core::model::StorageType::Memory)
+    );
+    assert!(e.js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none());
+}

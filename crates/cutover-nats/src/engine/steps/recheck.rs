@@ -305,6 +305,70 @@ pub(in crate::engine) async fn window_holds(ctx: &Ctx<'_>, to: &str) -> Result<(
     }
 }
 
+/// Whether `to` lacks messages `from` holds, where it should hold them all:
+/// planned (`planned`: the plan's configuration of it) a limits stream with
+/// no limit that drops messages (then a drop is no
+/// part of the change asked for; with one, B and a sealed A drop on their
+/// own schedules). A copy with A's sequences (a mirror, an in-place hop:
+/// `same_seqs`) lacks them when it starts past A's first or holds fewer; a
+/// sourcing copy when it holds fewer. Says how, or `None`.
+async fn lacks(
+    js: &crate::api::Js,
+    from: &str,
+    to: &str,
+    same_seqs: bool,
+    planned: &Value,
+) -> Result<Option<String>> {
+    let (Some((_, a)), Some((_, b))) =
+        (js.stream_info_opt(from).await?, js.stream_info_opt(to).await?)
+    else {
+        return Ok(None);
+    };
+    let bc = planned;
+    if bc["retention"].as_str().unwrap_or("limits") != "limits" || a.state.messages == 0 {
+        return Ok(None);
+    }
+    let unlimited = |k: &str, none: i64| bc[k].as_i64().unwrap_or(none) == none;
+    let keeps = unlimited("max_msgs", -1)
+        && unlimited("max_bytes", -1)
+        && unlimited("max_msgs_per_subject", -1)
+        && unlimited("max_age", 0);
+    if !keeps {
+        return Ok(None);
+    }
+    let same_seqs = same_seqs || b.config.mirror.as_ref().is_some_and(|m| m.name == from);
+    let (mirror_short, fewer) = (
+        same_seqs && b.state.messages > 0 && b.state.first_seq > a.state.first_seq,
+        b.state.messages < a.state.messages,
+    );
+    Ok((mirror_short || fewer).then(|| {
+        format!(
+            "{to} holds {} message(s) from sequence {}, {from} {} from {}",
+            b.state.messages, b.state.first_seq, a.state.messages, a.state.first_seq
+        )
+    }))
+}
+
+/// Right before the old stream is deleted (in place, `--delete-old`): the
+/// new one holds every message it holds, where its limits should keep them
+/// all. A copy that dropped some while a limit was lowered during the run
+/// (set back since: a newcomer's resume deleted the old stream with 79,205
+/// of its 80,205 messages the only copy) stops the run here, the old
+/// stream kept, sealed.
+pub(in crate::engine) async fn b_holds_all_of_a(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    same_seqs: bool,
+) -> Result<()> {
+    let planned = ctx.journal.lock().await.plan.b_config.clone();
+    let Some(d) = lacks(ctx.js, from, to, same_seqs, &planned).await? else { return Ok(()) };
+    let id = ctx.id.clone();
+    Err(Error::Stuck(format!(
+        "{d}: the copy lacks messages its limits would keep (it dropped them while a limit was lowered during the run), so {from} is not deleted: it is kept, sealed, and still holds them; to keep the copy as it is, delete {from} yourself (nats stream rm {from}) and run `nats-cutover run --resume {id}`"
+    )))
+}
+
 /// The limits of B that decide which messages it keeps: compared with the
 /// plan's right before a durable is made on B.
 const B_LIMITS: [&str; 7] = [
@@ -342,8 +406,16 @@ pub(in crate::engine) async fn b_holds_from(
         })
         .collect();
     if !changed.is_empty() {
+        // What it dropped meanwhile stays dropped once the limits are set
+        // back: a newcomer who did so and resumed lost 80,205 messages to
+        // 1,000 with the old stream deleted at the end of the hop.
+        let dropped = lacks(ctx.js, from, to, false, &planned).await?;
+        let way = match dropped {
+            Some(d) => format!("and it already dropped messages {from} holds ({d}), which setting them back cannot bring back: undo with `nats-cutover rollback {id}` (it deletes {to}; {from} keeps every message) and run again"),
+            None => format!("set them back (nats stream edit {to}) and run `nats-cutover run --resume {id}`, or undo with `nats-cutover rollback {id}`"),
+        };
         return Err(Error::Unsafe(format!(
-            "{to}'s limits were changed after the plan ({}): they decide which messages it keeps, so the durables do not move onto it; the consumer was given back; set them back (nats stream edit {to}) and run `nats-cutover run --resume {id}`, or undo with `nats-cutover rollback {id}`",
+            "{to}'s limits were changed after the plan ({}): they decide which messages it keeps, so the durables do not move onto it; the consumer was given back; {way}",
             changed.join(", ")
         )));
     }

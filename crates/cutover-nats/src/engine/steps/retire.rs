@@ -124,6 +124,9 @@ pub(in crate::engine) async fn retire(ctx: &Ctx<'_>) -> Result<()> {
     // A sealed A that is gone was deleted here by a runner that died after
     // it: its consumers went with it.
     let a_exists = ctx.js.stream_info_opt(&from).await?.is_some();
+    if a_exists && delete_old {
+        super::recheck::b_holds_all_of_a(ctx, &from, &to, in_place.is_some()).await?;
+    }
     if a_exists {
         super::recheck::stranded(ctx, &from).await?;
         last_look(ctx, &from, &names).await?;
