@@ -226,6 +226,9 @@ pub enum Info {
 pub enum Warning {
     /// No ack progress while paused: the consumer is resumed for a while.
     PauseCut { stall_ms: u64, ack_pending: u64 },
+    /// The copy `stream` read nothing more through its paced durable: the
+    /// durable was made again from `from_seq`, B's next sequence.
+    CopyRestarted { stream: String, from_seq: u64 },
     /// The commit could not complete and was undone.
     CommitUndone { error: String },
     /// Rollback left something as it found it (and says why).
@@ -331,6 +334,10 @@ impl EventKind {
                 Warning::PauseCut { stall_ms, ack_pending } => json!({
                     "message": format!("no ack progress for {stall_ms} ms while paused: resuming for up to as long so held messages are processed or redelivered, then pausing again"),
                     "ack_pending": ack_pending,
+                }),
+                Warning::CopyRestarted { stream, from_seq } => json!({
+                    "message": format!("{stream} copied nothing more through its paced durable (its state older than the copy after a server's crash, or lost): the durable was made again from {stream}'s next sequence {from_seq}"),
+                    "stream": stream, "from_seq": from_seq,
                 }),
                 Warning::CommitUndone { error } => json!({
                     "message": "commit undone: A holds its subjects again",

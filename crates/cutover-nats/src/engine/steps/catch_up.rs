@@ -40,13 +40,24 @@ pub(in crate::engine) async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
     let mut last_emit = Instant::now();
     let mut stall = Stall::new(ctx.opts.stall_timeout);
     let mut pace = Pace::new(ctx.opts.catch_up_window);
+    let mut repairs = 0;
     loop {
         let p = source_progress(ctx.js, &to, &from).await?;
         if p.caught_up || p.sourced_origin_seq.is_some_and(|s| s >= target) {
             break;
         }
-        stall.check_why(ctx.js, &p, &to, &from).await?;
-        pace.check(&p, &to, &from)?;
+        let checked = match stall.check_why(ctx.js, &p, &to, &from).await {
+            Ok(()) => pace.check(&p, &to, &from),
+            e => e,
+        };
+        if let Err(e) = checked {
+            // The cause, or a repair (then the wait starts again).
+            stalled(ctx, (&from, &to), e, repairs < 3).await?;
+            repairs += 1;
+            (stall, pace) =
+                (Stall::new(ctx.opts.stall_timeout), Pace::new(ctx.opts.catch_up_window));
+            continue;
+        }
         if last_emit.elapsed() > Duration::from_millis(250) {
             let remaining = target.saturating_sub(p.sourced_origin_seq.unwrap_or(0));
             let progress = Progress::CatchUp { remaining, reported_lag: p.reported_lag };
@@ -58,6 +69,37 @@ pub(in crate::engine) async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
     }
     ctx.done(Step::CatchUp, t, Some(Phase::CaughtUp), StepResult::CatchUp { origin_seq: target })
         .await
+}
+
+/// A wait for sourcing that failed (`e`: nothing new for the stall timeout,
+/// or B slower than A). What the server does not report comes first: B's
+/// limits changed since the plan (a newcomer's `max_msg_size` lowered
+/// below the messages' size stalled the copy, and the run said "run again
+/// when ingest is lower", 2 of 2). Then, where B received nothing and
+/// reads A through the paced durable, the durable is made again from B's
+/// next sequence (`Ok`: the caller waits again): a server killed (SIGKILL)
+/// under the copy came back with the durable's state older than what B had
+/// stored (delivered 64,600, B at 66,228), and the mirror waited for good
+/// (2 of 2). Else `e`.
+async fn stalled(ctx: &Ctx<'_>, (from, to): (&str, &str), e: Error, repair: bool) -> Result<()> {
+    if let Some((changed, way)) = super::recheck::limits_changed(ctx, from, to).await? {
+        return Err(Error::Unsafe(format!(
+            "{to} copies nothing more from {from}, and its limits were changed after the plan ({changed}): a message they refuse (larger than max_msg_size, or past a limit with discard new) stops the copy for good; nothing was released, {from} serves the publishers; {way}"
+        )));
+    }
+    let received_nothing = match &e {
+        Error::Stuck(_) => true,
+        Error::FallingBehind { b_per_s, .. } => *b_per_s <= 0.0,
+        _ => false,
+    };
+    if repair && received_nothing {
+        if let Some(from_seq) = super::create::repace_stalled(ctx, from, to).await? {
+            let w = crate::engine::events::Warning::CopyRestarted { stream: to.into(), from_seq };
+            ctx.emit(Step::CatchUp, EventKind::Warning(w));
+            return Ok(());
+        }
+    }
+    Err(e)
 }
 
 /// B must receive A's messages at least as fast as A stores them, or the

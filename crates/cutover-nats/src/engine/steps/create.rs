@@ -167,6 +167,35 @@ async fn repace(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     Ok(())
 }
 
+/// A copy reading A through the paced durable that copies nothing more: the
+/// durable made again from B's next sequence (deleted first where it is
+/// there); returns that sequence, or `None` where B is not paced (by this
+/// run: `paced_by`). The durable is this run's own and B's mirror asks it
+/// for B's next sequence, so nothing is copied twice or skipped.
+pub(in crate::engine) async fn repace_stalled(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+) -> Result<Option<u64>> {
+    let Some(name) = ctx.journal.lock().await.paced_by.clone() else { return Ok(None) };
+    let (b_raw, b) = ctx.js.stream_info(to).await?;
+    if b_raw["config"]["mirror"]["consumer"]["name"].as_str() != Some(name.as_str()) {
+        return Ok(None);
+    }
+    if ctx.js.consumer_info_opt(from, &name).await?.is_some() {
+        ctx.js.consumer_delete(from, &name).await?;
+    }
+    let window = if ctx.opts.copy_window > 0 {
+        ctx.opts.copy_window
+    } else {
+        crate::engine::ctx::DEFAULT_COPY_WINDOW
+    };
+    let next = b.state.last_seq + 1;
+    let c = paced(from, to, window, Some(next));
+    ctx.js.consumer_create(from, &name, &c, crate::api::Action::Create).await?;
+    Ok(Some(next))
+}
+
 /// Whether A holds messages stored more than `window_ns` ago (msg-ids it
 /// may have stored again since, which B must not drop while it copies).
 async fn history_older_than(js: &Js, from: &str, window_ns: i64) -> Result<bool> {

@@ -369,6 +369,38 @@ pub(in crate::engine) async fn b_holds_all_of_a(
     )))
 }
 
+/// B's limits that differ from the plan's (`B_LIMITS`), if any, and the way
+/// on: set them back and resume, or, where B already dropped messages A
+/// holds, the rollback (what it dropped stays dropped once the limits are
+/// set back: a newcomer who did so and resumed lost 80,205 messages to
+/// 1,000 with the old stream deleted at the end of the hop).
+pub(in crate::engine) async fn limits_changed(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+) -> Result<Option<(String, String)>> {
+    let (planned, id) = {
+        let j = ctx.journal.lock().await;
+        (j.plan.b_config.clone(), j.id.clone())
+    };
+    let (raw, _) = ctx.js.stream_info(to).await?;
+    let changed: Vec<String> = B_LIMITS
+        .iter()
+        .filter_map(|k| {
+            let (want, now) = (planned.get(*k)?, &raw["config"][*k]);
+            (!want.is_null() && want != now).then(|| format!("{k} {now} (planned {want})"))
+        })
+        .collect();
+    if changed.is_empty() {
+        return Ok(None);
+    }
+    let way = match lacks(ctx.js, from, to, false, &planned).await? {
+        Some(d) => format!("and it already dropped messages {from} holds ({d}), which setting them back cannot bring back: undo with `nats-cutover rollback {id}` (it deletes {to}; {from} keeps every message) and run again"),
+        None => format!("set them back (nats stream edit {to}) and run `nats-cutover run --resume {id}`, or undo with `nats-cutover rollback {id}`"),
+    };
+    Ok(Some((changed.join(", "), way)))
+}
+
 /// The limits of B that decide which messages it keeps: compared with the
 /// plan's right before a durable is made on B.
 const B_LIMITS: [&str; 7] = [
@@ -393,30 +425,11 @@ pub(in crate::engine) async fn b_holds_from(
     (from, to): (&str, &str),
     start: u64,
 ) -> Result<()> {
-    let (planned, id) = {
-        let j = ctx.journal.lock().await;
-        (j.plan.b_config.clone(), j.id.clone())
-    };
+    let id = ctx.id.clone();
     let (raw, b) = ctx.js.stream_info(to).await?;
-    let changed: Vec<String> = B_LIMITS
-        .iter()
-        .filter_map(|k| {
-            let (want, now) = (planned.get(*k)?, &raw["config"][*k]);
-            (!want.is_null() && want != now).then(|| format!("{k} {now} (planned {want})"))
-        })
-        .collect();
-    if !changed.is_empty() {
-        // What it dropped meanwhile stays dropped once the limits are set
-        // back: a newcomer who did so and resumed lost 80,205 messages to
-        // 1,000 with the old stream deleted at the end of the hop.
-        let dropped = lacks(ctx.js, from, to, false, &planned).await?;
-        let way = match dropped {
-            Some(d) => format!("and it already dropped messages {from} holds ({d}), which setting them back cannot bring back: undo with `nats-cutover rollback {id}` (it deletes {to}; {from} keeps every message) and run again"),
-            None => format!("set them back (nats stream edit {to}) and run `nats-cutover run --resume {id}`, or undo with `nats-cutover rollback {id}`"),
-        };
+    if let Some((changed, way)) = limits_changed(ctx, from, to).await? {
         return Err(Error::Unsafe(format!(
-            "{to}'s limits were changed after the plan ({}): they decide which messages it keeps, so the durables do not move onto it; the consumer was given back; {way}",
-            changed.join(", ")
+            "{to}'s limits were changed after the plan ({changed}): they decide which messages it keeps, so the durables do not move onto it; the consumer was given back; {way}"
         )));
     }
     // Dropping the oldest: at its message or byte limit, or with an age
