@@ -705,6 +705,10 @@ pub struct RollbackArgs {
     /// may take over after this if the rollback dies).
     #[arg(long, value_parser = parse_lease_ttl, default_value = "30s")]
     pub lease_ttl: Duration,
+    /// Accepted as by every command that changes something; a rollback asks
+    /// nothing (it is refused wherever it could not be exact).
+    #[arg(long)]
+    pub yes: bool,
 }
 
 #[derive(Debug, Args)]

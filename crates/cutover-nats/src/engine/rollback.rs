@@ -777,7 +777,16 @@ pub async fn forget(js: &Js, id: &str) -> Result<Forgotten> {
         let untouched = j.phase == Phase::Planned
             && !j.created_b
             && j.consumers.iter().all(|c| c.phase == ConsumerPhase::Waiting);
-        if !(j.phase == Phase::Done || j.phase == Phase::RolledBack || untouched) {
+        // A gone before the commit (a memory stream lost in a restart):
+        // the resume says nothing can finish it and names `forget` once the
+        // operator recreated the durables; forget refused it as under way
+        // (a newcomer went round resume, forget and rollback, each refusing).
+        // Forgetting changes nothing on the server: B, the only copy, stays.
+        let a_lost = !j.phase.committed()
+            && j.phase != Phase::RolledBack
+            && js.stream_info_opt(&j.from).await?.is_none()
+            && js.stream_info_opt(&j.to).await?.is_some();
+        if !(j.phase == Phase::Done || j.phase == Phase::RolledBack || untouched || a_lost) {
             // Server state stops it, not an unsafe plan (it was shown as
             // "the plan is unsafe: ..." and exited 3).
             return Err(Error::Journal(format!(

@@ -856,7 +856,8 @@ async fn past_hop_1s_commit_the_messages_name_the_resume_that_finishes_both_hops
         "{status:?}"
     );
     assert!(!status.stdout.contains("nats-cutover rollback"), "{status:?}");
-    let rollback = e.cli(&["rollback", id]);
+    // `--yes` taken as by every changing command (it was "unexpected argument").
+    let rollback = e.cli(&["rollback", id, "--yes"]);
     assert_ne!(rollback.code, 0, "{rollback:?}");
     assert!(
         rollback
@@ -966,4 +967,36 @@ async fn a_copy_that_reads_nothing_through_its_paced_durable_has_it_made_again()
     r.unwrap();
     let (_, b) = e.js.stream_info("ORDERS_CUTOVER").await.unwrap();
     assert_eq!((b.state.messages, b.state.first_seq, b.state.last_seq), (20, 1, 20), "{b:?}");
+}
+
+/// A newcomer's trial: a memory stream changed in place, the server
+/// restarted during hop 1's copy, before any durable moved: the stream and
+/// its durables are gone, and the run says nothing can finish it exactly
+/// and to `forget` it once the durables are recreated, but `forget`
+/// refused it as under way (and `rollback` as the only copy's deletion):
+/// no command ended it. `forget` takes it now, changing nothing on the
+/// server: the copy, the only one, stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_whose_stream_a_restart_lost_before_its_durables_moved_can_be_forgotten() {
+    let mut e = env().await;
+    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "storage": "memory", "duplicate_window": 120_000_000_000i64})).await;
+    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit"})).await;
+    e.publish("orders.eu", "a", 30).await;
+    let args = ["run", "--in-place", "ORDERS", "--set", "storage=file", "--yes"];
+    let out = run_cli(&e, &args, Some("catch_up"));
+    assert_eq!(out.code, 86, "{out:?}");
+    e.server.restart().unwrap();
+    let client = async_nats::connect(e.server.url()).await.unwrap();
+    let js = cutover_nats::Js::new(client, Duration::from_secs(5));
+    wait_until("the server to answer", Duration::from_secs(20), || async {
+        js.stream_info("ORDERS_CUTOVER").await.is_ok()
+    })
+    .await;
+    let id = "ORDERS.ORDERS_CUTOVER";
+    let out = crate::run::retry_cli(&e, &args, &["is held by runner"]).await;
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains(&format!("then `nats-cutover forget {id}`")), "{out:?}");
+    let forget = e.cli(&["forget", id]);
+    assert_eq!(forget.code, 0, "{forget:?}");
+    assert_eq!(js.stream_info("ORDERS_CUTOVER").await.unwrap().1.state.messages, 30, "kept");
 }
