@@ -82,6 +82,11 @@ pub(in crate::engine) async fn catch_up(ctx: &Ctx<'_>) -> Result<()> {
 /// stored (delivered 64,600, B at 66,228), and the mirror waited for good
 /// (2 of 2). Else `e`.
 async fn stalled(ctx: &Ctx<'_>, (from, to): (&str, &str), e: Error, repair: bool) -> Result<()> {
+    // Named already (a message too large with its source header: its size
+    // and the limit it needs say more than the changed limits).
+    if !matches!(e, Error::Stuck(_) | Error::FallingBehind { .. }) {
+        return Err(e);
+    }
     if let Some((changed, way)) = super::recheck::limits_changed(ctx, from, to).await? {
         return Err(Error::Unsafe(format!(
             "{to} copies nothing more from {from}, and its limits were changed after the plan ({changed}): a message they refuse (larger than max_msg_size, or past a limit with discard new) stops the copy for good; nothing was released, {from} serves the publishers; {way}"

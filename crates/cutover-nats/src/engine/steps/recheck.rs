@@ -310,13 +310,14 @@ pub(in crate::engine) async fn window_holds(ctx: &Ctx<'_>, to: &str) -> Result<(
 /// no limit that drops messages (then a drop is no
 /// part of the change asked for; with one, B and a sealed A drop on their
 /// own schedules). A copy with A's sequences (a mirror, an in-place hop:
-/// `same_seqs`) lacks them when it starts past A's first or holds fewer; a
-/// sourcing copy when it holds fewer. Says how, or `None`.
+/// `same_seqs`) lacks them when it starts past A's first; once it holds
+/// A's tail (`caught_up`: after the commit), any copy when it holds fewer
+/// (before, fewer is only a copy still copying). Says how, or `None`.
 async fn lacks(
     js: &crate::api::Js,
     from: &str,
     to: &str,
-    same_seqs: bool,
+    (same_seqs, caught_up): (bool, bool),
     planned: &Value,
 ) -> Result<Option<String>> {
     let (Some((_, a)), Some((_, b))) =
@@ -339,7 +340,7 @@ async fn lacks(
     let same_seqs = same_seqs || b.config.mirror.as_ref().is_some_and(|m| m.name == from);
     let (mirror_short, fewer) = (
         same_seqs && b.state.messages > 0 && b.state.first_seq > a.state.first_seq,
-        b.state.messages < a.state.messages,
+        caught_up && b.state.messages < a.state.messages,
     );
     Ok((mirror_short || fewer).then(|| {
         format!(
@@ -362,7 +363,9 @@ pub(in crate::engine) async fn b_holds_all_of_a(
     same_seqs: bool,
 ) -> Result<()> {
     let planned = ctx.journal.lock().await.plan.b_config.clone();
-    let Some(d) = lacks(ctx.js, from, to, same_seqs, &planned).await? else { return Ok(()) };
+    let Some(d) = lacks(ctx.js, from, to, (same_seqs, true), &planned).await? else {
+        return Ok(());
+    };
     let id = ctx.id.clone();
     Err(Error::Stuck(format!(
         "{d}: the copy lacks messages its limits would keep (it dropped them while a limit was lowered during the run), so {from} is not deleted: it is kept, sealed, and still holds them; to keep the copy as it is, delete {from} yourself (nats stream rm {from}) and run `nats-cutover run --resume {id}`"
@@ -394,7 +397,7 @@ pub(in crate::engine) async fn limits_changed(
     if changed.is_empty() {
         return Ok(None);
     }
-    let way = match lacks(ctx.js, from, to, false, &planned).await? {
+    let way = match lacks(ctx.js, from, to, (false, false), &planned).await? {
         Some(d) => format!("and it already dropped messages {from} holds ({d}), which setting them back cannot bring back: undo with `nats-cutover rollback {id}` (it deletes {to}; {from} keeps every message) and run again"),
         None => format!("set them back (nats stream edit {to}) and run `nats-cutover run --resume {id}`, or undo with `nats-cutover rollback {id}`"),
     };
