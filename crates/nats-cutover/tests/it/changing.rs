@@ -624,13 +624,7 @@ async fn a_restart_between_the_hops_of_a_change_to_memory_keeps_the_only_copy() 
     assert_eq!(out.code, 86, "{out:?}");
     let (_, via) = e.js.stream_info("ORDERS_CUTOVER").await.unwrap();
     assert_eq!(via.config.storage.as_str(), "file", "the only copy survives a restart");
-    e.server.restart().unwrap();
-    let client = async_nats::connect(e.server.url()).await.unwrap();
-    let js = cutover_nats::Js::new(client, Duration::from_secs(5));
-    wait_until("the server to answer", Duration::from_secs(20), || async {
-        js.stream_info("ORDERS_CUTOVER").await.is_ok()
-    })
-    .await;
+    let js = restarted(&mut e).await;
     let out = crate::run::retry_cli(&e, &args, &["is held by runner"]).await;
     assert_eq!(out.code, 0, "{out:?}");
     let (_, s) = js.stream_info("ORDERS").await.unwrap();
@@ -650,9 +644,7 @@ async fn a_restart_between_the_hops_of_a_change_to_memory_keeps_the_only_copy() 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_memory_stream_lost_in_a_restart_before_the_commit_is_finished_from_its_copy() {
     let mut e = env().await;
-    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "storage": "memory", "duplicate_window": 120_000_000_000i64})).await;
-    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit"})).await;
-    e.publish("orders.eu", "a", 30).await;
+    memory_orders(&e).await;
     let w = e.pull_consumer("ORDERS", "worker").await;
     let mut batch = w.fetch().max_messages(10).messages().await.unwrap();
     while let Some(m) = futures::StreamExt::next(&mut batch).await {
@@ -661,13 +653,7 @@ async fn a_memory_stream_lost_in_a_restart_before_the_commit_is_finished_from_it
     let args = ["run", "--in-place", "ORDERS", "--set", "storage=file", "--yes"];
     let out = run_cli(&e, &args, Some("move_consumers"));
     assert_eq!(out.code, 86, "{out:?}");
-    e.server.restart().unwrap();
-    let client = async_nats::connect(e.server.url()).await.unwrap();
-    let js = cutover_nats::Js::new(client, Duration::from_secs(5));
-    wait_until("the server to answer", Duration::from_secs(20), || async {
-        js.stream_info("ORDERS_CUTOVER").await.is_ok()
-    })
-    .await;
+    let js = restarted(&mut e).await;
     assert!(js.stream_info_opt("ORDERS").await.unwrap().is_none(), "a memory stream is gone");
     let rb =
         crate::run::retry_cli(&e, &["rollback", "ORDERS.ORDERS_CUTOVER"], &["is held by runner"])
@@ -979,19 +965,11 @@ async fn a_copy_that_reads_nothing_through_its_paced_durable_has_it_made_again()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_change_whose_stream_a_restart_lost_before_its_durables_moved_can_be_forgotten() {
     let mut e = env().await;
-    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "storage": "memory", "duplicate_window": 120_000_000_000i64})).await;
-    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit"})).await;
-    e.publish("orders.eu", "a", 30).await;
+    memory_orders(&e).await;
     let args = ["run", "--in-place", "ORDERS", "--set", "storage=file", "--yes"];
     let out = run_cli(&e, &args, Some("catch_up"));
     assert_eq!(out.code, 86, "{out:?}");
-    e.server.restart().unwrap();
-    let client = async_nats::connect(e.server.url()).await.unwrap();
-    let js = cutover_nats::Js::new(client, Duration::from_secs(5));
-    wait_until("the server to answer", Duration::from_secs(20), || async {
-        js.stream_info("ORDERS_CUTOVER").await.is_ok()
-    })
-    .await;
+    let js = restarted(&mut e).await;
     let id = "ORDERS.ORDERS_CUTOVER";
     let out = crate::run::retry_cli(&e, &args, &["is held by runner"]).await;
     assert_ne!(out.code, 0, "{out:?}");
@@ -999,4 +977,25 @@ async fn a_change_whose_stream_a_restart_lost_before_its_durables_moved_can_be_f
     let forget = e.cli(&["forget", id]);
     assert_eq!(forget.code, 0, "{forget:?}");
     assert_eq!(js.stream_info("ORDERS_CUTOVER").await.unwrap().1.state.messages, 30, "kept");
+}
+
+/// A memory ORDERS (it does not survive a restart) with its durable
+/// `worker` and 30 messages.
+async fn memory_orders(e: &Env) {
+    e.stream(json!({"name": "ORDERS", "subjects": ["orders.>"], "storage": "memory", "duplicate_window": 120_000_000_000i64})).await;
+    e.consumer("ORDERS", json!({"durable_name": "worker", "ack_policy": "explicit"})).await;
+    e.publish("orders.eu", "a", 30).await;
+}
+
+/// The test's server restarted (SIGTERM), and a client of it once it
+/// answers for the in-place copy `ORDERS_CUTOVER`.
+async fn restarted(e: &mut Env) -> cutover_nats::Js {
+    e.server.restart().unwrap();
+    let client = async_nats::connect(e.server.url()).await.unwrap();
+    let js = cutover_nats::Js::new(client, Duration::from_secs(5));
+    wait_until("the server to answer", Duration::from_secs(20), || async {
+        js.stream_info("ORDERS_CUTOVER").await.is_ok()
+    })
+    .await;
+    js
 }

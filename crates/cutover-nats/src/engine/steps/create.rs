@@ -157,13 +157,20 @@ async fn repace(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
     if ctx.js.consumer_info_opt(from, &name).await?.is_some() {
         return Ok(());
     }
+    paced_from(ctx, (from, to), &name, b.state.last_seq + 1).await
+}
+
+/// The paced durable `name` made on A for B from sequence `next` (B's next),
+/// with the run's copy window (the default where the run asked for none: B
+/// names the durable already).
+async fn paced_from(ctx: &Ctx<'_>, (from, to): (&str, &str), name: &str, next: u64) -> Result<()> {
     let window = if ctx.opts.copy_window > 0 {
         ctx.opts.copy_window
     } else {
         crate::engine::ctx::DEFAULT_COPY_WINDOW
     };
-    let c = paced(from, to, window, Some(b.state.last_seq + 1));
-    ctx.js.consumer_create(from, &name, &c, crate::api::Action::Create).await?;
+    let c = paced(from, to, window, Some(next));
+    ctx.js.consumer_create(from, name, &c, crate::api::Action::Create).await?;
     Ok(())
 }
 
@@ -185,14 +192,8 @@ pub(in crate::engine) async fn repace_stalled(
     if ctx.js.consumer_info_opt(from, &name).await?.is_some() {
         ctx.js.consumer_delete(from, &name).await?;
     }
-    let window = if ctx.opts.copy_window > 0 {
-        ctx.opts.copy_window
-    } else {
-        crate::engine::ctx::DEFAULT_COPY_WINDOW
-    };
     let next = b.state.last_seq + 1;
-    let c = paced(from, to, window, Some(next));
-    ctx.js.consumer_create(from, &name, &c, crate::api::Action::Create).await?;
+    paced_from(ctx, (from, to), &name, next).await?;
     Ok(Some(next))
 }
 
