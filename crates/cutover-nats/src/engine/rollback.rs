@@ -782,7 +782,10 @@ pub async fn forget(js: &Js, id: &str) -> Result<Forgotten> {
         // operator recreated the durables; forget refused it as under way
         // (a newcomer went round resume, forget and rollback, each refusing).
         // Forgetting changes nothing on the server: B, the only copy, stays.
+        // Only while no durable moved: one made on B (or maybe made) is
+        // the resume's to finish from the copy, which forgetting would strand.
         let a_lost = !j.phase.committed()
+            && j.consumers.iter().all(|c| c.phase < ConsumerPhase::Creating)
             && j.phase != Phase::RolledBack
             && js.stream_info_opt(&j.from).await?.is_none()
             && js.stream_info_opt(&j.to).await?.is_some();

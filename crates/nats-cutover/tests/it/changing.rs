@@ -979,6 +979,30 @@ async fn a_change_whose_stream_a_restart_lost_before_its_durables_moved_can_be_f
     assert_eq!(js.stream_info("ORDERS_CUTOVER").await.unwrap().1.state.messages, 30, "kept");
 }
 
+/// The same loss once the durables moved: forgetting would strand the
+/// durables made on the copy, so forget refuses and names the resume,
+/// which finishes the change from the copy, the durable's position kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_whose_stream_a_restart_lost_after_its_durables_moved_is_not_forgotten() {
+    let mut e = env().await;
+    memory_orders(&e).await;
+    let args = ["run", "--in-place", "ORDERS", "--set", "storage=file", "--yes"];
+    let out = run_cli(&e, &args, Some("move_consumers"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let js = restarted(&mut e).await;
+    let id = "ORDERS.ORDERS_CUTOVER";
+    let forget = e.cli(&["forget", id]);
+    assert_ne!(forget.code, 0, "{forget:?}");
+    assert!(forget.stderr.contains(&format!("nats-cutover run --resume {id}")), "{forget:?}");
+    assert!(js.stream_info("ORDERS_CUTOVER").await.is_ok(), "the copy stays");
+    let resume = crate::run::retry_cli(&e, &["run", "--resume", id], &["is held by runner"]).await;
+    assert_eq!(resume.code, 0, "{resume:?}");
+    let (raw, info) = js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((raw["config"]["storage"].as_str(), info.state.messages), (Some("file"), 30));
+    let (_, c) = js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert_eq!(c.num_pending, 30, "{c:?}");
+}
+
 /// A memory ORDERS (it does not survive a restart) with its durable
 /// `worker` and 30 messages.
 async fn memory_orders(e: &Env) {
