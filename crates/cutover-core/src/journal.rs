@@ -515,6 +515,12 @@ impl Journal {
         if self.publishers_split() {
             return format!("publishers may be split between {} and {} (no rollback is exact from here): once every publisher publishes on the target side, `nats-cutover run --resume {id} --proceed` seals {} and finishes", self.from, self.to, self.from);
         }
+        if self.phase == Phase::Done {
+            return match self.plan.in_place {
+                Some(crate::plan::InPlaceHop::Out) => format!("hop 1 of the in-place change is done: `nats-cutover run --resume {id}` goes on with hop 2 (only finishing it is safe from here)"),
+                _ => "it is done: nothing is left to continue or undo".into(),
+            };
+        }
         let then = match self.plan.in_place {
             Some(crate::plan::InPlaceHop::Out) => " through both hops of the in-place change",
             _ => "",

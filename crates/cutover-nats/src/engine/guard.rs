@@ -66,7 +66,13 @@ pub async fn close_windows(
                 let mut lease =
                     Lease::take_over(&store, &l.stream, &id, lease_ttl, &l.holder).await?;
                 lease.release(&store).await?;
-                let what = format!("its lease is released: `nats-cutover run --resume {id}` continues and `nats-cutover rollback {id}` undoes it, at once");
+                // What can be done from the journal's phase (a runner
+                // killed past a commit was told "rollback undoes it").
+                let way = match store.load(&id).await? {
+                    Some(j) => j.way_on(),
+                    None => format!("`nats-cutover run --resume {id}` continues and `nats-cutover rollback {id}` undoes it"),
+                };
+                let what = format!("its lease is released, so this works at once: {way}");
                 out.push(Closed { id, what });
             }
             continue;

@@ -138,6 +138,11 @@ async fn name_free_on_target(js: &Js, p: &mut Plan) -> Result<()> {
 /// What `plan` shows: hop 1's plan, hop 2 in outline, the copy and its
 /// estimated time.
 pub async fn outline_in_place(js: &Js, req: &InPlaceRequest) -> Result<InPlaceOutline> {
+    if js.stream_info_opt(&req.stream).await?.is_none() {
+        if let Some(why) = missing_mid_change(js, &req.stream).await? {
+            return Err(Error::Journal(why));
+        }
+    }
     let hop1 = plan_in_place(js, req).await?;
     let horizons = if hop1.handover { 2 * hop1.retry_horizon_ms } else { 0 };
     let (_, a) = js.stream_info(&req.stream).await?;
@@ -174,6 +179,50 @@ pub async fn in_place_under_way(js: &Js, req: &InPlaceRequest) -> Result<bool> {
     };
     let between = j1.as_ref().is_some_and(|j| j.phase == Phase::Done) && j2.is_none();
     Ok(open(&j1) || open(&j2) || between)
+}
+
+/// Why `stream` is missing when an in-place change of it is under way (a
+/// runner stopped inside or between its hops: its messages, durables and
+/// subjects live on the temporary stream), with the way on; `None` when no
+/// change of it is open. `plan` and `inspect` said "does not exist ... (or
+/// create it)" there, and a stream created by hand would take the name hop 2
+/// needs (a newcomer's trial).
+pub async fn missing_mid_change(js: &Js, stream: &str) -> Result<Option<String>> {
+    let Some(store) = JournalStore::open(js, IfMissing::ReturnNone).await? else {
+        return Ok(None);
+    };
+    let mut hops = vec![];
+    for id in store.ids().await? {
+        if !id.split('.').any(|s| s == stream) {
+            continue;
+        }
+        if let Some(j) = store.load(&id).await? {
+            let of_stream = match j.plan.in_place {
+                Some(InPlaceHop::Out) => j.from == stream,
+                Some(InPlaceHop::Back) => j.to == stream,
+                None => false,
+            };
+            if of_stream {
+                hops.push(j);
+            }
+        }
+    }
+    let open = |j: &Journal| j.phase != Phase::Done && j.phase != Phase::RolledBack;
+    let hop2 = hops.iter().find(|j| j.plan.in_place == Some(InPlaceHop::Back));
+    let hop1 = hops.iter().find(|j| j.plan.in_place == Some(InPlaceHop::Out));
+    let (j, at) = match (hop1, hop2) {
+        (_, Some(j2)) if open(j2) => (j2, "in hop 2"),
+        (Some(j1), _) if open(j1) => (j1, "in hop 1"),
+        (Some(j1), None) if j1.phase == Phase::Done => (j1, "between its hops (hop 1 done)"),
+        _ => return Ok(None),
+    };
+    let via = if j.plan.in_place == Some(InPlaceHop::Out) { &j.to } else { &j.from };
+    Ok(Some(format!(
+        "stream {stream:?} does not exist now because its in-place change is under way, {at} (migration {}, phase {}): its messages and durables are on {via} until hop 2 makes {stream} again, so do not create {stream} by hand; {}",
+        j.id,
+        j.phase.as_str(),
+        j.way_on()
+    )))
 }
 
 /// Whether both hops of this in-place migration (or same-name move) are

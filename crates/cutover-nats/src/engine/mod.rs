@@ -43,8 +43,8 @@ mod steps;
 pub use ctx::{Exposure, ExposureHook, RunOptions, StepHook, DEFAULT_COPY_WINDOW};
 pub use events::{Event, EventKind, Info, Progress, Sink, StepResult, Warning, WireEvent};
 pub use inplace::{
-    in_place_done, in_place_under_way, outline_in_place, plan_in_place, run_in_place,
-    InPlaceRequest,
+    in_place_done, in_place_under_way, missing_mid_change, outline_in_place, plan_in_place,
+    run_in_place, InPlaceRequest,
 };
 pub use prepare::{prepare_plan, PlanInputs};
 pub use progress::{source_progress, SourceProgress};

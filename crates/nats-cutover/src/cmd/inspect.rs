@@ -18,7 +18,12 @@ pub async fn run(conn: &ConnArgs, json_out: bool, a: InspectArgs) -> Result<Exit
     check_names(&a)?;
     super::one_system(conn, "inspect")?;
     let js = super::connect(conn).await?;
-    let (raw, info) = js.stream_info(&a.stream).await?;
+    let Some((raw, info)) = js.stream_info_opt(&a.stream).await? else {
+        return Err(match cutover_nats::engine::missing_mid_change(&js, &a.stream).await? {
+            Some(why) => cutover_nats::Error::Journal(why).into(),
+            None => cutover_nats::Error::StreamNotFound(a.stream.clone()).into(),
+        });
+    };
     let sources = read_sources(&js, &a.stream, &info).await?;
     let consumers = read_consumers(&js, &a).await?;
     if json_out {

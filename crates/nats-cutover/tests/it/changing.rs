@@ -821,6 +821,38 @@ async fn a_copy_that_dropped_messages_never_costs_the_old_stream_its_only_copy()
     e.js.consumer_info("ORDERS", "worker").await.unwrap();
 }
 
+/// A newcomer's trial: between the hops of an in-place change (a runner
+/// killed right after hop 1 deleted ORDERS) `plan` and `inspect` of ORDERS
+/// said it "does not exist ... (or create it)": a stream created by hand
+/// there takes the name hop 2 needs. They name the change under way and its
+/// resume, which makes ORDERS again.
+#[tokio::test(flavor = "multi_thread")]
+async fn between_the_hops_plan_and_inspect_name_the_change_under_way_not_a_missing_stream() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 20).await;
+    let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
+    let out = run_cli(&e, &args, Some("retire"));
+    assert_eq!(out.code, 86, "{out:?}");
+    assert!(e.js.stream_info_opt("ORDERS").await.unwrap().is_none(), "hop 1 deleted it");
+    let id = "ORDERS.ORDERS_CUTOVER";
+    let plan = e.cli(&["plan", "--in-place", "ORDERS", "--set", "storage=memory"]);
+    let inspect = e.cli(&["inspect", "ORDERS"]);
+    for out in [&plan, &inspect] {
+        assert_ne!(out.code, 0, "{out:?}");
+        assert!(!out.stderr.contains("or create it"), "{out:?}");
+        assert!(out.stderr.contains("do not create ORDERS by hand"), "{out:?}");
+        assert!(
+            out.stderr.contains(&format!("`nats-cutover run --resume {id}` goes on with hop 2")),
+            "{out:?}"
+        );
+    }
+    let resume = crate::run::retry_cli(&e, &["run", "--resume", id], &["is held by runner"]).await;
+    assert_eq!(resume.code, 0, "{resume:?}");
+    let (raw, info) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((raw["config"]["storage"].as_str(), info.state.messages), (Some("memory"), 20));
+}
+
 /// A newcomer's trial: every message of hop 1 of an in-place change named
 /// `run --resume` of hop 1's id, which finished hop 1 alone and ended 0
 /// with the stream under the temporary name (5 of 5), and past hop 1's
