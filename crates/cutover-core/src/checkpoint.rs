@@ -196,11 +196,37 @@ impl TranslateSearch {
     }
 }
 
+/// Whether B's reach towards checkpoint F — a mirror's last sequence, or a
+/// sourcing B's last message's origin (`None`: B holds nothing) — is at
+/// F already; if not, [`holds_through`] needs A's next message after it.
+pub fn reached(reach: Option<u64>, f: u64) -> bool {
+    reach.is_some_and(|r| r >= f)
+}
+
+/// Whether B holds everything of A a durable at checkpoint F needs
+/// (`translate_once`'s readiness, engine/steps/translate.rs, and the
+/// model's): it [`reached`] F, or A has nothing B takes between its reach
+/// and F (`next_after_reach`: A's next such sequence; read only when B did
+/// not reach F).
+pub fn holds_through(reach: Option<u64>, next_after_reach: Option<u64>, f: u64) -> bool {
+    reached(reach, f) || next_after_reach.is_none_or(|seq| seq > f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{ConsumerConfig, SequenceInfo};
     use proptest::prelude::*;
+
+    #[test]
+    fn b_holds_through_f_once_it_reached_it_or_a_has_nothing_between() {
+        assert!(holds_through(Some(5), None, 5) && holds_through(Some(6), Some(7), 5));
+        assert!(!holds_through(Some(3), Some(4), 5), "A's 4 is still to come");
+        assert!(holds_through(Some(3), Some(6), 5), "A has nothing B takes in 4..=5");
+        assert!(holds_through(Some(3), None, 5), "A has nothing after 3");
+        assert!(!holds_through(None, Some(1), 1) && holds_through(None, Some(2), 1));
+        assert!(!reached(None, 0) && reached(Some(0), 0));
+    }
 
     fn info(delivered: u64, floor: u64, pending: u64, paused: bool) -> ConsumerInfo {
         ConsumerInfo {

@@ -110,7 +110,46 @@ pub enum Phase {
     RolledBack,
 }
 
+/// The steps of a run (strategies source and mirror), in their order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RunStep {
+    CreateB,
+    CatchUp,
+    MoveConsumers,
+    /// B takes A's subjects (with what goes before it: durables created on A
+    /// meanwhile moved too, a hand-over, split publishers).
+    Commit,
+    Seal,
+    RemoveSource,
+    Retire,
+}
+
 impl Phase {
+    /// The step a run takes next from this journaled phase (`None`: nothing
+    /// is left, done or rolled back): the one ladder the engine's `drive`
+    /// (engine/run.rs) and the model's runner (cutover-model) follow, so a
+    /// resumed run starts where the last one stopped.
+    pub fn next_step(self) -> Option<RunStep> {
+        Some(match self {
+            Phase::Planned => RunStep::CreateB,
+            Phase::BReady => RunStep::CatchUp,
+            Phase::CaughtUp => RunStep::MoveConsumers,
+            Phase::ConsumersMoved | Phase::SubjectsShared | Phase::SubjectsReleased => {
+                RunStep::Commit
+            }
+            Phase::SubjectsMoved => RunStep::Seal,
+            Phase::Sealed => RunStep::RemoveSource,
+            Phase::SourceRemoved => RunStep::Retire,
+            Phase::Done | Phase::RolledBack => return None,
+        })
+    }
+
+    /// Whether `step` is still to run from this phase (it or one before
+    /// it is next).
+    pub fn due(self, step: RunStep) -> bool {
+        self.next_step().is_some_and(|next| next <= step)
+    }
+
     pub fn committed(self) -> bool {
         self >= Phase::SubjectsMoved && self != Phase::RolledBack
     }
@@ -298,7 +337,48 @@ pub struct ConsumerProgress {
     pub b_filters: Vec<String>,
 }
 
+/// Where one consumer's move goes on from its journaled progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumerResume {
+    /// Its new durable exists (fence mode: and the old one acknowledged
+    /// everything up to the fence): only its route is written again.
+    Moved,
+    /// Fence mode: the new durable exists at `start` and the route says
+    /// `fenced` at F: the handoff goes on settling to F.
+    Fenced { f: u64, start: u64 },
+    /// A checkpoint F was journaled: it is kept if the old durable, paused
+    /// for good again, delivered nothing since ([`ConsumerProgress::evidence_holds`]),
+    /// else taken again.
+    Checkpointed { f: u64 },
+    /// Nothing journaled to keep: the drain (or fence mode's gate) takes F.
+    Fresh,
+}
+
 impl ConsumerProgress {
+    /// The one rule of where a consumer's move goes on, followed by the
+    /// engine (steps/consumers.rs, steps/drain.rs `checkpoint`, fence.rs
+    /// `move_consumer` and `take_fence`) and the model's runner.
+    pub fn resume(&self) -> ConsumerResume {
+        match (self.phase, self.checkpoint, self.b_start) {
+            (ConsumerPhase::Created | ConsumerPhase::Retired, _, _) => ConsumerResume::Moved,
+            (ConsumerPhase::Fenced, Some(f), Some(start)) => ConsumerResume::Fenced { f, start },
+            (ConsumerPhase::Settled | ConsumerPhase::Creating, Some(f), _) => {
+                ConsumerResume::Checkpointed { f }
+            }
+            _ => ConsumerResume::Fresh,
+        }
+    }
+
+    /// Whether the journaled checkpoint still holds, read from the old
+    /// durable paused for good again (`checkpoint_holds`, steps/durable.rs):
+    /// it delivered nothing since the evidence was taken. Without evidence
+    /// it is taken again.
+    pub fn evidence_holds(&self, paused: bool, delivered_stream_seq: u64) -> bool {
+        self.evidence
+            .as_ref()
+            .is_some_and(|e| paused && delivered_stream_seq == e.delivered_stream_seq)
+    }
+
     /// A consumer not moved yet, as the run found it (`paused_until`: the
     /// operator's pause, kept).
     pub fn waiting(name: &str, paused_until: Option<String>) -> Self {
@@ -813,6 +893,65 @@ pub struct InstanceRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_phase_runs_the_steps_after_it_in_order_once() {
+        use Phase::*;
+        let phases = [
+            Planned,
+            BReady,
+            CaughtUp,
+            ConsumersMoved,
+            SubjectsShared,
+            SubjectsReleased,
+            SubjectsMoved,
+            Sealed,
+            SourceRemoved,
+            Done,
+        ];
+        let steps: Vec<RunStep> = phases.iter().filter_map(|p| p.next_step()).collect();
+        assert!(steps.windows(2).all(|w| w[0] <= w[1]), "a later phase never goes back: {steps:?}");
+        assert_eq!(steps.len(), phases.len() - 1, "only done has no next step");
+        for p in phases {
+            // due(step) holds for the next step and every later one only.
+            if let Some(n) = p.next_step() {
+                assert!(p.due(n) && p.due(RunStep::Retire));
+                assert!(n == RunStep::CreateB || !p.due(RunStep::CreateB), "{p:?}");
+            }
+        }
+        assert_eq!((Done.next_step(), RolledBack.next_step()), (None, None));
+        assert!(!RolledBack.due(RunStep::Retire), "a rolled-back run retires nothing");
+        assert_eq!(SubjectsReleased.next_step(), Some(RunStep::Commit), "a commit is finished");
+    }
+
+    #[test]
+    fn a_consumer_resumes_from_what_its_journal_holds() {
+        let mut p = ConsumerProgress::waiting("c", None);
+        assert_eq!(p.resume(), ConsumerResume::Fresh);
+        p.phase = ConsumerPhase::Settled;
+        assert_eq!(p.resume(), ConsumerResume::Fresh, "settled without F is taken again");
+        p.checkpoint = Some(7);
+        assert_eq!(p.resume(), ConsumerResume::Checkpointed { f: 7 });
+        assert!(!p.evidence_holds(true, 7), "no evidence: F is taken again");
+        p.evidence = Some(Settled {
+            delivered_stream_seq: 9,
+            ack_floor_stream_seq: 7,
+            num_ack_pending: 0,
+            num_pending: 0,
+            paused: true,
+        });
+        assert!(p.evidence_holds(true, 9));
+        assert!(!p.evidence_holds(true, 10), "it delivered since");
+        assert!(!p.evidence_holds(false, 9), "not paused");
+        p.phase = ConsumerPhase::Fenced;
+        assert_eq!(p.resume(), ConsumerResume::Fresh, "fenced without a start");
+        p.b_start = Some(8);
+        assert_eq!(p.resume(), ConsumerResume::Fenced { f: 7, start: 8 });
+        for moved in [ConsumerPhase::Created, ConsumerPhase::Retired] {
+            p.phase = moved;
+            assert_eq!(p.resume(), ConsumerResume::Moved);
+        }
+    }
 
     #[test]
     fn no_rollback_while_publishers_are_split() {

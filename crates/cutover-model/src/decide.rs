@@ -2,13 +2,16 @@
 //! plan (built once by `cutover_core::plan::build` from server JSON shaped
 //! like the model's A), the settled rule (`checkpoint::assess`), the
 //! translation search (`checkpoint::TranslateSearch` probing the model's
-//! B), the phases (`journal::Phase`, `Journal::can_roll_back`) and the
-//! server's features (`version::Features`). Nothing here decides on its own.
+//! B) and its readiness (`checkpoint::holds_through`), the phases
+//! (`journal::Phase`, `Phase::next_step`, `Journal::can_roll_back`), a
+//! consumer's resume (`ConsumerProgress::resume`, `evidence_holds`) and
+//! the server's features (`version::Features`). Nothing here decides on
+//! its own.
 
 use crate::config::Config;
 use crate::world::{BStream, Cons, Jrnl, Stream};
-use cutover_core::checkpoint::{assess, TranslateSearch};
-use cutover_core::journal::Journal;
+use cutover_core::checkpoint::{self, assess, TranslateSearch};
+use cutover_core::journal::{ConsumerProgress, Journal, Settled};
 use cutover_core::model::{AckPolicy, ConsumerConfig, ConsumerInfo, SequenceInfo};
 use cutover_core::plan::{build, Plan, PlanRequest, ServerChecks, ServerFacts};
 use cutover_core::version::Features;
@@ -134,8 +137,8 @@ pub fn checkpoint(ci: &ConsumerInfo, from_floor: bool) -> Option<u8> {
 pub fn mirror_start(b: &BStream, a_last: u8, f: u8) -> Option<u8> {
     let last = b.s.last_seq();
     // next_matching(A, from last + 1): last + 1 if A has it.
-    let next = (last < a_last).then_some(last + 1);
-    let held = last >= f || next.is_none_or(|seq| seq > f);
+    let next = (last < a_last).then_some(last as u64 + 1);
+    let held = checkpoint::holds_through(Some(last as u64), next, f as u64);
     held.then_some(f + 1)
 }
 
@@ -143,10 +146,28 @@ pub fn mirror_start(b: &BStream, a_last: u8, f: u8) -> Option<u8> {
 /// last message's origin is at or past F, or A has nothing B sources
 /// between that origin and F).
 pub fn sourced_enough(b: &BStream, a_last: u8, f: u8) -> bool {
-    let lo = b.last_origin().unwrap_or(0);
+    let reach = b.last_origin();
+    let lo = reach.unwrap_or(0);
     // next_sourced(A, after lo): lo + 1 if A has it.
-    let next = (lo < a_last).then_some(lo + 1);
-    lo >= f || next.is_none_or(|seq| seq > f)
+    let next = (lo < a_last).then_some(lo as u64 + 1);
+    checkpoint::holds_through(reach.map(u64::from), next, f as u64)
+}
+
+/// The model's journaled consumer as the core's `ConsumerProgress`, for
+/// the core's resume rule (`resume`, `evidence_holds`).
+pub fn progress(j: &Jrnl) -> ConsumerProgress {
+    let mut p = ConsumerProgress::waiting("c", None);
+    p.phase = j.c.0;
+    p.checkpoint = j.checkpoint.map(u64::from);
+    p.b_start = j.b_start.map(u64::from);
+    p.evidence = j.evidence.map(|d| Settled {
+        delivered_stream_seq: d as u64,
+        ack_floor_stream_seq: 0,
+        num_ack_pending: 0,
+        num_pending: 0,
+        paused: true,
+    });
+    p
 }
 
 /// `TranslateSearch` driven against B's messages as `translate_once`

@@ -6,39 +6,34 @@
 //! decisions are modelled from the engine's code (file references in
 //! docs/model.md); every decision the core makes is the core's (`decide`).
 
-use crate::decide::{checkpoint, consumer_info, mirror_start, sourced_enough, translate};
+use crate::decide::{checkpoint, consumer_info, mirror_start, progress, sourced_enough, translate};
 use crate::env::Action;
 use crate::mutants::Mutant;
 use crate::world::{BStream, Cons, Cph, Pause, Pc, Ph, Rs, Run, State, Stream};
 use crate::CutoverModel;
-use cutover_core::journal::{ConsumerPhase as C, Phase as P};
+use cutover_core::journal::{ConsumerPhase as C, ConsumerResume, Phase as P, RunStep};
 
 impl CutoverModel {
     fn mutant(&self, m: Mutant) -> bool {
         self.mutant == Some(m)
     }
 
-    /// The step `drive` (engine/run.rs) runs next from the journal's phase.
+    /// The step `drive` (engine/run.rs) runs next from the journal's phase:
+    /// the core's ladder (`Phase::next_step`).
     pub(crate) fn drive(&self, s: &mut State) {
-        let p = s.journal.phase.0;
-        s.pc = if p < P::BReady {
-            Pc::CreateB
-        } else if p < P::CaughtUp {
-            Pc::CatchUp
-        } else if p < P::ConsumersMoved {
-            Pc::MoveBegin
-        } else if p < P::SubjectsMoved {
-            Pc::Commit
-        } else if p < P::Sealed {
-            Pc::Seal
-        } else if p < P::SourceRemoved {
-            Pc::RemoveSource
-        } else if p < P::Done {
-            Pc::Retire
-        } else {
-            // Done: "already complete".
-            s.run = Run::Finished;
-            Pc::Idle
+        s.pc = match s.journal.phase.0.next_step() {
+            Some(RunStep::CreateB) => Pc::CreateB,
+            Some(RunStep::CatchUp) => Pc::CatchUp,
+            Some(RunStep::MoveConsumers) => Pc::MoveBegin,
+            Some(RunStep::Commit) => Pc::Commit,
+            Some(RunStep::Seal) => Pc::Seal,
+            Some(RunStep::RemoveSource) => Pc::RemoveSource,
+            Some(RunStep::Retire) => Pc::Retire,
+            None => {
+                // Done: "already complete".
+                s.run = Run::Finished;
+                Pc::Idle
+            }
         };
     }
 
@@ -323,19 +318,17 @@ impl CutoverModel {
                 // Drain mode holds consumers while it moves them (a guard's
                 // exposure); fence mode's are its known limit (`held`).
                 s.local.exposed = !self.fence();
-                let j = &s.journal;
-                s.pc = if j.c.0 >= C::Created {
-                    Pc::MoveDone
-                } else if j.c.0 == C::Fenced && j.checkpoint.is_some() && j.b_start.is_some() {
-                    s.local.f = j.checkpoint.unwrap_or(0);
-                    s.local.start = j.b_start.unwrap_or(0);
-                    Pc::FPublishFenced
-                } else if matches!(j.c.0, C::Settled | C::Creating) && j.checkpoint.is_some() {
-                    Pc::HoldsPause
-                } else if self.fence() {
-                    Pc::FGate
-                } else {
-                    Pc::DrainPause
+                // The core's resume rule (`ConsumerProgress::resume`).
+                s.pc = match progress(&s.journal).resume() {
+                    ConsumerResume::Moved => Pc::MoveDone,
+                    ConsumerResume::Fenced { f, start } => {
+                        s.local.f = f as u8;
+                        s.local.start = start as u8;
+                        Pc::FPublishFenced
+                    }
+                    ConsumerResume::Checkpointed { .. } => Pc::HoldsPause,
+                    ConsumerResume::Fresh if self.fence() => Pc::FGate,
+                    ConsumerResume::Fresh => Pc::DrainPause,
                 };
             }
             // engine/fence.rs: the gate, F, paused for good while F is
@@ -394,8 +387,8 @@ impl CutoverModel {
                 // durable.rs checkpoint_holds: paused for good, and it
                 // delivered nothing since the evidence was taken.
                 s.old.paused = Pause::Forever;
-                let holds = self.old_info(s).delivered.stream_seq as u8
-                    == s.journal.evidence.unwrap_or(u8::MAX);
+                let ci = self.old_info(s);
+                let holds = progress(&s.journal).evidence_holds(ci.paused, ci.delivered.stream_seq);
                 if self.cfg.track_recovery {
                     s.seen |= if holds { 1 } else { 2 };
                 }

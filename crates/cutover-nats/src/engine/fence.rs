@@ -16,7 +16,9 @@ use super::steps::durable::{checkpoint_holds, position, settled_state};
 use super::steps::routes::{fenced_route, retire_route_back};
 use super::steps::undo::undo_consumer;
 use crate::error::{Error, Result};
-use cutover_core::journal::{ConsumerPhase, ConsumerProgress, FenceAck, RouteState, Step};
+use cutover_core::journal::{
+    ConsumerPhase, ConsumerProgress, ConsumerResume, FenceAck, RouteState, Step,
+};
 use cutover_core::model::{nanos, ConsumerInfo};
 use cutover_core::plan::{ConsumerPlan, Mode};
 use std::time::{Duration, Instant};
@@ -69,8 +71,8 @@ pub(in crate::engine) async fn move_consumer(ctx: &Ctx<'_>, cp: &ConsumerPlan) -
     // The state the route already reached: a resumed run never publishes a
     // state before it (a newcomer's trial saw moved → settled → moved).
     let mut reached = RouteState::Fenced;
-    let (f, start, fence_ms) = match (prior.phase, prior.checkpoint, prior.b_start) {
-        (ConsumerPhase::Fenced, Some(f), Some(start)) => {
+    let (f, start, fence_ms) = match prior.resume() {
+        ConsumerResume::Fenced { f, start } => {
             // Resumed: the route may not have been written before the crash;
             // one already past `fenced` for this fence is left as it is (a
             // step back would send instances to the old consumer again).
@@ -185,9 +187,7 @@ async fn take_fence(
     prior: &ConsumerProgress,
 ) -> Result<u64> {
     let name = cp.name.as_str();
-    if let (ConsumerPhase::Settled | ConsumerPhase::Creating, Some(f)) =
-        (prior.phase, prior.checkpoint)
-    {
+    if let ConsumerResume::Checkpointed { f } = prior.resume() {
         if checkpoint_holds(ctx, from, name, prior).await? {
             return Ok(f);
         }

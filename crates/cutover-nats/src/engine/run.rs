@@ -15,7 +15,7 @@ use super::steps::{catch_up, commit, consumers, create, handover, recheck, retir
 use crate::api::Js;
 use crate::error::{Error, Result};
 use crate::journal::{now_ms, JournalStore, Lease};
-use cutover_core::journal::{migration_id, ConsumerPhase, Journal, Phase, Step};
+use cutover_core::journal::{migration_id, ConsumerPhase, Journal, Phase, RunStep, Step};
 use cutover_core::plan::Plan;
 use std::sync::Arc;
 use tokio::sync::{watch, Mutex};
@@ -197,7 +197,8 @@ fn stopped(e: Error, j: &Journal, held: &[String], a_gone: bool) -> Error {
 }
 
 /// The steps in order, each skipped once the journal's phase is past it
-/// (a resumed run starts where the last one stopped).
+/// (a resumed run starts where the last one stopped): the core's ladder,
+/// `Phase::next_step`, which the model's runner follows too.
 async fn drive(ctx: &Ctx<'_>) -> Result<()> {
     if ctx.journal.lock().await.plan.strategy == cutover_core::plan::Strategy::DualWrite {
         return super::dual::drive(ctx).await;
@@ -217,13 +218,13 @@ async fn drive(ctx: &Ctx<'_>) -> Result<()> {
     if phase().await < Phase::ConsumersMoved {
         super::fence::check_instances(ctx).await?;
     }
-    if phase().await < Phase::BReady {
+    if phase().await.due(RunStep::CreateB) {
         create::create_b(ctx).await?;
     }
-    if phase().await < Phase::CaughtUp {
+    if phase().await.due(RunStep::CatchUp) {
         catch_up::catch_up(ctx).await?;
     }
-    if phase().await < Phase::ConsumersMoved {
+    if phase().await.due(RunStep::MoveConsumers) {
         consumers::move_consumers(ctx).await?;
     }
     // Durables an application created on A meanwhile move too.
@@ -236,23 +237,23 @@ async fn drive(ctx: &Ctx<'_>) -> Result<()> {
         let j = ctx.journal.lock().await;
         j.plan.handover && j.handover.and_then(|h| h.done_ms).is_none()
     };
-    if handover && phase().await < Phase::SubjectsMoved {
+    if handover && phase().await.due(RunStep::Commit) {
         handover::hand_over(ctx).await?;
     }
     let split = ctx.journal.lock().await.plan.external.as_ref().is_some_and(|e| e.split_publishers);
-    if split && phase().await < Phase::SubjectsMoved {
+    if split && phase().await.due(RunStep::Commit) {
         super::split::publishers(ctx).await?;
     }
-    if phase().await < Phase::SubjectsMoved {
+    if phase().await.due(RunStep::Commit) {
         commit::move_publishers(ctx).await?;
     }
-    if phase().await < Phase::Sealed {
+    if phase().await.due(RunStep::Seal) {
         retire::seal_a(ctx).await?;
     }
-    if phase().await < Phase::SourceRemoved {
+    if phase().await.due(RunStep::RemoveSource) {
         retire::remove_source(ctx).await?;
     }
-    if phase().await < Phase::Done {
+    if phase().await.due(RunStep::Retire) {
         retire::retire(ctx).await?;
     }
     Ok(())

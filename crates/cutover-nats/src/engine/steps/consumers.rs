@@ -9,7 +9,7 @@ use crate::engine::ctx::{Ctx, Exposure};
 use crate::engine::events::{EventKind, Progress, StepResult};
 use crate::engine::fence;
 use crate::error::Result;
-use cutover_core::journal::{ConsumerPhase, Phase, Route, Step};
+use cutover_core::journal::{ConsumerPhase, ConsumerResume, Phase, Route, Step};
 use cutover_core::plan::{ConsumerPlan, Mode};
 use futures::StreamExt;
 use std::time::Instant;
@@ -37,7 +37,7 @@ async fn move_consumers_now(ctx: &Ctx<'_>) -> Result<()> {
             .consumers
             .iter()
             .filter(|c| {
-                j.consumers.iter().any(|p| p.name == c.name && p.phase < ConsumerPhase::Created)
+                j.consumers.iter().any(|p| p.name == c.name && p.resume() != ConsumerResume::Moved)
             })
             .cloned()
             .collect()

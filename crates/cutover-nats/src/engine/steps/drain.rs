@@ -10,7 +10,7 @@ use crate::engine::ctx::{can_pause, rfc3339_in, Ctx, FOREVER};
 use crate::engine::events::{EventKind, Progress, Warning};
 use crate::error::{Error, Result};
 use cutover_core::checkpoint::assess;
-use cutover_core::journal::{ConsumerPhase, ConsumerProgress, Step};
+use cutover_core::journal::{ConsumerPhase, ConsumerProgress, ConsumerResume, Step};
 use cutover_core::model::{nanos, ConsumerInfo};
 use cutover_core::plan::ConsumerPlan;
 use std::time::{Duration, Instant};
@@ -25,9 +25,7 @@ pub(in crate::engine) async fn checkpoint(
     prior: &ConsumerProgress,
 ) -> Result<(u64, Instant)> {
     let name = cp.name.as_str();
-    if let (ConsumerPhase::Settled | ConsumerPhase::Creating, Some(f)) =
-        (prior.phase, prior.checkpoint)
-    {
+    if let ConsumerResume::Checkpointed { f } = prior.resume() {
         if checkpoint_holds(ctx, from, name, prior).await? {
             return Ok((f, Instant::now()));
         }

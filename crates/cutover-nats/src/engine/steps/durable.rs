@@ -118,12 +118,12 @@ pub(in crate::engine) async fn checkpoint_holds(
     if !can_pause(ctx.js) {
         return Ok(true);
     }
-    let Some(evidence) = &prior.evidence else {
+    if prior.evidence.is_none() {
         return Ok(false);
-    };
+    }
     ctx.js.consumer_pause(from, name, Some(FOREVER)).await?;
     let (_, ci) = ctx.js.consumer_info(from, name).await?;
-    Ok(ci.paused && ci.delivered.stream_seq == evidence.delivered_stream_seq)
+    Ok(prior.evidence_holds(ci.paused, ci.delivered.stream_seq))
 }
 
 /// Creates the new durable at `start`, journaling the intent first. A durable of

@@ -7,7 +7,7 @@ use crate::api::{Js, Lookup, Via};
 use crate::engine::ctx::Ctx;
 use crate::engine::progress::source_progress;
 use crate::error::{Error, Result};
-use cutover_core::checkpoint::TranslateSearch;
+use cutover_core::checkpoint::{self, TranslateSearch};
 use std::time::{Duration, Instant};
 
 /// The first B sequence after origin sequence F, once B has sourced F.
@@ -44,11 +44,15 @@ pub async fn translate_once(js: &Js, from: &str, to: &str, f: u64) -> Result<Opt
     if b.config.mirror.as_ref().is_some_and(|m| m.name == from) {
         // A mirror has A's sequences: the start is F + 1 once it holds F (or
         // A has nothing between what the mirror holds and F).
-        let held = b.state.last_seq >= f
-            || js
+        let reach = Some(b.state.last_seq);
+        let next = match checkpoint::reached(reach, f) {
+            true => None,
+            false => js
                 .next_matching(from, b.state.last_seq + 1, ">", a.config.exact_direct_gets())
                 .await?
-                .is_none_or(|m| m.seq > f);
+                .map(|m| m.seq),
+        };
+        let held = checkpoint::holds_through(reach, next, f);
         return Ok(held.then_some((f + 1, 0)));
     }
     let b_source = b.config.sources.iter().find(|s| s.name == from).cloned();
@@ -59,15 +63,13 @@ pub async fn translate_once(js: &Js, from: &str, to: &str, f: u64) -> Result<Opt
         None => None,
     };
     // B must hold F (or everything A has up to F) before the start is final.
-    let sourced_enough = match last_origin {
-        Some(o) if o >= f => true,
-        _ => {
-            // Nothing in A that B sources between what B has and F: B holds all
-            // it needs (messages B's source filters out do not count).
-            let next = js.next_sourced(&a, b_source.as_ref(), last_origin.unwrap_or(0)).await?;
-            next.is_none_or(|seq| seq > f)
-        }
+    // Or nothing in A that B sources between what B has and F: B holds all
+    // it needs (messages B's source filters out do not count).
+    let next = match checkpoint::reached(last_origin, f) {
+        true => None,
+        false => js.next_sourced(&a, b_source.as_ref(), last_origin.unwrap_or(0)).await?,
     };
+    let sourced_enough = checkpoint::holds_through(last_origin, next, f);
     if !sourced_enough {
         return Ok(None);
     }
