@@ -522,6 +522,46 @@ async fn fence_rolls_back_after_a_crash_once_the_fence_is_published() {
     fence_crash_then(true).await;
 }
 
+/// Fence mode hands over only consumers whose instances registered for a
+/// fence, so a durable an application created on A after the consumers
+/// moved cannot be carried as drain mode carries it: the run stops before
+/// anything is released, naming it, A serving the publishers and the moved
+/// durable serving on B; once it is deleted the resume finishes exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fence_mode_stops_before_the_commit_for_a_durable_that_appeared_on_a() {
+    use crate::run::retry_cli;
+    let e = env().await;
+    let load = fence_load(&e, 30_000).await;
+    let tail = ["--yes", "--lease-ttl", "1s"];
+    let args = move_args(&["run", "--mode", "fence"], "ORDERS", "ORDERS_V2", "worker", &tail);
+    let out = crate::run::run_cli(&e, &args, Some("move_consumers"));
+    assert_eq!(out.code, 86, "{out:?}");
+    e.consumer("ORDERS", json!({"durable_name": "late", "ack_policy": "explicit"})).await;
+    let id = "ORDERS.ORDERS_V2";
+    let resume = ["run", "--resume", id, "--lease-ttl", "1s"];
+    let out = retry_cli(&e, &resume, &["is held by runner"]).await;
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("durable(s) late appeared on ORDERS"), "{out:?}");
+    assert!(
+        out.stderr.contains("mode fence hands over only consumers whose instances registered"),
+        "{out:?}"
+    );
+    assert!(out.stderr.contains("ORDERS still serves the publishers"), "{out:?}");
+    let (_, j) = cutover_nats::journal::load_migration(&e.js, id).await.unwrap();
+    assert!(!j.phase.committed(), "{:?}", j.phase);
+    let (_, a) = e.js.stream_info("ORDERS").await.unwrap();
+    assert_eq!(a.config.subjects, vec!["orders.>".to_string()], "A keeps its subjects");
+    let before = e.js.stream_info("ORDERS").await.unwrap().1.state.last_seq;
+    wait_until("ORDERS to store the publishers' messages", Duration::from_secs(10), || async {
+        e.js.stream_info("ORDERS").await.unwrap().1.state.last_seq > before + 50
+    })
+    .await;
+    e.js.consumer_delete("ORDERS", "late").await.unwrap();
+    let out = retry_cli(&e, &resume, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_exact(&crate::run::finish_after(load, 200).await);
+}
+
 /// Fence mode, rolled back after a crash once the fence is published, while
 /// messages up to F are held by an instance that died (a newcomer's trial
 /// on R3: the held old durable never redelivered them, and every rollback
