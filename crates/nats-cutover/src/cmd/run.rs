@@ -454,9 +454,27 @@ fn print_migrations(list: &[Journal]) {
 }
 
 /// The leases table: who holds which stream, for how long, and the orphans.
+/// A released lease of a finished migration (every run leaves its lease
+/// record, expired) says nothing: counted, not listed (a newcomer read them
+/// as orphans left behind); `--json` lists every lease.
 fn print_leases(leases: &[LeaseInfo], list: &[Journal]) {
     let now = now_ms();
-    let rows: Vec<Vec<String>> = leases
+    let finished = |l: &&LeaseInfo| {
+        !l.live
+            && list
+                .iter()
+                .any(|j| j.id == l.migration && matches!(j.phase, Phase::Done | Phase::RolledBack))
+    };
+    let hidden = leases.iter().filter(finished).count();
+    let shown: Vec<&LeaseInfo> = leases.iter().filter(|l| !finished(l)).collect();
+    let note = format!(
+        "({hidden} released lease(s) of finished migrations not listed; --json lists them)"
+    );
+    if shown.is_empty() {
+        outln!("\n{note}");
+        return;
+    }
+    let rows: Vec<Vec<String>> = shown
         .iter()
         .map(|l| {
             let state = if l.live {
@@ -476,6 +494,9 @@ fn print_leases(leases: &[LeaseInfo], list: &[Journal]) {
         })
         .collect();
     outln!("\nleases:\n{}", table(&["stream", "migration", "holder", "state", ""], &rows));
+    if hidden > 0 {
+        outln!("{note}");
+    }
 }
 
 pub async fn forget(conn: &ConnArgs, json_out: bool, a: ForgetArgs) -> Result<ExitCode> {

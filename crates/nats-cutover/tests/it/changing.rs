@@ -851,6 +851,12 @@ async fn between_the_hops_plan_and_inspect_name_the_change_under_way_not_a_missi
     assert_eq!(resume.code, 0, "{resume:?}");
     let (raw, info) = e.js.stream_info("ORDERS").await.unwrap();
     assert_eq!((raw["config"]["storage"].as_str(), info.state.messages), (Some("memory"), 20));
+    // Both hops done: their released leases are counted, not listed as if
+    // something were left behind (a newcomer read them as orphans).
+    let status = e.cli(&["status"]);
+    assert!(!status.stdout.contains("leases:"), "{status:?}");
+    assert!(status.stdout.contains("2 released lease(s) of finished migrations"), "{status:?}");
+    assert_eq!(e.cli(&["--json", "status"]).json()["leases"].as_array().unwrap().len(), 2);
 }
 
 /// A newcomer's trial: every message of hop 1 of an in-place change named
