@@ -19,7 +19,15 @@ pub struct Render {
     t0: u64,
     /// Lines name their migration (`apply`: several run at once).
     fleet: bool,
+    /// When each migration's repeated waits last printed a line.
+    printed: std::sync::Mutex<std::collections::HashMap<(String, &'static str), u64>>,
 }
+
+/// A wait's repeated progress (catch-up each 250 ms, the retry horizon's
+/// wait each second) prints a line at most this often as text: a KV
+/// bucket's change on R3 waits two 120 s horizons, which printed 240
+/// lines (a newcomer's trial). JSON events are all kept.
+const REPEAT_EVERY_MS: u64 = 5_000;
 
 impl Render {
     pub fn new(mode: Mode) -> Self {
@@ -29,7 +37,31 @@ impl Render {
             b.enable_steady_tick(Duration::from_millis(100));
             b
         });
-        Self { mode, bar, t0: cutover_nats::journal::now_ms(), fleet: false }
+        Self {
+            mode,
+            bar,
+            t0: cutover_nats::journal::now_ms(),
+            fleet: false,
+            printed: Default::default(),
+        }
+    }
+
+    /// Whether this event repeats a wait's progress printed less than
+    /// [`REPEAT_EVERY_MS`] ago (then its line is left out).
+    fn repeats(&self, e: &Event) -> bool {
+        use cutover_nats::engine::Progress;
+        let wait = match &e.kind {
+            EventKind::Progress(Progress::CatchUp { .. }) => "catch_up",
+            EventKind::Progress(Progress::WindowRestored { .. }) => "window",
+            _ => return false,
+        };
+        let mut printed = self.printed.lock().unwrap_or_else(|p| p.into_inner());
+        let last = printed.entry((e.migration.clone(), wait)).or_insert(0);
+        if *last != 0 && e.ts_ms.saturating_sub(*last) < REPEAT_EVERY_MS {
+            return true;
+        }
+        *last = e.ts_ms.max(1);
+        false
     }
 
     /// Lines that name their migration (`A.A_CUTOVER catch_up done ...`),
@@ -146,6 +178,7 @@ impl Sink for Render {
     fn emit(&self, e: Event) {
         match self.mode {
             Mode::Json => outln!("{}", serde_json::to_string(&e).unwrap()),
+            Mode::Lines | Mode::Spinner if self.repeats(&e) => {}
             Mode::Lines => {
                 if let Some(l) = self.line(&e) {
                     outln!("{l}");
@@ -182,6 +215,26 @@ mod tests {
         assert_eq!(compact(&json!({"ratio": 0.123456})), "ratio=0.123");
         assert_eq!(compact(&json!({"checkpoint": 10})), "checkpoint=10");
         assert_eq!(compact(&json!({"moved": true, "ms": 3.0})), "moved=true");
+    }
+
+    #[test]
+    fn a_waits_repeated_progress_prints_once_each_five_seconds() {
+        let r = Render::new(Mode::Lines);
+        let wait = |ms: u64, migration: &str| Event {
+            ts_ms: r.t0 + ms,
+            kind: EventKind::Progress(cutover_nats::engine::Progress::WindowRestored {
+                duplicate_window_ns: 120_000_000_000,
+                remaining_ms: 120_000 - ms,
+            }),
+            step: Step::MovePublishers,
+            migration: migration.into(),
+        };
+        let shown: Vec<u64> =
+            (0..=12).map(|s| s * 1000).filter(|ms| !r.repeats(&wait(*ms, "A.B"))).collect();
+        assert_eq!(shown, [0, 5000, 10_000]);
+        assert!(!r.repeats(&wait(10_500, "B.A")), "another migration's wait is its own");
+        let done = Event { kind: EventKind::StepStarted, ..wait(10_600, "A.B") };
+        assert!(!r.repeats(&done), "only a wait's progress repeats");
     }
 
     #[test]
