@@ -209,6 +209,13 @@ pub struct InPlaceOutline {
     /// Both copies, from the mirror rate measured on this project's machine
     /// kind ([`copy_estimate`]).
     pub estimate_ms: u64,
+    /// The copies read A through a paced durable (2.14+, a limits stream,
+    /// the default copy window): publishes wait less behind them.
+    #[serde(default)]
+    pub paced_copy: bool,
+    /// The copy is replicated (A's or the new setting's replicas above 1).
+    #[serde(default)]
+    pub replicated_copy: bool,
 }
 
 /// How long one mirror copy of `messages` messages and `bytes` bytes takes,

@@ -163,6 +163,8 @@ pub async fn outline_in_place(js: &Js, req: &InPlaceRequest) -> Result<InPlaceOu
         // change that took 4 minutes of 120 s windows.
         estimate_ms: 2 * copy_estimate(messages, bytes, replicas, paced).as_millis() as u64
             + horizons,
+        paced_copy: paced,
+        replicated_copy: replicas > 1,
     })
 }
 

@@ -300,15 +300,28 @@ fn print_outline(o: &InPlaceOutline, req: &InPlaceRequest, across: bool) {
         return;
     }
     outln!(
-        "In place: {s} gets its new settings under its own name, in two hops of strategy mirror:\n  hop 1: {s} → {via} (the temporary stream, with the new settings; {s} is deleted at the end of it)\n  hop 2: {via} → {s} (a new {s} mirrors {via} and takes its settings; {via} is deleted), planned when hop 1 is done\nEach hop copies {} messages ({}) now; both hops take about {} on a 2-core machine with R1 streams{} (more arriving meanwhile adds to it; replicas and busy servers take longer). While a copy runs the server is busy: with 1M messages on 2 cores publishes waited up to 1.2 s and pull workers 0.6 s (docs/benchmarks.md); nothing is lost.\n\nHop 1:",
+        "In place: {s} gets its new settings under its own name, in two hops of strategy mirror:\n  hop 1: {s} → {via} (the temporary stream, with the new settings; {s} is deleted at the end of it)\n  hop 2: {via} → {s} (a new {s} mirrors {via} and takes its settings; {via} is deleted), planned when hop 1 is done\nEach hop copies {} messages ({}) now; both hops take about {} on a 2-core machine with R1 streams{} (more arriving meanwhile adds to it; replicas and busy servers take longer). {}; nothing is lost.\n\nHop 1:",
         crate::render::thousands(o.copies_messages),
         crate::render::bytes(o.copies_bytes),
         crate::render::duration(std::time::Duration::from_millis(o.estimate_ms)),
         horizons(o),
+        copy_load(o),
         s = o.stream,
         via = o.via
     );
     super::plan::print_plan(&o.hop1);
+}
+
+/// What publishers meet while a copy runs, as measured (docs/benchmarks.md,
+/// 1M messages at 5,000 msg/s on 2 cores) for this copy's kind: the plan
+/// said 1.2 s of the server's own mirror consumer also where the copy is
+/// paced (a newcomer's trial).
+fn copy_load(o: &InPlaceOutline) -> &'static str {
+    match (o.replicated_copy, o.paced_copy) {
+        (true, _) => "while a replicated copy runs the servers are busy: on a 3-node R3 cluster on 2 cores publishes waited up to 1.8 s with 1M messages and 0.25 s with an empty stream (docs/benchmarks.md)",
+        (false, true) => "while a copy runs it reads the stream through a paced durable (--copy-window): with 1M messages on one server on 2 cores publishes waited up to 28 ms and pull workers 33 ms (docs/benchmarks.md)",
+        (false, false) => "while a copy runs the server's own mirror consumer keeps it busy (a paced copy needs a limits stream on 2.14+): with 1M messages on 2 cores publishes waited up to 0.5 s and pull workers 0.14 s (docs/benchmarks.md)",
+    }
 }
 
 /// `nats-cutover kv|obj BUCKET --set OPTION=VALUE ...`: the bucket's stream

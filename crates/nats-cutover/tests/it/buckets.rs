@@ -237,8 +237,15 @@ async fn plan_in_place_shows_both_hops_and_the_copy() {
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("hop 2: ORDERS_CUTOVER → ORDERS"), "{}", out.stdout);
     assert!(out.stdout.contains("copies 1,000 messages"), "{}", out.stdout);
+    // A limits stream on 2.15.1: the copy is paced, and the plan says what
+    // publishers met behind a paced copy, not behind the server's own.
+    assert!(out.stdout.contains("reads the stream through a paced durable"), "{}", out.stdout);
     let json = e.cli(&[&["--json"][..], &args[..]].concat()).json();
     assert_eq!(json["copies_messages"], 1_000);
+    assert_eq!(
+        (json["paced_copy"].as_bool(), json["replicated_copy"].as_bool()),
+        (Some(true), Some(false))
+    );
     assert_eq!(json["hop1"]["to"], "ORDERS_CUTOVER");
     assert!(json["estimate_ms"].as_u64().is_some());
     assert_eq!(e.snapshot().await, before, "plan changed the server");
