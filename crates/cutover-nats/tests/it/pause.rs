@@ -57,8 +57,10 @@ async fn a_resumed_push_consumer_redelivers_what_expired_while_paused() {
 /// followed by a read, until two agree: one barrier was once not enough),
 /// never is: a later barrier (everything proposed up to then applied, and a
 /// paused consumer proposes no delivery) finds the same delivered sequence. Under a live
-/// pull load on an R3 consumer, 60 pauses, every third followed at once by
-/// a change of the consumer's leader.
+/// pull load on an R3 consumer, 60 pauses or more, every third followed at
+/// once by a change of the consumer's leader and a plain read; the test
+/// also fails if no read without the barrier was ever short (it would show
+/// nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn after_the_barrier_a_paused_replicated_consumer_reads_every_delivery() {
     use async_nats::jetstream::{self, consumer::PullConsumer};
@@ -111,8 +113,11 @@ async fn after_the_barrier_a_paused_replicated_consumer_reads_every_delivery() {
             }
         })
     };
-    let (mut short_first, mut short_after) = (0, 0);
-    for i in 0..60 {
+    // 60 pauses at least, more (up to 600) until a read without the
+    // barrier was short, so the test shows the settled read is what
+    // makes the difference.
+    let (mut short_first, mut short_down, mut short_after, mut pauses) = (0, 0, 0, 0);
+    while pauses < 60 || (short_first + short_down == 0 && pauses < 600) {
         assert!(js.consumer_pause("S", "C", Some("9999-01-01T00:00:00Z")).await.unwrap());
         let first = loop {
             let (_, ci) = js.consumer_info("S", "C").await.unwrap();
@@ -120,23 +125,38 @@ async fn after_the_barrier_a_paused_replicated_consumer_reads_every_delivery() {
                 break ci;
             }
         };
-        if i % 3 == 0 {
+        let mut down = None;
+        if pauses % 3 == 0 {
             // The consumer's leader changes right after the pause (as G2's
-            // read came 35 ms after one).
-            let down =
+            // read came 35 ms after one), and a plain read follows it.
+            let step_down =
                 js.api("step down", "CONSUMER.LEADER.STEPDOWN.S.C", &serde_json::Value::Null);
-            down.await.unwrap();
+            step_down.await.unwrap();
+            down = loop {
+                if let Ok((_, ci)) = js.consumer_info("S", "C").await {
+                    break Some(ci);
+                }
+            };
         }
         // The engine's read of F (fence's gate, the drain's last read).
         let (_, f) = js.settled_read("S", "C").await.unwrap();
         js.consumer_barrier("S", "C", &f.ack_floor).await.unwrap();
         let (_, truth) = js.consumer_info("S", "C").await.unwrap();
-        short_first += usize::from(first.delivered.stream_seq < truth.delivered.stream_seq);
-        short_after += usize::from(f.delivered.stream_seq < truth.delivered.stream_seq);
+        let short = |ci: &cutover_core::model::ConsumerInfo| {
+            usize::from(ci.delivered.stream_seq < truth.delivered.stream_seq)
+        };
+        short_first += short(&first);
+        short_down += down.as_ref().map_or(0, short);
+        short_after += short(&f);
         js.consumer_pause("S", "C", None).await.unwrap();
+        pauses += 1;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = tokio::join!(publisher, worker);
-    eprintln!("first paused read short {short_first} of 60 times; the settled read {short_after}");
+    eprintln!("of {pauses} pauses: the first paused read short {short_first} times, a plain read after the leader change {short_down}, the settled read {short_after}");
+    assert!(
+        short_first + short_down > 0,
+        "no read without the barrier was short in {pauses} pauses: the test shows nothing"
+    );
     assert_eq!(short_after, 0, "a settled read was short");
 }
