@@ -190,6 +190,73 @@ pub(super) fn commit_touches(
     (b_config, promote)
 }
 
+/// Settings of A the server updates in place that B is given as A has
+/// them: an operator may change one on A while the run copies it (a
+/// newcomer's `deny_purge` set on the temporary stream between the plan
+/// and hop 2's commit was lost with it). The plan keeps A's values of
+/// those B took unchanged ([`carried_settings`]), and right before the
+/// commit a later change is carried to B (`recheck::settings_carried`).
+pub const CARRIED: &[&str] = &[
+    "description",
+    "max_age",
+    "max_msgs",
+    "max_bytes",
+    "max_msgs_per_subject",
+    "max_msg_size",
+    "discard",
+    "discard_new_per_subject",
+    "deny_delete",
+    "deny_purge",
+    "allow_rollup_hdrs",
+    "allow_direct",
+    "allow_msg_ttl",
+    "subject_delete_marker_ttl",
+];
+
+/// A setting's value for comparison: absent, null, false, 0 and "" are the
+/// server's "unset" alike (it omits some of them from its JSON).
+fn unset_alike(v: Option<&Value>) -> Value {
+    match v {
+        None | Some(Value::Null) => Value::Null,
+        Some(Value::Bool(false)) => Value::Null,
+        Some(Value::String(s)) if s.is_empty() => Value::Null,
+        Some(Value::Number(n)) if n.as_f64() == Some(0.0) => Value::Null,
+        Some(v) => v.clone(),
+    }
+}
+
+/// A's values of the [`CARRIED`] settings B was given unchanged (in its
+/// configuration or at its promotion); one the operator changed for B
+/// (`--set`, `--to-config`) is not carried.
+pub fn carried_settings(
+    a_config: &Value,
+    b_config: &Value,
+    promote_with: &Map<String, Value>,
+) -> Map<String, Value> {
+    CARRIED
+        .iter()
+        .filter(|k| {
+            let b = promote_with.get(**k).or_else(|| b_config.get(**k));
+            unset_alike(a_config.get(**k)) == unset_alike(b)
+        })
+        .map(|k| (k.to_string(), a_config.get(*k).cloned().unwrap_or(Value::Null)))
+        .collect()
+}
+
+/// The carried settings A has changed since the plan: (name, then, now).
+pub fn carried_changes(
+    carried: &Map<String, Value>,
+    a_config_now: &Value,
+) -> Vec<(String, Value, Value)> {
+    carried
+        .iter()
+        .filter(|(k, then)| unset_alike(Some(then)) != unset_alike(a_config_now.get(k.as_str())))
+        .map(|(k, then)| {
+            (k.clone(), then.clone(), a_config_now.get(k.as_str()).cloned().unwrap_or(Value::Null))
+        })
+        .collect()
+}
+
 /// A's own metadata goes along (the server sets its `_nats.*` keys anew),
 /// with a note of where B comes from.
 fn carried_metadata(a_config: &Value, a_name: &str) -> Map<String, Value> {
@@ -327,6 +394,27 @@ pub(crate) fn planned_b(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_setting_b_took_as_a_had_it_is_carried_and_a_change_of_it_found() {
+        let a = json!({"max_age": 0, "max_msgs": 100, "deny_purge": false, "description": "x"});
+        // B's max_msgs was set for it (--set): not carried; an omitted
+        // deny_purge is A's false.
+        let b = json!({"max_age": 0, "max_msgs": 5, "description": "x"});
+        let carried = carried_settings(&a, &b, &Map::new());
+        assert!(!carried.contains_key("max_msgs"));
+        assert_eq!(carried["deny_purge"], json!(false));
+        assert_eq!(carried_changes(&carried, &a), vec![], "nothing changed");
+        let now = json!({"max_age": 0, "max_msgs": 7, "deny_purge": true, "description": ""});
+        let changes = carried_changes(&carried, &now);
+        let names: Vec<&str> = changes.iter().map(|(k, _, _)| k.as_str()).collect();
+        assert_eq!(names, ["deny_purge", "description"], "max_msgs is B's own");
+        // Taken at the promotion: compared there.
+        let promote: Map<String, Value> =
+            [("deny_purge".to_string(), json!(true))].into_iter().collect();
+        let a2 = json!({"deny_purge": true});
+        assert_eq!(carried_settings(&a2, &json!({}), &promote)["deny_purge"], json!(true));
+    }
 
     #[test]
     fn an_inactive_threshold_is_kept_through_both_in_place_hops() {

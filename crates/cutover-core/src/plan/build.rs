@@ -14,7 +14,7 @@ use crate::compat::{self, Finding, Report, Verdict};
 use crate::model::{nanos, ConsumerInfo, RetentionPolicy, StorageType, StreamConfig, StreamInfo};
 use crate::quiescence::{self, QuiescentBound};
 use crate::version::{Features, ServerVersion, MINIMUM};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::time::Duration;
 
 pub(super) fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, PlanError> {
@@ -69,6 +69,11 @@ pub(super) fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, Plan
     }
     let safe = !r.findings.iter().any(|f| f.verdict == Verdict::Unsafe);
     let (b_config, promote_with) = commit_touches(req, b_config, b_exists);
+    // A B that existed has its own settings: nothing of A's is carried.
+    let carried = match b_exists {
+        true => Map::new(),
+        false => super::carried_settings(&facts.a_raw["config"], &b_config, &promote_with),
+    };
     Ok(Plan {
         format: PLAN_FORMAT,
         from: req.from.clone(),
@@ -98,6 +103,7 @@ pub(super) fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, Plan
         keeps_name_across: false,
         across: false,
         a_ingest: facts.checks.a_ingest,
+        carried,
         safe,
     })
 }

@@ -103,6 +103,11 @@ pub struct Plan {
     /// A's ingest rate when planned (B must receive at least as fast).
     #[serde(default)]
     pub a_ingest: Option<crate::catchup::IngestRate>,
+    /// A's values, when planned, of the settings B took as A had them
+    /// (`plan::CARRIED`): one A changes later is carried to B before the
+    /// commit.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub carried: Map<String, Value>,
     /// No unsafe finding.
     pub safe: bool,
 }

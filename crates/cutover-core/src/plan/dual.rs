@@ -62,6 +62,7 @@ pub(crate) fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, Plan
         keeps_name_across: false,
         across: req.across,
         a_ingest: facts.checks.a_ingest,
+        carried: Default::default(),
         safe,
     })
 }

@@ -31,7 +31,10 @@ mod steps;
 #[cfg(test)]
 mod tests;
 
-pub use b_config::{b_config_from, b_consumer_config, FROM_KEY, HANDOVER_KEY};
+pub use b_config::{
+    b_config_from, b_consumer_config, carried_changes, carried_settings, CARRIED, FROM_KEY,
+    HANDOVER_KEY,
+};
 pub use build::appeared_consumer;
 pub use document::{copy_estimate, ConsumerPlan, InPlaceOutline, Plan, Step, PLAN_FORMAT};
 pub use request::{

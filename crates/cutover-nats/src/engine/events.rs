@@ -182,6 +182,12 @@ pub enum Info {
     Appeared {
         consumers: Vec<String>,
     },
+    /// Settings of A changed after the plan (an operator's update), B
+    /// took as A had them: carried to B before the commit, as
+    /// (name, then, now).
+    SettingsCarried {
+        settings: Vec<(String, Value, Value)>,
+    },
     /// A moved durable's configuration on A changed after the plan (an
     /// application or operator updated it): the new durable on B is made
     /// from it as it is now; `changed` names the keys of B's configuration
@@ -324,6 +330,10 @@ impl EventKind {
                     "message": format!("consumer {consumer} was paused on the old stream after the plan (until {until}): the pause is kept, on its new durable too"),
                     "consumer": consumer,
                     "until": until,
+                }),
+                Info::SettingsCarried { settings } => json!({
+                    "message": format!("settings of the old stream changed after the plan, carried to the new one before the commit: {}", settings.iter().map(|(k, then, now)| format!("{k} {then} -> {now}")).collect::<Vec<_>>().join(", ")),
+                    "settings": settings.iter().map(|(k, then, now)| json!({"name": k, "planned": then, "now": now})).collect::<Vec<_>>(),
                 }),
                 Info::Appeared { consumers } => json!({
                     "message": format!("durable(s) {} appeared on the old stream after the plan (created by an application meanwhile): moved like the others", consumers.join(", ")),

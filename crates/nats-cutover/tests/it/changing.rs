@@ -821,6 +821,39 @@ async fn a_copy_that_dropped_messages_never_costs_the_old_stream_its_only_copy()
     e.js.consumer_info("ORDERS", "worker").await.unwrap();
 }
 
+/// A newcomer's trial: `deny_purge` set on the temporary stream while hop
+/// 2 copied it was lost with it: ORDERS came back without it. Settings
+/// the server updates in place, changed on the old stream after the plan,
+/// are carried to the new one before the commit (named by an event).
+#[tokio::test(flavor = "multi_thread")]
+async fn settings_changed_on_the_old_stream_during_the_run_are_carried_to_the_new_one() {
+    let e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 20).await;
+    let args = ["--json", "run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
+    let out = run_cli(&e, &args, Some("catch_up#2"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let (raw, _) = e.js.stream_info("ORDERS_CUTOVER").await.unwrap();
+    let mut cfg = raw["config"].clone();
+    cfg["deny_purge"] = json!(true);
+    cfg["description"] = json!("orders, kept");
+    cfg["max_msgs"] = json!(5_000);
+    e.js.stream_update(&cfg).await.unwrap();
+    let out = crate::run::retry_cli(&e, &args, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let carried =
+        out.stdout.lines().find(|l| l.contains("carried to the new one before the commit"));
+    assert!(carried.is_some_and(|l| l.contains("deny_purge")), "{out:?}");
+    let (raw, info) = e.js.stream_info("ORDERS").await.unwrap();
+    let c = &raw["config"];
+    assert_eq!(
+        (c["deny_purge"].as_bool(), c["description"].as_str()),
+        (Some(true), Some("orders, kept"))
+    );
+    assert_eq!((c["max_msgs"].as_i64(), c["storage"].as_str()), (Some(5_000), Some("memory")));
+    assert_eq!(info.state.messages, 20);
+}
+
 /// A newcomer's trial: between the hops of an in-place change (a runner
 /// killed right after hop 1 deleted ORDERS) `plan` and `inspect` of ORDERS
 /// said it "does not exist ... (or create it)": a stream created by hand

@@ -55,6 +55,7 @@ pub(in crate::engine) async fn move_publishers(ctx: &Ctx<'_>) -> Result<()> {
             .await;
     }
     super::recheck::window_holds(ctx, &to).await?;
+    super::recheck::settings_carried(ctx, &from, &to).await?;
     b_keeps_up(ctx, &from, &to).await?;
     // Last: the window's check may wait a whole retry horizon, and a
     // durable an application creates meanwhile must stop the run here, not

@@ -216,6 +216,67 @@ pub(in crate::engine) async fn none_appeared(ctx: &Ctx<'_>) -> Result<()> {
     )))
 }
 
+/// Right before A releases its subjects: settings of A the server updates
+/// in place that B took as A had them at the plan (`plan::CARRIED`), and A
+/// has changed since (an operator's update: a newcomer's `deny_purge` set
+/// on the temporary stream mid-run was lost with it), are carried to B: one
+/// B gets at its promotion is changed there (the journal's plan), the
+/// others by an update of B now. One B refuses stops the run here, nothing
+/// released, naming it.
+pub(in crate::engine) async fn settings_carried(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<()> {
+    let (carried, id) = {
+        let j = ctx.journal.lock().await;
+        (j.plan.carried.clone(), j.id.clone())
+    };
+    if carried.is_empty() {
+        return Ok(());
+    }
+    let (a_raw, _) = ctx.js.stream_info(from).await?;
+    let changes = cutover_core::plan::carried_changes(&carried, &a_raw["config"]);
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let (b_raw, _) = ctx.js.stream_info(to).await?;
+    let mut cfg = b_raw["config"].clone();
+    let mut update = false;
+    {
+        let mut j = ctx.journal.lock().await;
+        for (k, _, now) in &changes {
+            if j.plan.promote_with.contains_key(k) {
+                j.plan.promote_with.insert(k.clone(), now.clone());
+            } else if cfg.get(k) != Some(now) {
+                if let Some(c) = cfg.as_object_mut() {
+                    match now {
+                        Value::Null => c.remove(k),
+                        v => c.insert(k.clone(), v.clone()),
+                    };
+                }
+                update = true;
+            }
+        }
+    }
+    if update {
+        if let Err(e) = ctx.js.stream_update(&cfg).await {
+            let names: Vec<String> =
+                changes.iter().map(|(k, then, now)| format!("{k} ({then} -> {now})")).collect();
+            return Err(Error::Unsafe(format!(
+                "{from}'s settings changed after the plan ({}) and {to} cannot take them ({e}); nothing was released: {from} still serves the publishers; set them back on {from} and run `nats-cutover run --resume {id}`, or undo with `nats-cutover rollback {id}` and plan again",
+                names.join(", ")
+            )));
+        }
+    }
+    {
+        let mut j = ctx.journal.lock().await;
+        for (k, _, now) in &changes {
+            j.plan.carried.insert(k.clone(), now.clone());
+        }
+    }
+    ctx.save().await?;
+    let info = Info::SettingsCarried { settings: changes };
+    ctx.emit(Step::MovePublishers, EventKind::Info(info));
+    Ok(())
+}
+
 /// After the commit (A sealed, before its durables are retired): durables
 /// that appeared on A since are named (the run's warning, the journal's
 /// `stranded`, `verify`). A that is to be deleted (in place, or
