@@ -3,8 +3,8 @@
 //! the reason. A plan with any unsafe finding is refused before the first write.
 
 use crate::model::{
-    nanos, AckPolicy, ConsumerConfig, ConsumerInfo, DiscardPolicy, ReplayPolicy, RetentionPolicy,
-    StreamConfig, StreamInfo,
+    nanos, AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, DiscardPolicy, ReplayPolicy,
+    RetentionPolicy, StreamConfig, StreamInfo,
 };
 use crate::subject;
 use crate::version::ServerVersion;
@@ -532,7 +532,7 @@ fn rule_work_queue_b(r: &mut Report, ac: &StreamConfig, b: &StreamConfig, versio
     } else if ac.retention == RetentionPolicy::WorkQueue && !version.at_least(2, 14, 0) {
         r.add(s, "retention", from, to, Verdict::Unsafe, format!("A is a work queue: reliable mirroring from work-queue streams needs nats-server 2.14 (ADR-60); this server is {version}: upgrade first"));
     } else {
-        r.add(s, "retention", from, to, Verdict::ChangedOnPurpose, "B is a work queue: each new durable delivers all (error 10101 otherwise), so before it is created B's copies below its start on its filter are purged (the old durable processed them: nothing was ack-pending at the checkpoint); messages no moved durable's filter selects stay in B as work for a future consumer; each message B holds is removed once acknowledged");
+        r.add(s, "retention", from, to, Verdict::ChangedOnPurpose, "B is a work queue: each new durable delivers all (error 10101 otherwise), so before it is created B's copies below its start on its filter are purged (the old durable processed them, nothing being ack-pending at the checkpoint, or never delivered them if it started after them: see each consumer's deliver_policy); messages no moved durable's filter selects stay in B as work for a future consumer; each message B holds is removed once acknowledged");
     }
 }
 
@@ -553,7 +553,7 @@ pub(crate) fn check_consumer(
     rule_ack_policy(r, s, cc);
     rule_redelivery(r, s, cc);
     rule_push_or_pull(r, s, cc);
-    rule_start_and_replay(r, s, cc);
+    rule_start_and_replay(r, s, cc, b);
     rule_inactive_threshold(r, s, cc, in_place);
     rule_carried_flags(r, s, cc);
     rule_pause(r, s, c, version, publishers_stopped);
@@ -634,8 +634,17 @@ fn rule_push_or_pull(r: &mut Report, s: &str, cc: &ConsumerConfig) {
     }
 }
 
-fn rule_start_and_replay(r: &mut Report, s: &str, cc: &ConsumerConfig) {
-    r.add(s, "deliver_policy", &cc.deliver_policy, "by_start_sequence", Verdict::ChangedOnPurpose, "the new durable starts at the translated checkpoint; the original policy only mattered when the old one was created");
+fn rule_start_and_replay(r: &mut Report, s: &str, cc: &ConsumerConfig, b: &StreamConfig) {
+    if b.retention == RetentionPolicy::WorkQueue && cc.deliver_policy != DeliverPolicy::All {
+        // A newcomer's limits stream with a `deliver_policy: new` durable
+        // became a work queue: the messages before its start, which it never
+        // delivered, were purged, while the plan said "processed".
+        r.add(s, "deliver_policy", &cc.deliver_policy, "all", Verdict::ChangedOnPurpose, format!("B is a work queue, so the new durable delivers all after B's copies below its start are purged: this one started with deliver_policy {}, after messages A still holds that it never delivered, and those are purged from B with the ones it processed (a work queue keeps only messages a consumer will deliver); copy them elsewhere first if they are needed", cc.deliver_policy));
+    } else if b.retention == RetentionPolicy::WorkQueue {
+        r.add(s, "deliver_policy", &cc.deliver_policy, "all", Verdict::ChangedOnPurpose, "B is a work queue: the new durable delivers all, after B's copies below its start (those it processed) are purged");
+    } else {
+        r.add(s, "deliver_policy", &cc.deliver_policy, "by_start_sequence", Verdict::ChangedOnPurpose, "the new durable starts at the translated checkpoint; the original policy only mattered when the old one was created");
+    }
     if cc.replay_policy == ReplayPolicy::Original {
         r.add(s, "replay_policy", "original", "original", Verdict::ChangedOnPurpose, "replay original paces by B's timestamps, which are the sourcing times, not A's publish times");
     }

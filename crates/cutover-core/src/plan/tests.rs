@@ -343,3 +343,25 @@ fn a_mirror_whose_window_the_server_drops_is_handed_over_not_refused() {
     });
     assert!(!build(&req(), &f).unwrap().handover);
 }
+
+#[test]
+fn a_work_queue_b_names_what_a_durable_that_started_late_never_delivered() {
+    let mut r = req();
+    r.strategy = Strategy::Mirror;
+    r.to_config = Some(json!({"retention": "workqueue"}).as_object().unwrap().clone());
+    let c = |policy: &str| {
+        vec![consumer(
+            json!({"durable_name": "C", "ack_policy": "explicit", "deliver_policy": policy}),
+        )]
+    };
+    let finding = |policy: &str| {
+        let p = build(&r, &facts(plain_a(), c(policy))).unwrap();
+        assert!(p.safe, "{:#?}", p.unsafe_findings().collect::<Vec<_>>());
+        p.findings.into_iter().find(|f| f.setting == "deliver_policy").unwrap()
+    };
+    let late = finding("new");
+    assert_eq!(late.to, "all");
+    assert!(late.reason.contains("never delivered, and those are purged"), "{}", late.reason);
+    let all = finding("all");
+    assert!(!all.reason.contains("never delivered"), "{}", all.reason);
+}
