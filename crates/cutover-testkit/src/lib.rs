@@ -107,8 +107,20 @@ impl Watchdog {
                 // The abort runs no destructor: the server (its pid is in
                 // its ports file's name, whatever restarts it had) and its
                 // files go first.
-                for pid in server_pids(&dir.join("ports")) {
-                    let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+                let pids = server_pids(&dir.join("ports"));
+                for pid in &pids {
+                    let _ = std::process::Command::new("kill").args(["-KILL", pid]).status();
+                }
+                // A kill is delivered, not done: its sockets close once all
+                // its threads exited (the watchdog's test once found the
+                // port still open right after the abort). Up to 5 s until
+                // its client port refuses connections.
+                let addr = url.rsplit("//").next().unwrap_or(&url).to_string();
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                while std::net::TcpStream::connect(&addr).is_ok()
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::yield_now();
                 }
                 let _ = std::fs::remove_dir_all(&dir);
                 std::process::abort();
