@@ -1045,9 +1045,14 @@ async fn a_change_whose_stream_a_restart_lost_before_its_durables_moved_can_be_f
     let out = crate::run::retry_cli(&e, &args, &["is held by runner"]).await;
     assert_ne!(out.code, 0, "{out:?}");
     assert!(out.stderr.contains(&format!("then `nats-cutover forget {id}`")), "{out:?}");
+    // Publishers had no stream (a newcomer's trial): the only copy serves them.
+    assert!(out.stderr.contains("publishers are served"), "{out:?}");
+    let (_, copy) = js.stream_info("ORDERS_CUTOVER").await.unwrap();
+    assert_eq!(copy.config.subjects, vec!["orders.>".to_string()]);
+    e.publish("orders.eu", "b", 1).await;
     let forget = e.cli(&["forget", id]);
     assert_eq!(forget.code, 0, "{forget:?}");
-    assert_eq!(js.stream_info("ORDERS_CUTOVER").await.unwrap().1.state.messages, 30, "kept");
+    assert_eq!(js.stream_info("ORDERS_CUTOVER").await.unwrap().1.state.messages, 31, "kept");
 }
 
 /// The same loss once the durables moved: forgetting would strand the

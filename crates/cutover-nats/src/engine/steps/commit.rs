@@ -302,10 +302,23 @@ pub(in crate::engine) async fn a_lost(ctx: &Ctx<'_>) -> Result<()> {
     };
     let (b_raw, b) = ctx.js.stream_info(&to).await?;
     if phase < Phase::ConsumersMoved {
-        return Err(Error::Unsafe(format!(
-            "{from} is gone (a memory stream does not survive a server restart), and its durables with it before they moved: their positions are lost; {to} holds {from}'s messages up to sequence {} ({} messages) and is their only copy, so it is kept (rollback refuses to delete it); nothing can finish this exactly: recreate {from}'s durables on {to} where their applications left off, then `nats-cutover forget {id}`",
+        // Publishers had no stream at all (a newcomer's trial): B, the
+        // only copy, takes A's subjects so they are served and what they
+        // publish is kept; nothing is journaled as committed (no durable
+        // moved), so `forget` ends it. Said first, then done.
+        let served = !final_subjects.is_empty() && b.config.subjects == final_subjects;
+        let why = format!(
+            "{from} is gone (a memory stream does not survive a server restart), and its durables with it before they moved: their positions are lost; {to} holds {from}'s messages up to sequence {} ({} messages) and is their only copy, so it is kept (rollback refuses to delete it); {to} took {from}'s subjects, so publishers are served and what they publish is kept there; nothing can finish this exactly: recreate {from}'s durables on {to} where their applications left off, then `nats-cutover forget {id}`",
             b.state.last_seq, b.state.messages
-        )));
+        );
+        if !served && !final_subjects.is_empty() {
+            ctx.journal.lock().await.error = Some(why.clone());
+            ctx.save().await?;
+            let promote_with = ctx.journal.lock().await.plan.promote_with.clone();
+            let cfg = super::subjects::taking_subjects(&b_raw, &final_subjects, &promote_with);
+            ctx.js.stream_update(&cfg).await?;
+        }
+        return Err(Error::Unsafe(why));
     }
     let t = ctx.begin(Step::MovePublishers).await?;
     ctx.journal.lock().await.phase = Phase::SubjectsReleased;
