@@ -215,6 +215,14 @@ async fn drive(ctx: &Ctx<'_>) -> Result<()> {
     if lost {
         commit::a_lost(ctx).await?;
     }
+    // B lost before the commit, A there: B was a copy, made again.
+    let to = ctx.journal.lock().await.to.clone();
+    let b_lost = !lost
+        && (Phase::BReady..=Phase::ConsumersMoved).contains(&phase().await)
+        && ctx.js.stream_info_opt(&to).await?.is_none();
+    if b_lost {
+        recheck::b_lost(ctx).await?;
+    }
     if phase().await < Phase::ConsumersMoved {
         super::fence::check_instances(ctx).await?;
     }

@@ -633,6 +633,38 @@ async fn a_restart_between_the_hops_of_a_change_to_memory_keeps_the_only_copy() 
     assert_eq!(c.num_pending, 40, "its position: {c:?}");
 }
 
+/// A newcomer's trial (case B): `--set storage=memory` in place, the server
+/// restarted in hop 2 after the durables moved to the new (memory) ORDERS
+/// and before its commit: the new ORDERS is gone with its durables, the
+/// temporary (file) stream still holds everything and its durables paused
+/// at their checkpoints. The resume said ORDERS "does not exist ... (or
+/// create it)". It makes the copy again and moves the durables again from
+/// their checkpoints: every message, and the durable's position.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_memory_copy_lost_in_a_restart_before_its_commit_is_made_again() {
+    let mut e = env().await;
+    crate::run::orders_stream(&e, 30_000).await;
+    e.publish("orders.eu", "a", 50).await;
+    let w = e.pull_consumer("ORDERS", "worker").await;
+    let mut batch = w.fetch().max_messages(10).messages().await.unwrap();
+    while let Some(m) = futures::StreamExt::next(&mut batch).await {
+        m.unwrap().double_ack().await.unwrap();
+    }
+    let args = ["--json", "run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
+    let out = run_cli(&e, &args, Some("move_consumers#2"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let js = restarted(&mut e).await;
+    assert!(js.stream_info_opt("ORDERS").await.unwrap().is_none(), "the memory copy is lost");
+    let out = crate::run::retry_cli(&e, &args, &["is held by runner"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("it held copies only, so it is made again"), "{out:?}");
+    let (_, s) = js.stream_info("ORDERS").await.unwrap();
+    assert_eq!((s.config.storage.as_str(), s.state.messages, s.state.last_seq), ("memory", 50, 50));
+    let (_, c) = js.consumer_info("ORDERS", "worker").await.unwrap();
+    assert_eq!((c.num_pending, c.ack_floor.stream_seq), (40, 10), "its position: {c:?}");
+    assert!(js.stream_info_opt("ORDERS_CUTOVER").await.unwrap().is_none());
+}
+
 /// Issue 23, case 2: a memory stream changed to file in place, the server
 /// restarted before hop 1's commit: the memory stream is gone with its
 /// durables, and the file copy is the only copy of its messages. The run

@@ -216,6 +216,47 @@ pub(in crate::engine) async fn none_appeared(ctx: &Ctx<'_>) -> Result<()> {
     )))
 }
 
+/// B gone before the commit while A is there: a memory copy (an in-place
+/// hop's new stream with storage memory, or any memory B) lost in a server
+/// restart, which the resume met as "stream does not exist ... (or create
+/// it)" (a newcomer's trial). B held copies only: it is made again and
+/// copies again, and each durable moved to it (its new durable went with
+/// B) moves again from its journaled checkpoint (its old durable, paused
+/// for good at F, is kept until the retire; `checkpoint_holds` checks it
+/// delivered nothing since). Journaled first. Fence mode past a durable's
+/// handoff is refused: its route sends instances to the lost durable.
+pub(in crate::engine) async fn b_lost(ctx: &Ctx<'_>) -> Result<()> {
+    let (to, id, handed_off) = {
+        let j = ctx.journal.lock().await;
+        let handed_off = j.plan.mode != Mode::Drain
+            && j.consumers.iter().any(|c| c.phase >= ConsumerPhase::Creating);
+        (j.to.clone(), j.id.clone(), handed_off)
+    };
+    if handed_off {
+        return Err(Error::Unsafe(format!(
+            "{to} is gone (a memory stream does not survive a server restart) with the new durables of a fence handoff, whose route sends their instances there; the old durables are kept, paused: `nats-cutover rollback {id}` gives them back, then plan again"
+        )));
+    }
+    {
+        let mut j = ctx.journal.lock().await;
+        j.phase = Phase::Planned;
+        j.handover = None;
+        j.window_since_ms = None;
+        j.a_final_seq = None;
+        for c in j.consumers.iter_mut().filter(|c| c.phase >= ConsumerPhase::Creating) {
+            c.phase = match c.checkpoint {
+                Some(_) => ConsumerPhase::Settled,
+                None => ConsumerPhase::Waiting,
+            };
+            c.b_start = None;
+        }
+    }
+    ctx.save().await?;
+    let what = format!("{to} was gone before the commit (a memory stream lost in a server restart): it held copies only, so it is made again and copies again, and the durables moved to it move again from their checkpoints");
+    ctx.emit(Step::CreateB, EventKind::Warning(Warning::Skipped { what }));
+    Ok(())
+}
+
 /// Right before A releases its subjects: settings of A the server updates
 /// in place that B took as A had them at the plan (`plan::CARRIED`), and A
 /// has changed since (an operator's update: a newcomer's `deny_purge` set
