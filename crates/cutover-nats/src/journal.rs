@@ -754,6 +754,10 @@ impl Lease {
         ttl: Duration,
         dead: Option<&str>,
     ) -> Result<Lease> {
+        // The lease counts from before its write: a runner stopped while
+        // the write's answer was on its way must not count it from when it
+        // read the answer (see `renew_if_due`).
+        let sent = Instant::now();
         let key = lease_key(from);
         let record = LeaseRecord {
             holder: holder(),
@@ -793,7 +797,7 @@ impl Lease {
             }
             Err(e) => return Err(jerr("cannot take the lease", e)),
         };
-        Ok(Lease { key, revision, record, ttl, renewed: Instant::now() })
+        Ok(Lease { key, revision, record, ttl, renewed: sent })
     }
 
     /// Renews when a third of the lease has passed. A failed compare-and-set
@@ -805,6 +809,13 @@ impl Lease {
         if self.renewed.elapsed() < self.ttl / 3 {
             return Ok(());
         }
+        // Counted from before the write: a runner stopped (SIGSTOP) after
+        // sending it and continued after another runner took the lease over
+        // and finished read the answer late, counted the lease as renewed
+        // then, and its next request's failure went out as its own (the
+        // chaos loop: "consumer worker does not exist", exit 2, instead of
+        // the lease).
+        let sent = Instant::now();
         self.record.expires_ms = now_ms() + self.ttl.as_millis() as u64;
         let value = Bytes::from(serde_json::to_vec(&self.record).unwrap());
         let mut backoff = Duration::from_millis(50);
@@ -838,8 +849,24 @@ impl Lease {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_millis(500));
         }
-        self.renewed = Instant::now();
+        self.renewed = sent;
         Ok(())
+    }
+
+    /// Whether the lease is still this runner's, asked of the bucket (its
+    /// record's revision is ours), whenever it was renewed: a failure's
+    /// cause is the lease's when another runner took it meanwhile.
+    pub async fn still_ours(&self, store: &JournalStore) -> Result<()> {
+        let entry =
+            store.kv().entry(&self.key).await.map_err(|e| jerr("cannot read the lease", e))?;
+        match entry {
+            Some(e) if e.revision == self.revision => Ok(()),
+            _ => Err(Error::Leased {
+                id: self.record.migration.clone(),
+                holder: "another runner (our lease lapsed and was taken)".into(),
+                until: "it finishes".into(),
+            }),
+        }
     }
 
     /// The fence of a runner holding `lease`: before each request, the lease

@@ -240,6 +240,11 @@ impl Ctx<'_> {
         self.lease.lock().await.renew_if_due(&self.store).await
     }
 
+    /// Whether the lease is still ours, asked of the bucket.
+    pub(in crate::engine) async fn lease_still_ours(&self) -> Result<()> {
+        self.lease.lock().await.still_ours(&self.store).await
+    }
+
     /// Renews the lease and honours Ctrl-C; called in every wait loop.
     pub(in crate::engine) async fn tick(&self, interruptible: bool) -> Result<()> {
         self.hold_lease().await?;

@@ -96,10 +96,13 @@ pub async fn run(
 /// meanwhile) is the lease's, not the server's.
 async fn lease_first(ctx: &Ctx<'_>, result: Result<()>) -> Result<()> {
     match result {
-        Err(e) if !matches!(e, Error::Leased { .. }) => match ctx.hold_lease().await {
-            Err(lost @ Error::Leased { .. }) => Err(lost),
-            _ => Err(e),
-        },
+        Err(e) if !matches!(e, Error::Leased { .. }) => {
+            // Asked of the bucket, not of the renewal's clock.
+            match ctx.lease_still_ours().await {
+                Err(lost @ Error::Leased { .. }) => Err(lost),
+                _ => Err(e),
+            }
+        }
         r => r,
     }
 }
