@@ -523,9 +523,10 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Publishers")]
     pub no_answer_publishes: bool,
     /// Messages a mirror's copy may have in flight from the old stream
-    /// (servers 2.14+, a limits stream: the copy reads it through a durable
+    /// (servers 2.14+, a limits stream, a copy of one replica; a replicated
+    /// copy uses the server's own mirror consumer): the copy reads it through a durable
     /// CUTOVER_MIRROR_<COPY> with this max_ack_pending, deleted with the
-    /// mirror). Smaller: publishes to the old stream wait less behind the
+    /// mirror. Smaller: publishes to the old stream wait less behind the
     /// copy, and the copy takes longer; 0: the server's own mirror consumer
     /// (copies fastest; publishes waited up to 0.6 s behind a copy of a
     /// million messages).

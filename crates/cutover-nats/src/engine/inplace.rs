@@ -148,10 +148,12 @@ pub async fn outline_in_place(js: &Js, req: &InPlaceRequest) -> Result<InPlaceOu
     let (_, a) = js.stream_info(&req.stream).await?;
     let (messages, bytes) = (a.state.messages, a.state.bytes);
     // The copy's kind, as steps/create.rs makes it: replicated (the larger
-    // of A's and the new setting's), and paced from 2.14 on a limits stream.
+    // of A's and the new setting's), and paced from 2.14 on a limits stream
+    // when not replicated.
     let replicas = a.config.num_replicas.max(hop1.b_config["num_replicas"].as_i64().unwrap_or(1));
     let paced = hop1.features.mirror_durable_consumer
-        && a.config.retention == cutover_core::model::RetentionPolicy::Limits;
+        && a.config.retention == cutover_core::model::RetentionPolicy::Limits
+        && hop1.b_config["num_replicas"].as_i64().unwrap_or(1) <= 1;
     Ok(InPlaceOutline {
         stream: req.stream.clone(),
         via: req.via(),

@@ -612,13 +612,7 @@ async fn a_purged_stream_changed_in_place_goes_on_after_its_last_sequence() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_between_the_hops_of_a_change_to_memory_keeps_the_only_copy() {
     let mut e = env().await;
-    crate::run::orders_stream(&e, 30_000).await;
-    e.publish("orders.eu", "a", 50).await;
-    let w = e.pull_consumer("ORDERS", "worker").await;
-    let mut batch = w.fetch().max_messages(10).messages().await.unwrap();
-    while let Some(m) = futures::StreamExt::next(&mut batch).await {
-        m.unwrap().double_ack().await.unwrap();
-    }
+    orders_ten_of_fifty_processed(&e).await;
     let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
     let out = run_cli(&e, &args, Some("retire"));
     assert_eq!(out.code, 86, "{out:?}");
@@ -643,13 +637,7 @@ async fn a_restart_between_the_hops_of_a_change_to_memory_keeps_the_only_copy() 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_memory_copy_lost_in_a_restart_before_its_commit_is_made_again() {
     let mut e = env().await;
-    crate::run::orders_stream(&e, 30_000).await;
-    e.publish("orders.eu", "a", 50).await;
-    let w = e.pull_consumer("ORDERS", "worker").await;
-    let mut batch = w.fetch().max_messages(10).messages().await.unwrap();
-    while let Some(m) = futures::StreamExt::next(&mut batch).await {
-        m.unwrap().double_ack().await.unwrap();
-    }
+    orders_ten_of_fifty_processed(&e).await;
     let args = ["--json", "run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
     let out = run_cli(&e, &args, Some("move_consumers#2"));
     assert_eq!(out.code, 86, "{out:?}");
@@ -1109,6 +1097,18 @@ async fn a_change_whose_stream_a_restart_lost_after_its_durables_moved_is_not_fo
     assert_eq!((raw["config"]["storage"].as_str(), info.state.messages), (Some("file"), 30));
     let (_, c) = js.consumer_info("ORDERS", "worker").await.unwrap();
     assert_eq!(c.num_pending, 30, "{c:?}");
+}
+
+/// ORDERS (file) with its durable `worker`, 50 messages, the first 10
+/// processed and acknowledged.
+async fn orders_ten_of_fifty_processed(e: &Env) {
+    crate::run::orders_stream(e, 30_000).await;
+    e.publish("orders.eu", "a", 50).await;
+    let w = e.pull_consumer("ORDERS", "worker").await;
+    let mut batch = w.fetch().max_messages(10).messages().await.unwrap();
+    while let Some(m) = futures::StreamExt::next(&mut batch).await {
+        m.unwrap().double_ack().await.unwrap();
+    }
 }
 
 /// A memory ORDERS (it does not survive a restart) with its durable

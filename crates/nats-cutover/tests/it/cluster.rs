@@ -80,6 +80,12 @@ async fn in_place_on_a_three_node_cluster_hands_the_copy_over_and_is_exact() {
     assert!(!meta.contains_key(cutover_core::plan::HANDOVER_KEY), "{meta:?}");
     let freezes: Vec<&str> = out.stdout.lines().filter(|l| l.contains("handover done")).collect();
     eprintln!("{}", freezes.join(" | "));
+    // A replicated copy is not paced (steps/create.rs `pace`: a newcomer's
+    // paced R3 copies of streams removing messages lost their leader).
+    for id in ["ORDERS.ORDERS_CUTOVER", "ORDERS_CUTOVER.ORDERS"] {
+        let (_, j) = cutover_nats::journal::load_migration(&js, id).await.unwrap();
+        assert_eq!(j.paced_by, None, "{id}");
+    }
     for gone in ["ORDERS_CUTOVER", "CUTOVER_CHECK_ORDERS_CUTOVER"] {
         assert!(js.stream_info_opt(gone).await.unwrap().is_none(), "{gone} left behind");
     }

@@ -30,22 +30,7 @@ impl Env {
     /// for them (a task woken by a blocked worker thread can wait in its
     /// queue until the thread is free). Killed if the test drops it.
     pub async fn cli_async(&self, args: &[&str]) -> Out {
-        let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
-            .arg("--server")
-            .arg(self.server.url())
-            .args(args)
-            .env_remove("NATS_URL")
-            .env_remove("NATS_CONTEXT")
-            .env("HOME", std::env::temp_dir().join("nats-cutover-test-home"))
-            .kill_on_drop(true)
-            .output()
-            .await
-            .expect("run nats-cutover");
-        Out {
-            code: o.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&o.stdout).into(),
-            stderr: String::from_utf8_lossy(&o.stderr).into(),
-        }
+        cli_at(self.server.url(), args).await
     }
 
     /// The pull durable `name` on `stream`, to fetch from as an application does.
@@ -112,6 +97,27 @@ impl Out {
 impl std::fmt::Debug for Out {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "exit {}\n--- stdout\n{}\n--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+/// The CLI against `servers` (one URL, or a cluster's, comma separated),
+/// awaited (see [`Env::cli_async`]).
+pub async fn cli_at(servers: &str, args: &[&str]) -> Out {
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
+        .arg("--server")
+        .arg(servers)
+        .args(args)
+        .env_remove("NATS_URL")
+        .env_remove("NATS_CONTEXT")
+        .env("HOME", std::env::temp_dir().join("nats-cutover-test-home"))
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run nats-cutover");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
     }
 }
 

@@ -67,8 +67,8 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str, mode: &str) -> Point 
     let e = env().await;
     orders_stream(&e, 30_000).await;
     let watcher = async_nats::connect(e.server.url()).await.unwrap();
-    let mut api = watcher.subscribe("$JS.API.>").await.unwrap();
-    let mut kv = watcher.subscribe("$KV.CUTOVER.>").await.unwrap();
+    let api = watcher.subscribe("$JS.API.>").await.unwrap();
+    let kv = watcher.subscribe("$KV.CUTOVER.>").await.unwrap();
     watcher.flush().await.unwrap();
     let load_client = async_nats::ConnectOptions::new()
         .custom_inbox_prefix("_LOAD")
@@ -91,28 +91,7 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str, mode: &str) -> Point 
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut seen = HashSet::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let killed = loop {
-        let m = tokio::select! {
-            m = api.next() => m.unwrap(),
-            m = kv.next() => m.unwrap(),
-            status = child.wait() => {
-                let status = status.unwrap();
-                assert!(status.success(), "the run failed before kill point {k}: {status}");
-                break None;
-            }
-            _ = tokio::time::sleep_until(deadline.into()) => panic!("kill point {k}: no progress"),
-        };
-        if let Some(key) = request_key(&m) {
-            if seen.insert(key.clone()) && seen.len() == k {
-                child.start_kill().unwrap();
-                child.wait().await.unwrap();
-                break Some(key);
-            }
-        }
-    };
-    drop((api, kv));
+    let killed = kill_after(k, (api, kv), &mut child, Duration::from_secs(60)).await;
     let Some(key) = killed else {
         let r = finish(load).await;
         assert_exact(&r);
@@ -172,6 +151,39 @@ async fn sweep_point(k: usize, undo: bool, strategy: &str, mode: &str) -> Point 
     eprintln!("kill point {k} ({key}), {}:", if resumed { "resumed" } else { "rolled back" });
     assert_exact(&r);
     Point::Killed(key)
+}
+
+/// Watches the runner's requests (`watch`: subscriptions to the JetStream
+/// API and the journal's bucket) and SIGKILLs `child` right after its k-th
+/// distinct one; `None` if the run ended first (it must have succeeded).
+async fn kill_after(
+    k: usize,
+    watch: (async_nats::Subscriber, async_nats::Subscriber),
+    child: &mut tokio::process::Child,
+    within: Duration,
+) -> Option<String> {
+    let (mut api, mut kv) = watch;
+    let mut seen = HashSet::new();
+    let deadline = Instant::now() + within;
+    loop {
+        let m = tokio::select! {
+            m = api.next() => m.unwrap(),
+            m = kv.next() => m.unwrap(),
+            status = child.wait() => {
+                let status = status.unwrap();
+                assert!(status.success(), "the run failed before kill point {k}: {status}");
+                return None;
+            }
+            _ = tokio::time::sleep_until(deadline.into()) => panic!("kill point {k}: no progress"),
+        };
+        if let Some(key) = request_key(&m) {
+            if seen.insert(key.clone()) && seen.len() == k {
+                child.start_kill().unwrap();
+                child.wait().await.unwrap();
+                return Some(key);
+            }
+        }
+    }
 }
 
 const IN_PLACE: &str = "in-place";
@@ -292,26 +304,6 @@ async fn crash_after_every_request_then_rollback_is_exact_in_fence_mode() {
     sweep_mode(true, "source", "fence").await;
 }
 
-/// The CLI against `servers` (a cluster's URLs), awaited.
-async fn cli_at(servers: &str, args: &[&str]) -> Out {
-    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"))
-        .arg("--server")
-        .arg(servers)
-        .args(args)
-        .env_remove("NATS_URL")
-        .env_remove("NATS_CONTEXT")
-        .env("HOME", std::env::temp_dir().join("nats-cutover-test-home"))
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run nats-cutover");
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into(),
-        stderr: String::from_utf8_lossy(&o.stderr).into(),
-    }
-}
-
 /// The in-place change of the cluster sweep (both hops hand the copy over
 /// to sourcing on a cluster, each after a retry horizon of ORDERS' 2 s window).
 const CLUSTER_CHANGE: [&str; 11] = [
@@ -346,8 +338,8 @@ async fn cluster_point(k: usize) -> Point {
     let worker = serde_json::json!({"durable_name": "worker", "ack_policy": "explicit", "ack_wait": 30_000_000_000i64, "max_ack_pending": 1000});
     let create = cutover_nats::api::Action::Create;
     js.consumer_create("ORDERS", "worker", &worker, create).await.unwrap();
-    let mut api = client.subscribe("$JS.API.>").await.unwrap();
-    let mut kv = client.subscribe("$KV.CUTOVER.>").await.unwrap();
+    let api = client.subscribe("$JS.API.>").await.unwrap();
+    let kv = client.subscribe("$KV.CUTOVER.>").await.unwrap();
     client.flush().await.unwrap();
     let load_client =
         async_nats::ConnectOptions::new().custom_inbox_prefix("_LOAD").connect(list).await.unwrap();
@@ -361,35 +353,14 @@ async fn cluster_point(k: usize) -> Point {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut seen = HashSet::new();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let killed = loop {
-        let m = tokio::select! {
-            m = api.next() => m.unwrap(),
-            m = kv.next() => m.unwrap(),
-            status = child.wait() => {
-                let status = status.unwrap();
-                assert!(status.success(), "the run failed before kill point {k}: {status}");
-                break None;
-            }
-            _ = tokio::time::sleep_until(deadline.into()) => panic!("kill point {k}: no progress"),
-        };
-        if let Some(key) = request_key(&m) {
-            if seen.insert(key.clone()) && seen.len() == k {
-                child.start_kill().unwrap();
-                child.wait().await.unwrap();
-                break Some(key);
-            }
-        }
-    };
-    drop((api, kv));
+    let killed = kill_after(k, (api, kv), &mut child, Duration::from_secs(90)).await;
     let Some(key) = killed else {
         assert_exact(&finish(load).await);
         return Point::Finished;
     };
     let resume_deadline = Instant::now() + Duration::from_secs(30);
     let out = loop {
-        let out = cli_at(&urls, &CLUSTER_CHANGE).await;
+        let out = crate::common::cli_at(&urls, &CLUSTER_CHANGE).await;
         let held = out.stderr.contains("is held by runner");
         if out.code != 0 && held && Instant::now() < resume_deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;
