@@ -72,7 +72,16 @@ pub async fn run(
         return result.map(|_| j);
     }
     let held = if result.is_err() { undo::still_held(&ctx).await } else { vec![] };
-    let a_gone = result.is_err() && matches!(js.stream_info_opt(&j.from).await, Ok(None));
+    let a_info = match result.is_err() {
+        true => js.stream_info_opt(&j.from).await.ok(),
+        false => None,
+    };
+    let a_gone = matches!(a_info, Some(None));
+    // A without the subjects it had (a commit window or a hand-over freeze
+    // whose giving back failed): a newcomer's run then said A "still serves
+    // the publishers" while every publish got no responders.
+    let a_unserving = matches!(&a_info, Some(Some((_, a))) if !j.a_subjects.is_empty() && a.config.subjects != j.a_subjects)
+        && !j.phase.committed();
     if let Err(e) = &result {
         j.error = Some(e.to_string());
         if j.phase == Phase::Planned && matches!(js.stream_info_opt(&j.to).await, Ok(None)) {
@@ -86,7 +95,7 @@ pub async fn run(
         }
     }
     let _ = ctx.release_lease().await;
-    result.map(|_| j.clone()).map_err(|e| stopped(e, &j, &held, a_gone))
+    result.map(|_| j.clone()).map_err(|e| stopped(e, &j, &held, (a_gone, a_unserving)))
 }
 
 /// A run's failure, unless its lease was lost meanwhile: a request sent by a
@@ -142,7 +151,7 @@ async fn new_journal(js: &Js, plan: Plan, opts: &RunOptions) -> Result<Journal> 
 /// Says, with a run's error, what state the migration is left in (after the
 /// compensating actions ran; `held`: consumers this run could not give back
 /// their state) and the one command that continues or undoes it.
-fn stopped(e: Error, j: &Journal, held: &[String], a_gone: bool) -> Error {
+fn stopped(e: Error, j: &Journal, held: &[String], (a_gone, a_unserving): (bool, bool)) -> Error {
     if matches!(e, Error::Interrupted { .. } | Error::Leased { .. }) {
         return e; // they say it themselves
     }
@@ -173,6 +182,11 @@ fn stopped(e: Error, j: &Journal, held: &[String], a_gone: bool) -> Error {
         (
             format!("{} is gone (a memory stream does not survive a server restart): {} holds its messages and is their only copy", j.from, j.to),
             format!("`nats-cutover run --resume {id}` makes {} take {}'s subjects once every durable moved; do not roll back (it would delete {})", j.to, j.from, j.to),
+        )
+    } else if a_unserving {
+        (
+            format!("{} does not hold its subjects ({}): it released them for the commit and did not get them back, so publishers may have no stream", j.from, j.a_subjects.join(", ")),
+            format!("`nats-cutover run --resume {id}` now: it gives them back (or finishes the commit); if it cannot reach {} or {}, give {} its subjects back by hand (`nats stream edit {} --subjects ...`)", j.from, j.to, j.from, j.from),
         )
     } else if j.phase.committed() {
         (format!("past the commit point: {} serves the publishers", j.to), j.way_on())
@@ -268,4 +282,48 @@ async fn drive(ctx: &Ctx<'_>) -> Result<()> {
         retire::retire(ctx).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn journal() -> Journal {
+        use cutover_core::plan::{build, PlanRequest, ServerFacts};
+        use serde_json::json;
+        let facts = ServerFacts {
+            version: cutover_core::version::ServerVersion::new(2, 15, 1),
+            a_raw: json!({"config": {"name": "A", "subjects": ["orders.>"], "duplicate_window": 120_000_000_000i64}, "state": {"messages": 1, "first_seq": 1, "last_seq": 1}}),
+            b_raw: None,
+            consumers_raw: vec![
+                json!({"name": "c", "stream_name": "A", "config": {"durable_name": "c", "ack_policy": "explicit"}}),
+            ],
+            other_consumers: vec![],
+            downstream: vec![],
+            account: None,
+            checks: Default::default(),
+        };
+        let plan = build(&PlanRequest::source("A", "B", &["c"]), &facts).unwrap();
+        let mut j = Journal::new(plan, vec!["orders.>".into()], &[("c".into(), None)], false, 0);
+        j.phase = Phase::ConsumersMoved;
+        j
+    }
+
+    /// A newcomer's run whose giving back failed said A "still serves the
+    /// publishers" while every publish got no responders.
+    #[test]
+    fn a_stop_with_a_not_holding_its_subjects_says_publishers_may_have_no_stream() {
+        let j = journal();
+        let e = || Error::Stuck("giving A its subjects back failed".into());
+        let text = |e: Error| match e {
+            Error::RunStopped { state, next, .. } => format!("{state} | {next}"),
+            e => panic!("{e}"),
+        };
+        let unserving = text(stopped(e(), &j, &[], (false, true)));
+        assert!(unserving.contains("A does not hold its subjects (orders.>)"), "{unserving}");
+        assert!(unserving.contains("`nats-cutover run --resume A.B` now"), "{unserving}");
+        assert!(!unserving.contains("still serves"), "{unserving}");
+        let serving = text(stopped(e(), &j, &[], (false, false)));
+        assert!(serving.contains("A still serves the publishers"), "{serving}");
+    }
 }
