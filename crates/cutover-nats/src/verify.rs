@@ -242,10 +242,17 @@ async fn stream_a(js: &Js, j: &Journal) -> Result<StreamInfo> {
     let a = match js.stream_info_opt(&j.from).await? {
         Some((_, a)) => a,
         None => {
+            // An in-place hop deletes its old stream itself (a newcomer
+            // was asked whether they had used --delete-old).
+            let why = match (j.plan.in_place, j.delete_old) {
+                (Some(_), _) => "an in-place hop deletes its old stream at its end",
+                (None, true) => "deleted with --delete-old",
+                (None, false) => "deleted since the move",
+            };
             return Err(Error::NotVerifiable(format!(
-                "stream {} no longer exists (deleted with --delete-old?): verify compares {} with it message by message, so it cannot run without it",
+                "stream {} no longer exists ({why}): verify compares {} with it message by message, so it cannot run without it",
                 j.from, j.to
-            )))
+            )));
         }
     };
     if !a.config.sources.is_empty() {

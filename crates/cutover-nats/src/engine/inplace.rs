@@ -277,6 +277,13 @@ pub async fn run_in_place(
                 if plan_in_place(js, req).await?.safe {
                     store.delete_journal(&j1.id).await?;
                     store.delete_journal(&j2.id).await?;
+                    // And their released leases: without their journals
+                    // `status` listed them as orphans (a newcomer's trial).
+                    for l in store.leases().await? {
+                        if !l.live && (l.migration == j1.id || l.migration == j2.id) {
+                            store.delete_lease(&l.stream).await?;
+                        }
+                    }
                 }
                 (None, None)
             }

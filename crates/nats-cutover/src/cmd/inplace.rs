@@ -300,7 +300,7 @@ fn print_outline(o: &InPlaceOutline, req: &InPlaceRequest, across: bool) {
         return;
     }
     outln!(
-        "In place: {s} gets its new settings under its own name, in two hops of strategy mirror:\n  hop 1: {s} → {via} (the temporary stream, with the new settings; {s} is deleted at the end of it)\n  hop 2: {via} → {s} (a new {s} mirrors {via} and takes its settings; {via} is deleted), planned when hop 1 is done\nEach hop copies {} messages ({}) now; both hops take about {} on a 2-core machine with R1 streams{} (more arriving meanwhile adds to it; replicas and busy servers take longer). {}; nothing is lost.\n\nHop 1:",
+        "In place: {s} gets its new settings under its own name, in two hops of strategy mirror:\n  hop 1: {s} → {via} (the temporary stream, with the new settings but memory storage, which only hop 2 gives, so that the copy between the hops survives a restart; {s} is deleted at the end of it)\n  hop 2: {via} → {s} (a new {s} mirrors {via} and takes its settings; {via} is deleted), planned when hop 1 is done\nEach hop copies {} messages ({}) now; both hops take about {} on a 2-core machine with R1 streams{} (more arriving meanwhile adds to it; replicas and busy servers take longer). {}; nothing is lost.\n\nHop 1:",
         crate::render::thousands(o.copies_messages),
         crate::render::bytes(o.copies_bytes),
         crate::render::duration(std::time::Duration::from_millis(o.estimate_ms)),

@@ -910,6 +910,13 @@ async fn between_the_hops_plan_and_inspect_name_the_change_under_way_not_a_missi
     assert!(!status.stdout.contains("leases:"), "{status:?}");
     assert!(status.stdout.contains("2 released lease(s) of finished migrations"), "{status:?}");
     assert_eq!(e.cli(&["--json", "status"]).json()["leases"].as_array().unwrap().len(), 2);
+    // A new change replaces the finished hops' records, their leases with
+    // them: hop 2's was listed as an orphan while the new hop 1 ran.
+    let again = ["run", "--in-place", "ORDERS", "--set", "storage=file", "--yes"];
+    let out = run_cli(&e, &again, Some("catch_up"));
+    assert_eq!(out.code, 86, "{out:?}");
+    let status = e.cli(&["status"]);
+    assert!(!status.stdout.contains("orphan"), "{status:?}");
 }
 
 /// A newcomer's trial: every message of hop 1 of an in-place change named
