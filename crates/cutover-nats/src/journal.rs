@@ -835,11 +835,7 @@ impl Lease {
                     self.revision = store.written_by_us(id, &self.key, &value).await?;
                     break;
                 }
-                return Err(Error::Leased {
-                    id: self.record.migration.clone(),
-                    holder: "another runner (our lease lapsed and was taken)".into(),
-                    until: "it finishes".into(),
-                });
+                return Err(self.taken());
             }
             if self.renewed.elapsed() + backoff > self.ttl * 2 / 3 {
                 return Err(jerr("cannot renew the lease", e));
@@ -861,11 +857,16 @@ impl Lease {
             store.kv().entry(&self.key).await.map_err(|e| jerr("cannot read the lease", e))?;
         match entry {
             Some(e) if e.revision == self.revision => Ok(()),
-            _ => Err(Error::Leased {
-                id: self.record.migration.clone(),
-                holder: "another runner (our lease lapsed and was taken)".into(),
-                until: "it finishes".into(),
-            }),
+            _ => Err(self.taken()),
+        }
+    }
+
+    /// This runner's lease lapsed and another runner took it.
+    fn taken(&self) -> Error {
+        Error::Leased {
+            id: self.record.migration.clone(),
+            holder: "another runner (our lease lapsed and was taken)".into(),
+            until: "it finishes".into(),
         }
     }
 

@@ -178,11 +178,23 @@ pub async fn in_place_under_way(js: &Js, req: &InPlaceRequest) -> Result<bool> {
         return Ok(false);
     };
     let (j1, j2) = load_hops(&store, req).await?;
-    let open = |j: &Option<Journal>| {
-        j.as_ref().is_some_and(|j| j.phase != Phase::Done && j.phase != Phase::RolledBack)
-    };
-    let between = j1.as_ref().is_some_and(|j| j.phase == Phase::Done) && j2.is_none();
-    Ok(open(&j1) || open(&j2) || between)
+    Ok(hop_under_way(j1.as_ref(), j2.as_ref()).is_some())
+}
+
+/// Which hop of an in-place change is under way, from its two journals:
+/// one journaled neither done nor rolled back, or hop 1 done with no hop 2
+/// yet (between the hops); with where it is.
+fn hop_under_way<'a>(
+    hop1: Option<&'a Journal>,
+    hop2: Option<&'a Journal>,
+) -> Option<(&'a Journal, &'static str)> {
+    let open = |j: &Journal| j.phase != Phase::Done && j.phase != Phase::RolledBack;
+    match (hop1, hop2) {
+        (_, Some(j2)) if open(j2) => Some((j2, "in hop 2")),
+        (Some(j1), _) if open(j1) => Some((j1, "in hop 1")),
+        (Some(j1), None) if j1.phase == Phase::Done => Some((j1, "between its hops (hop 1 done)")),
+        _ => None,
+    }
 }
 
 /// Why `stream` is missing when an in-place change of it is under way (a
@@ -211,15 +223,9 @@ pub async fn missing_mid_change(js: &Js, stream: &str) -> Result<Option<String>>
             }
         }
     }
-    let open = |j: &Journal| j.phase != Phase::Done && j.phase != Phase::RolledBack;
     let hop2 = hops.iter().find(|j| j.plan.in_place == Some(InPlaceHop::Back));
     let hop1 = hops.iter().find(|j| j.plan.in_place == Some(InPlaceHop::Out));
-    let (j, at) = match (hop1, hop2) {
-        (_, Some(j2)) if open(j2) => (j2, "in hop 2"),
-        (Some(j1), _) if open(j1) => (j1, "in hop 1"),
-        (Some(j1), None) if j1.phase == Phase::Done => (j1, "between its hops (hop 1 done)"),
-        _ => return Ok(None),
-    };
+    let Some((j, at)) = hop_under_way(hop1, hop2) else { return Ok(None) };
     let via = if j.plan.in_place == Some(InPlaceHop::Out) { &j.to } else { &j.from };
     Ok(Some(format!(
         "stream {stream:?} does not exist now because its in-place change is under way, {at} (migration {}, phase {}): its messages and durables are on {via} until hop 2 makes {stream} again, so do not create {stream} by hand; {}",

@@ -231,10 +231,25 @@ async fn sweep(undo: bool, strategy: &'static str) {
 /// kill ends the sweep, and the one beside it is aborted (its server and
 /// runner go with it).
 async fn sweep_mode(undo: bool, strategy: &'static str, mode: &'static str) {
-    let spawn = |k: usize| tokio::spawn(sweep_point(k, undo, strategy, mode));
-    let mut running = std::collections::VecDeque::from([spawn(1), spawn(2)]);
-    let mut next = 3;
+    let (points, finished) =
+        two_at_a_time(1..200, |k| tokio::spawn(sweep_point(k, undo, strategy, mode))).await;
+    assert!(finished, "the runner makes more distinct requests than expected");
+    eprintln!("{} kill points: {points:#?}", points.len());
+    assert!(points.len() >= 10, "too few kill points: {points:?}");
+}
+
+/// Runs the kill points `ks` two at a time, taken in order, until one
+/// finds the run ended before its kill (then `true`) or `ks` ends: the
+/// keys of the requests killed after. The one beside the last is aborted
+/// (its servers and runner go with it); a point's panic is the sweep's.
+async fn two_at_a_time(
+    ks: impl IntoIterator<Item = usize>,
+    spawn: impl Fn(usize) -> tokio::task::JoinHandle<Point>,
+) -> (Vec<String>, bool) {
+    let mut ks = ks.into_iter();
+    let mut running: std::collections::VecDeque<_> = ks.by_ref().take(2).map(&spawn).collect();
     let mut points = vec![];
+    let mut finished = false;
     while let Some(point) = running.pop_front() {
         let point = match point.await {
             Ok(p) => p,
@@ -245,15 +260,15 @@ async fn sweep_mode(undo: bool, strategy: &'static str, mode: &'static str) {
         };
         match point {
             Point::Killed(key) => points.push(key),
-            Point::Finished => break,
+            Point::Finished => {
+                finished = true;
+                break;
+            }
         }
-        assert!(next < 200, "the runner makes more distinct requests than expected");
-        running.push_back(spawn(next));
-        next += 1;
+        running.extend(ks.next().map(&spawn));
     }
     running.iter().for_each(|h| h.abort());
-    eprintln!("{} kill points: {points:#?}", points.len());
-    assert!(points.len() >= 10, "too few kill points: {points:?}");
+    (points, finished)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -404,26 +419,9 @@ async fn crash_after_requests_of_an_in_place_change_on_a_cluster_then_resume_is_
     // replay one).
     let from: usize =
         std::env::var("CUTOVER_CLUSTER_SWEEP_FROM").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
-    let ks = (0..).map(|i| from + i * stride);
-    let mut ks = ks.take_while(|k| *k < 400);
-    let mut running: std::collections::VecDeque<_> =
-        ks.by_ref().take(2).map(|k| tokio::spawn(cluster_point(k))).collect();
-    let mut points = vec![];
-    while let Some(point) = running.pop_front() {
-        let point = match point.await {
-            Ok(p) => p,
-            Err(e) => {
-                running.iter().for_each(|h| h.abort());
-                std::panic::resume_unwind(e.into_panic());
-            }
-        };
-        match point {
-            Point::Killed(key) => points.push(key),
-            Point::Finished => break,
-        }
-        running.extend(ks.next().map(|k| tokio::spawn(cluster_point(k))));
-    }
-    running.iter().for_each(|h| h.abort());
+    let ks = (0..).map(|i| from + i * stride).take_while(|k| *k < 400);
+    let (points, finished) = two_at_a_time(ks, |k| tokio::spawn(cluster_point(k))).await;
+    assert!(finished, "the runner makes more distinct requests than expected");
     eprintln!("{} cluster kill points (every {stride}th request): {points:#?}", points.len());
     assert!(from - 1 + points.len() * stride >= 40, "too few kill points: {points:?}");
 }
