@@ -471,7 +471,10 @@ pub struct Journal {
     /// (ordered consumers: KV and object store watchers, ordered
     /// subscriptions), read right before A is deleted (which deletes them,
     /// and tells their clients nothing), so hop 2 can create each again on
-    /// A's new stream (see [`crate::watchers::Watcher`]).
+    /// A's new stream (see [`crate::watchers::Watcher`]). Hop 2: the same,
+    /// journaled right before its create step creates them on A's new
+    /// stream (once: never again on a resume), for its retire to delete
+    /// those their clients left.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub watchers: Vec<crate::watchers::Watcher>,
     /// Strategy mirror on a server that drops a mirror's window

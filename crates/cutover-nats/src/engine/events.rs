@@ -210,13 +210,19 @@ pub enum Info {
         stream: String,
         count: usize,
     },
-    /// In place, hop 2: hop 1's ordered consumers created again on the new
-    /// stream; `reset`: how many their clients left within the wait (they
-    /// went on from their own cursors), the rest are still bound.
+    /// In place, hop 2's create step: hop 1's ordered consumers created
+    /// again on the new stream, as soon as it exists.
     WatchersRestored {
         stream: String,
         created: usize,
-        reset: usize,
+    },
+    /// In place, hop 2's retire: of the ordered consumers created again,
+    /// those their clients left (they reset onto consumers of their own)
+    /// deleted, the rest still bound.
+    WatchersLeft {
+        stream: String,
+        left: usize,
+        bound: usize,
     },
     /// Across systems with `--repoint-publishers` and no split (strategy
     /// mirror: a same-name move's hop 1): the commit point passed, `to`
@@ -313,9 +319,13 @@ impl EventKind {
                     "message": format!("{count} ordered consumer(s) on {stream} (KV or object store watchers, ordered subscriptions) kept before its deletion, to be created again on its new stream"),
                     "stream": stream, "count": count,
                 }),
-                Info::WatchersRestored { stream, created, reset } => json!({
-                    "message": format!("{created} ordered consumer(s) created again on {stream}: {reset} client(s) reset onto it from their own position, {} still bound (they reset at the next message)", created - reset),
-                    "stream": stream, "created": created, "reset": reset,
+                Info::WatchersRestored { stream, created } => json!({
+                    "message": format!("{created} ordered consumer(s) created again on {stream} as soon as it exists: each client resets onto {stream} from its own position at its next message, and reads there what the copy brings"),
+                    "stream": stream, "created": created,
+                }),
+                Info::WatchersLeft { stream, left, bound } => json!({
+                    "message": format!("{left} client(s) of the ordered consumers created again on {stream} reset onto it from their own position (those consumers deleted), {bound} still bound (nothing written to them since: they reset at the next message)"),
+                    "stream": stream, "left": left, "bound": bound,
                 }),
                 Info::RepointNow { to } => json!({
                     "message": format!("commit point passed: repoint the publishers (and a bucket's clients) to the target side now, where {to} holds the subjects; a write still sent to the source side is answered \"no responders\" (nothing stored) until its client reconnects"),

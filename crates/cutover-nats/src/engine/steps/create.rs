@@ -10,9 +10,10 @@ use serde_json::json;
 
 pub(in crate::engine) async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
     let t = ctx.begin(Step::CreateB).await?;
-    let (to, from, b_config, journaled) = {
+    let (to, from, b_config, journaled, hop2) = {
         let j = ctx.journal.lock().await;
-        (j.to.clone(), j.from.clone(), j.plan.b_config.clone(), j.created_b)
+        let hop2 = j.plan.in_place == Some(cutover_core::plan::InPlaceHop::Back);
+        (j.to.clone(), j.from.clone(), j.plan.b_config.clone(), j.created_b, hop2)
     };
     let created = match ctx.js.stream_info_opt(&to).await? {
         Some((_, b)) => {
@@ -48,6 +49,10 @@ pub(in crate::engine) async fn create_b(ctx: &Ctx<'_>) -> Result<()> {
             true
         }
     };
+    if hop2 {
+        // In place: the watchers hop 1 kept, on A's new stream at once.
+        super::watchers::restore(ctx, &to, &from).await?;
+    }
     ctx.done(Step::CreateB, t, Some(Phase::BReady), StepResult::CreateB { created }).await
 }
 

@@ -157,7 +157,7 @@ pub(in crate::engine) async fn retire(ctx: &Ctx<'_>) -> Result<()> {
         ctx.js.stream_delete(&from).await?;
     }
     if in_place == Some(InPlaceHop::Back) {
-        super::watchers::restore(ctx, &to, &from).await?;
+        super::watchers::tidy(ctx, &to).await?;
     }
     ctx.done(
         Step::Retire,

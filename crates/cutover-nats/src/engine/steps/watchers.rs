@@ -7,28 +7,29 @@
 //! learns of the loss from missed heartbeats alone, which nats.js 3.x
 //! checks every 30 s and acts on after two (a KV watcher was silent 82-85 s
 //! after a bucket change; nats.go and nats-py 10-20 s). Hop 1 reads them
-//! into its journal right before the delete ([`keep`]); hop 2, once A's new
-//! stream holds the subjects, creates each again under its name and deliver
-//! subject after what it had delivered ([`restore`]). Its first message has
-//! consumer sequence 1, which every ordered client takes as a gap: it
-//! resets at once onto A, from its own cursor (nothing missed, nothing
-//! repeated), and the one it leaves is deleted.
+//! into its journal right before the delete ([`keep`]); hop 2, as soon as
+//! A's new stream exists (its create step, while it still copies the
+//! temporary stream), creates each again under its name and deliver subject
+//! after what it had delivered ([`restore`]). Its first message has consumer
+//! sequence 1, which every ordered client takes as a gap: it resets at once
+//! onto A's new stream (the name it binds to), from its own cursor (nothing
+//! missed, nothing repeated), and reads there what the copy brings. Hop 2's
+//! retire deletes the ones their clients left ([`tidy`]).
+//!
+//! Why so early: from hop 1's commit the old stream gets no writes, and a
+//! watcher reads none until it is on A's new stream; the temporary stream
+//! and the new one keep a bucket's history per key (max_msgs_per_subject)
+//! meanwhile, so a key written more often than that in the gap loses the
+//! revisions in between for the watcher. Created at hop 2's retire (after
+//! its hand-over and, on a cluster, a retry horizon: 12-13 s), a
+//! newcomer's R3 nats.js watcher missed 330 revisions with history 10.
 
 use crate::api::Action;
 use crate::engine::ctx::Ctx;
 use crate::engine::events::{EventKind, Info, Warning};
 use crate::error::Result;
-use cutover_core::api_error::ApiErrorCode;
 use cutover_core::journal::{migration_id, Step};
 use cutover_core::watchers::{watcher, watcher_config, MAX_WATCHERS};
-use std::time::{Duration, Instant};
-
-/// How long [`restore`] waits for the clients to leave the consumers it
-/// created (each resets at its first message, or at its first heartbeat
-/// for nats.go and nats-py, whose ordered consumers beat every 5 s): one
-/// still bound then keeps it (it had received nothing, or nothing was
-/// written since) and resets at the next message.
-const LEAVE_WAIT: Duration = Duration::from_secs(10);
 
 /// Hop 1, right before A is deleted: its ephemeral push consumers, into the
 /// journal (the delete is not undone, so they are saved first).
@@ -46,60 +47,65 @@ pub(in crate::engine) async fn keep(ctx: &Ctx<'_>, stream: &str) -> Result<()> {
     Ok(())
 }
 
-/// Hop 2, once `stream` (A's new stream) holds the subjects: hop 1's
-/// watchers created on it again, then those their clients left deleted.
-/// Idempotent (a resumed retire finds them created); a consumer that
-/// cannot be created is named, not fatal: its client resets by itself.
-pub(in crate::engine) async fn restore(ctx: &Ctx<'_>, stream: &str, via: &str) -> Result<()> {
-    let Some(hop1) = ctx.store.load(&migration_id(stream, via)).await? else {
+/// Hop 2, once A's new stream `to` exists (it still copies the temporary
+/// stream `via`): hop 1's watchers created on it again. Its intent is
+/// journaled first, and then it is never done again: a client that reset
+/// off one already (its own consumer now, maybe on the same inbox) must
+/// not get a second. One that cannot be created is named, not fatal: its
+/// client resets by itself after its missed heartbeats.
+pub(in crate::engine) async fn restore(ctx: &Ctx<'_>, to: &str, via: &str) -> Result<()> {
+    if !ctx.journal.lock().await.watchers.is_empty() {
+        return Ok(());
+    }
+    let Some(hop1) = ctx.store.load(&migration_id(to, via)).await? else {
         return Ok(());
     };
     if hop1.watchers.is_empty() {
         return Ok(());
     }
-    let mut created = vec![];
+    ctx.journal.lock().await.watchers = hop1.watchers.clone();
+    ctx.save().await?;
+    let mut created = 0;
     for w in &hop1.watchers {
-        match ctx.js.consumer_create(stream, &w.name, &watcher_config(w), Action::Create).await {
-            Ok(_) => created.push(w.name.clone()),
-            Err(e)
-                if matches!(e.api_code(), Some(c) if c == ApiErrorCode::CONSUMER_ALREADY_EXISTS
-                    || c == ApiErrorCode::CONSUMER_NAME_EXISTS) =>
-            {
-                created.push(w.name.clone())
-            }
+        match ctx.js.consumer_create(to, &w.name, &watcher_config(w), Action::Create).await {
+            Ok(_) => created += 1,
             Err(e) => ctx.emit(
-                Step::Retire,
+                Step::CreateB,
                 EventKind::Warning(Warning::Skipped {
-                    what: format!("the ordered consumer {} could not be created again on {stream} ({e}): its client resets by itself, after its heartbeats are missed", w.name),
+                    what: format!("the ordered consumer {} could not be created again on {to} ({e}): its client resets by itself, after its heartbeats are missed", w.name),
                 }),
             ),
         }
     }
-    let total = created.len();
-    let deadline = Instant::now() + LEAVE_WAIT;
-    let mut left = 0;
-    while !created.is_empty() {
-        let mut bound = vec![];
-        for name in created {
-            match ctx.js.consumer_info_opt(stream, &name).await? {
-                // Its client deleted it itself (nats.js: the same name).
-                None => left += 1,
-                Some((raw, _)) if raw["push_bound"].as_bool() != Some(true) => {
-                    // Its client reset onto a consumer of its own.
-                    ctx.js.consumer_delete(stream, &name).await?;
-                    left += 1;
-                }
-                Some(_) => bound.push(name),
-            }
-        }
-        created = bound;
-        if created.is_empty() || Instant::now() >= deadline {
-            break;
-        }
-        ctx.tick(false).await?;
-        tokio::time::sleep(ctx.opts.poll).await;
+    ctx.emit(Step::CreateB, EventKind::Info(Info::WatchersRestored { stream: to.into(), created }));
+    Ok(())
+}
+
+/// Hop 2's retire: of the watchers [`restore`] created on `stream`, those
+/// their clients left are deleted (a client that reset onto a consumer of
+/// its own leaves this one unbound; nats.js deletes it itself). One still
+/// bound received nothing since (nothing written to its subjects): it goes
+/// on with it and resets at the next message. Idempotent.
+pub(in crate::engine) async fn tidy(ctx: &Ctx<'_>, stream: &str) -> Result<()> {
+    let names: Vec<String> =
+        ctx.journal.lock().await.watchers.iter().map(|w| w.name.clone()).collect();
+    if names.is_empty() {
+        return Ok(());
     }
-    let info = Info::WatchersRestored { stream: stream.into(), created: total, reset: left };
-    ctx.emit(Step::Retire, EventKind::Info(info));
+    let (mut left, mut bound) = (0, 0);
+    for name in &names {
+        match ctx.js.consumer_info_opt(stream, name).await? {
+            None => left += 1,
+            Some((raw, _)) if raw["push_bound"].as_bool() != Some(true) => {
+                ctx.js.consumer_delete(stream, name).await?;
+                left += 1;
+            }
+            Some(_) => bound += 1,
+        }
+    }
+    ctx.emit(
+        Step::Retire,
+        EventKind::Info(Info::WatchersLeft { stream: stream.into(), left, bound }),
+    );
     Ok(())
 }
