@@ -41,7 +41,7 @@ pub use request::{
     ConfigCheck, External, InPlaceHop, Mode, PlanError, PlanRequest, ServerChecks, ServerFacts,
     Strategy, DEFAULT_RETRY_HORIZON,
 };
-pub use settings::{check_setting_names, check_setting_values, needs_migration};
+pub use settings::{check_setting_names, check_setting_values, is_stream_setting, needs_migration};
 
 /// The plan for `req` on the server `facts` describe: strategy
 /// `dual-write`'s own, else the `source`/`mirror` plan.

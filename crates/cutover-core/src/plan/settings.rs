@@ -6,6 +6,11 @@ use super::b_config::STREAM_SETTINGS;
 use super::request::PlanError;
 use serde_json::{Map, Value};
 
+/// Whether `key` is a stream setting's name (the server's stream config).
+pub fn is_stream_setting(key: &str) -> bool {
+    STREAM_SETTINGS.contains(&key)
+}
+
 /// Refuses, by name, a key that is not a stream setting (a typo the server
 /// would silently ignore).
 pub fn check_setting_names(settings: &Map<String, Value>) -> Result<(), PlanError> {

@@ -18,14 +18,29 @@ fn settings(a: &PlanArgs, across: bool) -> Result<Option<Map<String, Value>>> {
         Some(m) => m,
         None => Map::new(),
     };
+    let bucket = a.in_place.as_deref().and_then(bucket_kind);
     for kv in &a.set {
         let Some((k, v)) = kv.split_once('=') else {
             return Err(CliError::Flag(format!(
                 "--set {kv:?} is not KEY=VALUE: write e.g. --set storage=memory"
             )));
         };
+        let k = k.trim();
+        // A bucket's stream takes its bucket's option names too (`nats kv
+        // add`'s: history, ttl, ...), as `kv`/`obj` do: a newcomer's
+        // `plan --in-place KV_cfg --set history=10` was refused as "not a
+        // stream setting".
+        if let Some(kind) = bucket.filter(|_| !cutover_core::plan::is_stream_setting(k)) {
+            let option = k.replace('_', "-");
+            if kind.options().contains(&option.as_str()) {
+                let mapped = cutover_core::bucket::settings(kind, &[kv.clone()])
+                    .map_err(|e| CliError::Flag(e.to_string()))?;
+                m.extend(mapped);
+                continue;
+            }
+        }
         let v = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()));
-        m.insert(k.trim().to_string(), v);
+        m.insert(k.to_string(), v);
     }
     if m.is_empty() && across {
         // A move to the target system under the same name: nothing to change.
@@ -136,6 +151,15 @@ fn external_of(more: &PlanMoreArgs) -> Option<cutover_core::plan::External> {
         repoint_publishers: more.repoint_publishers,
         split_publishers: false,
     })
+}
+
+/// The kind of bucket whose stream `stream` is (`KV_x`, `OBJ_x`).
+fn bucket_kind(stream: &str) -> Option<Kind> {
+    match stream.split_once('_') {
+        Some(("KV", b)) if !b.is_empty() => Some(Kind::Kv),
+        Some(("OBJ", b)) if !b.is_empty() => Some(Kind::Obj),
+        _ => None,
+    }
 }
 
 /// The request of `run --in-place` / `plan --in-place`. Every durable of the

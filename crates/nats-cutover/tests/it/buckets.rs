@@ -397,3 +397,26 @@ async fn in_place_checks_values_and_says_when_nothing_is_left_to_do() {
     assert!(out.stdout.contains("already has these settings"), "{}", out.stdout);
     assert_eq!(e.snapshot().await, before);
 }
+
+/// A bucket's stream changed by its stream name takes the bucket's option
+/// names, as `kv` does (a newcomer's `plan --in-place KV_cfg --set
+/// history=10` was refused as "not a stream setting"): history is the
+/// stream's max_msgs_per_subject, an update the server makes in place.
+#[tokio::test]
+async fn a_bucket_stream_in_place_takes_the_bucket_option_names() {
+    let e = env().await;
+    bucket_stream(&e, true).await;
+    let out = e.cli(&["plan", "--in-place", "KV_cfg", "--set", "history=99"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("a whole number from 1 to 64"), "{}", out.stderr);
+    let before = e.snapshot().await;
+    let out = e.cli(&["plan", "--in-place", "KV_cfg", "--set", "history=5"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("\"max_msgs_per_subject\": 5"), "{}", out.stdout);
+    assert_eq!(e.snapshot().await, before, "plan changes nothing");
+    let out =
+        e.cli(&["run", "--in-place", "KV_cfg", "--set", "history=5", "--set", "ttl=1h", "--yes"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let (_, s) = e.js.stream_info("KV_cfg").await.unwrap();
+    assert_eq!((s.config.max_msgs_per_subject, s.config.max_age), (5, 3_600_000_000_000));
+}
