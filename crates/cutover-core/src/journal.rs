@@ -494,9 +494,15 @@ pub struct Handover {
     /// The first sequence B sources (A's last + 1 in the freeze), journaled
     /// before B's update.
     pub x: Option<u64>,
-    /// When A took its subjects back: from then on B records every msg-id
-    /// A stores, and the commit waits one retry horizon after it.
+    /// When A took its subjects back (live: when B's mirror was removed):
+    /// from then on B records every msg-id A stores, and the commit waits
+    /// one retry horizon after it.
     pub done_ms: Option<u64>,
+    /// Made live, A serving throughout (`plan::handover_freeze_reason` found
+    /// nothing that needs the freeze): B's mirror removed first, then its
+    /// source of A added from B's next sequence. Journaled before either.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub live: bool,
 }
 
 /// B when it took A's subjects on the target side: every message up to

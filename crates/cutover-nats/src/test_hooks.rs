@@ -117,6 +117,19 @@ pub fn force_handover() -> bool {
     }
 }
 
+/// Set to `freeze`: the hand-over is made in a freeze even where it could be
+/// made live (`engine::steps::handover`).
+pub fn force_handover_freeze() -> bool {
+    #[cfg(feature = "test-hooks")]
+    {
+        std::env::var(HANDOVER_VAR).is_ok_and(|v| v == "freeze")
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    {
+        false
+    }
+}
+
 /// Set (to anything): B's update that takes the subjects at the commit is
 /// refused, as a server refuses one (the failure the commit's undo is for:
 /// A takes its subjects back before the error is reported).

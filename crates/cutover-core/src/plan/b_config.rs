@@ -282,6 +282,46 @@ pub const FROM_KEY: &str = "nats-cutover.from";
 /// sequences are A's, so its progress is read like a mirror's).
 pub const HANDOVER_KEY: &str = "nats-cutover.handover";
 
+/// Why B's hand-over from mirroring to sourcing A ([`super::Plan::handover`])
+/// must be made in a freeze, A's subjects released; `None`: it is made live.
+///
+/// A source stores each message at B's next sequence and fills no gap (only
+/// a mirror does: nats-server stream.go `processInboundMirrorMsg` →
+/// `skipMsgs`), so a message A stored after B's mirror stopped and removed
+/// before B's source read it would shift every later sequence of B. Live,
+/// B's mirror is removed while A serves, and B then sources A from its
+/// next sequence: A must not remove so new a message in between, which
+/// takes the seconds of B's update (the server scans B's messages for a
+/// source header, stream.go `setStartingSequenceForSources`: 2.5 s for
+/// 200,000 messages on R3). A limits stream removes only its oldest,
+/// unless its limits turn it over that fast; what else removes a new one
+/// is below. (A message deleted by a client meanwhile shifts B too, in a
+/// freeze as well: the commit's check finds it, `tail_exact`.)
+pub fn handover_freeze_reason(a: &Value) -> Option<&'static str> {
+    let n = |k: &str| a[k].as_i64().unwrap_or(0);
+    let on = |k: &str| a[k].as_bool() == Some(true);
+    if a["retention"].as_str().unwrap_or("limits") != "limits" {
+        return Some("a work-queue or interest stream removes messages as they are consumed");
+    }
+    if n("max_msgs_per_subject") > 0 {
+        return Some("a per-subject limit (a KV bucket's history) removes a subject's older messages as new ones come");
+    }
+    if on("allow_rollup_hdrs") {
+        return Some("a roll-up removes a subject's or the stream's earlier messages");
+    }
+    if on("allow_msg_ttl") {
+        return Some("a message with its own TTL may expire before older ones");
+    }
+    let small = |k: &str, below: i64| (1..below).contains(&n(k));
+    if small("max_msgs", 100_000)
+        || small("max_bytes", 64 << 20)
+        || small("max_age", 600_000_000_000)
+    {
+        return Some("its limits (max_msgs under 100,000, max_bytes under 64 MiB or max_age under 10 min) could remove a message stored in seconds");
+    }
+    None
+}
+
 /// The new durable on B: the old one's configuration, unknown fields included,
 /// positioned by `opt_start_seq` later and with filters as B stores them.
 ///

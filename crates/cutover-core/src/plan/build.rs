@@ -62,7 +62,13 @@ pub(super) fn build(req: &PlanRequest, facts: &ServerFacts) -> Result<Plan, Plan
         features,
         &moved.plans,
         &b_final_subjects,
-        handover.then_some(retry_horizon),
+        handover.then_some((
+            retry_horizon,
+            match req.external.is_some() {
+                true => Some("a move across systems: the live hand-over is not tried there yet"),
+                false => super::handover_freeze_reason(&facts.a_raw["config"]),
+            },
+        )),
     );
     if !b_exists && b_config.get("republish").is_some_and(|v| !v.is_null()) {
         r.add("stream", "republish", "set", "at the commit point", Verdict::ChangedOnPurpose, "B takes A's republish at the commit point, not while it copies A (a stream republishes every message it stores, copied ones too): subscribers of the republished subjects get each message once");

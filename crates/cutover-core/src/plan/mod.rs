@@ -32,8 +32,8 @@ mod steps;
 mod tests;
 
 pub use b_config::{
-    b_config_from, b_consumer_config, carried_changes, carried_settings, CARRIED, FROM_KEY,
-    HANDOVER_KEY,
+    b_config_from, b_consumer_config, carried_changes, carried_settings, handover_freeze_reason,
+    CARRIED, FROM_KEY, HANDOVER_KEY,
 };
 pub use build::appeared_consumer;
 pub use document::{copy_estimate, ConsumerPlan, InPlaceOutline, Plan, Step, PLAN_FORMAT};

@@ -82,7 +82,7 @@ pub(super) fn steps(
     features: Features,
     consumers: &[ConsumerPlan],
     b_final_subjects: &[String],
-    handover: Option<Duration>,
+    handover: Option<(Duration, Option<&str>)>,
 ) -> Vec<Step> {
     let mirror = req.strategy == Strategy::Mirror;
     let mut steps = vec![];
@@ -108,9 +108,13 @@ pub(super) fn steps(
         let (title, detail) = consumer_step(req, c);
         add(&title, detail);
     }
-    if let Some(h) = handover.filter(|_| mirror) {
+    if let Some((h, freeze)) = handover.filter(|_| mirror) {
+        let how = match freeze {
+            Some(why) => format!("in a freeze, as {a} could remove a message {b}'s source has not read yet ({why}): update {a}: subjects released (publishes get no responders and are retried, or are held by the runner; about 0.2 s, and longer for a big {b}: the server scans {b}'s messages when it adds a source, 2.5 s for 200,000 on R3); wait until {b} holds exactly {a}'s last message X-1; one update of {b}: mirror removed, source {a} from X with duplicate_window {dw:?}; wait until its source is set up; {a} takes its subjects back", a = req.from, b = req.to),
+            None => format!("live, {a} serving its publishers throughout (it removes no message that new): one update of {b}: mirror removed, duplicate_window {dw:?}; once {b}'s last sequence X-1 holds still, one update of {b}: source {a} from X; wait until its source is set up ({b}'s consumers get nothing new for that long: the server scans {b}'s messages when it adds a source, 2.5 s for 200,000 on R3)", a = req.from, b = req.to),
+        };
         add("hand over", format!(
-            "this server drops a mirror's duplicate window, so {b} becomes a sourcing stream with it before the commit: update {a}: subjects released (a freeze of about 0.2 s: publishes get no responders and are retried); wait until {b} holds exactly {a}'s last message X-1; one update of {b}: mirror removed, source {a} from X with duplicate_window {dw:?}; wait until its source is set up; {a} takes its subjects back. Then one retry horizon ({h:?}) passes before the commit, so a retry of a publish {a} stored meets its id in {b}'s window. Every message {b} sources from X must carry origin sequence = its own sequence (checked at the commit: a message {a} removed during a source restart would shift {b}, and the commit is then refused)",
+            "this server drops a mirror's duplicate window, so {b} becomes a sourcing stream with it before the commit, {how}. Then one retry horizon ({h:?}) passes before the commit, so a retry of a publish {a} stored meets its id in {b}'s window. Every message {b} sources from X must carry origin sequence = its own sequence (checked at the commit: a message {a} removed during a source restart would shift {b}, and the commit is then refused)",
             a = req.from, b = req.to
         ));
     }

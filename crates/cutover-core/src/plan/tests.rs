@@ -365,3 +365,22 @@ fn a_work_queue_b_names_what_a_durable_that_started_late_never_delivered() {
     let all = finding("all");
     assert!(!all.reason.contains("never delivered"), "{}", all.reason);
 }
+
+#[test]
+fn the_hand_over_is_made_live_only_where_a_removes_no_new_message() {
+    use super::handover_freeze_reason as why;
+    let plain = json!({"retention": "limits", "max_msgs": -1, "max_bytes": -1, "max_age": 0, "max_msgs_per_subject": -1});
+    assert_eq!(why(&plain), None, "a plain limits stream");
+    let big = json!({"max_msgs": 10_000_000, "max_age": 86_400_000_000_000i64});
+    assert_eq!(why(&big), None, "limits that do not turn it over in seconds");
+    for (cfg, what) in [
+        (json!({"retention": "workqueue"}), "work-queue"),
+        (json!({"max_msgs_per_subject": 10}), "per-subject"),
+        (json!({"allow_rollup_hdrs": true}), "roll-up"),
+        (json!({"allow_msg_ttl": true}), "TTL"),
+        (json!({"max_msgs": 1_000}), "max_msgs"),
+        (json!({"max_age": 30_000_000_000i64}), "max_age"),
+    ] {
+        assert!(why(&cfg).is_some_and(|r| r.contains(what)), "{cfg}: {:?}", why(&cfg));
+    }
+}

@@ -33,7 +33,7 @@ fn settings(a: &PlanArgs, across: bool) -> Result<Option<Map<String, Value>>> {
         if let Some(kind) = bucket.filter(|_| !cutover_core::plan::is_stream_setting(k)) {
             let option = k.replace('_', "-");
             if kind.options().contains(&option.as_str()) {
-                let mapped = cutover_core::bucket::settings(kind, &[kv.clone()])
+                let mapped = cutover_core::bucket::settings(kind, std::slice::from_ref(kv))
                     .map_err(|e| CliError::Flag(e.to_string()))?;
                 m.extend(mapped);
                 continue;

@@ -517,15 +517,23 @@ async fn a_mirror_whose_window_a_restart_cleared_waits_a_retry_horizon_before_th
 }
 
 /// Issue 23: the hand-over a cluster needs (strategy mirror there: B turned
-/// from mirroring into sourcing A with the window, in a freeze where A's
-/// subjects are released; planned on one server here by the test hook
-/// NATS_CUTOVER_TEST_HANDOVER), with the runner killed inside the freeze
-/// of hop 1: its guard gives A its subjects back (publishers served again),
-/// and the same command hands over again and finishes. Under a nats-py
-/// publisher and pull workers bound by name: every acknowledged publish
-/// stored once and processed once, A's sequences kept.
+/// from mirroring into sourcing A with the window; planned on one server
+/// here by the test hook NATS_CUTOVER_TEST_HANDOVER), with the runner
+/// killed inside it in hop 1, both ways: in a freeze (`freeze` asks for one
+/// where it could be made live), where A's subjects are released and its
+/// guard gives them back (publishers served again); and live, after B's
+/// mirror was removed and before its source of A was added, A serving
+/// throughout. The same command hands over again and finishes. Under a
+/// nats-py publisher and pull workers bound by name: every acknowledged
+/// publish stored once and processed once, A's sequences kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_runner_killed_in_the_hand_over_freeze_is_given_back_and_resumed_exactly() {
+async fn a_runner_killed_in_the_hand_over_is_resumed_exactly_frozen_or_live() {
+    for (how, at) in [("freeze", "handover_released"), ("live", "handover_promoted")] {
+        killed_in_the_hand_over(how, at).await;
+    }
+}
+
+async fn killed_in_the_hand_over(how: &str, at: &str) {
     let e = env().await;
     e.stream(
         json!({"name": "ORDERS", "subjects": ["orders.>"], "duplicate_window": 2_000_000_000i64}),
@@ -540,15 +548,15 @@ async fn a_runner_killed_in_the_hand_over_freeze_is_given_back_and_resumed_exact
     let args = ["run", "--in-place", "ORDERS", "--set", "storage=memory", "--yes"];
     let handover = |crash: Option<&str>| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nats-cutover"));
-        cmd.args(["--server", e.server.url()]).args(args).env("NATS_CUTOVER_TEST_HANDOVER", "1");
+        cmd.args(["--server", e.server.url()]).args(args).env("NATS_CUTOVER_TEST_HANDOVER", how);
         if let Some(at) = crash {
             cmd.env("NATS_CUTOVER_TEST_CRASH_AFTER", at);
         }
         cmd.output().unwrap()
     };
-    let out = handover(Some("handover_released"));
-    assert_eq!(out.status.code(), Some(86), "{out:?}");
-    wait_until("the guard gives ORDERS its subjects back", Duration::from_secs(30), || async {
+    let out = handover(Some(at));
+    assert_eq!(out.status.code(), Some(86), "{how}: {out:?}");
+    wait_until("ORDERS holds its subjects", Duration::from_secs(30), || async {
         e.js.stream_info("ORDERS").await.unwrap().1.config.subjects == ["orders.>"]
     })
     .await;
@@ -567,12 +575,22 @@ async fn a_runner_killed_in_the_hand_over_freeze_is_given_back_and_resumed_exact
             stderr: String::from_utf8_lossy(&o.stderr).into(),
         };
     };
-    assert_eq!(out.code, 0, "{out:?}");
-    assert_eq!(out.stdout.matches("handover done").count(), 2, "both hops: {}", out.stdout);
+    assert_eq!(out.code, 0, "{how}: {out:?}");
+    assert_eq!(out.stdout.matches("handover done").count(), 2, "{how}, both hops: {}", out.stdout);
+    let frozen = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("handover done") && !l.contains("freeze=0 ms"))
+        .count();
+    assert_eq!(frozen > 0, how == "freeze", "{how}: {}", out.stdout);
     load.finish_exact(3000).await;
     let (_, s) = e.js.stream_info("ORDERS").await.unwrap();
     assert_eq!(s.config.storage.as_str(), "memory");
-    assert_eq!((s.state.messages, s.state.last_seq), (3000, 3000), "stored once, A's sequences");
+    assert_eq!(
+        (s.state.messages, s.state.last_seq),
+        (3000, 3000),
+        "{how}: stored once, A's sequences"
+    );
 }
 
 /// Issue 23, case 1: a stream whose messages are all gone (purged here; all

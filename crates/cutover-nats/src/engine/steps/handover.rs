@@ -31,6 +31,22 @@
 //! 2.14) shifts B. A shift only ever moves sequences down, so the commit
 //! checks the first and the last message B sourced: each must carry its own
 //! sequence as origin ([`tail_exact`]); if not, the commit is refused.
+//!
+//! **Live, without a freeze**, where A removes no message that new
+//! (`plan::handover_freeze_reason`: a limits stream without a per-subject
+//! limit, roll-ups or per-message TTLs, and no limit that turns it over in
+//! seconds): the freeze held every publisher for as long as B's update
+//! took, and the server scans all of B's messages when a source is added
+//! to it (stream.go `setStartingSequenceForSources` → `LoadPrevMsgMulti`,
+//! looking for a `Nats-Stream-Source` header a promoted mirror has none
+//! of): 2.45-2.75 s with 140,000-220,000 messages on R3. Live, one update
+//! removes B's mirror (A serves on), B's last X - 1 is read once it holds
+//! still (a mirror message proposed before the update may still be
+//! applied: `processInboundMirrorMsg` proposes after releasing its lock),
+//! and a second update makes B source A from X: every message A stores
+//! from X on is still there when B's source reads it, so B's sequences
+//! stay A's. B's consumers get nothing new meanwhile; publishers never
+//! wait ([`hand_over_live`]).
 
 use super::subjects::{give_subjects_back, released_subjects, same_last};
 use crate::api::{Lookup, Via};
@@ -38,7 +54,7 @@ use crate::engine::ctx::{Ctx, Exposure};
 use crate::engine::events::StepResult;
 use crate::error::{Error, Result};
 use crate::journal::now_ms;
-use cutover_core::journal::{Phase, Step};
+use cutover_core::journal::{Handover, Phase, Step};
 use cutover_core::model::StreamInfo;
 use cutover_core::plan::HANDOVER_KEY;
 use serde_json::json;
@@ -52,6 +68,19 @@ pub(in crate::engine) async fn hand_over(ctx: &Ctx<'_>) -> Result<()> {
         (j.from.clone(), j.to.clone(), j.plan.b_final_subjects.clone(), j.id.clone())
     };
     let t = ctx.begin(Step::Handover).await?;
+    if live(ctx, &from, &to).await? {
+        // Nothing of A's changes here: it serves the publishers whatever fails.
+        let x = hand_over_live(ctx, &from, &to).await.map_err(|e| match e {
+            Error::Unsafe(m) => Error::Unsafe(format!("{m}; {from} kept its subjects and serves the publishers: undo with `nats-cutover rollback {id}`")),
+            Error::Stuck(m) => Error::Stuck(format!(
+                "the hand-over of {to} from mirroring to sourcing {from} did not complete ({m}); {from} kept its subjects and serves the publishers; run again to retry it (`nats-cutover run --resume {id}`), or undo with `nats-cutover rollback {id}`"
+            )),
+            e => e,
+        })?;
+        return ctx
+            .done(Step::Handover, t, None, StepResult::HandedOver { x, freeze_ms: 0.0 })
+            .await;
+    }
     // Intent before effect: a runner that dies in the freeze leaves the
     // phase a guard and a resume reconcile (A gets its subjects back).
     {
@@ -98,6 +127,162 @@ pub(in crate::engine) async fn hand_over(ctx: &Ctx<'_>) -> Result<()> {
         ))),
     };
     ctx.done(Step::Handover, t, None, StepResult::HandedOver { x, freeze_ms }).await
+}
+
+/// Whether this hand-over is made live: as journaled once begun (a live
+/// one past B's mirror cannot go back to a freeze, nor a freeze begun to
+/// live), else as A is now (its settings may have changed since the plan:
+/// `recheck::settings_carried`). Journaled here, before any write.
+async fn live(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<bool> {
+    {
+        let j = ctx.journal.lock().await;
+        if let Some(h) = j.handover {
+            return Ok(h.live);
+        }
+        if j.plan.external.is_some() {
+            return Ok(false); // across systems: not tried live yet
+        }
+    }
+    let (a_raw, _) = ctx.js.stream_info(from).await?;
+    let live = cutover_core::plan::handover_freeze_reason(&a_raw["config"]).is_none()
+        && !crate::test_hooks::force_handover_freeze();
+    if live {
+        let (_, b) = ctx.js.stream_info(to).await?;
+        if b.config.mirror.as_ref().map(|m| m.name.as_str()) != Some(from) {
+            return Ok(false); // the freeze's path names what B is
+        }
+    }
+    ctx.journal.lock().await.handover = Some(Handover { live, ..Default::default() });
+    ctx.save().await?;
+    Ok(live)
+}
+
+/// The live hand-over (see the module's text), or what is left of it.
+/// Returns X. A keeps its subjects throughout.
+async fn hand_over_live(ctx: &Ctx<'_>, from: &str, to: &str) -> Result<u64> {
+    let (b_raw, b) = ctx.js.stream_info(to).await?;
+    let x = match sourcing_from(&b, from) {
+        Some(x) => until_active(ctx, from, to, x).await?, // a resumed hand-over
+        None => promote_then_source(ctx, from, to, (b_raw, b)).await?,
+    };
+    if let Some(h) = ctx.journal.lock().await.handover.as_mut() {
+        h.done_ms = Some(now_ms());
+    }
+    ctx.save().await?;
+    Ok(x)
+}
+
+/// The live hand-over's two updates of B: its mirror removed, then its
+/// source of A from its next sequence.
+async fn promote_then_source(
+    ctx: &Ctx<'_>,
+    from: &str,
+    to: &str,
+    (b_raw, b): (serde_json::Value, StreamInfo),
+) -> Result<u64> {
+    let wanted = ctx.journal.lock().await.plan.retry_horizon_ms as i64 * 1_000_000;
+    let planned = ctx.journal.lock().await.plan.b_config["duplicate_window"].as_i64();
+    let window = planned.filter(|w| *w >= wanted).unwrap_or(wanted);
+    let mirrors = b.config.mirror.as_ref().map(|m| m.name.as_str());
+    let external = match mirrors {
+        Some(m) if m == from => {
+            let mut cfg = b_raw["config"].clone();
+            let mirror = cfg.as_object_mut().and_then(|c| c.remove("mirror")).unwrap_or_default();
+            cfg["duplicate_window"] = json!(window);
+            ctx.js.stream_update(&cfg).await?;
+            if let Some(h) = &ctx.opts.after_step {
+                h("handover_promoted");
+            }
+            mirror.get("external").filter(|e| !e.is_null()).cloned()
+        }
+        None if b.config.sources.is_empty() => None, // resumed: its mirror removed
+        _ => return Err(Error::Unsafe(format!("{to} neither mirrors nor sources {from}"))),
+    };
+    let last = settled_last(ctx, to).await?;
+    // From here B's window records the id of every message A stores (all
+    // sourced from X): the commit waits one retry horizon after it. Again
+    // on a resumed pass: later is only more careful. (Not `done_ms`: that
+    // says the step is done, `run::drive`.)
+    ctx.journal.lock().await.window_since_ms = Some(now_ms());
+    ctx.save().await?;
+    let x = next_of_a(ctx, from, to, last).await?;
+    if let Some(h) = ctx.journal.lock().await.handover.as_mut() {
+        h.x = Some(x);
+    }
+    ctx.save().await?;
+    let (b_raw, _) = ctx.js.stream_info(to).await?;
+    let mut cfg = b_raw["config"].clone();
+    let mut source = json!({ "name": from, "opt_start_seq": x });
+    if let Some(ext) = external {
+        source["external"] = ext;
+    }
+    cfg["sources"] = json!([source]);
+    cfg["duplicate_window"] = json!(window);
+    cfg["metadata"][HANDOVER_KEY] = json!(x.to_string());
+    ctx.js.stream_update(&cfg).await?;
+    let (_, b) = ctx.js.stream_info(to).await?;
+    if sourcing_from(&b, from) != Some(x) || b.config.duplicate_window < wanted {
+        return Err(Error::Unsafe(format!(
+            "{to} did not take its source of {from} as sent (now: sources {:?}, duplicate_window {} ns)",
+            b.config.sources.iter().map(|s| (&s.name, s.opt_start_seq)).collect::<Vec<_>>(),
+            b.config.duplicate_window
+        )));
+    }
+    until_active(ctx, from, to, x).await
+}
+
+/// B's last sequence once its mirror is removed and it holds still: the
+/// same in reads over 200 ms, its leader reporting no mirror.
+async fn settled_last(ctx: &Ctx<'_>, to: &str) -> Result<u64> {
+    let deadline = Instant::now() + ctx.opts.commit_timeout;
+    let mut since: Option<(u64, Instant)> = None;
+    loop {
+        let (_, b) = ctx.js.stream_info(to).await?;
+        let last = b.state.last_seq;
+        match since {
+            _ if b.config.mirror.is_some() => since = None,
+            Some((l, t)) if l == last && t.elapsed() >= Duration::from_millis(200) => {
+                return Ok(last)
+            }
+            Some((l, _)) if l == last => {}
+            _ => since = Some((last, Instant::now())),
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Stuck(format!(
+                "{to}'s last sequence did not hold still within the commit timeout of {:?} after its mirror was removed",
+                ctx.opts.commit_timeout
+            )));
+        }
+        ctx.tick(false).await?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The first sequence B sources: the one after its last, where A still
+/// holds it. A stream whose messages are all gone (purged, expired) has a
+/// last sequence past them: an empty B is moved on to it as
+/// `subjects::same_last` does (a mirror would have skipped the gap); a B
+/// holding messages A removed since is not moved (that would delete them).
+async fn next_of_a(ctx: &Ctx<'_>, from: &str, to: &str, last: u64) -> Result<u64> {
+    let (_, a) = ctx.js.stream_info(from).await?;
+    let first = match a.state.messages {
+        0 => a.state.last_seq + 1,
+        _ => a.state.first_seq,
+    };
+    if first <= last + 1 {
+        return Ok(last + 1);
+    }
+    let (_, b) = ctx.js.stream_info(to).await?;
+    if b.state.messages == 0 {
+        ctx.js.stream_purge_below(to, None, first).await?;
+        let (_, b) = ctx.js.stream_info(to).await?;
+        if b.state.last_seq + 1 == first {
+            return Ok(first);
+        }
+    }
+    Err(Error::Unsafe(format!(
+        "{to} ends at sequence {last} and {from} now starts at {first}: {from} removed the messages between after {to} copied it, and {to} cannot go on from {first} with the sequences kept"
+    )))
 }
 
 /// In the freeze (A's subjects released): B holds exactly A's last message,
