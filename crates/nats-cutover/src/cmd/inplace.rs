@@ -342,7 +342,7 @@ fn print_outline(o: &InPlaceOutline, req: &InPlaceRequest, across: bool) {
 /// paced (a newcomer's trial).
 fn copy_load(o: &InPlaceOutline) -> &'static str {
     match (o.replicated_copy, o.paced_copy) {
-        (true, _) => "while a replicated copy runs the servers are busy: on a 3-node R3 cluster on 2 cores publishes waited up to 1.8 s with 1M messages and 0.25 s with an empty stream (docs/benchmarks.md)",
+        (true, _) => "while a replicated copy runs the servers are busy: on a 3-node R3 cluster on 2 cores publishes waited up to 0.9 s with 1M messages and 0.22-0.28 s with an empty stream (docs/benchmarks.md)",
         (false, true) => "while a copy runs it reads the stream through a paced durable (--copy-window): with 1M messages on one server on 2 cores publishes waited up to 28 ms and pull workers 33 ms (docs/benchmarks.md)",
         (false, false) => "while a copy runs the server's own mirror consumer keeps it busy (a paced copy needs a limits stream on 2.14+): with 1M messages on 2 cores publishes waited up to 0.5 s and pull workers 0.14 s (docs/benchmarks.md)",
     }

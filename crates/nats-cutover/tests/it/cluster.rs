@@ -40,9 +40,10 @@ async fn three_node_cluster_serves_a_replicated_stream() {
 /// `fixCfgMirrorWithDedupWindow`), which strategy mirror and in place need
 /// across the commit, so both were refused (exit 3). `plan` now finds it
 /// with its scratch stream and plans the hand-over (engine/steps/handover.rs):
-/// B mirrors A until the consumers moved, then in a short freeze becomes a
-/// stream sourcing A with the window, and the commit waits one retry horizon
-/// (A's window, 3 s here). Under a nats-py publisher retrying lost answers
+/// B mirrors A until the consumers moved, then becomes a stream sourcing A
+/// with the window (live, A serving throughout: a limits stream removes no
+/// new message), and the commit waits one retry horizon (A's window, 3 s
+/// here). Under a nats-py publisher retrying lost answers
 /// with the same msg-id and nats-py pull workers bound by name, the storage
 /// of an R3 stream changes in place: every acknowledged publish stored once
 /// and processed once, A's sequences kept. Nothing is left behind.
@@ -66,11 +67,17 @@ async fn in_place_on_a_three_node_cluster_hands_the_copy_over_and_is_exact() {
     let change = ["--in-place", "ORDERS", "--set", "storage=memory"];
     let out = crate::common::cli(&[&["--server", &urls, "plan"][..], &change[..]].concat());
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stdout.contains("hand over"), "{out:?}");
+    assert!(
+        out.stdout.contains("hand over") && out.stdout.contains("live, ORDERS serving"),
+        "{out:?}"
+    );
     let out =
         crate::common::cli(&[&["--server", &urls, "run"][..], &change[..], &["--yes"]].concat());
     assert_eq!(out.code, 0, "{out:?}");
     load.finish_exact(6000).await;
+    let published = crate::pyapps::lines(&dir.0.join("pub.jsonl"));
+    let stall = published.iter().filter_map(|l| l["stall_ms"].as_f64()).fold(0.0, f64::max);
+    eprintln!("longest publish: {stall:.1} ms");
     let (_, s) = js.stream_info("ORDERS").await.unwrap();
     assert_eq!((s.config.storage.as_str(), s.config.num_replicas), ("memory", 3));
     assert_eq!(s.state.messages, 6000, "each publish stored once");
@@ -80,6 +87,7 @@ async fn in_place_on_a_three_node_cluster_hands_the_copy_over_and_is_exact() {
     assert!(!meta.contains_key(cutover_core::plan::HANDOVER_KEY), "{meta:?}");
     let freezes: Vec<&str> = out.stdout.lines().filter(|l| l.contains("handover done")).collect();
     eprintln!("{}", freezes.join(" | "));
+    assert!(freezes.len() == 2 && freezes.iter().all(|l| l.contains("freeze=0 ms")), "{freezes:?}");
     // A replicated copy is not paced (steps/create.rs `pace`: a newcomer's
     // paced R3 copies of streams removing messages lost their leader).
     for id in ["ORDERS.ORDERS_CUTOVER", "ORDERS_CUTOVER.ORDERS"] {
