@@ -180,9 +180,7 @@ async fn promote_then_source(
     to: &str,
     (b_raw, b): (serde_json::Value, StreamInfo),
 ) -> Result<u64> {
-    let wanted = ctx.journal.lock().await.plan.retry_horizon_ms as i64 * 1_000_000;
-    let planned = ctx.journal.lock().await.plan.b_config["duplicate_window"].as_i64();
-    let window = planned.filter(|w| *w >= wanted).unwrap_or(wanted);
+    let (_, window) = windows(ctx).await;
     let mirrors = b.config.mirror.as_ref().map(|m| m.name.as_str());
     let external = match mirrors {
         Some(m) if m == from => {
@@ -211,7 +209,20 @@ async fn promote_then_source(
     }
     ctx.save().await?;
     let (b_raw, _) = ctx.js.stream_info(to).await?;
-    let mut cfg = b_raw["config"].clone();
+    source_from(ctx, (from, to), b_raw["config"].clone(), external, x).await
+}
+
+/// B's update `cfg` made a stream sourcing A from `x` with the window (and
+/// the key that says so, `external`: across systems, the same way to A),
+/// checked as taken, and its source set up. Returns X.
+async fn source_from(
+    ctx: &Ctx<'_>,
+    (from, to): (&str, &str),
+    mut cfg: serde_json::Value,
+    external: Option<serde_json::Value>,
+    x: u64,
+) -> Result<u64> {
+    let (wanted, window) = windows(ctx).await;
     let mut source = json!({ "name": from, "opt_start_seq": x });
     if let Some(ext) = external {
         source["external"] = ext;
@@ -223,12 +234,22 @@ async fn promote_then_source(
     let (_, b) = ctx.js.stream_info(to).await?;
     if sourcing_from(&b, from) != Some(x) || b.config.duplicate_window < wanted {
         return Err(Error::Unsafe(format!(
-            "{to} did not take its source of {from} as sent (now: sources {:?}, duplicate_window {} ns)",
+            "{to} did not take the hand-over as sent (now: mirror {:?}, sources {:?}, duplicate_window {} ns)",
+            b.config.mirror.map(|m| m.name),
             b.config.sources.iter().map(|s| (&s.name, s.opt_start_seq)).collect::<Vec<_>>(),
             b.config.duplicate_window
         )));
     }
     until_active(ctx, from, to, x).await
+}
+
+/// The retry horizon in ns, and the window B gets: the plan's, if at least
+/// that.
+async fn windows(ctx: &Ctx<'_>) -> (i64, i64) {
+    let j = ctx.journal.lock().await;
+    let wanted = j.plan.retry_horizon_ms as i64 * 1_000_000;
+    let window = j.plan.b_config["duplicate_window"].as_i64().filter(|w| *w >= wanted);
+    (wanted, window.unwrap_or(wanted))
 }
 
 /// B's last sequence once its mirror is removed and it holds still: the
@@ -356,31 +377,12 @@ async fn freeze(
         h.x = Some(x);
     }
     ctx.save().await?;
-    let wanted = ctx.journal.lock().await.plan.retry_horizon_ms as i64 * 1_000_000;
-    let planned = ctx.journal.lock().await.plan.b_config["duplicate_window"].as_i64();
-    let window = planned.filter(|w| *w >= wanted).unwrap_or(wanted);
     let mut cfg = b_raw["config"].clone();
     let mirror = cfg.as_object_mut().and_then(|c| c.remove("mirror")).unwrap_or_default();
-    let mut source = json!({ "name": from, "opt_start_seq": x });
-    if let Some(ext) = mirror.get("external").filter(|e| !e.is_null()) {
-        source["external"] = ext.clone(); // across systems: the same way to A
-    }
-    cfg["sources"] = json!([source]);
-    cfg["duplicate_window"] = json!(window);
-    cfg["metadata"][HANDOVER_KEY] = json!(x.to_string());
+    let external = mirror.get("external").filter(|e| !e.is_null()).cloned();
     // (The paced copy's durable on A, steps::create, goes at retire or with
     // a rollback: not here, inside the freeze.)
-    ctx.js.stream_update(&cfg).await?;
-    let (_, b) = ctx.js.stream_info(to).await?;
-    if sourcing_from(&b, from) != Some(x) || b.config.duplicate_window < wanted {
-        return Err(Error::Unsafe(format!(
-            "{to} did not take the hand-over as sent (now: mirror {:?}, sources {:?}, duplicate_window {} ns)",
-            b.config.mirror.map(|m| m.name),
-            b.config.sources.iter().map(|s| (&s.name, s.opt_start_seq)).collect::<Vec<_>>(),
-            b.config.duplicate_window
-        )));
-    }
-    until_active(ctx, from, to, x).await
+    source_from(ctx, (from, to), cfg, external, x).await
 }
 
 /// X if B is the hand-over's stream sourcing `from` (its source from X, and
